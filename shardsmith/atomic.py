@@ -1,0 +1,90 @@
+"""Publish files atomically: write under a temporary name, fsync, rename (DESIGN invariant 2)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+TMP_SUFFIX = ".tmp"
+
+
+def tmp_path_for(final: Path) -> Path:
+    """Hidden temporary name in the same directory (same filesystem, so rename is atomic)."""
+    return final.with_name(f".{final.name}.{os.getpid()}{TMP_SUFFIX}")
+
+
+class HashingFile:
+    """A binary file under a temporary name that counts and hashes what is written to it."""
+
+    def __init__(self, final: Path):
+        self.final = final
+        self.tmp = tmp_path_for(final)
+        self._handle = open(self.tmp, "wb")
+        self._sha256 = hashlib.sha256()
+        self.bytes_written = 0
+
+    def write(self, data: bytes) -> int:
+        self._handle.write(data)
+        self._sha256.update(data)
+        self.bytes_written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.bytes_written
+
+    def publish(self) -> str:
+        """fsync, rename to the final name, and return the sha256 of the content."""
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        os.replace(self.tmp, self.final)
+        return self._sha256.hexdigest()
+
+    def discard(self) -> None:
+        """Close and delete the temporary file; nothing appears under the final name."""
+        self._handle.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(final: Path, data: bytes) -> str:
+    """Write ``data`` to ``final`` atomically; returns its sha256."""
+    handle = HashingFile(final)
+    try:
+        handle.write(data)
+    except BaseException:
+        handle.discard()
+        raise
+    digest = handle.publish()
+    fsync_directory(final.parent)
+    return digest
+
+
+def write_json_atomic(final: Path, payload: Any) -> str:
+    """Deterministic JSON (sorted keys, 1-space indent) written atomically."""
+    text = json.dumps(payload, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    return write_bytes_atomic(final, text.encode("utf-8"))
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make renames in ``directory`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_tmp(directory: Path) -> int:
+    """Delete temporary files left by an interrupted run; returns how many were removed."""
+    removed = 0
+    if directory.is_dir():
+        for path in directory.glob(f".*{TMP_SUFFIX}"):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed

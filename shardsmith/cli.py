@@ -1,0 +1,124 @@
+"""Command line: options → Config → API call → summary.  No logic lives here.
+
+Exit codes: 0 success · 1 failure · 2 bad configuration or usage · 3 too many rejects ·
+130 interrupted (rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from typing import Any, Callable
+
+import click
+
+from . import __version__
+from .config import FORMATS, RESIZE_MODES, load_config
+from .errors import ShardsmithError, TooManyRejectsError
+from .report import pack_summary, reject_lines
+
+EXIT_INTERRUPTED = 130
+
+
+def _fail_cleanly(command: Callable) -> Callable:
+    """Turn our exceptions into one clear line on stderr and the documented exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ShardsmithError as exc:
+            click.echo(f"shardsmith: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo(
+                "shardsmith: interrupted; finished shards are kept, rerun the same command "
+                "to resume",
+                err=True,
+            )
+            sys.exit(EXIT_INTERRUPTED)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="shardsmith")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def main(verbose: int) -> None:
+    """Turn a tree of huge images into training-ready WebDataset or TFRecord shards."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("source", required=False, type=click.Path(file_okay=False))
+@click.argument("output", required=False, type=click.Path(file_okay=False))
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="YAML config file (see configs/example.yaml); options below override it.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS),
+              help="Shard format.  [default: webdataset]")
+@click.option("--size", type=int, help="Target size in pixels (meaning depends on --resize).  "
+              "[default: 512]")
+@click.option("--resize", type=click.Choice(RESIZE_MODES),
+              help="fit: longest side = size; shorter: shorter side = size; center_crop: "
+              "size x size from the centre; pad: fit, then letterbox to size x size; stretch: "
+              "size x size ignoring aspect.  [default: fit]")
+@click.option("--quality", type=int, help="JPEG quality 1-100.  [default: 90]")
+@click.option("--shard-size", "shard_size_mb", type=float,
+              help="Target shard size in MB.  [default: 256]")
+@click.option("--shard-samples", type=int,
+              help="Samples per shard (instead of a size target).")
+@click.option("--split", "splits",
+              help="Split fractions, e.g. train=0.9,val=0.1 (assigned by path hash, stable "
+              "when files are added).  [default: train=1]")
+@click.option("--seed", type=int, help="Shuffle seed.  [default: 0]")
+@click.option("--workers", type=int, help="Worker processes; 0 = all cores.  [default: 0]")
+@click.option("--max-reject-fraction", type=float,
+              help="Exit with code 3 when more than this fraction of images is rejected.  "
+              "[default: 0.01]")
+@click.option("--overwrite", is_flag=True, default=None,
+              help="Replace a dataset packed with different settings.")
+@click.option("--quiet", is_flag=True, default=None, help="No progress bar (for cron).")
+@_fail_cleanly
+def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb, shard_samples,
+         splits, seed, workers, max_reject_fraction, overwrite, quiet) -> None:
+    """Pack the images under SOURCE into shards and a manifest in OUTPUT.
+
+    SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
+    Rerunning a finished pack with the same settings does nothing; rerunning an interrupted
+    one resumes it.
+    """
+    from .pipeline import pack as run_pack
+
+    config = load_config(config_file, {
+        "source.path": source,
+        "output.path": output,
+        "output.format": fmt,
+        "output.shard_size_mb": shard_size_mb,
+        "output.shard_samples": shard_samples,
+        "image.size": size,
+        "image.resize": resize,
+        "image.quality": quality,
+        "splits": splits,
+        "seed": seed,
+        "run.workers": workers,
+        "run.max_reject_fraction": max_reject_fraction,
+        "run.overwrite": overwrite,
+        "run.quiet": quiet,
+    })
+    result = run_pack(config)
+    click.echo(pack_summary(result))
+    if result.manifest["rejects"] and not config.run.quiet:
+        click.echo("rejected files:", err=True)
+        click.echo("\n".join(reject_lines(result.manifest["rejects"])), err=True)
+    if result.reject_fraction > config.run.max_reject_fraction:
+        raise TooManyRejectsError(
+            f"{result.reject_fraction:.1%} of the images were rejected, more than the allowed "
+            f"{config.run.max_reject_fraction:.1%} (run.max_reject_fraction); the rejects are "
+            f"listed in {result.output / 'manifest.json'}"
+        )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,312 @@
+"""One validated configuration object: YAML file + CLI overrides, resolved once.
+
+Every option lives in a frozen dataclass; the YAML file mirrors the dataclass tree
+(``source.path``, ``image.size``, ...).  Validation errors name the offending key path so a
+user can fix the file without reading code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import ConfigError
+
+FORMATS = ("webdataset", "tfrecord")
+RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
+COLOR_MODES = ("rgb", "gray", "keep")
+LABEL_MODES = ("folders", "none")
+SUBSAMPLING = ("420", "422", "444")
+DEFAULT_EXTENSIONS = ("jpg", "jpeg", "png", "tif", "tiff", "bmp", "webp")
+SPLIT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where the originals are and which of them to take."""
+
+    path: str = ""
+    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    labels: str = "folders"
+    follow_symlinks: bool = False
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """How each original becomes a training sample (everything that changes pixels)."""
+
+    size: int = 512
+    resize: str = "fit"
+    upscale: bool = False
+    quality: int = 90
+    subsampling: str = "420"
+    color: str = "rgb"
+    background: tuple[int, int, int] = (255, 255, 255)
+    pad_color: tuple[int, int, int] = (0, 0, 0)
+    max_pixels: int = 300_000_000
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where the shards go and how they are cut."""
+
+    path: str = ""
+    format: str = "webdataset"
+    shard_size_mb: float = 256.0
+    shard_samples: int | None = None
+
+    @property
+    def shard_bytes(self) -> int:
+        return int(self.shard_size_mb * 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How the job runs; none of this changes the output bytes."""
+
+    workers: int = 0
+    max_reject_fraction: float = 0.01
+    quiet: bool = False
+    overwrite: bool = False
+
+    @property
+    def worker_count(self) -> int:
+        return self.workers if self.workers > 0 else (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """Destination of ``shardsmith stage`` on the training machine."""
+
+    to: str = ""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole job. ``splits`` maps split name to fraction, in the order given."""
+
+    source: SourceConfig = field(default_factory=SourceConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    image: ImageConfig = field(default_factory=ImageConfig)
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    seed: int = 0
+    run: RunConfig = field(default_factory=RunConfig)
+    stage: StageConfig = field(default_factory=StageConfig)
+
+    def fingerprint(self) -> str:
+        """Hash of every option that changes the shard bytes (not paths, workers or logging)."""
+        relevant = {
+            "source": {k: v for k, v in _plain(self.source).items() if k != "path"},
+            "output": {k: v for k, v in _plain(self.output).items() if k != "path"},
+            "image": _plain(self.image),
+            "splits": [list(pair) for pair in self.splits],
+            "seed": self.seed,
+        }
+        blob = json.dumps(relevant, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-ready form (the resolved config recorded in the manifest)."""
+        data = _plain(self)
+        data["splits"] = dict(self.splits)
+        return data
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [_plain(item) for item in obj]
+    return obj
+
+
+def load_config(
+    path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None
+) -> Config:
+    """Read an optional YAML file, apply dotted-key overrides (``{"image.size": 256}``), validate.
+
+    Raises ConfigError naming the key for unknown keys, wrong types and bad values.
+    """
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = _read_yaml(Path(path))
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{part}: expected a mapping, got {type(child).__name__}")
+            node = child
+        node[leaf] = value
+    return _validate(_build(Config, raw, ""))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        key = f"{prefix}{unknown[0]}"
+        raise ConfigError(f"{key}: unknown key (known here: {', '.join(sorted(fields))})")
+    values = {}
+    for name, value in raw.items():
+        key = f"{prefix}{name}"
+        default = getattr(cls(), name)
+        if dataclasses.is_dataclass(default):
+            values[name] = _build(type(default), value, key + ".")
+        elif name == "splits":
+            values[name] = _splits(value, key)
+        else:
+            values[name] = _coerce(value, default, fields[name].type, key)
+    return cls(**values)
+
+
+def _coerce(value: Any, default: Any, annotation: str, key: str) -> Any:
+    """Check one leaf value against the type of its default (annotation for optionals)."""
+    if value is None and "None" in str(annotation):
+        return None
+    if isinstance(default, bool) or annotation == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if isinstance(default, int) or "int" in str(annotation) and "float" not in str(annotation):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if isinstance(default, str):
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if isinstance(default, tuple):
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        if default and isinstance(default[0], int):
+            if len(value) != len(default) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value
+            ):
+                raise ConfigError(f"{key}: expected {len(default)} integers 0-255, got {value!r}")
+            return tuple(value)
+        if not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+        return tuple(value)
+    raise ConfigError(f"{key}: unsupported value {value!r}")
+
+
+def _splits(value: Any, key: str) -> tuple[tuple[str, float], ...]:
+    """Accept ``{train: 0.9, val: 0.1}`` or the CLI form ``"train=0.9,val=0.1"``."""
+    if isinstance(value, str):
+        pairs = {}
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            name, sep, fraction = part.partition("=")
+            if not sep:
+                raise ConfigError(f"{key}: expected NAME=FRACTION, got {part!r}")
+            try:
+                pairs[name.strip()] = float(fraction)
+            except ValueError:
+                raise ConfigError(f"{key}.{name.strip()}: not a number: {fraction!r}") from None
+        value = pairs
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{key}: expected a mapping of split name to fraction")
+    splits = []
+    for name, fraction in value.items():
+        if not isinstance(name, str) or not SPLIT_NAME.match(name):
+            raise ConfigError(f"{key}.{name}: split names are lower-case words (a-z, 0-9, _)")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise ConfigError(f"{key}.{name}: expected a fraction, got {fraction!r}")
+        if not 0 < fraction <= 1:
+            raise ConfigError(f"{key}.{name}: fraction must be in (0, 1], got {fraction}")
+        splits.append((name, float(fraction)))
+    total = sum(fraction for _, fraction in splits)
+    if abs(total - 1.0) > 1e-6:
+        raise ConfigError(f"{key}: fractions must add up to 1, they add up to {total:g}")
+    return tuple(splits)
+
+
+def _validate(config: Config) -> Config:
+    """Value checks that need more than a type (paths are checked by ``check_paths``)."""
+    src, img, out, run = config.source, config.image, config.output, config.run
+    _one_of("source.labels", src.labels, LABEL_MODES)
+    _one_of("output.format", out.format, FORMATS)
+    _one_of("image.resize", img.resize, RESIZE_MODES)
+    _one_of("image.color", img.color, COLOR_MODES)
+    _one_of("image.subsampling", img.subsampling, SUBSAMPLING)
+    if not src.extensions:
+        raise ConfigError("source.extensions: at least one extension is needed")
+    extensions = tuple(sorted({e.lower().lstrip(".") for e in src.extensions}))
+    if not 16 <= img.size <= 16384:
+        raise ConfigError(f"image.size: expected 16..16384 pixels, got {img.size}")
+    if not 1 <= img.quality <= 100:
+        raise ConfigError(f"image.quality: expected 1..100, got {img.quality}")
+    if img.max_pixels <= 0:
+        raise ConfigError(f"image.max_pixels: must be positive, got {img.max_pixels}")
+    if out.shard_size_mb <= 0:
+        raise ConfigError(f"output.shard_size_mb: must be positive, got {out.shard_size_mb}")
+    if out.shard_samples is not None and out.shard_samples <= 0:
+        raise ConfigError(f"output.shard_samples: must be positive, got {out.shard_samples}")
+    if run.workers < 0:
+        raise ConfigError(f"run.workers: must be 0 (all cores) or more, got {run.workers}")
+    if not 0 <= run.max_reject_fraction <= 1:
+        raise ConfigError(
+            f"run.max_reject_fraction: expected 0..1, got {run.max_reject_fraction}"
+        )
+    return dataclasses.replace(config, source=dataclasses.replace(src, extensions=extensions))
+
+
+def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {value!r}")
+
+
+def check_paths(config: Config) -> tuple[Path, Path]:
+    """Resolve and check source and output before any work; returns (source, output)."""
+    if not config.source.path:
+        raise ConfigError("source.path: no source directory given (argument SOURCE or config)")
+    if not config.output.path:
+        raise ConfigError("output.path: no output directory given (argument OUTPUT or config)")
+    source = Path(config.source.path).expanduser().resolve()
+    output = Path(config.output.path).expanduser().resolve()
+    if not source.is_dir():
+        raise ConfigError(f"source.path: {source} is not a directory")
+    if output == source or source in output.parents:
+        raise ConfigError(f"output.path: {output} is inside the source tree {source}")
+    if output in source.parents:
+        raise ConfigError(f"output.path: {output} contains the source tree {source}")
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"output.path: {output} exists and is not a directory")
+    return source, output

@@ -1,0 +1,122 @@
+"""TFRecord shards of ``tf.train.Example`` records, written without TensorFlow.
+
+The Example protobuf is simple enough to serialise by hand (a map of named byte or int64
+lists), which keeps TensorFlow's import cost (seconds and hundreds of MB) out of the packing
+processes.  Framing: uint64 length, masked CRC32C of the length, payload, masked CRC32C of the
+payload.  Each shard ``X.tfrecord`` gets a DALI-compatible index ``X.idx``: one
+``offset size`` line per record.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import crc32c
+
+from ..atomic import HashingFile
+from ..imaging import Sample
+from . import FileInfo, ShardInfo, class_name
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC32C."""
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame_record(payload: bytes) -> bytes:
+    """One TFRecord: length, its CRC, payload, payload CRC."""
+    length = struct.pack("<Q", len(payload))
+    return b"".join(
+        (length, struct.pack("<I", masked_crc(length)), payload, struct.pack("<I", masked_crc(payload)))
+    )
+
+
+def _varint(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF  # negative int64 → two's complement, as protobuf does
+    out = bytearray()
+    while True:
+        bits = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(bits | 0x80)
+        else:
+            out.append(bits)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def encode_example(features: dict[str, bytes | int]) -> bytes:
+    """Serialise a ``tf.train.Example`` whose features are single bytes or int64 values."""
+    entries = []
+    for name in sorted(features):  # sorted: same features → same bytes
+        value = features[name]
+        if isinstance(value, bytes):
+            feature = _field(1, _field(1, value))  # Feature.bytes_list{value}
+        else:
+            feature = _field(3, _field(1, _varint(value)))  # Feature.int64_list{packed value}
+        entries.append(_field(1, _field(1, name.encode()) + _field(2, feature)))
+    return _field(1, b"".join(entries))  # Example.features{feature map}
+
+
+def example_features(sample: Sample, classes: tuple[str, ...]) -> dict[str, bytes | int]:
+    """The common image-classification feature keys."""
+    return {
+        "image/encoded": sample.jpeg,
+        "image/format": b"jpeg",
+        "image/class/label": sample.label,
+        "image/class/text": class_name(classes, sample.label).encode(),
+        "image/height": sample.height,
+        "image/width": sample.width,
+        "image/channels": sample.channels,
+        "image/filename": sample.relpath.encode(),
+        "image/key": sample.key.encode(),
+    }
+
+
+class TFRecordShardWriter:
+    """Appends Examples to one TFRecord shard and records the DALI index alongside."""
+
+    def __init__(self, directory: Path, name: str, split: str, classes: tuple[str, ...]):
+        self.name, self.split, self.classes = name, split, classes
+        self._file = HashingFile(directory / name)
+        self._index_name = name.rsplit(".", 1)[0] + ".idx"
+        self._index_lines: list[str] = []
+        self.samples = 0
+
+    @property
+    def bytes_written(self) -> int:
+        return self._file.bytes_written
+
+    def record_size(self, sample: Sample) -> int:
+        return len(sample.jpeg) + 512  # framing and metadata features are a few hundred bytes
+
+    def add(self, sample: Sample) -> None:
+        record = frame_record(encode_example(example_features(sample, self.classes)))
+        self._index_lines.append(f"{self._file.bytes_written} {len(record)}\n")
+        self._file.write(record)
+        self.samples += 1
+
+    def close(self) -> ShardInfo:
+        index = HashingFile(self._file.final.with_name(self._index_name))
+        index.write("".join(self._index_lines).encode("ascii"))
+        index_sha256 = index.publish()
+        sha256 = self._file.publish()
+        return ShardInfo(
+            self.name,
+            self.split,
+            self.samples,
+            self._file.bytes_written,
+            sha256,
+            FileInfo(self._index_name, index.bytes_written, index_sha256),
+        )
+
+    def discard(self) -> None:
+        self._file.discard()

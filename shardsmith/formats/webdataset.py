@@ -1,0 +1,62 @@
+"""WebDataset shards: plain POSIX tar, members ``KEY.jpg``, ``KEY.cls``, ``KEY.json``.
+
+Written with the standard library's ``tarfile`` (``import webdataset`` would pull in torch
+where it is installed) and with fixed header fields, so equal input gives equal bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+from ..atomic import HashingFile
+from ..imaging import Sample
+from . import ShardInfo, class_name, sample_metadata
+
+_BLOCK = tarfile.BLOCKSIZE
+
+
+class TarShardWriter:
+    """Appends samples to one tar shard; ``close`` publishes it atomically."""
+
+    def __init__(self, directory: Path, name: str, split: str, classes: tuple[str, ...]):
+        self.name, self.split, self.classes = name, split, classes
+        self._file = HashingFile(directory / name)
+        self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
+        self.samples = 0
+
+    @property
+    def bytes_written(self) -> int:
+        return self._file.bytes_written
+
+    def record_size(self, sample: Sample) -> int:
+        """Bytes this sample adds to the tar (three headers plus padded members)."""
+        padded = -(-len(sample.jpeg) // _BLOCK) * _BLOCK
+        return 3 * _BLOCK + padded + 2 * _BLOCK
+
+    def add(self, sample: Sample) -> None:
+        metadata = sample_metadata(sample, class_name(self.classes, sample.label))
+        members = (
+            ("jpg", sample.jpeg),
+            ("cls", str(sample.label).encode("ascii")),
+            ("json", json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode()),
+        )
+        for extension, payload in members:
+            info = tarfile.TarInfo(f"{sample.key}.{extension}")
+            info.size = len(payload)
+            info.mtime = 0
+            info.mode = 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            self._tar.addfile(info, io.BytesIO(payload))
+        self.samples += 1
+
+    def close(self) -> ShardInfo:
+        self._tar.close()  # writes the end-of-archive blocks; leaves our file open
+        sha256 = self._file.publish()
+        return ShardInfo(self.name, self.split, self.samples, self._file.bytes_written, sha256)
+
+    def discard(self) -> None:
+        self._file.discard()

@@ -1,0 +1,383 @@
+"""Original bytes → training-size baseline JPEG.  Runs in the worker processes.
+
+The path is chosen for speed without losing fidelity:
+
+* JPEG originals are decoded at a reduced DCT scale (libjpeg-turbo scaled IDCT through
+  simplejpeg, or Pillow ``draft`` for CMYK) that still leaves at least the target size, so the
+  decoder never produces pixels we would throw away.
+* Other formats are decoded by OpenCV (fast, 16-bit aware); Pillow is the fallback for anything
+  OpenCV declines and the source of a precise error message.
+* Resizing uses OpenCV ``INTER_AREA`` (area averaging: the right antialiasing for downscales).
+* 16-bit data is resized at 16 bit and only then scaled to 8 bit (x·255/65535, rounded).
+* Alpha is composited on the background after a premultiplied resize, which equals
+  compositing at full resolution (area resizing is linear) at a fraction of the memory.
+
+``process`` never raises for a bad file: it returns a ``Reject`` with a reason.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import cv2
+import numpy as np
+import simplejpeg
+from PIL import Image, UnidentifiedImageError
+
+from .config import ImageConfig
+from .plan import PlanItem
+
+# One thread per worker process: parallelism comes from processes, not from oversubscription.
+cv2.setNumThreads(1)
+cv2.ocl.setUseOpenCL(False)
+# Decode failures become Rejects with a reason; OpenCV's own stderr chatter would only confuse.
+cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+# The pixel limit is ours (image.max_pixels); Pillow's 89 MP bomb warning must not decide.
+Image.MAX_IMAGE_PIXELS = None
+warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+
+EXIF_ORIENTATION = 0x0112
+TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A packed sample: the encoded JPEG and everything the shard metadata records."""
+
+    key: str
+    relpath: str
+    split: str
+    label: int
+    jpeg: bytes
+    width: int
+    height: int
+    channels: int
+    original_width: int
+    original_height: int
+    original_mode: str
+    original_format: str
+    source_size: int
+    source_mtime_ns: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A source file that could not become a sample, and why (``reason`` is a short code)."""
+
+    relpath: str
+    reason: str
+    detail: str
+
+
+class BadImage(Exception):
+    """Raised inside the image path; ``process`` turns it into a ``Reject``."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class Encoded(NamedTuple):
+    jpeg: bytes
+    width: int
+    height: int
+    channels: int
+    original_width: int
+    original_height: int
+    original_mode: str
+    original_format: str
+
+
+class Geometry(NamedTuple):
+    """Resize plan in upright coordinates: crop (x, y, w, h) of the source → ``size`` → canvas."""
+
+    crop: tuple[int, int, int, int]
+    size: tuple[int, int]
+    canvas: tuple[int, int] | None
+
+
+def process(item: PlanItem, root: str, config: ImageConfig) -> Sample | Reject:
+    """Read one original and turn it into a Sample, or a Reject saying why it could not be."""
+    relpath = item.source.relpath
+    try:
+        with open(os.path.join(root, relpath), "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        return Reject(relpath, "unreadable", f"cannot read file: {exc.strerror or exc}")
+    try:
+        encoded = convert(data, config)
+    except BadImage as exc:
+        return Reject(relpath, exc.reason, exc.detail)
+    return Sample(
+        key=item.key,
+        relpath=relpath,
+        split=item.split,
+        label=item.source.label,
+        source_size=item.source.size,
+        source_mtime_ns=item.source.mtime_ns,
+        **encoded._asdict(),
+    )
+
+
+def convert(data: bytes, config: ImageConfig) -> Encoded:
+    """Decode ``data``, orient, normalise, resize and encode it; raises BadImage."""
+    pixels, header = decode(data, config)
+    jpeg = encode_jpeg(pixels, config)
+    height, width = pixels.shape[:2]
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    return Encoded(jpeg, width, height, channels, *header)
+
+
+def decode(data: bytes, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int, str, str]]:
+    """Decode and resize to the final uint8 pixels (H×W or H×W×3, RGB).
+
+    Returns the pixels and (upright width, upright height, mode, format) of the original.
+    """
+    if not data:
+        raise BadImage("empty", "zero-byte file")
+    try:
+        image = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise BadImage("not_an_image", "not a recognised image format") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise BadImage("corrupt", f"unreadable image header: {exc}") from None
+
+    stored_width, stored_height = image.size
+    if stored_width * stored_height > config.max_pixels:
+        raise BadImage(
+            "too_large",
+            f"{stored_width}x{stored_height} = {stored_width * stored_height / 1e6:.0f} MP is over "
+            f"the limit of {config.max_pixels / 1e6:.0f} MP (image.max_pixels)",
+        )
+    orientation = _orientation(image)
+    transposed = orientation in TRANSPOSING_ORIENTATIONS
+    width, height = (stored_height, stored_width) if transposed else (stored_width, stored_height)
+    geometry = plan_geometry(width, height, config)
+    # Smallest decode that still covers the target after cropping, in stored orientation.
+    crop_x, crop_y, crop_w, crop_h = geometry.crop
+    need_w = math.ceil(geometry.size[0] * width / crop_w)
+    need_h = math.ceil(geometry.size[1] * height / crop_h)
+    if transposed:
+        need_w, need_h = need_h, need_w
+
+    try:
+        pixels, bgr = _decode_pixels(data, image, need_w, need_h)
+    except BadImage:
+        raise
+    except (OSError, ValueError, SyntaxError, EOFError, cv2.error) as exc:
+        raise BadImage("corrupt", f"cannot decode {image.format} data: {exc}") from None
+    except MemoryError:
+        raise BadImage("too_large", "not enough memory to decode") from None
+
+    pixels = _apply_orientation(pixels, orientation)
+    # OpenCV decodes colour as BGR(A); the channel swap waits for the small image.
+    background = config.background[::-1] if bgr else config.background
+    pixels = _resize(pixels, geometry, width, height, background)
+    pixels = _to_output_color(pixels, bgr, config)
+    if geometry.canvas is not None:
+        pixels = _letterbox(pixels, geometry.canvas, config)
+    header = (width, height, image.mode, image.format or "unknown")
+    return np.ascontiguousarray(pixels), header
+
+
+def plan_geometry(width: int, height: int, config: ImageConfig) -> Geometry:
+    """Where each resize mode crops and what size it produces (never upscales unless asked)."""
+    target = config.size
+    full = (0, 0, width, height)
+
+    def scaled(scale: float, w: int, h: int) -> tuple[int, int]:
+        if scale > 1 and not config.upscale:
+            scale = 1.0
+        return max(1, round(w * scale)), max(1, round(h * scale))
+
+    if config.resize == "fit":
+        return Geometry(full, scaled(target / max(width, height), width, height), None)
+    if config.resize == "shorter":
+        return Geometry(full, scaled(target / min(width, height), width, height), None)
+    if config.resize == "center_crop":
+        side = min(width, height)
+        crop = ((width - side) // 2, (height - side) // 2, side, side)
+        return Geometry(crop, scaled(target / side, side, side), None)
+    if config.resize == "pad":
+        size = scaled(target / max(width, height), width, height)
+        return Geometry(full, size, (max(target, size[0]), max(target, size[1])))
+    # stretch
+    if config.upscale:
+        return Geometry(full, (target, target), None)
+    return Geometry(full, (min(width, target), min(height, target)), None)
+
+
+def _orientation(image: Image.Image) -> int:
+    try:
+        value = image.getexif().get(EXIF_ORIENTATION, 1)
+    except (OSError, ValueError, SyntaxError, KeyError, TypeError):
+        return 1  # unreadable EXIF is not worth rejecting an image over
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _decode_pixels(data: bytes, image: Image.Image, need_w: int, need_h: int):
+    """Decode at the smallest size ≥ (need_w, need_h) the codec offers; returns (array, is_bgr)."""
+    if image.format == "JPEG" and image.mode in ("RGB", "L"):
+        colorspace = "GRAY" if image.mode == "L" else "RGB"
+        pixels = simplejpeg.decode_jpeg(
+            data, colorspace=colorspace, min_width=need_w, min_height=need_h, strict=True
+        )
+        return (pixels[:, :, 0] if pixels.ndim == 3 and colorspace == "GRAY" else pixels), False
+    if image.format != "JPEG":
+        pixels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+        if pixels is not None and pixels.dtype in (np.uint8, np.uint16):
+            if pixels.ndim == 3 and pixels.shape[2] == 1:
+                pixels = pixels[:, :, 0]
+            return pixels, pixels.ndim == 3
+    return _decode_with_pillow(image, need_w, need_h), False
+
+
+def _decode_with_pillow(image: Image.Image, need_w: int, need_h: int) -> np.ndarray:
+    """The general path: CMYK JPEG, palette images, and whatever OpenCV declined."""
+    if image.format == "JPEG":
+        image.draft(None, (need_w, need_h))
+    image.load()  # raises for truncated or corrupt data
+    mode = image.mode
+    if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        pixels = np.asarray(image)
+        if pixels.size and (pixels.min() < 0 or pixels.max() > 65535):
+            raise BadImage("unsupported", f"pixel values outside 16 bits in mode {mode}")
+        return pixels.astype(np.uint16)
+    if mode in ("1", "L"):
+        return np.asarray(image.convert("L"))
+    if mode == "LA" or mode == "PA" or (mode == "P" and "transparency" in image.info):
+        return np.asarray(image.convert("RGBA"))
+    if mode in ("RGBA", "RGBa"):
+        return np.asarray(image.convert("RGBA"))
+    if mode in ("RGB", "P", "CMYK", "YCbCr", "LAB", "HSV", "RGBX"):
+        return np.asarray(image.convert("RGB"))
+    raise BadImage("unsupported", f"unsupported pixel mode {mode}")
+
+
+def _apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """Rotate/flip stored pixels upright according to the EXIF orientation tag."""
+    if orientation == 2:
+        pixels = pixels[:, ::-1]
+    elif orientation == 3:
+        pixels = pixels[::-1, ::-1]
+    elif orientation == 4:
+        pixels = pixels[::-1]
+    elif orientation == 5:
+        pixels = pixels.swapaxes(0, 1)
+    elif orientation == 6:
+        pixels = pixels.swapaxes(0, 1)[:, ::-1]
+    elif orientation == 7:
+        pixels = pixels.swapaxes(0, 1)[::-1, ::-1]
+    elif orientation == 8:
+        pixels = pixels.swapaxes(0, 1)[::-1]
+    return np.ascontiguousarray(pixels) if orientation != 1 else pixels
+
+
+def _resize(
+    pixels: np.ndarray,
+    geometry: Geometry,
+    width: int,
+    height: int,
+    background: tuple[int, int, int],
+) -> np.ndarray:
+    """Crop (scaled to the decoded size), premultiply alpha, resize; returns uint8 or uint16."""
+    decoded_h, decoded_w = pixels.shape[:2]
+    crop_x, crop_y, crop_w, crop_h = geometry.crop
+    if (crop_w, crop_h) != (width, height):
+        scale_x, scale_y = decoded_w / width, decoded_h / height
+        x0, y0 = round(crop_x * scale_x), round(crop_y * scale_y)
+        x1 = min(decoded_w, x0 + max(1, round(crop_w * scale_x)))
+        y1 = min(decoded_h, y0 + max(1, round(crop_h * scale_y)))
+        pixels = pixels[y0:y1, x0:x1]
+    has_alpha = pixels.ndim == 3 and pixels.shape[2] in (2, 4)
+    if has_alpha:
+        pixels = _premultiply(pixels)
+    target_w, target_h = geometry.size
+    current_h, current_w = pixels.shape[:2]
+    if (current_w, current_h) != (target_w, target_h):
+        downscale = target_w <= current_w and target_h <= current_h
+        interpolation = cv2.INTER_AREA if downscale else cv2.INTER_CUBIC
+        pixels = cv2.resize(
+            np.ascontiguousarray(pixels), (target_w, target_h), interpolation=interpolation
+        )
+    if has_alpha:
+        return _composite(pixels, background)
+    if pixels.dtype == np.uint16:
+        return _to_8bit(pixels)
+    return pixels
+
+
+def _premultiply(pixels: np.ndarray) -> np.ndarray:
+    """Colour × alpha in uint16 (exact for 8-bit data), alpha scaled by 255 to match."""
+    if pixels.dtype == np.uint16:
+        pixels = _to_8bit(pixels)
+    alpha = pixels[:, :, -1:].astype(np.uint16)
+    premultiplied = pixels.astype(np.uint16)
+    premultiplied[:, :, :-1] *= alpha
+    premultiplied[:, :, -1:] = alpha * 255
+    return premultiplied
+
+
+def _composite(premultiplied: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
+    """Blend premultiplied colour over the background; output keeps the colour channel count."""
+    colour = premultiplied[:, :, :-1].astype(np.float32)
+    coverage = premultiplied[:, :, -1:].astype(np.float32)  # alpha × 255
+    if colour.shape[2] == 1:
+        bg = np.float32(_luma(background))
+    else:
+        bg = np.asarray(background, np.float32)
+    blended = (colour + (65025.0 - coverage) * bg / 255.0) / 255.0
+    out = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
+    return out[:, :, 0] if out.shape[2] == 1 else out
+
+
+def _to_8bit(pixels: np.ndarray) -> np.ndarray:
+    """Scale the full 16-bit range to 8 bits with rounding (x·255/65535), not by saturation."""
+    return ((pixels.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+
+
+def _luma(rgb: tuple[int, int, int]) -> float:
+    red, green, blue = rgb
+    return 0.299 * red + 0.587 * green + 0.114 * blue
+
+
+def _to_output_color(pixels: np.ndarray, bgr: bool, config: ImageConfig) -> np.ndarray:
+    """RGB channel order, then the configured colour mode (rgb, gray or keep)."""
+    if pixels.ndim == 3 and bgr:
+        pixels = pixels[:, :, ::-1]
+    if config.color == "gray":
+        return pixels if pixels.ndim == 2 else cv2.cvtColor(
+            np.ascontiguousarray(pixels), cv2.COLOR_RGB2GRAY
+        )
+    if pixels.ndim == 2 and config.color == "rgb":
+        return np.repeat(pixels[:, :, None], 3, axis=2)
+    return pixels
+
+
+def _letterbox(pixels: np.ndarray, canvas: tuple[int, int], config: ImageConfig) -> np.ndarray:
+    canvas_w, canvas_h = canvas
+    height, width = pixels.shape[:2]
+    fill = config.pad_color if pixels.ndim == 3 else round(_luma(config.pad_color))
+    shape = (canvas_h, canvas_w) + pixels.shape[2:]
+    out = np.empty(shape, np.uint8)
+    out[...] = fill
+    top, left = (canvas_h - height) // 2, (canvas_w - width) // 2
+    out[top : top + height, left : left + width] = pixels
+    return out
+
+
+def encode_jpeg(pixels: np.ndarray, config: ImageConfig) -> bytes:
+    """Baseline JPEG (libjpeg-turbo via simplejpeg), configured quality and subsampling."""
+    if pixels.ndim == 2:
+        return simplejpeg.encode_jpeg(
+            pixels[:, :, None], quality=config.quality, colorspace="GRAY", colorsubsampling="Gray"
+        )
+    return simplejpeg.encode_jpeg(
+        pixels, quality=config.quality, colorspace="RGB", colorsubsampling=config.subsampling
+    )

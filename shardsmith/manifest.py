@@ -1,0 +1,179 @@
+"""The dataset's manifest, its per-sample index, and the journal that makes packing resumable.
+
+Layout of a packed (or staged) directory::
+
+    manifest.json          written last: a directory without it is not a dataset
+    samples.jsonl          one line per sample (key, path, label, split, shard, ...)
+    SPLIT-NNNNNN.tar       or SPLIT-NNNNNN.tfrecord + SPLIT-NNNNNN.idx
+    .shardsmith/journal.jsonl   only while a pack is unfinished
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .atomic import fsync_directory, write_bytes_atomic, write_json_atomic
+from .errors import ManifestError
+from .formats import ShardInfo
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+SAMPLES_NAME = "samples.jsonl"
+STATE_DIR = ".shardsmith"
+JOURNAL_NAME = "journal.jsonl"
+SHARD_FILE = re.compile(r"^[a-z][a-z0-9_]*-\d{6}\.(tar|tfrecord|idx)$")
+
+
+def shard_name(split: str, number: int, extension: str) -> str:
+    return f"{split}-{number:06d}{extension}"
+
+
+def is_shard_file(name: str) -> bool:
+    """True for file names that shardsmith writes as shards or shard indexes."""
+    return bool(SHARD_FILE.match(name))
+
+
+def shard_record(info: ShardInfo) -> dict[str, Any]:
+    record = dataclasses.asdict(info)
+    if info.index is None:
+        del record["index"]
+    return record
+
+
+def sources_fingerprint(entries: Iterable[tuple[str, int, int]]) -> str:
+    """Hash of (relpath, size, mtime_ns) of every candidate source: equal means unchanged."""
+    digest = hashlib.sha256()
+    for relpath, size, mtime_ns in sorted(entries):
+        digest.update(f"{relpath}\0{size}\0{mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """Load and sanity-check ``directory/manifest.json``; raises ManifestError."""
+    path = directory / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"{directory}: no {MANIFEST_NAME} (not a finished dataset)") from None
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path}: unreadable manifest: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
+        raise ManifestError(
+            f"{path}: unsupported manifest schema {manifest.get('schema_version')!r} "
+            f"(this shardsmith reads version {SCHEMA_VERSION})"
+        )
+    for key in ("shards", "classes", "totals", "rejects", "fingerprint"):
+        if key not in manifest:
+            raise ManifestError(f"{path}: manifest lacks the key {key!r}")
+    return manifest
+
+
+def read_samples(directory: Path) -> list[dict[str, Any]]:
+    """The per-sample index of a dataset."""
+    path = directory / SAMPLES_NAME
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def write_dataset_files(
+    directory: Path, manifest: dict[str, Any], samples: list[dict[str, Any]]
+) -> None:
+    """Publish the sample index, then the manifest (last: it is what makes a dataset)."""
+    lines = "".join(json.dumps(s, sort_keys=True, separators=(",", ":")) + "\n" for s in samples)
+    blob = lines.encode("utf-8")
+    sha256 = write_bytes_atomic(directory / SAMPLES_NAME, blob)
+    manifest["samples_index"] = {
+        "name": SAMPLES_NAME,
+        "samples": len(samples),
+        "bytes": len(blob),
+        "sha256": sha256,
+    }
+    write_json_atomic(directory / MANIFEST_NAME, manifest)
+
+
+@dataclass
+class JournalState:
+    """What an unfinished run had published: where to continue and what it had recorded."""
+
+    next_index: int = 0
+    shards: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    samples: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rejects: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+class Journal:
+    """Append-only record of published shards, so a killed pack resumes where it stopped.
+
+    The first line identifies the run (config and plan fingerprints); each further line is a
+    checkpoint written after a shard was published: the plan position reached, the shard,
+    and the samples and rejects it accounts for.  A torn last line is ignored.
+    """
+
+    def __init__(self, output: Path, identity: dict[str, str]):
+        self.path = output / STATE_DIR / JOURNAL_NAME
+        self.identity = identity
+
+    def load(self, output: Path) -> JournalState | None:
+        """The state to resume from, or None when there is no journal of this same run."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return None
+        entries = []
+        for line in lines:
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                break  # torn write at the moment of a kill: everything after is unreliable
+        if not entries or entries[0] != {"run": self.identity}:
+            return None
+        state = JournalState()
+        for entry in entries[1:]:
+            shard = entry.get("shard")
+            if shard is not None and not _published_intact(output, shard):
+                break
+            state.next_index = entry["next"]
+            state.shards.extend([shard] if shard else [])
+            state.samples.extend(entry["samples"])
+            state.rejects.extend(entry["rejects"])
+        return state
+
+    def start(self) -> None:
+        """Begin a new journal for this run."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(self.path, (json.dumps({"run": self.identity}) + "\n").encode())
+
+    def checkpoint(self, next_index: int, shard, samples, rejects) -> None:
+        """Record a published shard (or only rejects) and the plan position reached."""
+        entry = {"next": next_index, "shard": shard, "samples": samples, "rejects": rejects}
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        try:
+            self.path.parent.rmdir()
+        except OSError:
+            pass  # not empty: leave other state alone
+        fsync_directory(self.path.parent.parent)
+
+
+def _published_intact(output: Path, shard: dict[str, Any]) -> bool:
+    """Cheap check that a journalled shard (and its index) is still there at its size."""
+    files = [shard] + ([shard["index"]] if "index" in shard else [])
+    for entry in files:
+        try:
+            if (output / entry["name"]).stat().st_size != entry["bytes"]:
+                return False
+        except OSError:
+            return False
+    return True

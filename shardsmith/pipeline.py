@@ -1,0 +1,375 @@
+"""``pack``: scan → plan → process (worker processes) → write shards → manifest.
+
+One driver process owns the writers; images are processed by a bounded, ordered parallel map,
+so shards are byte-identical whatever the worker count and memory stays flat.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from tqdm import tqdm
+
+from . import __version__
+from .atomic import remove_stale_tmp
+from .config import Config, check_paths
+from .errors import OutputStateError, ShardsmithError
+from .formats import ShardWriter, open_writer, shard_extension
+from .imaging import Reject, Sample, process
+from .manifest import (
+    MANIFEST_NAME,
+    SAMPLES_NAME,
+    SCHEMA_VERSION,
+    STATE_DIR,
+    Journal,
+    JournalState,
+    is_shard_file,
+    read_manifest,
+    read_samples,
+    shard_name,
+    shard_record,
+    sources_fingerprint,
+    write_dataset_files,
+)
+from .plan import PlanItem, make_plan
+from .scan import scan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What a pack run did; ``manifest`` is the dataset's manifest as written (or found)."""
+
+    manifest: dict[str, Any]
+    output: Path
+    up_to_date: bool = False
+    resumed_at: int = 0
+
+    @property
+    def reject_fraction(self) -> float:
+        totals = self.manifest["totals"]
+        candidates = totals["packed"] + totals["rejected"]
+        return totals["rejected"] / candidates if candidates else 0.0
+
+
+def pack(config: Config) -> PackResult:
+    """Pack the source tree into shards and a manifest, as ``config`` says.
+
+    Re-running on a finished output with the same config and unchanged sources does nothing;
+    re-running after an interruption resumes from the last published shard.
+    """
+    started = time.monotonic()
+    source, output = check_paths(config)
+    scanned = scan(source, config.source)
+    plan = make_plan(scanned.files, config.splits, config.seed)
+    if not plan:
+        reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
+        raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})")
+    plan_fingerprint = sources_fingerprint(
+        (item.source.relpath, item.source.size, item.source.mtime_ns) for item in plan
+    )
+
+    existing = _existing_dataset(output, config, plan, plan_fingerprint)
+    if existing is not None:
+        return PackResult(existing, output, up_to_date=True)
+
+    output.mkdir(parents=True, exist_ok=True)
+    journal = Journal(output, {"config": config.fingerprint(), "sources": plan_fingerprint})
+    state = journal.load(output)
+    if state is None:
+        _clear_previous_output(output)
+        journal.start()
+        state = JournalState()
+    else:
+        log.info("resuming at image %d of %d", state.next_index, len(plan))
+    remove_stale_tmp(output)
+
+    resumed_at = state.next_index
+    _write_shards(plan, state, journal, source, output, config, scanned.classes)
+
+    scan_rejects = [
+        {"path": path, "reason": "unreadable", "detail": detail}
+        for path, detail in scanned.unreadable
+    ]
+    manifest = _build_manifest(
+        config, source, state, scan_rejects, scanned, plan_fingerprint, started, resumed_at
+    )
+    write_dataset_files(output, manifest, state.samples)
+    journal.remove()
+    return PackResult(manifest, output, resumed_at=resumed_at)
+
+
+def _write_shards(
+    plan: list[PlanItem],
+    state: JournalState,
+    journal: Journal,
+    source: Path,
+    output: Path,
+    config: Config,
+    classes: tuple[str, ...],
+) -> None:
+    """Stream processed images, in plan order, into shards; checkpoint each published shard."""
+    extension = shard_extension(config.output.format)
+    shard_numbers = Counter(shard["split"] for shard in state.shards)
+    writer: ShardWriter | None = None
+    pending_samples: list[dict[str, Any]] = []
+    pending_rejects: list[dict[str, Any]] = []
+
+    def close_shard(next_index: int) -> None:
+        nonlocal writer
+        record = None
+        if writer is not None:
+            record = shard_record(writer.close())
+            writer = None
+            state.shards.append(record)
+        if record is not None or pending_rejects:
+            journal.checkpoint(next_index, record, pending_samples, pending_rejects)
+        state.samples.extend(pending_samples)
+        state.rejects.extend(pending_rejects)
+        state.next_index = next_index
+        pending_samples.clear()
+        pending_rejects.clear()
+
+    remaining = plan[state.next_index :]
+    results = _process_all(remaining, source, config)
+    progress = _progress(len(plan), state.next_index, config.run.quiet)
+    try:
+        for index, (item, result) in enumerate(zip(remaining, results), state.next_index):
+            if writer is not None and writer.split != item.split:
+                close_shard(index)
+            if isinstance(result, Reject):
+                pending_rejects.append(_reject_record(result, item))
+                progress.set_postfix(rejected=len(state.rejects) + len(pending_rejects))
+            else:
+                if writer is not None and _shard_full(writer, result, config):
+                    close_shard(index)
+                if writer is None:
+                    shard_numbers[item.split] += 1
+                    name = shard_name(item.split, shard_numbers[item.split] - 1, extension)
+                    writer = open_writer(config.output.format, output, name, item.split, classes)
+                writer.add(result)
+                pending_samples.append(_sample_record(result, writer.name))
+            progress.update(1)
+        close_shard(len(plan))
+    finally:
+        progress.close()
+        if writer is not None:
+            writer.discard()
+
+
+def _process_all(items: list[PlanItem], source: Path, config: Config) -> Iterator[Sample | Reject]:
+    """Ordered, bounded parallel map of ``process`` over the plan (in-process for one worker)."""
+    root = str(source)
+    if config.run.worker_count == 1 or len(items) <= 1:
+        return (process(item, root, config.image) for item in items)
+    from joblib import Parallel, delayed
+
+    parallel = Parallel(
+        n_jobs=min(config.run.worker_count, len(items)),
+        backend="loky",
+        return_as="generator",
+        pre_dispatch="2*n_jobs",
+    )
+    return parallel(delayed(process)(item, root, config.image) for item in items)
+
+
+def _shard_full(writer: ShardWriter, sample: Sample, config: Config) -> bool:
+    if config.output.shard_samples is not None:
+        return writer.samples >= config.output.shard_samples
+    return writer.bytes_written + writer.record_size(sample) > config.output.shard_bytes
+
+
+def _progress(total: int, initial: int, quiet: bool) -> tqdm:
+    return tqdm(
+        total=total,
+        initial=initial,
+        unit="img",
+        desc="pack",
+        file=sys.stderr,
+        disable=quiet or not sys.stderr.isatty(),
+        dynamic_ncols=True,
+        smoothing=0.1,
+    )
+
+
+def _sample_record(sample: Sample, shard: str) -> dict[str, Any]:
+    return {
+        "key": sample.key,
+        "path": sample.relpath,
+        "label": sample.label,
+        "split": sample.split,
+        "shard": shard,
+        "width": sample.width,
+        "height": sample.height,
+        "jpeg_bytes": len(sample.jpeg),
+        "source_size": sample.source_size,
+        "source_mtime_ns": sample.source_mtime_ns,
+    }
+
+
+def _reject_record(reject: Reject, item: PlanItem) -> dict[str, Any]:
+    return {
+        "path": reject.relpath,
+        "reason": reject.reason,
+        "detail": reject.detail,
+        "source_size": item.source.size,
+        "source_mtime_ns": item.source.mtime_ns,
+    }
+
+
+def _build_manifest(
+    config: Config,
+    source: Path,
+    state: JournalState,
+    scan_rejects: list[dict[str, Any]],
+    scanned,
+    plan_fingerprint: str,
+    started: float,
+    resumed_at: int,
+) -> dict[str, Any]:
+    rejects = scan_rejects + state.rejects
+    seconds = time.monotonic() - started
+    splits: dict[str, dict[str, int]] = {
+        name: {"samples": 0, "shards": 0, "bytes": 0} for name, _ in config.splits
+    }
+    for shard in state.shards:
+        splits[shard["split"]]["samples"] += shard["samples"]
+        splits[shard["split"]]["shards"] += 1
+        splits[shard["split"]]["bytes"] += shard["bytes"]
+    packed = len(state.samples)
+    excluded = sum(scanned.excluded.values())
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"name": "shardsmith", "version": __version__, "libraries": _library_versions()},
+        "source": str(source),
+        "config": config.to_dict(),
+        "fingerprint": config.fingerprint(),
+        "sources_fingerprint": plan_fingerprint,
+        "format": config.output.format,
+        "classes": list(scanned.classes),
+        "splits": splits,
+        "shards": state.shards,
+        "rejects": rejects,
+        "excluded": dict(sorted(scanned.excluded.items())),
+        "totals": {
+            "seen": packed + len(rejects) + excluded,
+            "packed": packed,
+            "rejected": len(rejects),
+            "excluded": excluded,
+            "bytes_in": sum(s["source_size"] for s in state.samples),
+            "bytes_out": sum(s["bytes"] for s in state.shards),
+        },
+        "run": {
+            "seconds": round(seconds, 3),
+            "images_per_second": round((len(state.samples) + len(state.rejects) - resumed_at)
+                                       / seconds, 2) if seconds > 0 else None,
+            "resumed_at": resumed_at,
+            "workers": config.run.worker_count,
+        },
+    }
+
+
+def _library_versions() -> dict[str, str]:
+    import cv2
+    import numpy
+    import PIL
+    import simplejpeg
+
+    return {
+        "pillow": PIL.__version__,
+        "opencv": cv2.__version__,
+        "simplejpeg": simplejpeg.__version__,
+        "numpy": numpy.__version__,
+    }
+
+
+def _existing_dataset(
+    output: Path, config: Config, plan: list[PlanItem], plan_fingerprint: str
+) -> dict | None:
+    """The finished dataset when it is up to date; None when there is work to do.
+
+    Raises OutputStateError when the output holds a dataset this run must not replace.
+    """
+    if not (output / MANIFEST_NAME).exists():
+        return None
+    if config.run.overwrite:
+        return None
+    manifest = read_manifest(output)
+    if manifest["fingerprint"] != config.fingerprint():
+        changed = ", ".join(_changed_keys(manifest.get("config", {}), config.to_dict()))
+        raise OutputStateError(
+            f"{output} holds a dataset packed with different settings ({changed or 'version'}); "
+            "pass --overwrite to replace it, or choose a new output directory"
+        )
+    if manifest.get("sources_fingerprint") == plan_fingerprint:
+        return manifest
+    raise OutputStateError(
+        f"{output}: the source files changed since this dataset was packed "
+        f"({_describe_source_changes(output, manifest, plan)}); incremental packing "
+        "is not supported yet: pass --overwrite to rebuild"
+    )
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    ignored = {"source.path", "output.path", "run", "stage"}
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        path = f"{prefix}{key}"
+        if path in ignored or key in ignored and not prefix:
+            continue
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, dict) and isinstance(after, dict) and path != "splits":
+            changed += _changed_keys(before, after, path + ".")
+        elif before != after and not (isinstance(before, list) and tuple(before) == after):
+            changed.append(path)
+    return changed
+
+
+def _describe_source_changes(output: Path, manifest: dict, plan: list[PlanItem]) -> str:
+    """"N added, M changed, K removed" between the packed dataset and the current scan."""
+    try:
+        before = {s["path"]: (s["source_size"], s["source_mtime_ns"]) for s in read_samples(output)}
+    except (OSError, ValueError, KeyError):
+        return "its sample index is unreadable"
+    before.update(
+        {r["path"]: (r.get("source_size"), r.get("source_mtime_ns")) for r in manifest["rejects"]}
+    )
+    now = {item.source.relpath: (item.source.size, item.source.mtime_ns) for item in plan}
+    added = len(now.keys() - before.keys())
+    removed = len(before.keys() - now.keys())
+    changed = sum(1 for path in now.keys() & before.keys() if now[path] != before[path])
+    return f"{added} added, {changed} changed, {removed} removed"
+
+
+def _clear_previous_output(output: Path) -> None:
+    """Remove an earlier dataset's files (ours only) before a fresh run; refuse foreign files."""
+    ours, foreign = [], []
+    for entry in sorted(output.iterdir()):
+        name = entry.name
+        if name in (MANIFEST_NAME, SAMPLES_NAME, STATE_DIR) or is_shard_file(name):
+            ours.append(entry)
+        elif name.startswith(".") and name.endswith(".tmp"):
+            ours.append(entry)
+        else:
+            foreign.append(name)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+        raise OutputStateError(
+            f"{output} is not empty and holds files shardsmith did not write ({shown}); "
+            "choose an empty or new output directory"
+        )
+    for entry in ours:
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()

@@ -1,0 +1,59 @@
+"""Decide, before any pixel is touched, which split each file goes to and in what order.
+
+Everything here is a pure function of the scanned files and the config, so the plan (and
+therefore every shard byte) is the same on every run, whatever the worker count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+from .scan import SourceFile
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One file to process, with its sample key and split."""
+
+    source: SourceFile
+    key: str
+    split: str
+
+
+def sample_key(relpath: str) -> str:
+    """A stable, unique key free of dots and slashes: readable stem + hash of the full path."""
+    stem = _UNSAFE.sub("_", relpath.rsplit(".", 1)[0]).strip("_")[-48:]
+    digest = hashlib.sha256(relpath.encode("utf-8")).hexdigest()[:12]
+    return f"{stem}_{digest}" if stem else digest
+
+
+def assign_split(relpath: str, splits: tuple[tuple[str, float], ...]) -> str:
+    """Split by a hash of the relative path: a file keeps its split when others are added."""
+    digest = hashlib.sha256(b"split:" + relpath.encode("utf-8")).digest()
+    position = int.from_bytes(digest[:8], "big") / 2**64
+    cumulative = 0.0
+    for name, fraction in splits:
+        cumulative += fraction
+        if position < cumulative:
+            return name
+    return splits[-1][0]
+
+
+def make_plan(
+    files: tuple[SourceFile, ...], splits: tuple[tuple[str, float], ...], seed: int
+) -> list[PlanItem]:
+    """Order of work: split by split (config order), each split shuffled with ``seed``."""
+    by_split: dict[str, list[PlanItem]] = {name: [] for name, _ in splits}
+    for source in files:
+        split = assign_split(source.relpath, splits)
+        by_split[split].append(PlanItem(source, sample_key(source.relpath), split))
+    plan: list[PlanItem] = []
+    for name, items in by_split.items():
+        random.Random(f"{seed}:{name}").shuffle(items)
+        plan.extend(items)
+    return plan
