@@ -103,23 +103,23 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     stage: StageConfig = field(default_factory=StageConfig)
 
-    def fingerprint(self) -> str:
-        """Hash of every option that changes the shard bytes (not paths, workers or logging)."""
-        relevant = {
+    def dataset_settings(self) -> dict[str, Any]:
+        """Every option that changes the shard bytes (not paths, workers or logging).
+
+        This is what the manifest records as ``config`` and what the fingerprint hashes.
+        """
+        return {
             "source": {k: v for k, v in _plain(self.source).items() if k != "path"},
             "output": {k: v for k, v in _plain(self.output).items() if k != "path"},
             "image": _plain(self.image),
-            "splits": [list(pair) for pair in self.splits],
+            "splits": dict(self.splits),
             "seed": self.seed,
         }
-        blob = json.dumps(relevant, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain, JSON-ready form (the resolved config recorded in the manifest)."""
-        data = _plain(self)
-        data["splits"] = dict(self.splits)
-        return data
+    def fingerprint(self) -> str:
+        """Hash of ``dataset_settings``: equal fingerprints mean equal shards from equal sources."""
+        blob = json.dumps(self.dataset_settings(), separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
 
 
 def _plain(obj: Any) -> Any:

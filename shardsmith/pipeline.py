@@ -252,7 +252,7 @@ def _build_manifest(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "tool": {"name": "shardsmith", "version": __version__, "libraries": _library_versions()},
         "source": str(source),
-        "config": config.to_dict(),
+        "config": config.dataset_settings(),
         "fingerprint": config.fingerprint(),
         "sources_fingerprint": plan_fingerprint,
         "format": config.output.format,
@@ -306,7 +306,7 @@ def _existing_dataset(
         return None
     manifest = read_manifest(output)
     if manifest["fingerprint"] != config.fingerprint():
-        changed = ", ".join(_changed_keys(manifest.get("config", {}), config.to_dict()))
+        changed = ", ".join(_changed_keys(manifest.get("config", {}), config.dataset_settings()))
         raise OutputStateError(
             f"{output} holds a dataset packed with different settings ({changed or 'version'}); "
             "pass --overwrite to replace it, or choose a new output directory"
@@ -321,17 +321,14 @@ def _existing_dataset(
 
 
 def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
-    ignored = {"source.path", "output.path", "run", "stage"}
+    """Dotted keys whose values differ between two settings trees."""
     changed = []
     for key in sorted(set(old) | set(new)):
-        path = f"{prefix}{key}"
-        if path in ignored or key in ignored and not prefix:
-            continue
         before, after = old.get(key), new.get(key)
-        if isinstance(before, dict) and isinstance(after, dict) and path != "splits":
-            changed += _changed_keys(before, after, path + ".")
-        elif before != after and not (isinstance(before, list) and tuple(before) == after):
-            changed.append(path)
+        if isinstance(before, dict) and isinstance(after, dict) and key != "splits":
+            changed += _changed_keys(before, after, f"{prefix}{key}.")
+        elif before != after:
+            changed.append(f"{prefix}{key}")
     return changed
 
 
