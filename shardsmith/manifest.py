@@ -15,9 +15,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .atomic import fsync_directory, write_bytes_atomic, write_json_atomic
 from .errors import ManifestError

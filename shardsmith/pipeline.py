@@ -11,10 +11,11 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
@@ -143,7 +144,8 @@ def _write_shards(
     results = _process_all(remaining, source, config)
     progress = _progress(len(plan), state.next_index, config.run.quiet)
     try:
-        for index, (item, result) in enumerate(zip(remaining, results), state.next_index):
+        paired = zip(remaining, results, strict=True)
+        for index, (item, result) in enumerate(paired, state.next_index):
             if writer is not None and writer.split != item.split:
                 close_shard(index)
             if isinstance(result, Reject):

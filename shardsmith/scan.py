@@ -47,7 +47,8 @@ def scan(root: Path, config: SourceConfig) -> ScanResult:
         try:
             entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
         except OSError as exc:
-            unreadable.append(("/".join(rel_parts) or ".", f"cannot list directory: {exc.strerror}"))
+            where = "/".join(rel_parts) or "."
+            unreadable.append((where, f"cannot list directory: {exc.strerror}"))
             return
         for entry in entries:
             relpath = "/".join((*rel_parts, entry.name))

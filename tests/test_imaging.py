@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import images
 from shardsmith.config import ImageConfig
-from shardsmith.imaging import BadImage, Reject, convert, process, plan_geometry
+from shardsmith.imaging import BadImage, Reject, convert, plan_geometry, process
 from shardsmith.plan import PlanItem
 from shardsmith.scan import SourceFile
+
+import images
 
 
 def decoded(jpeg_bytes: bytes) -> np.ndarray:

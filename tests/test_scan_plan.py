@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-import images
 from shardsmith.config import SourceConfig
 from shardsmith.plan import assign_split, make_plan, sample_key
 from shardsmith.scan import scan
+
+import images
 
 SPLITS = (("train", 0.8), ("val", 0.1), ("test", 0.1))
 

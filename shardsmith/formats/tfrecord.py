@@ -30,9 +30,8 @@ def masked_crc(data: bytes) -> int:
 def frame_record(payload: bytes) -> bytes:
     """One TFRecord: length, its CRC, payload, payload CRC."""
     length = struct.pack("<Q", len(payload))
-    return b"".join(
-        (length, struct.pack("<I", masked_crc(length)), payload, struct.pack("<I", masked_crc(payload)))
-    )
+    length_crc = struct.pack("<I", masked_crc(length))
+    return b"".join((length, length_crc, payload, struct.pack("<I", masked_crc(payload))))
 
 
 def _varint(value: int) -> bytes:
