@@ -192,41 +192,47 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     return cls(**values)
 
 
-def _coerce(value: Any, default: Any, annotation: str, key: str) -> Any:
-    """Check one leaf value against the type of its default (annotation for optionals)."""
-    if value is None and "None" in str(annotation):
-        return None
-    if isinstance(default, bool) or annotation == "bool":
+def _coerce(value: Any, default: Any, annotation: Any, key: str) -> Any:
+    """Check one leaf value against the type of its default (the annotation for ``None``)."""
+    if default is None:
+        if value is None:
+            return None
+        default = 0 if "int" in str(annotation) else ""
+    if isinstance(default, bool):
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if isinstance(default, int) or "int" in str(annotation) and "float" not in str(annotation):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if isinstance(default, tuple):
+        return _coerce_list(value, default, key)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if isinstance(default, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_number:
             return float(value)
         raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if isinstance(default, str):
-        if isinstance(value, (str, int)) and not isinstance(value, bool):
-            return str(value)
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    if isinstance(default, tuple):
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        if default and isinstance(default[0], int):
-            if len(value) != len(default) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value
-            ):
-                raise ConfigError(f"{key}: expected {len(default)} integers 0-255, got {value!r}")
-            return tuple(value)
-        if not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+    if isinstance(default, int):
+        if is_number and value == int(value):
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if isinstance(value, str) or is_number:
+        return str(value)
+    raise ConfigError(f"{key}: expected a string, got {value!r}")
+
+
+def _coerce_list(value: Any, default: tuple, key: str) -> tuple:
+    """Lists of strings (comma-separated strings accepted) or fixed-length colour triples."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{key}: expected a list, got {value!r}")
+    if default and isinstance(default[0], int):
+        if len(value) != len(default) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value
+        ):
+            raise ConfigError(f"{key}: expected {len(default)} integers 0-255, got {value!r}")
         return tuple(value)
-    raise ConfigError(f"{key}: unsupported value {value!r}")
+    if not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+    return tuple(value)
 
 
 def _splits(value: Any, key: str) -> tuple[tuple[str, float], ...]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -100,3 +102,42 @@ def test_cli_help_documents_every_option():
                    "--shard-samples", "--split", "--seed", "--workers",
                    "--max-reject-fraction", "--overwrite", "--quiet"):
         assert option in result.output
+
+
+def _leaf_keys(tree: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in tree.items():
+        if isinstance(value, dict) and key != "splits":
+            keys |= _leaf_keys(value, f"{prefix}{key}.")
+        else:
+            keys.add(f"{prefix}{key}")
+    return keys
+
+
+def test_example_config_documents_every_key_and_loads():
+    import dataclasses
+
+    import yaml
+
+    from shardsmith.config import Config
+
+    example = Path(__file__).resolve().parents[1] / "configs" / "example.yaml"
+    load_config(example)
+    documented = _leaf_keys(yaml.safe_load(example.read_text()))
+
+    def fields(cls, prefix=""):
+        names = set()
+        for f in dataclasses.fields(cls):
+            default = getattr(cls(), f.name)
+            if dataclasses.is_dataclass(default):
+                names |= fields(type(default), f"{prefix}{f.name}.")
+            else:
+                names.add(f"{prefix}{f.name}")
+        return names
+
+    assert documented == fields(Config)
+
+
+def test_shipped_configs_load():
+    for path in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"):
+        load_config(path)
