@@ -37,8 +37,11 @@ NOISE_TILE = 509  # prime, so tiled noise does not line up with 8x8 JPEG blocks
 
 def synthetic_image(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
     """Uint8 RGB: lit surface + machined texture + defects + sensor noise (fast at 48 MP)."""
-    coarse = rng.uniform(70, 190, (max(2, height // 400), max(2, width // 400), 3))
-    image = cv2.resize(coarse.astype(np.float32), (width, height), interpolation=cv2.INTER_CUBIC)
+    # Lit metal surface: a smooth grey illumination field with a slight per-part tint.
+    coarse = rng.uniform(80, 180, (max(2, height // 400), max(2, width // 400)))
+    light = cv2.resize(coarse.astype(np.float32), (width, height), interpolation=cv2.INTER_CUBIC)
+    tint = rng.uniform(0.85, 1.1, 3).astype(np.float32)
+    image = light[..., None] * tint
     # Machined texture: fine directional grooves plus blotchy mid-frequency structure.
     grooves = rng.normal(0, 9, (1, width)).astype(np.float32)
     image += cv2.GaussianBlur(grooves, (0, 0), 1.2)[..., None]
