@@ -45,7 +45,7 @@ EXIF_ORIENTATION = 0x0112
 TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """A packed sample: the encoded JPEG and everything the shard metadata records."""
 
@@ -65,7 +65,7 @@ class Sample:
     source_mtime_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reject:
     """A source file that could not become a sample, and why (``reason`` is a short code)."""
 

@@ -15,12 +15,12 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .atomic import fsync_directory, write_bytes_atomic, write_json_atomic
+from .atomic import HashingFile, fsync_directory, write_bytes_atomic, write_json_atomic
 from .errors import ManifestError
 from .formats import ShardInfo
 
@@ -84,80 +84,110 @@ def read_samples(directory: Path) -> list[dict[str, Any]]:
 
 
 def write_dataset_files(
-    directory: Path, manifest: dict[str, Any], samples: list[dict[str, Any]]
+    directory: Path, manifest: dict[str, Any], samples: Iterable[dict[str, Any]]
 ) -> None:
-    """Publish the sample index, then the manifest (last: it is what makes a dataset)."""
-    lines = "".join(json.dumps(s, sort_keys=True, separators=(",", ":")) + "\n" for s in samples)
-    blob = lines.encode("utf-8")
-    sha256 = write_bytes_atomic(directory / SAMPLES_NAME, blob)
+    """Publish the sample index (streamed), then the manifest: last, it makes the dataset."""
+    index = HashingFile(directory / SAMPLES_NAME)
+    count = 0
+    try:
+        for sample in samples:
+            index.write((json.dumps(sample, sort_keys=True, separators=(",", ":")) + "\n").encode())
+            count += 1
+    except BaseException:
+        index.discard()
+        raise
     manifest["samples_index"] = {
         "name": SAMPLES_NAME,
-        "samples": len(samples),
-        "bytes": len(blob),
-        "sha256": sha256,
+        "samples": count,
+        "bytes": index.bytes_written,
+        "sha256": index.publish(),
     }
     write_json_atomic(directory / MANIFEST_NAME, manifest)
 
 
 @dataclass
 class JournalState:
-    """What an unfinished run had published: where to continue and what it had recorded."""
+    """Where a run stands: plan position reached, shards and rejects so far, running totals.
+
+    Per-sample records are not kept here (memory must not grow with the image count); they
+    live in the journal file and are streamed into the sample index at the end.
+    """
 
     next_index: int = 0
     shards: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    samples: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     rejects: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    packed: int = 0
+    bytes_in: int = 0
+
+    def apply(self, entry: dict[str, Any]) -> None:
+        self.next_index = entry["next"]
+        if entry["shard"] is not None:
+            self.shards.append(entry["shard"])
+        self.rejects.extend(entry["rejects"])
+        self.packed += len(entry["samples"])
+        self.bytes_in += sum(sample["source_size"] for sample in entry["samples"])
 
 
 class Journal:
     """Append-only record of published shards, so a killed pack resumes where it stopped.
 
-    The first line identifies the run (config and plan fingerprints); each further line is a
-    checkpoint written after a shard was published: the plan position reached, the shard,
-    and the samples and rejects it accounts for.  A torn last line is ignored.
+    The first line identifies the run (config and sources fingerprints); each further line is
+    a checkpoint written after a shard was published: the plan position reached, the shard,
+    and the samples and rejects it accounts for.  A torn last line is cut off on load.
     """
 
     def __init__(self, output: Path, identity: dict[str, str]):
+        self.output = output
         self.path = output / STATE_DIR / JOURNAL_NAME
         self.identity = identity
 
-    def load(self, output: Path) -> JournalState | None:
+    def load(self) -> JournalState | None:
         """The state to resume from, or None when there is no journal of this same run."""
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            handle = open(self.path, "rb")
         except OSError:
             return None
-        entries = []
-        for line in lines:
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                break  # torn write at the moment of a kill: everything after is unreliable
-        if not entries or entries[0] != {"run": self.identity}:
-            return None
-        state = JournalState()
-        for entry in entries[1:]:
-            shard = entry.get("shard")
-            if shard is not None and not _published_intact(output, shard):
-                break
-            state.next_index = entry["next"]
-            state.shards.extend([shard] if shard else [])
-            state.samples.extend(entry["samples"])
-            state.rejects.extend(entry["rejects"])
+        state, valid_bytes = None, 0
+        with handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    break  # torn by a kill mid-write: nothing after it is reliable
+                if state is None:
+                    if entry != {"run": self.identity}:
+                        return None
+                    state = JournalState()
+                elif entry["shard"] is not None and not _published_intact(self.output, entry):
+                    break
+                else:
+                    state.apply(entry)
+                valid_bytes += len(line)
+        if state is not None:
+            os.truncate(self.path, valid_bytes)
         return state
 
-    def start(self) -> None:
+    def start(self) -> JournalState:
         """Begin a new journal for this run."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(self.path, (json.dumps({"run": self.identity}) + "\n").encode())
+        return JournalState()
 
-    def checkpoint(self, next_index: int, shard, samples, rejects) -> None:
-        """Record a published shard (or only rejects) and the plan position reached."""
+    def checkpoint(self, state: JournalState, next_index: int, shard, samples, rejects) -> None:
+        """Durably record a published shard (or only rejects), then advance ``state``."""
         entry = {"next": next_index, "shard": shard, "samples": samples, "rejects": rejects}
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        state.apply(entry)
+
+    def samples(self) -> Iterator[dict[str, Any]]:
+        """Every sample record, in shard order, streamed from the journal file."""
+        with open(self.path, encoding="utf-8") as handle:
+            next(handle)  # the run identity
+            for line in handle:
+                yield from json.loads(line)["samples"]
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -165,11 +195,12 @@ class Journal:
             self.path.parent.rmdir()
         except OSError:
             pass  # not empty: leave other state alone
-        fsync_directory(self.path.parent.parent)
+        fsync_directory(self.output)
 
 
-def _published_intact(output: Path, shard: dict[str, Any]) -> bool:
+def _published_intact(output: Path, entry: dict[str, Any]) -> bool:
     """Cheap check that a journalled shard (and its index) is still there at its size."""
+    shard = entry["shard"]
     files = [shard] + ([shard["index"]] if "index" in shard else [])
     for entry in files:
         try:

@@ -85,11 +85,10 @@ def pack(config: Config) -> PackResult:
 
     output.mkdir(parents=True, exist_ok=True)
     journal = Journal(output, {"config": config.fingerprint(), "sources": plan_fingerprint})
-    state = journal.load(output)
+    state = journal.load()
     if state is None:
         _clear_previous_output(output)
-        journal.start()
-        state = JournalState()
+        state = journal.start()
     else:
         log.info("resuming at image %d of %d", state.next_index, len(plan))
     remove_stale_tmp(output)
@@ -104,7 +103,7 @@ def pack(config: Config) -> PackResult:
     manifest = _build_manifest(
         config, source, state, scan_rejects, scanned, plan_fingerprint, started, resumed_at
     )
-    write_dataset_files(output, manifest, state.samples)
+    write_dataset_files(output, manifest, journal.samples())
     journal.remove()
     return PackResult(manifest, output, resumed_at=resumed_at)
 
@@ -127,16 +126,10 @@ def _write_shards(
 
     def close_shard(next_index: int) -> None:
         nonlocal writer
-        record = None
-        if writer is not None:
-            record = shard_record(writer.close())
-            writer = None
-            state.shards.append(record)
+        record = shard_record(writer.close()) if writer is not None else None
+        writer = None
         if record is not None or pending_rejects:
-            journal.checkpoint(next_index, record, pending_samples, pending_rejects)
-        state.samples.extend(pending_samples)
-        state.rejects.extend(pending_rejects)
-        state.next_index = next_index
+            journal.checkpoint(state, next_index, record, pending_samples, pending_rejects)
         pending_samples.clear()
         pending_rejects.clear()
 
@@ -247,7 +240,7 @@ def _build_manifest(
         splits[shard["split"]]["samples"] += shard["samples"]
         splits[shard["split"]]["shards"] += 1
         splits[shard["split"]]["bytes"] += shard["bytes"]
-    packed = len(state.samples)
+    packed = state.packed
     excluded = sum(scanned.excluded.values())
     return {
         "schema_version": SCHEMA_VERSION,
@@ -268,13 +261,12 @@ def _build_manifest(
             "packed": packed,
             "rejected": len(rejects),
             "excluded": excluded,
-            "bytes_in": sum(s["source_size"] for s in state.samples),
+            "bytes_in": state.bytes_in,
             "bytes_out": sum(s["bytes"] for s in state.shards),
         },
         "run": {
             "seconds": round(seconds, 3),
-            "images_per_second": round((len(state.samples) + len(state.rejects) - resumed_at)
-                                       / seconds, 2) if seconds > 0 else None,
+            "images_per_second": round((state.next_index - resumed_at) / max(seconds, 1e-9), 2),
             "resumed_at": resumed_at,
             "workers": config.run.worker_count,
         },

@@ -16,7 +16,7 @@ from .scan import SourceFile
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlanItem:
     """One file to process, with its sample key and split."""
 

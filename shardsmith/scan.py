@@ -11,7 +11,7 @@ from pathlib import Path
 from .config import SourceConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceFile:
     """One original: its path relative to the source root (POSIX form) and what stat said."""
 

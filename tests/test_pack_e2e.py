@@ -290,3 +290,18 @@ def test_a_sample_survives_the_round_trip_visually(tmp_path):
         pixels = np.asarray(Image.open(tar.extractfile(jpeg_member)))
     reference = np.asarray(Image.fromarray(rgb).resize((200, 150), Image.BOX))
     assert np.abs(pixels.astype(int) - reference.astype(int)).mean() < 3
+
+
+def test_journal_cuts_a_torn_last_line_and_resumes_from_the_last_good_checkpoint(tmp_path):
+    from shardsmith.manifest import Journal
+
+    journal = Journal(tmp_path, {"config": "c", "sources": "s"})
+    state = journal.start()
+    reject = {"path": "a.jpg", "reason": "empty", "detail": "zero-byte file"}
+    journal.checkpoint(state, 5, None, [], [reject])
+    with open(journal.path, "a") as handle:
+        handle.write('{"next": 9, "shard": nu')  # killed in the middle of a write
+    resumed = Journal(tmp_path, {"config": "c", "sources": "s"}).load()
+    assert resumed.next_index == 5 and resumed.rejects == [reject]
+    assert journal.path.read_text().count("\n") == 2 and journal.path.read_text().endswith("\n")
+    assert Journal(tmp_path, {"config": "other", "sources": "s"}).load() is None
