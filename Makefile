@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check shardsmith scripts tests
 
 demo: $(STAMP)  ## generate a small image tree, pack it, print the summary
-	$(BIN)/python scripts/make_sample_tree.py $(DEMO)/source --count 48 --bad 3 --seed 1
+	$(BIN)/python scripts/make_sample_tree.py $(DEMO)/source --count 40 --width 2400 --height 1800 --bad 3 --seed 1
 	$(BIN)/shardsmith pack --config configs/demo.yaml
 
 bench: $(STAMP)

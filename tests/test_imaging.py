@@ -93,6 +93,17 @@ def test_16bit_is_scaled_over_the_full_range_not_saturated():
     assert abs(decoded(dark.jpeg).astype(float).mean() - 64) < 1.5
 
 
+def test_16bit_rgb_tiff_keeps_its_colours():
+    import tifffile
+
+    rgb16 = np.zeros((120, 160, 3), np.uint16)
+    rgb16[..., 0], rgb16[..., 1] = 60000, 30000
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, rgb16, photometric="rgb")
+    pixels = decoded(convert(buffer.getvalue(), config()).jpeg).astype(float)
+    assert np.allclose(pixels.mean(axis=(0, 1)), (233.5, 116.7, 0), atol=3)
+
+
 def test_16bit_png_mid_grey_stays_mid_grey():
     data = cv2.imencode(".png", np.full((100, 120), 32768, np.uint16))[1].tobytes()
     assert abs(decoded(convert(data, config()).jpeg).astype(float).mean() - 128) < 1.5
@@ -171,6 +182,9 @@ def test_reduced_decode_matches_a_full_decode_reference():
         (images.truncated_jpeg(), "corrupt"),
         (images.png(400, 300)[:3000], "corrupt"),
         (images.bmp(400, 300)[:3000], "corrupt"),
+        (images.tiff16(30000, 400, 300)[:-10], "corrupt"),
+        (images.encode(images.gradient_rgb(400, 300), "TIFF")[:-10], "corrupt"),
+        (images.encode(images.gradient_rgb(400, 300), "WEBP")[:-100], "corrupt"),
     ],
 )
 def test_bad_input_is_rejected_with_a_reason(data, reason):
