@@ -76,13 +76,19 @@ class RunConfig:
     """How the job runs; none of this changes the output bytes."""
 
     workers: int = 0
+    readahead: bool = True
     max_reject_fraction: float = 0.01
     quiet: bool = False
     overwrite: bool = False
 
     @property
     def worker_count(self) -> int:
-        return self.workers if self.workers > 0 else (os.cpu_count() or 1)
+        if self.workers > 0:
+            return self.workers
+        try:
+            return len(os.sched_getaffinity(0))  # the cores this process may use
+        except AttributeError:
+            return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

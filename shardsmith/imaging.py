@@ -224,8 +224,19 @@ def plan_geometry(width: int, height: int, config: ImageConfig) -> Geometry:
 
 
 def _orientation(image: Image.Image) -> int:
+    """EXIF orientation 1..8 from the header, without decoding pixels."""
     try:
-        value = image.getexif().get(EXIF_ORIENTATION, 1)
+        if image.format == "PNG":
+            # PngImageFile.getexif() decodes the whole image to look for a trailing eXIf
+            # chunk; a chunk before the pixel data is already parsed into info["exif"].
+            raw = image.info.get("exif")
+            if not raw:
+                return 1
+            exif = Image.Exif()
+            exif.load(raw)
+        else:
+            exif = image.getexif()
+        value = exif.get(EXIF_ORIENTATION, 1)
     except (OSError, ValueError, SyntaxError, KeyError, TypeError):
         return 1  # unreadable EXIF is not worth rejecting an image over
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
@@ -268,7 +279,7 @@ def _decode_tiff(data: bytes) -> np.ndarray | None:
                 tifffile.PHOTOMETRIC.MINISBLACK, tifffile.PHOTOMETRIC.RGB
             ):
                 return None  # palette, CMYK, YCbCr, inverted: Pillow knows those
-            pixels = page.asarray()
+            pixels = page.asarray(maxworkers=1)  # one thread per worker process
     except (ValueError, KeyError, NotImplementedError, tifffile.TiffFileError):
         return None  # e.g. a compression tifffile cannot decode without imagecodecs
     if pixels.dtype not in (np.uint8, np.uint16):
@@ -340,18 +351,39 @@ def _resize(
     has_alpha = pixels.ndim == 3 and pixels.shape[2] in (2, 4)
     if has_alpha:
         pixels = _premultiply(pixels)
-    target_w, target_h = geometry.size
-    current_h, current_w = pixels.shape[:2]
-    if (current_w, current_h) != (target_w, target_h):
-        downscale = target_w <= current_w and target_h <= current_h
-        interpolation = cv2.INTER_AREA if downscale else cv2.INTER_CUBIC
-        pixels = cv2.resize(
-            np.ascontiguousarray(pixels), (target_w, target_h), interpolation=interpolation
-        )
+    pixels = _resize_to(pixels, geometry.size)
     if has_alpha:
         return _composite(pixels, background)
     if pixels.dtype == np.uint16:
         return _to_8bit(pixels)
+    return pixels
+
+
+def _resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Area-average down (cubic up) to ``size``.
+
+    Large reductions go in two steps: an exact integer-factor area reduction, which OpenCV
+    runs several times faster than a fractional one, then the fractional rest.  The integer
+    step trims the < factor pixels that do not fill a whole block, evenly from both edges.
+    """
+    target_w, target_h = size
+    height, width = pixels.shape[:2]
+    if (width, height) == (target_w, target_h):
+        return pixels
+    if target_w > width or target_h > height:
+        return cv2.resize(np.ascontiguousarray(pixels), size, interpolation=cv2.INTER_CUBIC)
+    factor = min(width // target_w, height // target_h)
+    if factor >= 2:
+        trim_x, trim_y = width % factor, height % factor
+        block = pixels[trim_y // 2 : height - (trim_y - trim_y // 2),
+                       trim_x // 2 : width - (trim_x - trim_x // 2)]
+        pixels = cv2.resize(
+            np.ascontiguousarray(block),
+            (width // factor, height // factor),
+            interpolation=cv2.INTER_AREA,
+        )
+    if pixels.shape[1::-1] != (target_w, target_h):
+        pixels = cv2.resize(pixels, size, interpolation=cv2.INTER_AREA)
     return pixels
 
 

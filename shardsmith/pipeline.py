@@ -41,6 +41,7 @@ from .manifest import (
     write_dataset_files,
 )
 from .plan import PlanItem, make_plan
+from .readahead import ReadAhead
 from .scan import scan
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,8 @@ def _write_shards(
         pending_rejects.clear()
 
     remaining = plan[state.next_index :]
+    window = 4 * config.run.worker_count if config.run.readahead else 0
+    readahead = ReadAhead(str(source), remaining, window)
     results = _process_all(remaining, source, config)
     progress = _progress(len(plan), state.next_index, config.run.quiet)
     try:
@@ -154,8 +157,10 @@ def _write_shards(
                 writer.add(result)
                 pending_samples.append(_sample_record(result, writer.name))
             progress.update(1)
+            readahead.consumed(index + 1 - state.next_index)
         close_shard(len(plan))
     finally:
+        readahead.close()
         progress.close()
         if writer is not None:
             writer.discard()

@@ -1,0 +1,65 @@
+"""Read-ahead: ask the kernel to fetch upcoming source files while workers decode earlier ones.
+
+On a NAS mount every original is a multi-megabyte network read.  Without read-ahead a worker
+waits for its file, then decodes, then waits again, so slow or high-latency storage leaves
+cores idle.  A driver thread walks the plan a bounded window ahead of the writer and calls
+``posix_fadvise(WILLNEED)``, which starts asynchronous reads into the page cache (local disks,
+NFS and CIFS alike); the workers' own reads then come from memory.  It is only a hint:
+errors are ignored here and reported by the worker that reads the file.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+from .plan import PlanItem
+
+
+class ReadAhead:
+    """Keeps the page cache filled ``window`` files ahead of the last consumed result."""
+
+    def __init__(self, root: str, items: Sequence[PlanItem], window: int):
+        self._root = root
+        self._items = items
+        self._window = window
+        self._consumed = 0
+        self._closed = False
+        self._condition = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="shardsmith-readahead",
+                                        daemon=True)
+        if window > 0 and items and hasattr(os, "posix_fadvise"):
+            self._thread.start()
+
+    def consumed(self, count: int) -> None:
+        """The writer has taken ``count`` results: the window may move on."""
+        with self._condition:
+            self._consumed = count
+            self._condition.notify()
+
+    def close(self) -> None:
+        with self._condition:
+            self._closed = True
+            self._condition.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        for index, item in enumerate(self._items):
+            with self._condition:
+                self._condition.wait_for(
+                    lambda i=index: self._closed or i < self._consumed + self._window
+                )
+                if self._closed:
+                    return
+            try:
+                fd = os.open(os.path.join(self._root, item.source.relpath), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass  # not supported on this filesystem: the worker reads as usual
+            finally:
+                os.close(fd)
