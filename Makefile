@@ -4,8 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   ?= build/demo
+CONFIG ?= configs/demo.yaml
 
-.PHONY: install test demo lint bench clean
+.PHONY: install test demo lint bench stage clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +22,14 @@ test: $(STAMP)  ## run the test suite
 lint: $(STAMP)
 	$(BIN)/ruff check shardsmith scripts tests
 
-demo: $(STAMP)  ## generate a small image tree, pack it, print the summary
+demo: $(STAMP)  ## generate a small image tree, pack, stage, verify, print the summaries
 	$(BIN)/python scripts/make_sample_tree.py $(DEMO)/source --count 40 --width 2400 --height 1800 --bad 3 --seed 1
 	$(BIN)/shardsmith pack --config configs/demo.yaml
+	$(BIN)/shardsmith stage --config configs/demo.yaml
+	$(BIN)/shardsmith verify $(DEMO)/staged --decode
+
+stage: $(STAMP)  ## copy the dataset of CONFIG to its stage.to directory, verified
+	$(BIN)/shardsmith stage --config $(CONFIG)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_pack.py

@@ -16,6 +16,7 @@ checks the targets, and writes the same numbers as JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -125,7 +126,7 @@ def decode_floors(path: Path, size: int) -> dict[str, float]:
 class TreeRss:
     """Peak resident memory of this process and all its descendants, sampled from /proc."""
 
-    def __init__(self, interval: float = 0.05):
+    def __init__(self, interval: float = 0.2):
         self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
@@ -139,27 +140,37 @@ class TreeRss:
         self._thread.join()
 
     def _run(self, interval: float) -> None:
-        page = os.sysconf("SC_PAGE_SIZE")
         while not self._stop.is_set():
-            parents, rss = {}, {}
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry}/stat") as handle:
-                        fields = handle.read().rsplit(")", 1)[1].split()
-                    parents[int(entry)] = int(fields[1])
-                    rss[int(entry)] = int(fields[21]) * page
-                except (OSError, IndexError, ValueError):
-                    continue
-            tree, frontier = {os.getpid()}, [os.getpid()]
-            while frontier:
-                parent = frontier.pop()
-                children = [pid for pid, ppid in parents.items() if ppid == parent]
-                tree.update(children)
-                frontier.extend(children)
-            self.peak = max(self.peak, sum(rss.get(pid, 0) for pid in tree))
+            self.peak = max(self.peak, sum(_rss(pid) for pid in _descendants(os.getpid())))
             self._stop.wait(interval)
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and all its descendants, via /proc/PID/task/TID/children (cheap to read)."""
+    found, frontier = [pid], [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as handle:
+                    children = [int(child) for child in handle.read().split()]
+            except OSError:
+                continue
+            found += children
+            frontier += children
+    return found
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def own_peak_rss() -> int:
@@ -199,7 +210,9 @@ def child(method: str, source: Path, size: int, reps: int, workers: int) -> dict
     else:  # pack
         from shardsmith import load_config, pack
 
-        with tempfile.TemporaryDirectory() as scratch, TreeRss() as tree:
+        # Only a multi-process run needs the process-tree sampler (a thread of its own).
+        sampler = TreeRss() if workers > 1 else contextlib.nullcontext()
+        with tempfile.TemporaryDirectory() as scratch, sampler as tree:
             for rep in range(reps):
                 config = load_config(None, {
                     "source.path": str(source), "output.path": f"{scratch}/out{rep}",
@@ -211,7 +224,7 @@ def child(method: str, source: Path, size: int, reps: int, workers: int) -> dict
                 per_image.append((time.perf_counter() - started) / len(files))
             totals = result.manifest["totals"]
             extra["bytes_per_image"] = totals["bytes_out"] / max(1, totals["packed"])
-        peak_tree = tree.peak
+        peak_tree = tree.peak if tree is not None else 0
     return {
         "seconds_per_image": statistics.median(per_image),
         "runs": per_image,
@@ -343,7 +356,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jpegs", type=int, default=8, help="JPEG originals per measurement")
     parser.add_argument("--others", type=int, default=4, help="TIFF/PNG/BMP originals each")
-    parser.add_argument("--e2e-jpegs", type=int, default=32,
+    parser.add_argument("--e2e-jpegs", type=int, default=96,
                         help="JPEG originals for the all-cores end-to-end run")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")

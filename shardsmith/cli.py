@@ -16,8 +16,8 @@ import click
 
 from . import __version__
 from .config import FORMATS, RESIZE_MODES, load_config
-from .errors import ShardsmithError, TooManyRejectsError
-from .report import pack_summary, reject_lines
+from .errors import ConfigError, ShardsmithError, TooManyRejectsError
+from .report import pack_summary, reject_lines, stage_summary, verify_summary
 
 EXIT_INTERRUPTED = 130
 
@@ -119,6 +119,59 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
             f"{config.run.max_reject_fraction:.1%} (run.max_reject_fraction); the rejects are "
             f"listed in {result.output / 'manifest.json'}"
         )
+
+
+@main.command()
+@click.argument("dataset", required=False, type=click.Path(file_okay=False))
+@click.option("--to", "destination", type=click.Path(file_okay=False),
+              help="Local destination directory (or stage.to in the config).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="The pack config: its output.path is the dataset, stage.to the destination.")
+@click.option("--split", help="Stage only this split.")
+@click.option("--prune", is_flag=True, help="Remove staged shards the manifest no longer lists.")
+@click.option("--workers", type=int, default=4, show_default=True,
+              help="Parallel copies.")
+@click.option("--rehash", is_flag=True,
+              help="Re-read already staged files instead of trusting size and mtime.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@_fail_cleanly
+def stage(dataset, destination, config_file, split, prune, workers, rehash, quiet) -> None:
+    """Copy the packed DATASET (a directory with manifest.json) to local disk, verified.
+
+    Only new or changed shards are copied; the manifest is written last.
+    """
+    from .stage import stage as run_stage
+
+    if config_file is not None:
+        config = load_config(config_file)
+        dataset = dataset or config.output.path
+        destination = destination or config.stage.to
+    if not dataset:
+        raise ConfigError("output.path: no dataset given (argument DATASET or config)")
+    if not destination:
+        raise ConfigError("stage.to: no destination given (--to or config)")
+    result = run_stage(dataset, destination, split=split, prune=prune, workers=workers,
+                       quiet=quiet, rehash=rehash)
+    click.echo(stage_summary(result))
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(file_okay=False, exists=True))
+@click.option("--decode", is_flag=True, help="Also decode every image and check its size.")
+@click.option("--workers", type=int, default=4, show_default=True, help="Shards checked at once.")
+@click.option("--quiet", is_flag=True, help="Print only problems.")
+@_fail_cleanly
+def verify(dataset, decode, workers, quiet) -> None:
+    """Check that DATASET holds exactly what its manifest lists; exit 0 only if all holds."""
+    from .verify import verify as run_verify
+
+    report = run_verify(dataset, decode=decode, workers=workers)
+    for problem in report.problems:
+        click.echo(problem)
+    if not quiet or not report.ok:
+        click.echo(verify_summary(report), err=not report.ok)
+    if not report.ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

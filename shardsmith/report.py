@@ -62,3 +62,25 @@ def reject_lines(rejects: list[dict], limit: int = 10) -> list[str]:
     if len(rejects) > limit:
         lines.append(f"  ... and {len(rejects) - limit} more (see manifest.json)")
     return lines
+
+
+def stage_summary(result) -> str:
+    """Shards copied / already present / removed, bytes, time and throughput."""
+    rate = result.bytes_copied / result.seconds / 1e6 if result.seconds > 0 else 0.0
+    lines = [
+        f"{result.destination}: staged",
+        f"  copied {result.copied} files ({_megabytes(result.bytes_copied)}), "
+        f"{result.present} already present and verified, {result.removed} removed",
+        f"  time   {result.seconds:.1f}s" + (f", {rate:,.0f} MB/s" if result.copied else
+                                             " (nothing to copy)"),
+    ]
+    if result.stale:
+        lines.append(f"  {len(result.stale)} staged shards are no longer listed "
+                     "(--prune removes them)")
+    return "\n".join(lines)
+
+
+def verify_summary(report) -> str:
+    verdict = "OK" if report.ok else f"{len(report.problems)} problems"
+    return (f"{report.directory}: {verdict}: {report.shards} shards, {report.samples:,} samples, "
+            f"{_megabytes(report.bytes)}")

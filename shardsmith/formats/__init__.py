@@ -13,6 +13,10 @@ from typing import Protocol
 from ..imaging import Sample
 
 
+class ShardFormatError(Exception):
+    """A shard whose bytes do not parse as its format (truncated, bad CRC, bad member)."""
+
+
 @dataclass(frozen=True)
 class FileInfo:
     """A published file, as the manifest records it (name relative to the dataset root)."""

@@ -10,13 +10,14 @@ payload.  Each shard ``X.tfrecord`` gets a DALI-compatible index ``X.idx``: one
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import crc32c
 
 from ..atomic import HashingFile
 from ..imaging import Sample
-from . import FileInfo, ShardInfo, class_name
+from . import FileInfo, ShardFormatError, ShardInfo, class_name
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -78,6 +79,74 @@ def example_features(sample: Sample, classes: tuple[str, ...]) -> dict[str, byte
         "image/filename": sample.relpath.encode(),
         "image/key": sample.key.encode(),
     }
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, payload) of each record, checking both CRCs; raises ShardFormatError."""
+    with open(path, "rb") as handle:
+        offset = 0
+        while True:
+            header = handle.read(12)
+            if not header:
+                return
+            if len(header) < 12:
+                raise ShardFormatError(f"truncated record header at byte {offset}")
+            length_bytes = header[:8]
+            if struct.unpack("<I", header[8:])[0] != masked_crc(length_bytes):
+                raise ShardFormatError(f"bad length CRC at byte {offset}")
+            (length,) = struct.unpack("<Q", length_bytes)
+            payload = handle.read(length)
+            footer = handle.read(4)
+            if len(payload) < length or len(footer) < 4:
+                raise ShardFormatError(f"truncated record at byte {offset}")
+            if struct.unpack("<I", footer)[0] != masked_crc(payload):
+                raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
+            yield offset, payload
+            offset += 16 + length
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, bytes | int]]:
+    """(field number, value) of a protobuf message; values of length-delimited fields as bytes."""
+    position = 0
+    while position < len(data):
+        tag, position = _read_varint(data, position)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            value, position = _read_varint(data, position)
+        elif wire_type == 2:
+            length, position = _read_varint(data, position)
+            value, position = data[position : position + length], position + length
+        else:
+            raise ShardFormatError(f"unexpected protobuf wire type {wire_type}")
+        yield number, value
+
+
+def decode_example(payload: bytes) -> dict[str, bytes | int]:
+    """Inverse of ``encode_example`` for single-valued bytes/int64 features."""
+    features: dict[str, bytes | int] = {}
+    for _, feature_map in _fields(payload):
+        for _, entry in _fields(feature_map):
+            entry_fields = dict(_fields(entry))
+            name, feature = entry_fields[1].decode(), entry_fields[2]
+            for kind, values in _fields(feature):
+                inner = next(iter(_fields(values)), (None, b""))[1]
+                if kind == 3:  # int64_list, packed
+                    value, _ = _read_varint(inner, 0)
+                    features[name] = value - (1 << 64) if value >= 1 << 63 else value
+                else:
+                    features[name] = inner
+    return features
 
 
 class TFRecordShardWriter:

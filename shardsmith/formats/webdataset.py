@@ -9,13 +9,52 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..atomic import HashingFile
 from ..imaging import Sample
-from . import ShardInfo, class_name, sample_metadata
+from . import ShardFormatError, ShardInfo, class_name, sample_metadata
 
 _BLOCK = tarfile.BLOCKSIZE
+
+
+MEMBER_EXTENSIONS = ("jpg", "cls", "json")
+
+
+def iter_samples(path: Path, with_data: bool = False) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """Yield (key, {extension: bytes}) per sample, checking that every member is complete.
+
+    Without ``with_data`` the dict maps extensions to ``b""`` (headers only: fast).
+    Raises ShardFormatError for truncation, foreign members or incomplete samples.
+    """
+    size = path.stat().st_size
+    try:
+        with tarfile.open(path, mode="r:") as tar:
+            key, members = None, {}
+            for member in tar:
+                name = member.name
+                if not member.isfile() or "/" in name or "." not in name:
+                    raise ShardFormatError(f"unexpected member {name!r}")
+                if member.offset_data + member.size > size:
+                    raise ShardFormatError(f"member {name} is cut short (truncated file)")
+                member_key, extension = name.split(".", 1)
+                if member_key != key:
+                    if key is not None:
+                        yield key, _complete(key, members)
+                    key, members = member_key, {}
+                members[extension] = tar.extractfile(member).read() if with_data else b""
+            if key is not None:
+                yield key, _complete(key, members)
+    except (tarfile.TarError, EOFError) as exc:
+        raise ShardFormatError(f"unreadable tar: {exc}") from None
+
+
+def _complete(key: str, members: dict[str, bytes]) -> dict[str, bytes]:
+    missing = [ext for ext in MEMBER_EXTENSIONS if ext not in members]
+    if missing:
+        raise ShardFormatError(f"sample {key} lacks {', '.join('.' + m for m in missing)}")
+    return members
 
 
 class TarShardWriter:
