@@ -31,8 +31,9 @@ demo: $(STAMP)  ## generate a small image tree, pack, stage, verify, print the s
 stage: $(STAMP)  ## copy the dataset of CONFIG to its stage.to directory, verified
 	$(BIN)/shardsmith stage --config $(CONFIG)
 
-bench: $(STAMP)
+bench: $(STAMP)  ## image path + pack and stage benchmarks (tables, ratios, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
+	$(BIN)/python scripts/bench_stage.py
 
 clean:
 	rm -rf build $(VENV)

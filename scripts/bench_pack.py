@@ -286,6 +286,46 @@ def quality(source: Path, size: int, samples: int = 2) -> dict:
     }
 
 
+def profile_one(path: Path, size: int, reps: int = 5) -> dict[str, float]:
+    """Milliseconds per stage of the fast path for one original (medians of ``reps``)."""
+    from PIL import Image
+
+    from shardsmith import imaging
+    from shardsmith.config import ImageConfig
+
+    config = ImageConfig(size=size)
+    stages: dict[str, list[float]] = {}
+
+    def lap(name: str, started: float) -> float:
+        now = time.perf_counter()
+        stages.setdefault(name, []).append((now - started) * 1000)
+        return now
+
+    for _ in range(reps):
+        started = time.perf_counter()
+        data = path.read_bytes()
+        started = lap("read file (page cache)", started)
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        geometry = imaging.plan_geometry(width, height, config)
+        imaging._orientation(image)
+        started = lap("header + orientation + plan", started)
+        pixels, bgr = imaging._decode_pixels(data, image, *geometry.size)
+        started = lap(f"decode (to {pixels.shape[1]}x{pixels.shape[0]})", started)
+        pixels = imaging._resize(pixels, geometry, width, height, config.background)
+        pixels = imaging._to_output_color(pixels, bgr, config)
+        started = lap("resize + colour", started)
+        imaging.encode_jpeg(np_contiguous(pixels), config)
+        lap("encode JPEG", started)
+    return {name: round(statistics.median(values), 1) for name, values in stages.items()}
+
+
+def np_contiguous(pixels):
+    import numpy as np
+
+    return np.ascontiguousarray(pixels)
+
+
 # ----------------------------------------------------------------------------- driver
 
 
@@ -391,6 +431,12 @@ def main() -> None:
     results["end_to_end"] = {"images": args.e2e_jpegs, "cores": cores, **e2e}
 
     print_table(rows, results["end_to_end"])
+    jpeg_original = files_of(args.cache / "subsets" / f"jpeg-{args.jpegs}")[0]
+    results["profile_jpeg_512"] = profile_one(jpeg_original, 512)
+    print(f"\nwhere the milliseconds go, one {CORPUS_KINDS['jpeg'][1]}x{CORPUS_KINDS['jpeg'][2]} "
+          "JPEG -> 512 px:")
+    for name, milliseconds in results["profile_jpeg_512"].items():
+        print(f"  {name:<36}{milliseconds:>8.1f} ms")
     results["targets"] = check_targets(rows, results["end_to_end"])
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=1) + "\n")

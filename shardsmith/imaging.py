@@ -1,24 +1,20 @@
-"""Original bytes → training-size baseline JPEG.  Runs in the worker processes.
+"""Original → training-size baseline JPEG.  Runs in the worker processes.
 
 The path is chosen for speed without losing fidelity:
 
-* JPEG originals are decoded at a reduced DCT scale (libjpeg-turbo scaled IDCT through
-  simplejpeg, or Pillow ``draft`` for CMYK) that still leaves at least the target size, so the
-  decoder never produces pixels we would throw away.
-* TIFF is decoded by tifffile, PNG/BMP/WebP by OpenCV (both fast and 16-bit aware); Pillow is
-  the fallback for anything they decline and the source of a precise error message.
-* Resizing uses OpenCV ``INTER_AREA`` (area averaging: the right antialiasing for downscales).
+* Decoding (``decoders``) never produces pixels we would throw away: JPEG originals are
+  decoded at a reduced DCT scale that still leaves at least the target size.
+* Resizing uses OpenCV ``INTER_AREA`` (area averaging: the right antialiasing for downscales),
+  large reductions in two steps (an exact integer factor first, which is much faster).
 * 16-bit data is resized at 16 bit and only then scaled to 8 bit (x·255/65535, rounded).
 * Alpha is composited on the background after a premultiplied resize, which equals
-  compositing at full resolution (area resizing is linear) at a fraction of the memory.
+  compositing at full resolution (area resizing is linear) on a fraction of the pixels.
 
 ``process`` never raises for a bad file: it returns a ``Reject`` with a reason.
 """
 
 from __future__ import annotations
 
-import io
-import logging
 import math
 import os
 import warnings
@@ -28,26 +24,11 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 import simplejpeg
-import tifffile
-from PIL import Image, UnidentifiedImageError
 
 from .config import ImageConfig
+from .decoders import BadImage, Source, decode_pixels, open_header, orientation
 from .plan import PlanItem
 
-# One thread per worker process: parallelism comes from processes, not from oversubscription.
-cv2.setNumThreads(1)
-cv2.ocl.setUseOpenCL(False)
-# Decode failures become Rejects with a reason; OpenCV's own stderr chatter would only confuse.
-cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
-# The pixel limit is ours (image.max_pixels); Pillow's 89 MP bomb warning must not decide.
-Image.MAX_IMAGE_PIXELS = None
-warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-
-# Quiet libraries: a damaged file becomes a Reject with a reason, not a screenful of warnings.
-logging.getLogger("tifffile").setLevel(logging.CRITICAL)
-
-EXIF_ORIENTATION = 0x0112
-_IMAGE_SIGNATURES = (b"\xff\xd8", b"\x89PNG", b"II*\x00", b"MM\x00*", b"BM", b"RIFF")
 TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 
 
@@ -80,15 +61,6 @@ class Reject:
     detail: str
 
 
-class BadImage(Exception):
-    """Raised inside the image path; ``process`` turns it into a ``Reject``."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
 class Encoded(NamedTuple):
     jpeg: bytes
     width: int
@@ -109,17 +81,14 @@ class Geometry(NamedTuple):
 
 
 def process(item: PlanItem, root: str, config: ImageConfig) -> Sample | Reject:
-    """Read one original and turn it into a Sample, or a Reject saying why it could not be."""
+    """Turn one original into a Sample, or a Reject saying why it could not be."""
     relpath = item.source.relpath
     try:
-        with open(os.path.join(root, relpath), "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        return Reject(relpath, "unreadable", f"cannot read file: {exc.strerror or exc}")
-    try:
-        encoded = convert(data, config)
+        encoded = convert(os.path.join(root, relpath), config)
     except BadImage as exc:
         return Reject(relpath, exc.reason, exc.detail)
+    except OSError as exc:  # the file system, not the image: permissions, NAS errors, gone
+        return Reject(relpath, "unreadable", f"cannot read file: {exc.strerror or exc}")
     return Sample(
         key=item.key,
         relpath=relpath,
@@ -131,68 +100,59 @@ def process(item: PlanItem, root: str, config: ImageConfig) -> Sample | Reject:
     )
 
 
-def convert(data: bytes, config: ImageConfig) -> Encoded:
-    """Decode ``data``, orient, normalise, resize and encode it; raises BadImage."""
+def convert(source: Source, config: ImageConfig) -> Encoded:
+    """Decode ``source`` (bytes or a path), orient, normalise, resize, encode; raises BadImage."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Pillow's warnings on damaged files: we reject instead
-        pixels, header = decode(data, config)
+        pixels, header = decode(source, config)
     jpeg = encode_jpeg(pixels, config)
     height, width = pixels.shape[:2]
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
     return Encoded(jpeg, width, height, channels, *header)
 
 
-def decode(data: bytes, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int, str, str]]:
+def decode(source: Source, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int, str, str]]:
     """Decode and resize to the final uint8 pixels (H×W or H×W×3, RGB).
 
     Returns the pixels and (upright width, upright height, mode, format) of the original.
     """
-    if not data:
-        raise BadImage("empty", "zero-byte file")
-    try:
-        image = Image.open(io.BytesIO(data))
-    except UnidentifiedImageError:
-        if data.startswith(_IMAGE_SIGNATURES):
-            raise BadImage("corrupt", "image header is damaged or cut short") from None
-        raise BadImage("not_an_image", "not a recognised image format") from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise BadImage("corrupt", f"unreadable image header: {exc}") from None
+    with open_header(source) as image:
+        stored_width, stored_height = image.size
+        if stored_width * stored_height > config.max_pixels:
+            raise BadImage(
+                "too_large",
+                f"{stored_width}x{stored_height} = {stored_width * stored_height / 1e6:.0f} MP "
+                f"is over the limit of {config.max_pixels / 1e6:.0f} MP (image.max_pixels)",
+            )
+        rotation = orientation(image)
+        transposed = rotation in TRANSPOSING_ORIENTATIONS
+        width, height = (stored_height, stored_width) if transposed else image.size
+        geometry = plan_geometry(width, height, config)
+        # Smallest decode that still covers the target after cropping, in stored orientation.
+        crop_x, crop_y, crop_w, crop_h = geometry.crop
+        need_w = math.ceil(geometry.size[0] * width / crop_w)
+        need_h = math.ceil(geometry.size[1] * height / crop_h)
+        if transposed:
+            need_w, need_h = need_h, need_w
+        try:
+            pixels, bgr = decode_pixels(source, image, need_w, need_h)
+        except OSError as exc:
+            if exc.errno is not None:
+                raise  # I/O error: the caller reports the file as unreadable
+            raise BadImage("corrupt", f"cannot decode {image.format} data: {exc}") from None
+        except (ValueError, SyntaxError, EOFError, cv2.error) as exc:
+            raise BadImage("corrupt", f"cannot decode {image.format} data: {exc}") from None
+        except MemoryError:
+            raise BadImage("too_large", "not enough memory to decode") from None
+        header = (width, height, image.mode, image.format or "unknown")
 
-    stored_width, stored_height = image.size
-    if stored_width * stored_height > config.max_pixels:
-        raise BadImage(
-            "too_large",
-            f"{stored_width}x{stored_height} = {stored_width * stored_height / 1e6:.0f} MP is over "
-            f"the limit of {config.max_pixels / 1e6:.0f} MP (image.max_pixels)",
-        )
-    orientation = _orientation(image)
-    transposed = orientation in TRANSPOSING_ORIENTATIONS
-    width, height = (stored_height, stored_width) if transposed else (stored_width, stored_height)
-    geometry = plan_geometry(width, height, config)
-    # Smallest decode that still covers the target after cropping, in stored orientation.
-    crop_x, crop_y, crop_w, crop_h = geometry.crop
-    need_w = math.ceil(geometry.size[0] * width / crop_w)
-    need_h = math.ceil(geometry.size[1] * height / crop_h)
-    if transposed:
-        need_w, need_h = need_h, need_w
-
-    try:
-        pixels, bgr = _decode_pixels(data, image, need_w, need_h)
-    except BadImage:
-        raise
-    except (OSError, ValueError, SyntaxError, EOFError, cv2.error) as exc:
-        raise BadImage("corrupt", f"cannot decode {image.format} data: {exc}") from None
-    except MemoryError:
-        raise BadImage("too_large", "not enough memory to decode") from None
-
-    pixels = _apply_orientation(pixels, orientation)
+    pixels = _apply_orientation(pixels, rotation)
     # OpenCV decodes colour as BGR(A); the channel swap waits for the small image.
     background = config.background[::-1] if bgr else config.background
     pixels = _resize(pixels, geometry, width, height, background)
     pixels = _to_output_color(pixels, bgr, config)
     if geometry.canvas is not None:
         pixels = _letterbox(pixels, geometry.canvas, config)
-    header = (width, height, image.mode, image.format or "unknown")
     return np.ascontiguousarray(pixels), header
 
 
@@ -221,96 +181,6 @@ def plan_geometry(width: int, height: int, config: ImageConfig) -> Geometry:
     if config.upscale:
         return Geometry(full, (target, target), None)
     return Geometry(full, (min(width, target), min(height, target)), None)
-
-
-def _orientation(image: Image.Image) -> int:
-    """EXIF orientation 1..8 from the header, without decoding pixels."""
-    try:
-        if image.format == "PNG":
-            # PngImageFile.getexif() decodes the whole image to look for a trailing eXIf
-            # chunk; a chunk before the pixel data is already parsed into info["exif"].
-            raw = image.info.get("exif")
-            if not raw:
-                return 1
-            exif = Image.Exif()
-            exif.load(raw)
-        else:
-            exif = image.getexif()
-        value = exif.get(EXIF_ORIENTATION, 1)
-    except (OSError, ValueError, SyntaxError, KeyError, TypeError):
-        return 1  # unreadable EXIF is not worth rejecting an image over
-    return value if isinstance(value, int) and 1 <= value <= 8 else 1
-
-
-def _decode_pixels(data: bytes, image: Image.Image, need_w: int, need_h: int):
-    """Decode with the fastest correct decoder for the format; returns (array, is_bgr).
-
-    Measured per ~20 MB original (see scripts/bench_pack.py): JPEG scaled decode in
-    libjpeg-turbo via simplejpeg; 16-bit TIFF with tifffile (~2.5x faster than OpenCV, which
-    goes through an RGBA strip reader); PNG, BMP and WebP with OpenCV.  Pillow handles what
-    those decline (CMYK JPEG, palette and exotic modes, unusual TIFF codecs) and explains errors.
-    """
-    if image.format == "JPEG":
-        if image.mode in ("RGB", "L"):
-            colorspace = "GRAY" if image.mode == "L" else "RGB"
-            pixels = simplejpeg.decode_jpeg(
-                data, colorspace=colorspace, min_width=need_w, min_height=need_h, strict=True
-            )
-            return (pixels[:, :, 0] if colorspace == "GRAY" else pixels), False
-    elif image.format == "TIFF":
-        pixels = _decode_tiff(data)
-        if pixels is not None:
-            return pixels, False
-    else:
-        pixels = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-        if pixels is not None and pixels.dtype in (np.uint8, np.uint16):
-            if pixels.ndim == 3 and pixels.shape[2] == 1:
-                pixels = pixels[:, :, 0]
-            return pixels, pixels.ndim == 3
-    return _decode_with_pillow(image, need_w, need_h), False
-
-
-def _decode_tiff(data: bytes) -> np.ndarray | None:
-    """First page of a TIFF as gray, RGB or RGBA uint8/uint16; None to let Pillow try."""
-    try:
-        with tifffile.TiffFile(io.BytesIO(data)) as tiff:
-            page = tiff.pages[0]
-            if page.photometric not in (
-                tifffile.PHOTOMETRIC.MINISBLACK, tifffile.PHOTOMETRIC.RGB
-            ):
-                return None  # palette, CMYK, YCbCr, inverted: Pillow knows those
-            pixels = page.asarray(maxworkers=1)  # one thread per worker process
-    except (ValueError, KeyError, NotImplementedError, tifffile.TiffFileError):
-        return None  # e.g. a compression tifffile cannot decode without imagecodecs
-    if pixels.dtype not in (np.uint8, np.uint16):
-        return None
-    if pixels.ndim == 3 and pixels.shape[2] not in (1, 3, 4) or pixels.ndim > 3:
-        return None
-    if pixels.ndim == 3 and pixels.shape[2] == 1:
-        pixels = pixels[:, :, 0]
-    return pixels
-
-
-def _decode_with_pillow(image: Image.Image, need_w: int, need_h: int) -> np.ndarray:
-    """The general path: CMYK JPEG, palette images, and whatever OpenCV declined."""
-    if image.format == "JPEG":
-        image.draft(None, (need_w, need_h))
-    image.load()  # raises for truncated or corrupt data
-    mode = image.mode
-    if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
-        pixels = np.asarray(image)
-        if pixels.size and (pixels.min() < 0 or pixels.max() > 65535):
-            raise BadImage("unsupported", f"pixel values outside 16 bits in mode {mode}")
-        return pixels.astype(np.uint16)
-    if mode in ("1", "L"):
-        return np.asarray(image.convert("L"))
-    if mode == "LA" or mode == "PA" or (mode == "P" and "transparency" in image.info):
-        return np.asarray(image.convert("RGBA"))
-    if mode in ("RGBA", "RGBa"):
-        return np.asarray(image.convert("RGBA"))
-    if mode in ("RGB", "P", "CMYK", "YCbCr", "LAB", "HSV", "RGBX"):
-        return np.asarray(image.convert("RGB"))
-    raise BadImage("unsupported", f"unsupported pixel mode {mode}")
 
 
 def _apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
@@ -377,43 +247,45 @@ def _resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         trim_x, trim_y = width % factor, height % factor
         block = pixels[trim_y // 2 : height - (trim_y - trim_y // 2),
                        trim_x // 2 : width - (trim_x - trim_x // 2)]
-        pixels = cv2.resize(
-            np.ascontiguousarray(block),
-            (width // factor, height // factor),
-            interpolation=cv2.INTER_AREA,
-        )
+        # A trimmed view, not a copy: OpenCV reads row-strided arrays as they are.
+        pixels = cv2.resize(block, (width // factor, height // factor),
+                            interpolation=cv2.INTER_AREA)
     if pixels.shape[1::-1] != (target_w, target_h):
         pixels = cv2.resize(pixels, size, interpolation=cv2.INTER_AREA)
     return pixels
 
 
 def _premultiply(pixels: np.ndarray) -> np.ndarray:
-    """Colour × alpha in uint16 (exact for 8-bit data), alpha scaled by 255 to match."""
+    """Colour × alpha / 255 (rounded), in place and in row blocks: no full-size temporaries."""
     if pixels.dtype == np.uint16:
         pixels = _to_8bit(pixels)
-    alpha = pixels[:, :, -1:].astype(np.uint16)
-    premultiplied = pixels.astype(np.uint16)
-    premultiplied[:, :, :-1] *= alpha
-    premultiplied[:, :, -1:] = alpha * 255
-    return premultiplied
+    elif not pixels.flags.writeable:
+        pixels = pixels.copy()
+    for top in range(0, pixels.shape[0], 256):
+        block = pixels[top : top + 256]
+        colour = block[:, :, :-1].astype(np.uint16)
+        colour *= block[:, :, -1:]
+        colour += 127
+        colour //= 255
+        block[:, :, :-1] = colour
+    return pixels
 
 
 def _composite(premultiplied: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
     """Blend premultiplied colour over the background; output keeps the colour channel count."""
     colour = premultiplied[:, :, :-1].astype(np.float32)
-    coverage = premultiplied[:, :, -1:].astype(np.float32)  # alpha × 255
+    transparency = (255.0 - premultiplied[:, :, -1:].astype(np.float32)) / 255.0
     if colour.shape[2] == 1:
         bg = np.float32(_luma(background))
     else:
         bg = np.asarray(background, np.float32)
-    blended = (colour + (65025.0 - coverage) * bg / 255.0) / 255.0
-    out = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
+    out = np.clip(np.rint(colour + transparency * bg), 0, 255).astype(np.uint8)
     return out[:, :, 0] if out.shape[2] == 1 else out
 
 
 def _to_8bit(pixels: np.ndarray) -> np.ndarray:
-    """Scale the full 16-bit range to 8 bits with rounding (x·255/65535), not by saturation."""
-    return ((pixels.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+    """Scale the full 16-bit range to 8 bits, rounded (x·255/65535): not by saturation."""
+    return cv2.convertScaleAbs(pixels, alpha=255.0 / 65535.0)
 
 
 def _luma(rgb: tuple[int, int, int]) -> float:

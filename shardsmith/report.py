@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from .pipeline import PackResult
+if TYPE_CHECKING:
+    from .pipeline import PackResult
+    from .stage import StageResult
+    from .verify import VerifyReport
 
 
 def _megabytes(count: int) -> str:
@@ -64,7 +68,7 @@ def reject_lines(rejects: list[dict], limit: int = 10) -> list[str]:
     return lines
 
 
-def stage_summary(result) -> str:
+def stage_summary(result: StageResult) -> str:
     """Shards copied / already present / removed, bytes, time and throughput."""
     rate = result.bytes_copied / result.seconds / 1e6 if result.seconds > 0 else 0.0
     lines = [
@@ -80,7 +84,7 @@ def stage_summary(result) -> str:
     return "\n".join(lines)
 
 
-def verify_summary(report) -> str:
+def verify_summary(report: VerifyReport) -> str:
     verdict = "OK" if report.ok else f"{len(report.problems)} problems"
     return (f"{report.directory}: {verdict}: {report.shards} shards, {report.samples:,} samples, "
             f"{_megabytes(report.bytes)}")

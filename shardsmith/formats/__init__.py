@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..imaging import Sample
+if TYPE_CHECKING:
+    from ..imaging import Sample
+
 
 
 class ShardFormatError(Exception):

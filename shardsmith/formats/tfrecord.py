@@ -12,12 +12,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import crc32c
 
 from ..atomic import HashingFile
-from ..imaging import Sample
 from . import FileInfo, ShardFormatError, ShardInfo, class_name
+
+if TYPE_CHECKING:
+    from ..imaging import Sample
 
 _MASK_DELTA = 0xA282EAD8
 

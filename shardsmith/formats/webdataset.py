@@ -11,10 +11,13 @@ import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..atomic import HashingFile
-from ..imaging import Sample
 from . import ShardFormatError, ShardInfo, class_name, sample_metadata
+
+if TYPE_CHECKING:
+    from ..imaging import Sample
 
 _BLOCK = tarfile.BLOCKSIZE
 
