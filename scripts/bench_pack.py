@@ -182,11 +182,26 @@ def own_peak_rss() -> int:
     return 0
 
 
+def warm_up(method: str, path: Path, size: int) -> None:
+    """One untimed pass on one file: first-call costs (lazy library set-up, allocator growth)
+    are paid once per process and are not what a per-image figure should measure."""
+    if method == "naive":
+        naive(path, size)
+    elif method == "floor":
+        decode_floors(path, size)
+    elif method == "pack1":
+        from shardsmith.config import ImageConfig
+        from shardsmith.imaging import convert
+
+        convert(str(path), ImageConfig(size=size))
+
+
 def child(method: str, source: Path, size: int, reps: int, workers: int) -> dict:
     """Run one method ``reps`` times over the corpus; seconds per image (median) and memory."""
     files = files_of(source)
     per_image, extra = [], {}
     peak_tree = 0
+    warm_up(method, files[0], size)
     if method == "naive":
         for _ in range(reps):
             started = time.perf_counter()
@@ -425,10 +440,21 @@ def main() -> None:
         rows.append(case)
         print_case(case)
 
-    e2e_source = args.cache / "subsets" / f"jpeg-{args.e2e_jpegs}"
-    link_subset(ensure_corpus(args.cache, "jpeg", args.e2e_jpegs), e2e_source, args.e2e_jpegs)
-    e2e = measure_interleaved({"pack1": 1, "packN": cores}, e2e_source, 512, args.reps)
-    results["end_to_end"] = {"images": args.e2e_jpegs, "cores": cores, **e2e}
+    ensure_corpus(args.cache, "jpeg", args.e2e_jpegs)
+    e2e = {"images": args.e2e_jpegs, "cores": cores}
+    for count in (args.e2e_jpegs // 2, args.e2e_jpegs):
+        subset = args.cache / "subsets" / f"jpeg-{count}"
+        link_subset(args.cache / "jpeg-8000x6000", subset, count)
+        e2e[count] = measure_interleaved({"pack1": 1, "packN": cores}, subset, 512, args.reps)
+    e2e.update(e2e.pop(args.e2e_jpegs))
+    half = e2e.pop(args.e2e_jpegs // 2)
+    e2e["marginal_images_per_second"] = {
+        method: (args.e2e_jpegs - args.e2e_jpegs // 2) / (
+            e2e[method]["seconds_per_image"] * args.e2e_jpegs
+            - half[method]["seconds_per_image"] * (args.e2e_jpegs // 2))
+        for method in ("pack1", "packN")
+    }
+    results["end_to_end"] = e2e
 
     print_table(rows, results["end_to_end"])
     jpeg_original = files_of(args.cache / "subsets" / f"jpeg-{args.jpegs}")[0]
@@ -494,6 +520,10 @@ def print_table(rows: list[dict], e2e: dict) -> None:
     print(f"  pack --workers {e2e['cores']:<2}      {1 / pn['seconds_per_image']:6.2f} images/s  "
           f"peak RSS (process tree) {pn['peak_rss_mb']:.0f} MB  "
           f"scaling {paired_ratio(e2e, 'packN', 'pack1'):.2f}x")
+    marginal = e2e["marginal_images_per_second"]
+    print(f"  steady state (images {e2e['images'] // 2 + 1}-{e2e['images']}, start-up excluded): "
+          f"{marginal['pack1']:.2f} -> {marginal['packN']:.2f} images/s, "
+          f"scaling {marginal['packN'] / marginal['pack1']:.2f}x")
 
 
 def check_targets(rows: list[dict], e2e: dict) -> list[dict]:
@@ -523,9 +553,11 @@ def check_targets(rows: list[dict], e2e: dict) -> list[dict]:
     for c in rows:
         check(f"{c['kind']} {c['size']}px: fast path PSNR before encoding",
               c["quality"]["psnr_fast_vs_reference_db"], 40, " dB")
-    scaling = paired_ratio(e2e, "packN", "pack1")
     cores = e2e["cores"]
-    check(f"{cores} workers vs 1", scaling, 1.8 if cores == 2 else 0.75 * cores)
+    needed = 1.8 if cores == 2 else 0.75 * cores
+    check(f"{cores} workers vs 1, end to end", paired_ratio(e2e, "packN", "pack1"), needed)
+    marginal = e2e["marginal_images_per_second"]
+    check(f"{cores} workers vs 1, steady state", marginal["packN"] / marginal["pack1"], needed)
     if cores == 2:
         check("pack --workers 2 end to end", 1 / e2e["packN"]["seconds_per_image"], 5.5,
               " img/s")

@@ -11,7 +11,6 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +39,7 @@ from .manifest import (
     sources_fingerprint,
     write_dataset_files,
 )
+from .parallel import WorkerPool
 from .plan import PlanItem, make_plan
 from .readahead import ReadAhead
 from .scan import scan
@@ -71,6 +71,7 @@ def pack(config: Config) -> PackResult:
     """
     started = time.monotonic()
     source, output = check_paths(config)
+    pool = WorkerPool(config.run)  # workers start while the tree is scanned
     scanned = scan(source, config.source)
     plan = make_plan(scanned.files, config.splits, config.seed)
     if not plan:
@@ -95,7 +96,7 @@ def pack(config: Config) -> PackResult:
     remove_stale_tmp(output)
 
     resumed_at = state.next_index
-    _write_shards(plan, state, journal, source, output, config, scanned.classes)
+    _write_shards(plan, state, journal, pool, source, output, config, scanned.classes)
 
     scan_rejects = [
         {"path": path, "reason": "unreadable", "detail": detail}
@@ -113,6 +114,7 @@ def _write_shards(
     plan: list[PlanItem],
     state: JournalState,
     journal: Journal,
+    pool: WorkerPool,
     source: Path,
     output: Path,
     config: Config,
@@ -137,7 +139,7 @@ def _write_shards(
     remaining = plan[state.next_index :]
     window = 4 * config.run.worker_count if config.run.readahead else 0
     readahead = ReadAhead(str(source), remaining, window)
-    results = _process_all(remaining, source, config)
+    results = pool.map_ordered(process, remaining, str(source), config.image)
     progress = _progress(len(plan), state.next_index, config.run.quiet)
     try:
         paired = zip(remaining, results, strict=True)
@@ -164,22 +166,6 @@ def _write_shards(
         progress.close()
         if writer is not None:
             writer.discard()
-
-
-def _process_all(items: list[PlanItem], source: Path, config: Config) -> Iterator[Sample | Reject]:
-    """Ordered, bounded parallel map of ``process`` over the plan (in-process for one worker)."""
-    root = str(source)
-    if config.run.worker_count == 1 or len(items) <= 1:
-        return (process(item, root, config.image) for item in items)
-    from joblib import Parallel, delayed
-
-    parallel = Parallel(
-        n_jobs=min(config.run.worker_count, len(items)),
-        backend="loky",
-        return_as="generator",
-        pre_dispatch="2*n_jobs",
-    )
-    return parallel(delayed(process)(item, root, config.image) for item in items)
 
 
 def _shard_full(writer: ShardWriter, sample: Sample, config: Config) -> bool:
