@@ -6,18 +6,21 @@ Exit codes: 0 success · 1 failure · 2 bad configuration or usage · 3 too many
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from . import __version__
+from .atomic import write_json_atomic
 from .config import FORMATS, RESIZE_MODES, load_config
 from .errors import ConfigError, ShardsmithError, TooManyRejectsError
-from .report import pack_summary, reject_lines, stage_summary, verify_summary
+from .report import pack_report, pack_summary, reject_lines, stage_summary, verify_summary
 
 EXIT_INTERRUPTED = 130
 
@@ -80,10 +83,13 @@ def main(verbose: int) -> None:
               "[default: 0.01]")
 @click.option("--overwrite", is_flag=True, default=None,
               help="Replace a dataset packed with different settings.")
-@click.option("--quiet", is_flag=True, default=None, help="No progress bar (for cron).")
+@click.option("--quiet", is_flag=True, default=None,
+              help="No progress output (without a terminal, progress is a log line a minute).")
+@click.option("--report", "report_file", type=click.Path(dir_okay=False),
+              help="Also write a machine-readable summary (JSON) here, on success or failure.")
 @_fail_cleanly
 def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb, shard_samples,
-         splits, seed, workers, max_reject_fraction, overwrite, quiet) -> None:
+         splits, seed, workers, max_reject_fraction, overwrite, quiet, report_file) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
     SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
@@ -92,33 +98,53 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
     """
     from .pipeline import pack as run_pack
 
-    config = load_config(config_file, {
-        "source.path": source,
-        "output.path": output,
-        "output.format": fmt,
-        "output.shard_size_mb": shard_size_mb,
-        "output.shard_samples": shard_samples,
-        "image.size": size,
-        "image.resize": resize,
-        "image.quality": quality,
-        "splits": splits,
-        "seed": seed,
-        "run.workers": workers,
-        "run.max_reject_fraction": max_reject_fraction,
-        "run.overwrite": overwrite,
-        "run.quiet": quiet,
-    })
-    result = run_pack(config)
-    click.echo(pack_summary(result))
-    if result.manifest["rejects"] and not config.run.quiet:
-        click.echo("rejected files:", err=True)
-        click.echo("\n".join(reject_lines(result.manifest["rejects"])), err=True)
-    if result.reject_fraction > config.run.max_reject_fraction:
-        raise TooManyRejectsError(
-            f"{result.reject_fraction:.1%} of the images were rejected, more than the allowed "
-            f"{config.run.max_reject_fraction:.1%} (run.max_reject_fraction); the rejects are "
-            f"listed in {result.output / 'manifest.json'}"
-        )
+    with _report_to(report_file) as report:
+        config = load_config(config_file, {
+            "source.path": source,
+            "output.path": output,
+            "output.format": fmt,
+            "output.shard_size_mb": shard_size_mb,
+            "output.shard_samples": shard_samples,
+            "image.size": size,
+            "image.resize": resize,
+            "image.quality": quality,
+            "splits": splits,
+            "seed": seed,
+            "run.workers": workers,
+            "run.max_reject_fraction": max_reject_fraction,
+            "run.overwrite": overwrite,
+            "run.quiet": quiet,
+        })
+        result = run_pack(config)
+        report.update(pack_report(result))
+        click.echo(pack_summary(result))
+        if result.manifest["rejects"] and not config.run.quiet:
+            click.echo("rejected files:", err=True)
+            click.echo("\n".join(reject_lines(result.manifest["rejects"])), err=True)
+        if result.reject_fraction > config.run.max_reject_fraction:
+            raise TooManyRejectsError(
+                f"{result.reject_fraction:.1%} of the images were rejected, more than the "
+                f"allowed {config.run.max_reject_fraction:.1%} (run.max_reject_fraction); the "
+                f"rejects are listed in {result.output / 'manifest.json'}"
+            )
+
+
+@contextlib.contextmanager
+def _report_to(path: str | None):
+    """Collect a JSON report and write it at the end, whatever the outcome."""
+    report: dict[str, Any] = {"command": "pack", "version": __version__}
+    try:
+        yield report
+        report.update(exit_code=0, error=None)
+    except ShardsmithError as exc:
+        report.update(exit_code=exc.exit_code, error=str(exc))
+        raise
+    except KeyboardInterrupt:
+        report.update(exit_code=EXIT_INTERRUPTED, error="interrupted")
+        raise
+    finally:
+        if path is not None:
+            write_json_atomic(Path(path), report)
 
 
 @main.command()

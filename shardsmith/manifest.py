@@ -29,6 +29,7 @@ MANIFEST_NAME = "manifest.json"
 SAMPLES_NAME = "samples.jsonl"
 STATE_DIR = ".shardsmith"
 JOURNAL_NAME = "journal.jsonl"
+LOCK_NAME = "lock"
 SHARD_FILE = re.compile(r"^[a-z][a-z0-9_]*-\d{6}\.(tar|tfrecord|idx)$")
 
 

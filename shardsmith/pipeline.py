@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -16,15 +15,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from . import __version__
 from .atomic import remove_stale_tmp
 from .config import Config, check_paths
 from .errors import OutputStateError, ShardsmithError
 from .formats import ShardWriter, open_writer, shard_extension
 from .imaging import Reject, Sample, process
+from .lock import DirectoryLock
 from .manifest import (
+    LOCK_NAME,
     MANIFEST_NAME,
     SAMPLES_NAME,
     SCHEMA_VERSION,
@@ -41,6 +40,7 @@ from .manifest import (
 )
 from .parallel import WorkerPool
 from .plan import PlanItem, make_plan
+from .progress import Progress
 from .readahead import ReadAhead
 from .scan import scan
 
@@ -71,6 +71,11 @@ def pack(config: Config) -> PackResult:
     """
     started = time.monotonic()
     source, output = check_paths(config)
+    with DirectoryLock(output / STATE_DIR / LOCK_NAME, "packed"):
+        return _pack_locked(config, source, output, started)
+
+
+def _pack_locked(config: Config, source: Path, output: Path, started: float) -> PackResult:
     pool = WorkerPool(config.run)  # workers start while the tree is scanned
     scanned = scan(source, config.source)
     plan = make_plan(scanned.files, config.splits, config.seed)
@@ -85,7 +90,6 @@ def pack(config: Config) -> PackResult:
     if existing is not None:
         return PackResult(existing, output, up_to_date=True)
 
-    output.mkdir(parents=True, exist_ok=True)
     journal = Journal(output, {"config": config.fingerprint(), "sources": plan_fingerprint})
     state = journal.load()
     if state is None:
@@ -140,7 +144,7 @@ def _write_shards(
     window = 4 * config.run.worker_count if config.run.readahead else 0
     readahead = ReadAhead(str(source), remaining, window)
     results = pool.map_ordered(process, remaining, str(source), config.image)
-    progress = _progress(len(plan), state.next_index, config.run.quiet)
+    progress = Progress(len(plan), state.next_index, "img", "pack", config.run.quiet)
     try:
         paired = zip(remaining, results, strict=True)
         for index, (item, result) in enumerate(paired, state.next_index):
@@ -148,7 +152,7 @@ def _write_shards(
                 close_shard(index)
             if isinstance(result, Reject):
                 pending_rejects.append(_reject_record(result, item))
-                progress.set_postfix(rejected=len(state.rejects) + len(pending_rejects))
+                progress.note(rejected=len(state.rejects) + len(pending_rejects))
             else:
                 if writer is not None and _shard_full(writer, result, config):
                     close_shard(index)
@@ -172,19 +176,6 @@ def _shard_full(writer: ShardWriter, sample: Sample, config: Config) -> bool:
     if config.output.shard_samples is not None:
         return writer.samples >= config.output.shard_samples
     return writer.bytes_written + writer.record_size(sample) > config.output.shard_bytes
-
-
-def _progress(total: int, initial: int, quiet: bool) -> tqdm:
-    return tqdm(
-        total=total,
-        initial=initial,
-        unit="img",
-        desc="pack",
-        file=sys.stderr,
-        disable=quiet or not sys.stderr.isatty(),
-        dynamic_ncols=True,
-        smoothing=0.1,
-    )
 
 
 def _sample_record(sample: Sample, shard: str) -> dict[str, Any]:
@@ -338,7 +329,9 @@ def _clear_previous_output(output: Path) -> None:
     ours, foreign = [], []
     for entry in sorted(output.iterdir()):
         name = entry.name
-        if name in (MANIFEST_NAME, SAMPLES_NAME, STATE_DIR) or is_shard_file(name):
+        if name == STATE_DIR:
+            continue  # holds our lock; the journal in it is started afresh
+        if name in (MANIFEST_NAME, SAMPLES_NAME) or is_shard_file(name):
             ours.append(entry)
         elif name.startswith(".") and name.endswith(".tmp"):
             ours.append(entry)

@@ -47,6 +47,23 @@ def pack_summary(result: PackResult) -> str:
     return "\n".join(lines)
 
 
+def pack_report(result: PackResult) -> dict:
+    """The machine-readable part of ``--report``: counts, rejects by reason, timing, version."""
+    manifest = result.manifest
+    return {
+        "output": str(result.output),
+        "status": "up_to_date" if result.up_to_date else "packed",
+        "resumed_at": result.resumed_at,
+        "totals": manifest["totals"],
+        "splits": manifest["splits"],
+        "rejects_by_reason": dict(Counter(r["reason"] for r in manifest["rejects"])),
+        "reject_fraction": round(result.reject_fraction, 6),
+        "shards": len(manifest["shards"]),
+        "run": manifest.get("run"),
+        "fingerprint": manifest["fingerprint"],
+    }
+
+
 def _excluded_detail(excluded: dict[str, int]) -> str:
     if not excluded:
         return ""

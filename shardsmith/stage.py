@@ -10,13 +10,10 @@ only temporary files, which the next run removes before it resumes.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import shutil
-import socket
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,8 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from .atomic import (
     fsync_directory,
@@ -35,7 +30,16 @@ from .atomic import (
     write_json_atomic,
 )
 from .errors import ConfigError, ShardsmithError
-from .manifest import MANIFEST_NAME, SAMPLES_NAME, STATE_DIR, is_shard_file, read_manifest
+from .lock import DirectoryLock
+from .manifest import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    SAMPLES_NAME,
+    STATE_DIR,
+    is_shard_file,
+    read_manifest,
+)
+from .progress import Progress
 from .verify import file_sha256
 
 log = logging.getLogger(__name__)
@@ -43,7 +47,6 @@ log = logging.getLogger(__name__)
 COPY_CHUNK = 64 * 1024 * 1024
 ATTEMPTS = 3
 RECORD_NAME = "staged.json"
-LOCK_NAME = "stage.lock"
 FREE_SPACE_MARGIN = 64 * 1024 * 1024
 
 
@@ -83,7 +86,7 @@ def stage(
     if split is not None:
         manifest = _only_split(manifest, split)
     destination.mkdir(parents=True, exist_ok=True)
-    with _Lock(destination):
+    with DirectoryLock(destination / STATE_DIR / LOCK_NAME, "staged"):
         remove_stale_tmp(destination)
         record = _StagedRecord(destination)
         files = _listed_files(manifest)
@@ -160,8 +163,7 @@ def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 def _copy_all(source: Path, destination: Path, files: list[dict], record, workers: int,
               quiet: bool) -> None:
     total = sum(f["bytes"] for f in files)
-    progress = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="stage",
-                    file=sys.stderr, disable=quiet or not sys.stderr.isatty(), smoothing=0.1)
+    progress = Progress(total, 0, "B", "stage", quiet, unit_scale=True)
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = [pool.submit(_copy_verified, source, destination, f, progress.update)
@@ -273,31 +275,3 @@ class _StagedRecord:
     def save(self) -> None:
         self.path.parent.mkdir(exist_ok=True)
         write_json_atomic(self.path, self.entries)
-
-
-class _Lock:
-    """An exclusive lock on the destination (flock: released by the kernel if we die)."""
-
-    def __init__(self, destination: Path):
-        self.path = destination / STATE_DIR / LOCK_NAME
-        self.handle = None
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = open(self.path, "a+")
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.handle.seek(0)
-            holder = self.handle.read().strip() or "another process"
-            self.handle.close()
-            raise StageError(f"{self.path.parent.parent} is being staged by {holder}") from None
-        self.handle.seek(0)
-        self.handle.truncate()
-        self.handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-                          f"{datetime.now().isoformat(timespec='seconds')}\n")
-        self.handle.flush()
-        return self
-
-    def __exit__(self, *exc):
-        self.handle.close()

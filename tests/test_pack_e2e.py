@@ -241,7 +241,8 @@ def test_interrupted_pack_resumes_and_equals_an_uninterrupted_run(
     for name in closed[:-1]:
         assert (output / name).stat().st_mtime_ns == written_before[name]
     assert dataset_bytes(output) == dataset_bytes(tmp_path / "clean")
-    assert not list(output.glob(".*")), "no temporary or journal files are left behind"
+    assert not list(output.glob(".*.tmp")), "no temporary files are left behind"
+    assert [p.name for p in (output / ".shardsmith").iterdir()] == ["lock"]  # no journal
 
 
 def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path):

@@ -20,6 +20,7 @@ from shardsmith import load_config, pack
 from shardsmith.cli import main
 from shardsmith.formats import ShardFormatError
 from shardsmith.formats.webdataset import iter_samples
+from shardsmith.lock import LockedError
 from shardsmith.stage import StageError, stage
 from shardsmith.verify import verify
 
@@ -130,13 +131,13 @@ def test_destination_inside_the_source_is_refused(tmp_path):
 def test_a_second_stage_on_the_same_destination_refuses_naming_the_holder(tmp_path):
     dataset = packed(tmp_path)
     staged = tmp_path / "nvme"
-    lock_path = staged / ".shardsmith" / "stage.lock"
+    lock_path = staged / ".shardsmith" / "lock"
     lock_path.parent.mkdir(parents=True)
     with open(lock_path, "a+") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)
         holder.write("pid 4242 on trainbox since 2026-01-01T00:00:00\n")
         holder.flush()
-        with pytest.raises(StageError, match="being staged by pid 4242 on trainbox"):
+        with pytest.raises(LockedError, match="being staged by pid 4242 on trainbox"):
             stage(dataset, staged, quiet=True)
     stage(dataset, staged, quiet=True)  # free again once the holder is gone
 
