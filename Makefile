@@ -6,7 +6,9 @@ STAMP  := $(VENV)/.installed
 DEMO   ?= build/demo
 CONFIG ?= configs/demo.yaml
 
-.PHONY: install test demo lint bench stage clean
+REPORT ?= build/reports/$(notdir $(basename $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S).json
+
+.PHONY: install test demo lint bench stage nightly retrain-data clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +31,15 @@ demo: $(STAMP)  ## generate a small image tree, pack, stage, verify, print the s
 	$(BIN)/shardsmith verify $(DEMO)/staged --decode
 
 stage: $(STAMP)  ## copy the dataset of CONFIG to its stage.to directory, verified
+	$(BIN)/shardsmith stage --config $(CONFIG)
+
+nightly: $(STAMP)  ## for cron: pack CONFIG (a no-op when nothing changed), verify, JSON report
+	@mkdir -p $(dir $(REPORT))
+	$(BIN)/shardsmith pack --config $(CONFIG) --quiet --report $(REPORT)
+	$(BIN)/shardsmith verify --config $(CONFIG) --quiet
+
+retrain-data: $(STAMP)  ## before a retrain: pack CONFIG if needed, then stage it to local disk
+	$(BIN)/shardsmith pack --config $(CONFIG)
 	$(BIN)/shardsmith stage --config $(CONFIG)
 
 bench: $(STAMP)  ## image path + pack and stage benchmarks (tables, ratios, build/bench/*.json)

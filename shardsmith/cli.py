@@ -182,14 +182,21 @@ def stage(dataset, destination, config_file, split, prune, workers, rehash, quie
 
 
 @main.command()
-@click.argument("dataset", type=click.Path(file_okay=False, exists=True))
+@click.argument("dataset", required=False, type=click.Path(file_okay=False))
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Verify the output.path of this pack config.")
 @click.option("--decode", is_flag=True, help="Also decode every image and check its size.")
 @click.option("--workers", type=int, default=4, show_default=True, help="Shards checked at once.")
 @click.option("--quiet", is_flag=True, help="Print only problems.")
 @_fail_cleanly
-def verify(dataset, decode, workers, quiet) -> None:
+def verify(dataset, config_file, decode, workers, quiet) -> None:
     """Check that DATASET holds exactly what its manifest lists; exit 0 only if all holds."""
     from .verify import verify as run_verify
+
+    if dataset is None and config_file is not None:
+        dataset = load_config(config_file).output.path
+    if not dataset:
+        raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
 
     report = run_verify(dataset, decode=decode, workers=workers)
     for problem in report.problems:
