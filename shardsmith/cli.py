@@ -78,6 +78,10 @@ def main(verbose: int) -> None:
               "when files are added).  [default: train=1]")
 @click.option("--seed", type=int, help="Shuffle seed.  [default: 0]")
 @click.option("--workers", type=int, help="Worker processes; 0 = all cores.  [default: 0]")
+@click.option("--backend", type=click.Choice(["local", "dask"]),
+              help="Where images are processed: local processes, or an existing Dask cluster "
+              "(needs --scheduler).  [default: local]")
+@click.option("--scheduler", help="Dask scheduler address, e.g. tcp://scheduler-host:8786.")
 @click.option("--max-reject-fraction", type=float,
               help="Exit with code 3 when more than this fraction of images is rejected.  "
               "[default: 0.01]")
@@ -89,7 +93,8 @@ def main(verbose: int) -> None:
               help="Also write a machine-readable summary (JSON) here, on success or failure.")
 @_fail_cleanly
 def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb, shard_samples,
-         splits, seed, workers, max_reject_fraction, overwrite, quiet, report_file) -> None:
+         splits, seed, workers, backend, scheduler, max_reject_fraction, overwrite, quiet,
+         report_file) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
     SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
@@ -111,6 +116,8 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
             "splits": splits,
             "seed": seed,
             "run.workers": workers,
+            "run.backend": backend,
+            "run.scheduler": scheduler,
             "run.max_reject_fraction": max_reject_fraction,
             "run.overwrite": overwrite,
             "run.quiet": quiet,

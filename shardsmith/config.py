@@ -27,6 +27,7 @@ COLOR_MODES = ("rgb", "gray", "keep")
 LABEL_MODES = ("folders", "none")
 SUBSAMPLING = ("420", "422", "444")
 DEFAULT_EXTENSIONS = ("jpg", "jpeg", "png", "tif", "tiff", "bmp", "webp")
+BACKENDS = ("local", "dask")
 SPLIT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -76,6 +77,8 @@ class RunConfig:
     """How the job runs; none of this changes the output bytes."""
 
     workers: int = 0
+    backend: str = "local"
+    scheduler: str = ""
     readahead: bool = True
     max_reject_fraction: float = 0.01
     quiet: bool = False
@@ -292,6 +295,10 @@ def _validate(config: Config) -> Config:
         raise ConfigError(f"output.shard_size_mb: must be positive, got {out.shard_size_mb}")
     if out.shard_samples is not None and out.shard_samples <= 0:
         raise ConfigError(f"output.shard_samples: must be positive, got {out.shard_samples}")
+    _one_of("run.backend", run.backend, BACKENDS)
+    if run.backend == "dask" and not run.scheduler:
+        raise ConfigError("run.scheduler: the dask backend needs a scheduler address, "
+                          "e.g. tcp://scheduler-host:8786")
     if run.workers < 0:
         raise ConfigError(f"run.workers: must be 0 (all cores) or more, got {run.workers}")
     if not 0 <= run.max_reject_fraction <= 1:

@@ -1,7 +1,9 @@
 """Where the per-image work runs: an ordered, bounded parallel map over the plan.
 
-Locally that is joblib's loky backend (worker processes that survive between calls).  Results
-come back in plan order (so shards are identical whatever the worker count) and at most
+Locally that is joblib's loky backend (worker processes that survive between calls); across
+machines it is joblib's dask backend on an existing Dask cluster, whose workers read the
+originals from the shared mount while this process still writes every shard.  Either way
+results come back in plan order (so shards are byte-identical whatever runs them) and at most
 ``2 × workers`` tasks are in flight (so memory does not grow with the number of images).
 """
 
@@ -12,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .config import RunConfig
+from .errors import ConfigError, ShardsmithError
 
 
 def _import_image_libraries() -> None:
@@ -19,16 +22,29 @@ def _import_image_libraries() -> None:
 
 
 class WorkerPool:
-    """Starts the worker processes early, in the background, so that their start-up
-    (interpreter, image libraries: ~0.7 s) overlaps the scan of the source tree."""
+    """The workers of one pack run; use as a context manager.
+
+    Local worker processes start at once, in the background, so that their start-up
+    (interpreter, image libraries: ~0.7 s) overlaps the scan of the source tree.
+    """
 
     def __init__(self, run: RunConfig):
+        self.run = run
         self.workers = run.worker_count
+        self._client = None
         self._warmup: threading.Thread | None = None
-        if self.workers > 1:
+        if run.backend == "local" and self.workers > 1:
             self._warmup = threading.Thread(target=self._start, name="shardsmith-warmup",
                                             daemon=True)
             self._warmup.start()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def _start(self) -> None:
         from joblib import Parallel, delayed
@@ -39,6 +55,8 @@ class WorkerPool:
 
     def map_ordered(self, function: Callable, items: Sequence, *args: Any) -> Iterator:
         """``function(item, *args)`` for every item, results in item order, lazily."""
+        if self.run.backend == "dask":
+            return self._map_dask(function, items, *args)
         if self._warmup is not None:
             self._warmup.join()  # one joblib call at a time on the shared executor
         if self.workers == 1 or len(items) <= 1:
@@ -49,3 +67,21 @@ class WorkerPool:
             n_jobs=self.workers, backend="loky", return_as="generator", pre_dispatch="2*n_jobs"
         )
         return parallel(delayed(function)(item, *args) for item in items)
+
+    def _map_dask(self, function: Callable, items: Sequence, *args: Any) -> Iterator:
+        try:
+            from distributed import Client
+            from joblib import Parallel, delayed, parallel_config
+        except ImportError:
+            raise ConfigError(
+                "run.backend: dask needs the dask extra: pip install 'shardsmith[dask]'"
+            ) from None
+        try:
+            self._client = Client(self.run.scheduler, timeout=10)
+        except OSError as exc:
+            raise ShardsmithError(
+                f"run.scheduler: cannot reach the Dask scheduler at {self.run.scheduler}: {exc}"
+            ) from None
+        with parallel_config(backend="dask", n_jobs=-1):
+            parallel = Parallel(return_as="generator", pre_dispatch="2*n_jobs")
+            return parallel(delayed(function)(item, *args) for item in items)

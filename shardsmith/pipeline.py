@@ -76,7 +76,13 @@ def pack(config: Config) -> PackResult:
 
 
 def _pack_locked(config: Config, source: Path, output: Path, started: float) -> PackResult:
-    pool = WorkerPool(config.run)  # workers start while the tree is scanned
+    with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
+        return _pack_with(pool, config, source, output, started)
+
+
+def _pack_with(
+    pool: WorkerPool, config: Config, source: Path, output: Path, started: float
+) -> PackResult:
     scanned = scan(source, config.source)
     plan = make_plan(scanned.files, config.splits, config.seed)
     if not plan:
@@ -141,7 +147,9 @@ def _write_shards(
         pending_rejects.clear()
 
     remaining = plan[state.next_index :]
-    window = 4 * config.run.worker_count if config.run.readahead else 0
+    # Read-ahead warms this machine's page cache: it helps local workers only.
+    local = config.run.backend == "local"
+    window = 4 * config.run.worker_count if config.run.readahead and local else 0
     readahead = ReadAhead(str(source), remaining, window)
     results = pool.map_ordered(process, remaining, str(source), config.image)
     progress = Progress(len(plan), state.next_index, "img", "pack", config.run.quiet)
