@@ -20,7 +20,14 @@ from . import __version__
 from .atomic import write_json_atomic
 from .config import FORMATS, RESIZE_MODES, load_config
 from .errors import ConfigError, ShardsmithError, TooManyRejectsError
-from .report import pack_report, pack_summary, reject_lines, stage_summary, verify_summary
+from .report import (
+    pack_report,
+    pack_summary,
+    reject_lines,
+    stage_summary,
+    verify_summary,
+    version_log,
+)
 
 EXIT_INTERRUPTED = 130
 
@@ -152,6 +159,17 @@ def _report_to(path: str | None):
     finally:
         if path is not None:
             write_json_atomic(Path(path), report)
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(file_okay=False, exists=True))
+@_fail_cleanly
+def log(dataset) -> None:
+    """List the versions of the dataset in DATASET, oldest first."""
+    from .manifest import read_manifest
+
+    manifest = read_manifest(Path(dataset))
+    click.echo(version_log(manifest))
 
 
 @main.command()

@@ -57,6 +57,13 @@ def sources_fingerprint(entries: Iterable[tuple[str, int, int]]) -> str:
     return digest.hexdigest()
 
 
+def content_fingerprint(manifest: dict[str, Any]) -> str:
+    """Hash of what a dataset version holds (shards and sample index), free of timestamps."""
+    listing = [(shard["name"], shard["sha256"]) for shard in manifest["shards"]]
+    listing.append((SAMPLES_NAME, manifest["samples_index"]["sha256"]))
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+
+
 def read_manifest(directory: Path) -> dict[str, Any]:
     """Load and sanity-check ``directory/manifest.json``; raises ManifestError."""
     path = directory / MANIFEST_NAME
@@ -103,6 +110,7 @@ def write_dataset_files(
         "bytes": index.bytes_written,
         "sha256": index.publish(),
     }
+    manifest["content_fingerprint"] = content_fingerprint(manifest)
     write_json_atomic(directory / MANIFEST_NAME, manifest)
 
 

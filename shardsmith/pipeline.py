@@ -6,6 +6,7 @@ so shards are byte-identical whatever the worker count and memory stays flat.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import time
@@ -21,6 +22,7 @@ from .config import Config, check_paths
 from .errors import OutputStateError, ShardsmithError
 from .formats import ShardWriter, open_writer, shard_extension
 from .imaging import Reject, Sample, process
+from .incremental import Base, history_entry, prepare_base
 from .lock import DirectoryLock
 from .manifest import (
     LOCK_NAME,
@@ -30,9 +32,9 @@ from .manifest import (
     STATE_DIR,
     Journal,
     JournalState,
+    content_fingerprint,
     is_shard_file,
     read_manifest,
-    read_samples,
     shard_name,
     shard_record,
     sources_fingerprint,
@@ -42,7 +44,7 @@ from .parallel import WorkerPool
 from .plan import PlanItem, make_plan
 from .progress import Progress
 from .readahead import ReadAhead
-from .scan import scan
+from .scan import ScanResult, scan
 
 log = logging.getLogger(__name__)
 
@@ -91,37 +93,41 @@ def _pack_with(
     plan_fingerprint = sources_fingerprint(
         (item.source.relpath, item.source.size, item.source.mtime_ns) for item in plan
     )
+    previous = _previous_dataset(output, config)
+    if previous is not None and previous.get("sources_fingerprint") == plan_fingerprint:
+        return PackResult(previous, output, up_to_date=True)
 
-    existing = _existing_dataset(output, config, plan, plan_fingerprint)
-    if existing is not None:
-        return PackResult(existing, output, up_to_date=True)
-
-    journal = Journal(output, {"config": config.fingerprint(), "sources": plan_fingerprint})
+    journal = Journal(output, {
+        "config": config.fingerprint(),
+        "sources": plan_fingerprint,
+        "base": content_fingerprint(previous) if previous is not None else None,
+    })
     state = journal.load()
     if state is None:
-        _clear_previous_output(output)
+        if previous is None:
+            _clear_previous_output(output)
+        else:
+            _remove_unlisted_shards(output, previous)  # left by an unfinished increment
         state = journal.start()
     else:
-        log.info("resuming at image %d of %d", state.next_index, len(plan))
+        log.info("resuming at image %d", state.next_index)
     remove_stale_tmp(output)
+    base = prepare_base(output, previous, plan, source, config.output.format, scanned.classes)
 
     resumed_at = state.next_index
-    _write_shards(plan, state, journal, pool, source, output, config, scanned.classes)
-
-    scan_rejects = [
-        {"path": path, "reason": "unreadable", "detail": detail}
-        for path, detail in scanned.unreadable
-    ]
+    _write_shards(base, state, journal, pool, source, output, config, scanned.classes)
     manifest = _build_manifest(
-        config, source, state, scan_rejects, scanned, plan_fingerprint, started, resumed_at
+        config, source, base, state, scanned, plan_fingerprint, started, resumed_at
     )
-    write_dataset_files(output, manifest, journal.samples())
+    write_dataset_files(output, manifest, itertools.chain(base.samples, journal.samples()))
+    for name in base.obsolete:  # rewritten shards: the new manifest no longer lists them
+        (output / name).unlink(missing_ok=True)
     journal.remove()
     return PackResult(manifest, output, resumed_at=resumed_at)
 
 
 def _write_shards(
-    plan: list[PlanItem],
+    base: Base,
     state: JournalState,
     journal: Journal,
     pool: WorkerPool,
@@ -131,8 +137,9 @@ def _write_shards(
     classes: tuple[str, ...],
 ) -> None:
     """Stream processed images, in plan order, into shards; checkpoint each published shard."""
+    plan = base.work
     extension = shard_extension(config.output.format)
-    shard_numbers = Counter(shard["split"] for shard in state.shards)
+    shard_numbers = base.next_numbers + Counter(shard["split"] for shard in state.shards)
     writer: ShardWriter | None = None
     pending_samples: list[dict[str, Any]] = []
     pending_rejects: list[dict[str, Any]] = []
@@ -165,8 +172,8 @@ def _write_shards(
                 if writer is not None and _shard_full(writer, result, config):
                     close_shard(index)
                 if writer is None:
+                    name = shard_name(item.split, shard_numbers[item.split], extension)
                     shard_numbers[item.split] += 1
-                    name = shard_name(item.split, shard_numbers[item.split] - 1, extension)
                     writer = open_writer(config.output.format, output, name, item.split, classes)
                 writer.add(result)
                 pending_samples.append(_sample_record(result, writer.name))
@@ -198,6 +205,7 @@ def _sample_record(sample: Sample, shard: str) -> dict[str, Any]:
         "jpeg_bytes": len(sample.jpeg),
         "source_size": sample.source_size,
         "source_mtime_ns": sample.source_mtime_ns,
+        "source_digest": sample.source_digest,
     }
 
 
@@ -214,36 +222,46 @@ def _reject_record(reject: Reject, item: PlanItem) -> dict[str, Any]:
 def _build_manifest(
     config: Config,
     source: Path,
+    base: Base,
     state: JournalState,
-    scan_rejects: list[dict[str, Any]],
-    scanned,
+    scanned: ScanResult,
     plan_fingerprint: str,
     started: float,
     resumed_at: int,
 ) -> dict[str, Any]:
-    rejects = scan_rejects + state.rejects
+    scan_rejects = [
+        {"path": path, "reason": "unreadable", "detail": detail}
+        for path, detail in scanned.unreadable
+    ]
+    rejects = scan_rejects + base.rejects + state.rejects
+    shards = base.shards + state.shards
     seconds = time.monotonic() - started
     splits: dict[str, dict[str, int]] = {
         name: {"samples": 0, "shards": 0, "bytes": 0} for name, _ in config.splits
     }
-    for shard in state.shards:
+    for shard in shards:
         splits[shard["split"]]["samples"] += shard["samples"]
         splits[shard["split"]]["shards"] += 1
         splits[shard["split"]]["bytes"] += shard["bytes"]
-    packed = state.packed
+    packed = len(base.samples) + state.packed
     excluded = sum(scanned.excluded.values())
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    version = base.version + 1
+    removed_shards = [name for name in base.obsolete if not name.endswith(".idx")]
     return {
         "schema_version": SCHEMA_VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "version": version,
+        "created": created,
         "tool": {"name": "shardsmith", "version": __version__, "libraries": _library_versions()},
         "source": str(source),
         "config": config.dataset_settings(),
         "fingerprint": config.fingerprint(),
         "sources_fingerprint": plan_fingerprint,
+        "previous_content_fingerprint": base.previous_fingerprint,
         "format": config.output.format,
         "classes": list(scanned.classes),
         "splits": splits,
-        "shards": state.shards,
+        "shards": shards,
         "rejects": rejects,
         "excluded": dict(sorted(scanned.excluded.items())),
         "totals": {
@@ -251,12 +269,16 @@ def _build_manifest(
             "packed": packed,
             "rejected": len(rejects),
             "excluded": excluded,
-            "bytes_in": state.bytes_in,
-            "bytes_out": sum(s["bytes"] for s in state.shards),
+            "bytes_in": base.bytes_in + state.bytes_in,
+            "bytes_out": sum(s["bytes"] for s in shards),
         },
+        "history": base.history + [
+            history_entry(base, version, created, state.shards, removed_shards)
+        ],
         "run": {
             "seconds": round(seconds, 3),
             "images_per_second": round((state.next_index - resumed_at) / max(seconds, 1e-9), 2),
+            "decoded": state.next_index - resumed_at,
             "resumed_at": resumed_at,
             "workers": config.run.worker_count,
         },
@@ -277,16 +299,12 @@ def _library_versions() -> dict[str, str]:
     }
 
 
-def _existing_dataset(
-    output: Path, config: Config, plan: list[PlanItem], plan_fingerprint: str
-) -> dict | None:
-    """The finished dataset when it is up to date; None when there is work to do.
+def _previous_dataset(output: Path, config: Config) -> dict | None:
+    """The finished dataset in ``output`` to build on, or None for a fresh build.
 
-    Raises OutputStateError when the output holds a dataset this run must not replace.
+    Raises OutputStateError when it was packed with other settings (unless --overwrite).
     """
-    if not (output / MANIFEST_NAME).exists():
-        return None
-    if config.run.overwrite:
+    if config.run.overwrite or not (output / MANIFEST_NAME).exists():
         return None
     manifest = read_manifest(output)
     if manifest["fingerprint"] != config.fingerprint():
@@ -295,13 +313,7 @@ def _existing_dataset(
             f"{output} holds a dataset packed with different settings ({changed or 'version'}); "
             "pass --overwrite to replace it, or choose a new output directory"
         )
-    if manifest.get("sources_fingerprint") == plan_fingerprint:
-        return manifest
-    raise OutputStateError(
-        f"{output}: the source files changed since this dataset was packed "
-        f"({_describe_source_changes(output, manifest, plan)}); incremental packing "
-        "is not supported yet: pass --overwrite to rebuild"
-    )
+    return manifest
 
 
 def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -316,20 +328,12 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return changed
 
 
-def _describe_source_changes(output: Path, manifest: dict, plan: list[PlanItem]) -> str:
-    """"N added, M changed, K removed" between the packed dataset and the current scan."""
-    try:
-        before = {s["path"]: (s["source_size"], s["source_mtime_ns"]) for s in read_samples(output)}
-    except (OSError, ValueError, KeyError):
-        return "its sample index is unreadable"
-    before.update(
-        {r["path"]: (r.get("source_size"), r.get("source_mtime_ns")) for r in manifest["rejects"]}
-    )
-    now = {item.source.relpath: (item.source.size, item.source.mtime_ns) for item in plan}
-    added = len(now.keys() - before.keys())
-    removed = len(before.keys() - now.keys())
-    changed = sum(1 for path in now.keys() & before.keys() if now[path] != before[path])
-    return f"{added} added, {changed} changed, {removed} removed"
+def _remove_unlisted_shards(output: Path, manifest: dict) -> None:
+    listed = {shard["name"] for shard in manifest["shards"]}
+    listed |= {shard["index"]["name"] for shard in manifest["shards"] if "index" in shard}
+    for path in output.iterdir():
+        if is_shard_file(path.name) and path.name not in listed:
+            path.unlink()
 
 
 def _clear_previous_output(output: Path) -> None:

@@ -19,8 +19,16 @@ def pack_summary(result: PackResult) -> str:
     """Seen / packed / rejected, bytes in → out, shards, time and rate."""
     manifest = result.manifest
     totals, run = manifest["totals"], manifest.get("run", {})
+    version = manifest.get("version", 1)
+    changes = (manifest.get("history") or [{}])[-1]
     if result.up_to_date:
         head = f"{result.output}: up to date, nothing to do (same settings, sources unchanged)"
+    elif version > 1:
+        head = (f"{result.output}: version {version}: {changes['added']} added, "
+                f"{changes['changed']} changed, {changes['removed']} removed; "
+                f"{manifest['run']['decoded']} images decoded, "
+                f"{len(changes['shards_added'])} shards new, "
+                f"{len(changes['shards_removed'])} rewritten or dropped")
     elif result.resumed_at:
         head = f"{result.output}: packed (resumed after {result.resumed_at} images)"
     else:
@@ -62,6 +70,22 @@ def pack_report(result: PackResult) -> dict:
         "run": manifest.get("run"),
         "fingerprint": manifest["fingerprint"],
     }
+
+
+def version_log(manifest: dict) -> str:
+    """One line per dataset version: what it added, changed and removed."""
+    lines = [f"{'version':>7}  {'created':<25} {'added':>7} {'changed':>7} {'removed':>7} "
+             f"{'shards +':>8} {'shards -':>8}"]
+    for entry in manifest.get("history", []):
+        lines.append(
+            f"{entry['version']:>7}  {entry['created']:<25} {entry['added']:>7,} "
+            f"{entry['changed']:>7,} {entry['removed']:>7,} {len(entry['shards_added']):>8,} "
+            f"{len(entry['shards_removed']):>8,}"
+        )
+    totals = manifest["totals"]
+    lines.append(f"current: version {manifest.get('version', 1)}, {totals['packed']:,} samples "
+                 f"in {len(manifest['shards']):,} shards")
+    return "\n".join(lines)
 
 
 def _excluded_detail(excluded: dict[str, int]) -> str:

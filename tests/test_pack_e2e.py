@@ -43,6 +43,8 @@ def dataset_bytes(output: Path) -> dict[str, bytes]:
     manifest = json.loads(files.pop("manifest.json"))
     for volatile in ("created", "run"):
         manifest.pop(volatile)
+    for version in manifest["history"]:
+        version.pop("created")
     files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
     return files
 
@@ -174,17 +176,6 @@ def test_rerun_with_changed_settings_refuses_unless_overwrite(mixed_source, tmp_
              "--overwrite")
     assert manifest_of(output)["config"]["image"]["size"] == 128
     assert all(max(s["width"], s["height"]) <= 128 for s in samples_of(output))
-
-
-def test_changed_sources_are_refused_with_counts(mixed_source, tmp_path):
-    source, _ = mixed_source
-    output = tmp_path / "out"
-    run_pack(str(source), str(output), "--size", "64", "--max-reject-fraction", "0.5")
-    images.write(source / "ok" / "new.jpg", images.jpeg(100, 100))
-    (source / "dent" / "a.jpg").unlink()
-    refused = run_pack(str(source), str(output), "--size", "64", "--max-reject-fraction", "0.5",
-                       expect=2)
-    assert "1 added, 0 changed, 1 removed" in refused
 
 
 def test_too_many_rejects_exit_with_code_3_after_recording_them(mixed_source, tmp_path):

@@ -170,7 +170,19 @@ class TFRecordShardWriter:
         return len(sample.jpeg) + 512  # framing and metadata features are a few hundred bytes
 
     def add(self, sample: Sample) -> None:
-        record = frame_record(encode_example(example_features(sample, self.classes)))
+        self._add_payload(encode_example(example_features(sample, self.classes)))
+
+    def copy_from(self, shard: Path, keep: set[str]) -> int:
+        """Append the records of another shard whose keys are in ``keep``, bytes unchanged."""
+        copied = 0
+        for _, payload in iter_records(shard):
+            if decode_example(payload)["image/key"].decode() in keep:
+                self._add_payload(payload)
+                copied += 1
+        return copied
+
+    def _add_payload(self, payload: bytes) -> None:
+        record = frame_record(payload)
         self._index_lines.append(f"{self._file.bytes_written} {len(record)}\n")
         self._file.write(record)
         self.samples += 1

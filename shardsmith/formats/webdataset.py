@@ -80,13 +80,25 @@ class TarShardWriter:
 
     def add(self, sample: Sample) -> None:
         metadata = sample_metadata(sample, class_name(self.classes, sample.label))
-        members = (
-            ("jpg", sample.jpeg),
-            ("cls", str(sample.label).encode("ascii")),
-            ("json", json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode()),
-        )
-        for extension, payload in members:
-            info = tarfile.TarInfo(f"{sample.key}.{extension}")
+        self._add_members(sample.key, {
+            "jpg": sample.jpeg,
+            "cls": str(sample.label).encode("ascii"),
+            "json": json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode(),
+        })
+
+    def copy_from(self, shard: Path, keep: set[str]) -> int:
+        """Append the samples of another shard whose keys are in ``keep``, bytes unchanged."""
+        copied = 0
+        for key, members in iter_samples(shard, with_data=True):
+            if key in keep:
+                self._add_members(key, members)
+                copied += 1
+        return copied
+
+    def _add_members(self, key: str, members: dict[str, bytes]) -> None:
+        for extension in MEMBER_EXTENSIONS:
+            payload = members[extension]
+            info = tarfile.TarInfo(f"{key}.{extension}")
             info.size = len(payload)
             info.mtime = 0
             info.mode = 0o644

@@ -1,0 +1,180 @@
+"""Dataset versions: what a pack run starts from, and what it must redo.
+
+A first pack starts from an empty ``Base`` and processes the whole plan.  A later pack over a
+dataset with the same settings starts from that dataset:
+
+* sources that are new, or changed (size, or mtime plus a quick content digest), are
+  processed; everything else is not read, decoded or re-encoded;
+* shards holding no changed or removed source stay as they are, byte for byte;
+* a shard holding one is rewritten under a new name without the stale samples (their bytes
+  are copied, not re-encoded), so the manifest never lists a sample whose source is gone or
+  stale, and a later ``stage`` copies only new and rewritten shards;
+* new samples go into new shards, numbered after the existing ones.
+
+The rewrite is deterministic, so an interrupted increment that is run again produces the
+same files under the same names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import OutputStateError
+from .formats import open_writer, shard_extension
+from .imaging import quick_digest
+from .manifest import content_fingerprint, read_samples, shard_name, shard_record
+from .plan import PlanItem
+
+SHARD_NUMBER = slice(-6, None)
+
+
+@dataclass
+class Base:
+    """The dataset a run builds on (empty for a first pack) and the work left to do."""
+
+    work: list[PlanItem]
+    version: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    next_numbers: Counter = field(default_factory=Counter)
+    obsolete: list[str] = field(default_factory=list)
+    rewritten: list[str] = field(default_factory=list)
+    previous_fingerprint: str | None = None
+    changes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bytes_in(self) -> int:
+        return sum(sample["source_size"] for sample in self.samples)
+
+
+def prepare_base(
+    output: Path,
+    manifest: dict[str, Any] | None,
+    plan: list[PlanItem],
+    root: Path,
+    fmt: str,
+    classes: tuple[str, ...],
+) -> Base:
+    """Compare the previous version with the current plan and rewrite the affected shards."""
+    if manifest is None:
+        return Base(work=list(plan), changes={"added": len(plan), "changed": 0, "removed": 0})
+    _check_classes(output, manifest["classes"], classes)
+    old_samples = {sample["path"]: sample for sample in read_samples(output)}
+    old_rejects = {r["path"]: r for r in manifest["rejects"] if "source_size" in r}
+    current = {item.source.relpath: item for item in plan}
+
+    stale: set[str] = set(old_samples) - set(current)  # removed sources
+    removed = len(stale) + len(set(old_rejects) - set(current))
+    redo: set[str] = set()
+    kept_rejects = []
+    touched: dict[str, int] = {}
+    for path, item in current.items():
+        if path in old_samples:
+            before = old_samples[path]
+            if (before["source_size"], before["source_mtime_ns"]) == (
+                item.source.size, item.source.mtime_ns
+            ):
+                continue
+            if before["source_size"] == item.source.size and before.get(
+                "source_digest"
+            ) == quick_digest(os.path.join(root, path)):
+                touched[path] = item.source.mtime_ns  # same content, new mtime
+                continue
+            stale.add(path)
+            redo.add(path)
+        elif path in old_rejects:
+            before = old_rejects[path]
+            if (before["source_size"], before["source_mtime_ns"]) == (
+                item.source.size, item.source.mtime_ns
+            ):
+                kept_rejects.append(before)
+            else:
+                redo.add(path)
+        else:
+            redo.add(path)
+    added = sum(1 for path in redo if path not in old_samples and path not in old_rejects)
+
+    base = Base(
+        work=[item for item in plan if item.source.relpath in redo],
+        version=manifest.get("version", 1),
+        history=list(manifest.get("history", [])),
+        rejects=kept_rejects,
+        previous_fingerprint=content_fingerprint(manifest),
+        changes={"added": added, "changed": len(redo) - added, "removed": removed,
+                 "touched": len(touched)},
+    )
+    for shard in manifest["shards"]:
+        number = int(Path(shard["name"]).stem[SHARD_NUMBER])
+        base.next_numbers[shard["split"]] = max(base.next_numbers[shard["split"]], number + 1)
+
+    stale_keys_by_shard: dict[str, set[str]] = {}
+    for path in stale & set(old_samples):
+        sample = old_samples[path]
+        stale_keys_by_shard.setdefault(sample["shard"], set()).add(sample["key"])
+    renamed: dict[str, str] = {}
+    for shard in manifest["shards"]:
+        drop = stale_keys_by_shard.get(shard["name"])
+        if not drop:
+            base.shards.append(shard)
+            continue
+        base.obsolete += [shard["name"]] + ([shard["index"]["name"]] if "index" in shard else [])
+        keep = {s["key"] for s in old_samples.values()
+                if s["shard"] == shard["name"] and s["key"] not in drop}
+        if not keep:
+            continue
+        new_name = shard_name(shard["split"], base.next_numbers[shard["split"]],
+                              shard_extension(fmt))
+        base.next_numbers[shard["split"]] += 1
+        writer = open_writer(fmt, output, new_name, shard["split"], classes)
+        try:
+            writer.copy_from(output / shard["name"], keep)
+        except BaseException:
+            writer.discard()
+            raise
+        base.shards.append(shard_record(writer.close()))
+        base.rewritten.append(new_name)
+        renamed[shard["name"]] = new_name
+
+    # The kept samples, in shard order, pointing at their (possibly renamed) shard.
+    by_shard: dict[str, list[dict[str, Any]]] = {}
+    for path, sample in old_samples.items():
+        if path in stale:
+            continue
+        sample = dict(sample, shard=renamed.get(sample["shard"], sample["shard"]))
+        if path in touched:
+            sample["source_mtime_ns"] = touched[path]
+        by_shard.setdefault(sample["shard"], []).append(sample)
+    for shard in base.shards:
+        base.samples += by_shard.get(shard["name"], [])
+    return base
+
+
+def history_entry(base: Base, version: int, created: str, new_shards: list[dict],
+                  removed_shards: list[str]) -> dict[str, Any]:
+    """What one version changed, for the manifest's history and ``shardsmith log``."""
+    return {
+        "version": version,
+        "created": created,
+        **base.changes,
+        "shards_added": base.rewritten + [shard["name"] for shard in new_shards],
+        "shards_removed": removed_shards,
+        "previous_content_fingerprint": base.previous_fingerprint,
+    }
+
+
+def _check_classes(output: Path, before: list[str], now: tuple[str, ...]) -> None:
+    """Labels are indices into the class list: existing ones must keep their meaning."""
+    if list(now[: len(before)]) != before:
+        gone = sorted(set(before) - set(now))
+        new = sorted(set(now) - set(before))
+        raise OutputStateError(
+            f"{output}: the class folders changed (new: {', '.join(new) or 'none'}; gone: "
+            f"{', '.join(gone) or 'none'}) so existing labels would change meaning; pass "
+            "--overwrite to rebuild, or choose a new output directory"
+        )

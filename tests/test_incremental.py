@@ -1,0 +1,190 @@
+"""Nightly increments: only new or changed sources are decoded; untouched shards stay put."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from shardsmith.cli import main
+from shardsmith.stage import stage
+from shardsmith.verify import verify
+
+import images
+
+
+def pack(source: Path, output: Path, *extra: str, expect: int = 0) -> str:
+    result = CliRunner().invoke(main, ["pack", str(source), str(output), "--size", "64",
+                                       "--shard-samples", "3", "--split", "train=0.7,val=0.3",
+                                       "--workers", "1", "--quiet", *extra])
+    assert result.exit_code == expect, result.output
+    return result.output
+
+
+def tree(root: Path, count: int = 18) -> Path:
+    for number in range(count):
+        images.write(root / "abc"[number % 3] / f"{number:02d}.jpg",
+                     images.jpeg(240, 180, number))
+    return root
+
+
+def manifest_of(output: Path) -> dict:
+    return json.loads((output / "manifest.json").read_text())
+
+
+def shard_digests(output: Path) -> dict[str, str]:
+    return {s["name"]: hashlib.sha256((output / s["name"]).read_bytes()).hexdigest()
+            for s in manifest_of(output)["shards"]}
+
+
+def samples_of(output: Path) -> dict[str, dict]:
+    lines = (output / "samples.jsonl").read_text().splitlines()
+    return {json.loads(line)["path"]: json.loads(line) for line in lines}
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_an_increment_decodes_only_new_and_changed_sources(tmp_path, fmt):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output, "--format", fmt)
+    before_shards, before_samples = shard_digests(output), samples_of(output)
+
+    images.write(source / "a" / "new1.jpg", images.jpeg(300, 200, 101))
+    images.write(source / "b" / "new2.jpg", images.jpeg(300, 200, 102))
+    images.write(source / "c" / "02.jpg", images.jpeg(500, 300, 103))  # changed content
+    (source / "a" / "03.jpg").unlink()  # removed
+    touched = source / "b" / "04.jpg"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+
+    summary = pack(source, output, "--format", fmt)
+    assert "version 2: 2 added, 1 changed, 1 removed; 3 images decoded" in summary
+    manifest = manifest_of(output)
+    assert manifest["version"] == 2 and manifest["run"]["decoded"] == 3
+    history = manifest["history"][-1]
+    assert (history["added"], history["changed"], history["removed"], history["touched"]) == (
+        2, 1, 1, 1)
+
+    after_shards, after_samples = shard_digests(output), samples_of(output)
+    stale_shards = {before_samples["c/02.jpg"]["shard"], before_samples["a/03.jpg"]["shard"]}
+    for name, digest in before_shards.items():
+        if name in stale_shards:
+            assert name not in after_shards and not (output / name).exists()
+        else:
+            assert after_shards[name] == digest  # untouched shards: same name, same bytes
+    assert set(history["shards_removed"]) == stale_shards
+    assert set(history["shards_added"]) == set(after_shards) - set(before_shards)
+
+    assert "a/03.jpg" not in after_samples
+    assert after_samples["c/02.jpg"]["width"] == 64 and after_samples["c/02.jpg"]["height"] == 38
+    assert after_samples["b/04.jpg"]["source_mtime_ns"] == touched.stat().st_mtime_ns
+    assert after_samples["b/04.jpg"]["shard"] == before_samples["b/04.jpg"]["shard"]
+    assert {"a/new1.jpg", "b/new2.jpg"} <= set(after_samples)
+    assert manifest["totals"]["packed"] == 19
+    report = verify(output, decode=True)
+    assert report.ok, report.problems
+
+
+def test_increment_content_reads_back_right(tmp_path):
+    """Samples copied into rewritten shards are the same bytes; new ones are the new image."""
+    import webdataset as wds
+
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    (source / "a" / "00.jpg").unlink()
+    images.write(source / "b" / "01.jpg", images.encode(
+        images.gradient_rgb(200, 200)[:, :, ::-1], "JPEG", quality=95))
+    pack(source, output)
+    urls = [str(output / s["name"]) for s in manifest_of(output)["shards"]]
+    seen = {}
+    for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
+        meta = json.loads(sample["json"])
+        seen[meta["path"]] = Image.open(io.BytesIO(sample["jpg"])).size
+    assert "a/00.jpg" not in seen and seen["b/01.jpg"] == (64, 64) and len(seen) == 17
+
+
+def test_a_rerun_after_an_increment_does_nothing(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new.jpg", images.jpeg(100, 100, 7))
+    pack(source, output)
+    assert "up to date, nothing to do" in pack(source, output)
+
+
+def test_stage_after_an_increment_copies_only_new_and_rewritten_shards(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    stage(output, tmp_path / "nvme", quiet=True)
+    images.write(source / "c" / "new.jpg", images.jpeg(100, 100, 7))
+    (source / "b" / "01.jpg").unlink()
+    pack(source, output)
+    history = manifest_of(output)["history"][-1]
+    result = stage(output, tmp_path / "nvme", quiet=True, prune=True)
+    assert result.copied == len(history["shards_added"])
+    assert result.removed == len(history["shards_removed"])
+    assert verify(tmp_path / "nvme", decode=True).ok
+
+
+def test_a_new_class_folder_that_would_shift_labels_is_refused(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "Aa_first" / "x.jpg", images.jpeg(100, 100, 1))
+    refused = pack(source, output, expect=2)
+    assert "class folders changed (new: Aa_first; gone: none)" in refused
+    images.write(source / "zz_last" / "y.jpg", images.jpeg(100, 100, 2))
+    (source / "Aa_first" / "x.jpg").unlink()
+    (source / "Aa_first").rmdir()
+    pack(source, output)  # a class sorted after the others keeps existing labels: allowed
+    assert manifest_of(output)["classes"] == ["a", "b", "c", "zz_last"]
+
+
+def test_log_lists_the_versions(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new.jpg", images.jpeg(100, 100, 7))
+    pack(source, output)
+    result = CliRunner().invoke(main, ["log", str(output)])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[1].split()[0] == "1" and lines[1].split()[2] == "18"
+    assert lines[2].split()[0] == "2" and lines[2].split()[2] == "1"
+    assert lines[-1].startswith("current: version 2, 19 samples")
+
+
+def test_an_interrupted_increment_resumes_to_the_same_result(tmp_path, monkeypatch):
+    from test_pack_e2e import dataset_bytes
+
+    from shardsmith.formats import webdataset as wds_format
+
+    source = tree(tmp_path / "source")
+    clean, resumed = tmp_path / "clean", tmp_path / "resumed"
+    pack(source, clean)
+    pack(source, resumed)
+    for number in range(9):
+        images.write(source / "abc"[number % 3] / f"new{number}.jpg",
+                     images.jpeg(150, 100, 200 + number))
+    (source / "a" / "06.jpg").unlink()
+    pack(source, clean)
+
+    original_close, closed = wds_format.TarShardWriter.close, []
+
+    def close_then_die(self):
+        info = original_close(self)
+        closed.append(info.name)
+        if len(closed) == 3:  # a rewritten shard and two new ones are published
+            raise KeyboardInterrupt
+        return info
+
+    monkeypatch.setattr(wds_format.TarShardWriter, "close", close_then_die)
+    result = CliRunner().invoke(main, ["pack", str(source), str(resumed), "--size", "64",
+                                       "--shard-samples", "3", "--split", "train=0.7,val=0.3",
+                                       "--workers", "1", "--quiet"])
+    assert result.exit_code == 130
+    assert manifest_of(resumed)["version"] == 1  # the previous version is still the published one
+    monkeypatch.setattr(wds_format.TarShardWriter, "close", original_close)
+    pack(source, resumed)
+    assert dataset_bytes(resumed) == dataset_bytes(clean)
