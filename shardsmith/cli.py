@@ -94,14 +94,17 @@ def main(verbose: int) -> None:
               "[default: 0.01]")
 @click.option("--overwrite", is_flag=True, default=None,
               help="Replace a dataset packed with different settings.")
+@click.option("--compact", is_flag=True, default=None,
+              help="Merge shards under half the target size (small nightly deltas) into full "
+              "ones.")
 @click.option("--quiet", is_flag=True, default=None,
               help="No progress output (without a terminal, progress is a log line a minute).")
 @click.option("--report", "report_file", type=click.Path(dir_okay=False),
               help="Also write a machine-readable summary (JSON) here, on success or failure.")
 @_fail_cleanly
 def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb, shard_samples,
-         splits, seed, workers, backend, scheduler, max_reject_fraction, overwrite, quiet,
-         report_file) -> None:
+         splits, seed, workers, backend, scheduler, max_reject_fraction, overwrite, compact,
+         quiet, report_file) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
     SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
@@ -127,6 +130,7 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
             "run.scheduler": scheduler,
             "run.max_reject_fraction": max_reject_fraction,
             "run.overwrite": overwrite,
+            "run.compact": compact,
             "run.quiet": quiet,
         })
         result = run_pack(config)

@@ -83,6 +83,7 @@ class RunConfig:
     max_reject_fraction: float = 0.01
     quiet: bool = False
     overwrite: bool = False
+    compact: bool = False
 
     @property
     def worker_count(self) -> int:

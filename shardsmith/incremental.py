@@ -44,7 +44,7 @@ class Base:
     rejects: list[dict[str, Any]] = field(default_factory=list)
     next_numbers: Counter = field(default_factory=Counter)
     obsolete: list[str] = field(default_factory=list)
-    rewritten: list[str] = field(default_factory=list)
+    previous_shards: list[str] = field(default_factory=list)
     previous_fingerprint: str | None = None
     changes: dict[str, int] = field(default_factory=dict)
 
@@ -106,12 +106,14 @@ def prepare_base(
         history=list(manifest.get("history", [])),
         rejects=kept_rejects,
         previous_fingerprint=content_fingerprint(manifest),
+        previous_shards=[shard["name"] for shard in manifest["shards"]],
         changes={"added": added, "changed": len(redo) - added, "removed": removed,
                  "touched": len(touched)},
     )
-    for shard in manifest["shards"]:
-        number = int(Path(shard["name"]).stem[SHARD_NUMBER])
-        base.next_numbers[shard["split"]] = max(base.next_numbers[shard["split"]], number + 1)
+    # Numbers only grow: a name, once used, never stands for other content.
+    base.next_numbers.update(next_shard_numbers(manifest["shards"]))
+    for split, number in manifest.get("next_shard_numbers", {}).items():
+        base.next_numbers[split] = max(base.next_numbers[split], number)
 
     stale_keys_by_shard: dict[str, set[str]] = {}
     for path in stale & set(old_samples):
@@ -138,7 +140,6 @@ def prepare_base(
             writer.discard()
             raise
         base.shards.append(shard_record(writer.close()))
-        base.rewritten.append(new_name)
         renamed[shard["name"]] = new_name
 
     # The kept samples, in shard order, pointing at their (possibly renamed) shard.
@@ -155,15 +156,15 @@ def prepare_base(
     return base
 
 
-def history_entry(base: Base, version: int, created: str, new_shards: list[dict],
-                  removed_shards: list[str]) -> dict[str, Any]:
+def history_entry(base: Base, version: int, created: str, shards: list[dict]) -> dict[str, Any]:
     """What one version changed, for the manifest's history and ``shardsmith log``."""
+    now = [shard["name"] for shard in shards]
     return {
         "version": version,
         "created": created,
         **base.changes,
-        "shards_added": base.rewritten + [shard["name"] for shard in new_shards],
-        "shards_removed": removed_shards,
+        "shards_added": sorted(set(now) - set(base.previous_shards)),
+        "shards_removed": sorted(set(base.previous_shards) - set(now)),
         "previous_content_fingerprint": base.previous_fingerprint,
     }
 
@@ -178,3 +179,69 @@ def _check_classes(output: Path, before: list[str], now: tuple[str, ...]) -> Non
             f"{', '.join(gone) or 'none'}) so existing labels would change meaning; pass "
             "--overwrite to rebuild, or choose a new output directory"
         )
+
+
+def next_shard_numbers(shards: list[dict[str, Any]]) -> Counter:
+    """Per split, one past the highest shard number in ``shards``."""
+    numbers: Counter = Counter()
+    for shard in shards:
+        number = int(Path(shard["name"]).stem[SHARD_NUMBER])
+        numbers[shard["split"]] = max(numbers[shard["split"]], number + 1)
+    return numbers
+
+
+def compact(
+    shards: list[dict[str, Any]],
+    numbers: Counter,
+    output: Path,
+    fmt: str,
+    classes: tuple[str, ...],
+    target_bytes: int,
+    target_samples: int | None,
+) -> tuple[list[dict[str, Any]], dict[str, str], list[str]]:
+    """Merge shards under half the target size, per split, into full ones.
+
+    Small shards pile up when every nightly increment adds a few hundred images.  Whole
+    shards are merged in manifest order (their samples' bytes copied), so the result is
+    deterministic.  ``numbers`` (next shard number per split) is advanced in place.
+    Returns the new shard list, old name → new name, and obsolete files.
+    """
+    def small(shard: dict[str, Any]) -> bool:
+        if target_samples is not None:
+            return shard["samples"] < target_samples / 2
+        return shard["bytes"] < target_bytes / 2
+
+    by_split: dict[str, list[dict[str, Any]]] = {}
+    for shard in shards:
+        if small(shard):
+            by_split.setdefault(shard["split"], []).append(shard)
+    merge = {name for group in by_split.values() if len(group) > 1
+             for name in (s["name"] for s in group)}
+    if not merge:
+        return shards, {}, []
+
+    renamed: dict[str, str] = {}
+    obsolete: list[str] = []
+    merged: list[dict[str, Any]] = []
+    for split, group in by_split.items():
+        if len(group) < 2:
+            continue
+        writer = None
+        for shard in group:
+            too_big = writer is not None and (
+                writer.samples + shard["samples"] > target_samples if target_samples
+                else writer.bytes_written + shard["bytes"] > target_bytes
+            )
+            if too_big:
+                merged.append(shard_record(writer.close()))
+                writer = None
+            if writer is None:
+                name = shard_name(split, numbers[split], shard_extension(fmt))
+                numbers[split] += 1
+                writer = open_writer(fmt, output, name, split, classes)
+            writer.copy_from(output / shard["name"])
+            renamed[shard["name"]] = writer.name
+            obsolete += [shard["name"]] + ([shard["index"]["name"]] if "index" in shard else [])
+        merged.append(shard_record(writer.close()))
+    kept = [shard for shard in shards if shard["name"] not in merge]
+    return kept + merged, renamed, obsolete

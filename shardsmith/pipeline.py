@@ -22,7 +22,7 @@ from .config import Config, check_paths
 from .errors import OutputStateError, ShardsmithError
 from .formats import ShardWriter, open_writer, shard_extension
 from .imaging import Reject, Sample, process
-from .incremental import Base, history_entry, prepare_base
+from .incremental import Base, compact, history_entry, prepare_base
 from .lock import DirectoryLock
 from .manifest import (
     LOCK_NAME,
@@ -116,11 +116,23 @@ def _pack_with(
 
     resumed_at = state.next_index
     _write_shards(base, state, journal, pool, source, output, config, scanned.classes)
+    shards, renamed, obsolete = base.shards + state.shards, {}, list(base.obsolete)
+    numbers = base.next_numbers + Counter(shard["split"] for shard in state.shards)
+    if config.run.compact:
+        shards, renamed, merged_away = compact(
+            shards, numbers, output, config.output.format, scanned.classes,
+            config.output.shard_bytes, config.output.shard_samples,
+        )
+        obsolete += merged_away
     manifest = _build_manifest(
-        config, source, base, state, scanned, plan_fingerprint, started, resumed_at
+        config, source, base, state, shards, scanned, plan_fingerprint, started, resumed_at
     )
-    write_dataset_files(output, manifest, itertools.chain(base.samples, journal.samples()))
-    for name in base.obsolete:  # rewritten shards: the new manifest no longer lists them
+    manifest["next_shard_numbers"] = dict(sorted(numbers.items()))
+    samples = itertools.chain(base.samples, journal.samples())
+    if renamed:
+        samples = (dict(s, shard=renamed.get(s["shard"], s["shard"])) for s in samples)
+    write_dataset_files(output, manifest, samples)
+    for name in obsolete:  # rewritten or merged shards: the new manifest no longer lists them
         (output / name).unlink(missing_ok=True)
     journal.remove()
     return PackResult(manifest, output, resumed_at=resumed_at)
@@ -224,6 +236,7 @@ def _build_manifest(
     source: Path,
     base: Base,
     state: JournalState,
+    shards: list[dict[str, Any]],
     scanned: ScanResult,
     plan_fingerprint: str,
     started: float,
@@ -234,7 +247,6 @@ def _build_manifest(
         for path, detail in scanned.unreadable
     ]
     rejects = scan_rejects + base.rejects + state.rejects
-    shards = base.shards + state.shards
     seconds = time.monotonic() - started
     splits: dict[str, dict[str, int]] = {
         name: {"samples": 0, "shards": 0, "bytes": 0} for name, _ in config.splits
@@ -247,7 +259,6 @@ def _build_manifest(
     excluded = sum(scanned.excluded.values())
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     version = base.version + 1
-    removed_shards = [name for name in base.obsolete if not name.endswith(".idx")]
     return {
         "schema_version": SCHEMA_VERSION,
         "version": version,
@@ -272,9 +283,7 @@ def _build_manifest(
             "bytes_in": base.bytes_in + state.bytes_in,
             "bytes_out": sum(s["bytes"] for s in shards),
         },
-        "history": base.history + [
-            history_entry(base, version, created, state.shards, removed_shards)
-        ],
+        "history": base.history + [history_entry(base, version, created, shards)],
         "run": {
             "seconds": round(seconds, 3),
             "images_per_second": round((state.next_index - resumed_at) / max(seconds, 1e-9), 2),

@@ -188,3 +188,29 @@ def test_an_interrupted_increment_resumes_to_the_same_result(tmp_path, monkeypat
     monkeypatch.setattr(wds_format.TarShardWriter, "close", original_close)
     pack(source, resumed)
     assert dataset_bytes(resumed) == dataset_bytes(clean)
+
+
+def test_compact_merges_small_delta_shards(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output, "--shard-samples", "6")
+    for night in range(3):  # three nights, one new image each: three one-sample shards
+        images.write(source / "a" / f"night{night}.jpg", images.jpeg(120, 90, 300 + night))
+        pack(source, output, "--shard-samples", "6")
+    small = [s for s in manifest_of(output)["shards"] if s["samples"] < 3]
+    assert len(small) >= 3
+    before = samples_of(output)
+    pack(source, output, "--shard-samples", "6", "--compact")  # sources unchanged: no-op
+    images.write(source / "b" / "night3.jpg", images.jpeg(120, 90, 400))
+    pack(source, output, "--shard-samples", "6", "--compact")
+    manifest = manifest_of(output)
+    per_split = {}
+    for shard in manifest["shards"]:
+        per_split.setdefault(shard["split"], []).append(shard["samples"])
+    assert all(sum(1 for n in counts if n < 3) <= 1 for counts in per_split.values())
+    after = samples_of(output)
+    assert set(after) == set(before) | {"b/night3.jpg"}
+    names = [s["name"] for s in manifest["shards"]]
+    assert len(names) == len(set(names))
+    assert all((output / name).exists() for name in names)
+    report = verify(output, decode=True)
+    assert report.ok, report.problems

@@ -236,8 +236,9 @@ def test_interrupted_pack_resumes_and_equals_an_uninterrupted_run(
     assert [p.name for p in (output / ".shardsmith").iterdir()] == ["lock"]  # no journal
 
 
-def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path):
-    """kill -9 in the middle of a real run; the next run finishes the same dataset."""
+@pytest.mark.parametrize("kill_after_shards", [0, 2, 7])
+def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path, kill_after_shards):
+    """kill -9 at several points of a real run; the next run finishes the same dataset."""
     source = tmp_path / "source"
     for number in range(24):
         images.write(source / f"c{number % 3}" / f"{number}.png", images.png(900, 700, number))
@@ -246,12 +247,16 @@ def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path):
                "--size", "64", "--shard-samples", "2", "--workers", "1", "--quiet"]
     process = subprocess.Popen(command, cwd=REPO)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(list(output.glob("*.tar"))) < 2:
-        time.sleep(0.02)
+    while time.monotonic() < deadline and process.poll() is None:
+        if len(list(output.glob("*.tar"))) >= kill_after_shards and output.exists():
+            break
+        time.sleep(0.005)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
+    from shardsmith.formats.webdataset import iter_samples
+
     for shard in output.glob("*.tar"):  # every shard under a final name is complete
-        assert shard.stat().st_size % 512 == 0
+        assert len(list(iter_samples(shard))) == 2
     subprocess.run(command, cwd=REPO, check=True)
     subprocess.run([*command[:5], str(tmp_path / "clean"), *command[6:]], cwd=REPO, check=True)
     assert dataset_bytes(output) == dataset_bytes(tmp_path / "clean")

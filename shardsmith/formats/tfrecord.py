@@ -172,11 +172,11 @@ class TFRecordShardWriter:
     def add(self, sample: Sample) -> None:
         self._add_payload(encode_example(example_features(sample, self.classes)))
 
-    def copy_from(self, shard: Path, keep: set[str]) -> int:
-        """Append the records of another shard whose keys are in ``keep``, bytes unchanged."""
+    def copy_from(self, shard: Path, keep: set[str] | None = None) -> int:
+        """Append the records of another shard (those in ``keep``), bytes unchanged."""
         copied = 0
         for _, payload in iter_records(shard):
-            if decode_example(payload)["image/key"].decode() in keep:
+            if keep is None or decode_example(payload)["image/key"].decode() in keep:
                 self._add_payload(payload)
                 copied += 1
         return copied

@@ -86,11 +86,11 @@ class TarShardWriter:
             "json": json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode(),
         })
 
-    def copy_from(self, shard: Path, keep: set[str]) -> int:
-        """Append the samples of another shard whose keys are in ``keep``, bytes unchanged."""
+    def copy_from(self, shard: Path, keep: set[str] | None = None) -> int:
+        """Append the samples of another shard (those in ``keep``), bytes unchanged."""
         copied = 0
         for key, members in iter_samples(shard, with_data=True):
-            if key in keep:
+            if keep is None or key in keep:
                 self._add_members(key, members)
                 copied += 1
         return copied
