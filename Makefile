@@ -45,6 +45,7 @@ retrain-data: $(STAMP)  ## before a retrain: pack CONFIG if needed, then stage i
 bench: $(STAMP)  ## image path + pack and stage benchmarks (tables, ratios, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_stage.py
+	$(BIN)/python scripts/bench_nightly.py
 
 clean:
 	rm -rf build $(VENV)
