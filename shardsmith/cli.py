@@ -236,5 +236,30 @@ def verify(dataset, config_file, decode, workers, quiet) -> None:
         sys.exit(1)
 
 
+@main.command("bench-read")
+@click.argument("shards", type=click.Path(file_okay=False, exists=True))
+@click.option("--source", type=click.Path(file_okay=False, exists=True),
+              help="The original tree the shards were packed from: measures loader (a).")
+@click.option("--tfrecords", type=click.Path(file_okay=False, exists=True),
+              help="A TFRecord dataset of the same images: measures the tf.data reader (c).")
+@click.option("--split", help="Read only this split.")
+@click.option("--workers", type=int, help="Loader workers (default: all cores).")
+@click.option("--seconds", type=float, default=20.0, show_default=True,
+              help="Time limit per loader.")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False),
+              help="Also write the results as JSON.")
+@_fail_cleanly
+def bench_read(shards, source, tfrecords, split, workers, seconds, json_file) -> None:
+    """Measure samples/s of (a) the originals, (b) the torch reader, (c) the tf reader."""
+    from .readers.bench import as_json, report
+    from .readers.bench import bench_read as run
+
+    results = run(shards, source=source, tfrecords=tfrecords, workers=workers,
+                  seconds=seconds, split=split)
+    click.echo(report(results))
+    if json_file:
+        Path(json_file).write_text(as_json(results) + "\n")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
