@@ -13,6 +13,8 @@ REPORT ?= build/reports/$(notdir $(basename $(CONFIG)))-$(shell date +%Y%m%d-%H%
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch first: an unpinned install would pull a multi-GB CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

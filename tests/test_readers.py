@@ -115,3 +115,23 @@ def test_tf_reader_yields_hwc_uint8_and_int64_labels(tmp_path):
     assert len(val) == sum(1 for s in index.values() if s["split"] == "val")
     batched = next(iter(dataset(output, split="train").padded_batch(4)))
     assert batched[0].shape[0] == 4
+
+
+def test_packing_never_imports_torch_or_tensorflow(tmp_path):
+    """Both are installed for the tests; the pack driver and its workers must not pay for them."""
+    import subprocess
+    import sys
+
+    source = tmp_path / "source"
+    for number in range(4):
+        images.write(source / "a" / f"{number}.jpg", images.jpeg(100, 80, number))
+    code = (
+        "import sys\n"
+        "from shardsmith import load_config, pack\n"
+        f"pack(load_config(None, {{'source.path': {str(source)!r}, "
+        f"'output.path': {str(tmp_path / 'out')!r}, 'run.quiet': True, 'run.workers': 2}}))\n"
+        "print(sorted(m for m in ('torch', 'tensorflow', 'webdataset') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
