@@ -48,6 +48,7 @@ bench: $(STAMP)  ## image path + pack and stage benchmarks (tables, ratios, buil
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_stage.py
 	$(BIN)/python scripts/bench_nightly.py
+	$(BIN)/python scripts/bench_read.py
 
 clean:
 	rm -rf build $(VENV)

@@ -4,7 +4,7 @@
 (b) the PyTorch reader over WebDataset shards (DataLoader, N workers),
 (c) the tf.data reader over TFRecord shards, when TensorFlow is installed and a TFRecord
     dataset is given.
-Each runs for at most ``seconds`` (or one pass) after a short warm-up; the report gives
+Each runs for ``seconds`` (epoch after epoch) after a short warm-up; the report gives
 samples/s, bytes read per sample, and the ratios (b)/(a), (c)/(a).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,19 @@ class ReadResult:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
 
 
-def _timed(name: str, stream: Iterable, seconds: float, bytes_per_sample: float) -> ReadResult:
-    iterator = iter(stream)
+def _timed(name: str, epochs: Callable[[], Iterable], seconds: float,
+           bytes_per_sample: float) -> ReadResult:
+    """Samples/s over ``seconds``, restarting the loader (a new epoch) whenever it runs dry."""
+    def stream():
+        while True:
+            empty = True
+            for item in epochs():
+                empty = False
+                yield item
+            if empty:
+                return
+
+    iterator = stream()
     for _ in range(WARMUP_SAMPLES):  # worker start-up is not reading speed
         if next(iterator, None) is None:
             break
@@ -78,8 +89,8 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
         mean_bytes = sum(os.path.getsize(path) for path, _ in jobs) / max(1, len(jobs))
         with get_context("spawn").Pool(workers) as pool:
             results.append(_timed(f"(a) originals, {workers} processes",
-                                  pool.imap(_load_original, jobs, chunksize=1), seconds,
-                                  mean_bytes))
+                                  lambda: pool.imap(_load_original, jobs, chunksize=1),
+                                  seconds, mean_bytes))
     if manifest["format"] == "webdataset":
         import torch
 
@@ -87,9 +98,9 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
 
         data = dataset(shards, split=split, shuffle=True)
         loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers,
-                                             persistent_workers=False)
+                                             persistent_workers=True)
         per_sample = sum(s["bytes"] for s in data.shards) / max(1, len(data))
-        results.append(_timed(f"(b) torch reader, {workers} workers", loader, seconds,
+        results.append(_timed(f"(b) torch reader, {workers} workers", lambda: loader, seconds,
                               per_sample))
     if tfrecords is not None:
         from .tf import dataset as tf_dataset
@@ -97,8 +108,8 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
         tf_manifest = read_manifest(Path(tfrecords))
         chosen = [s for s in tf_manifest["shards"] if split is None or s["split"] == split]
         per_sample = sum(s["bytes"] for s in chosen) / max(1, sum(s["samples"] for s in chosen))
-        results.append(_timed("(c) tf.data reader", tf_dataset(tfrecords, split=split),
-                              seconds, per_sample))
+        reader = tf_dataset(tfrecords, split=split)
+        results.append(_timed("(c) tf.data reader", lambda: reader, seconds, per_sample))
     return results
 
 
