@@ -69,7 +69,8 @@ def pack(config: Config) -> PackResult:
     """Pack the source tree into shards and a manifest, as ``config`` says.
 
     Re-running on a finished output with the same config and unchanged sources does nothing;
-    re-running after an interruption resumes from the last published shard.
+    with changed sources it adds a dataset version (only new or changed sources processed);
+    after an interruption it resumes from the last published shard.
     """
     started = time.monotonic()
     source, output = check_paths(config)
@@ -79,13 +80,14 @@ def pack(config: Config) -> PackResult:
 
 def _pack_locked(config: Config, source: Path, output: Path, started: float) -> PackResult:
     with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
-        return _pack_with(pool, config, source, output, started)
+        scanned = scan(source, config.source)
+        return _pack_scanned(pool, scanned, config, source, output, started)
 
 
-def _pack_with(
-    pool: WorkerPool, config: Config, source: Path, output: Path, started: float
+def _pack_scanned(
+    pool: WorkerPool, scanned: ScanResult, config: Config, source: Path, output: Path,
+    started: float,
 ) -> PackResult:
-    scanned = scan(source, config.source)
     plan = make_plan(scanned.files, config.splits, config.seed)
     if not plan:
         reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
