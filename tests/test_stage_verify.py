@@ -238,11 +238,12 @@ def test_killed_stage_leaves_no_partial_file_and_the_rerun_completes(tmp_path):
                str(staged), "--workers", "1", "--quiet"]
     process = subprocess.Popen(command, cwd=REPO)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (
+    while time.monotonic() < deadline and process.poll() is None and not (
         staged.is_dir() and list(staged.glob(".train-000001.tar.*.tmp"))
     ):
         time.sleep(0.005)
-    os.kill(process.pid, signal.SIGKILL)
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGKILL)
     process.wait()
     manifest = json.loads((dataset / "manifest.json").read_text())
     for entry in manifest["shards"]:  # whatever is under a final name is complete
