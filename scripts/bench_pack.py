@@ -303,6 +303,8 @@ def quality(source: Path, size: int, samples: int = 2) -> dict:
 
 def profile_one(path: Path, size: int, reps: int = 5) -> dict[str, float]:
     """Milliseconds per stage of the fast path for one original (medians of ``reps``)."""
+    import numpy as np
+
     from shardsmith import decoders, imaging
     from shardsmith.config import ImageConfig
 
@@ -328,15 +330,9 @@ def profile_one(path: Path, size: int, reps: int = 5) -> dict[str, float]:
         pixels = imaging._resize(pixels, geometry, width, height, config.background)
         pixels = imaging._to_output_color(pixels, bgr, config)
         started = lap("resize + colour", started)
-        imaging.encode_jpeg(np_contiguous(pixels), config)
+        imaging.encode_jpeg(np.ascontiguousarray(pixels), config)
         lap("encode JPEG", started)
     return {name: round(statistics.median(values), 1) for name, values in stages.items()}
-
-
-def np_contiguous(pixels):
-    import numpy as np
-
-    return np.ascontiguousarray(pixels)
 
 
 # ----------------------------------------------------------------------------- driver

@@ -115,44 +115,36 @@ def prepare_base(
     for split, number in manifest.get("next_shard_numbers", {}).items():
         base.next_numbers[split] = max(base.next_numbers[split], number)
 
-    stale_keys_by_shard: dict[str, set[str]] = {}
-    for path in stale & set(old_samples):
-        sample = old_samples[path]
-        stale_keys_by_shard.setdefault(sample["shard"], set()).add(sample["key"])
-    renamed: dict[str, str] = {}
+    # One pass: the kept samples grouped by their shard, which shards hold stale ones.
+    kept_by_shard: dict[str, list[dict[str, Any]]] = {}
+    stale_shards = {old_samples[path]["shard"] for path in stale & set(old_samples)}
+    for path, sample in old_samples.items():
+        if path in stale:
+            continue
+        if path in touched:
+            sample = dict(sample, source_mtime_ns=touched[path])
+        kept_by_shard.setdefault(sample["shard"], []).append(sample)
+
     for shard in manifest["shards"]:
-        drop = stale_keys_by_shard.get(shard["name"])
-        if not drop:
+        kept = kept_by_shard.get(shard["name"], [])
+        if shard["name"] not in stale_shards:
             base.shards.append(shard)
+            base.samples += kept
             continue
         base.obsolete += [shard["name"]] + ([shard["index"]["name"]] if "index" in shard else [])
-        keep = {s["key"] for s in old_samples.values()
-                if s["shard"] == shard["name"] and s["key"] not in drop}
-        if not keep:
+        if not kept:
             continue
         new_name = shard_name(shard["split"], base.next_numbers[shard["split"]],
                               shard_extension(fmt))
         base.next_numbers[shard["split"]] += 1
         writer = open_writer(fmt, output, new_name, shard["split"], classes)
         try:
-            writer.copy_from(output / shard["name"], keep)
+            writer.copy_from(output / shard["name"], {sample["key"] for sample in kept})
         except BaseException:
             writer.discard()
             raise
         base.shards.append(shard_record(writer.close()))
-        renamed[shard["name"]] = new_name
-
-    # The kept samples, in shard order, pointing at their (possibly renamed) shard.
-    by_shard: dict[str, list[dict[str, Any]]] = {}
-    for path, sample in old_samples.items():
-        if path in stale:
-            continue
-        sample = dict(sample, shard=renamed.get(sample["shard"], sample["shard"]))
-        if path in touched:
-            sample["source_mtime_ns"] = touched[path]
-        by_shard.setdefault(sample["shard"], []).append(sample)
-    for shard in base.shards:
-        base.samples += by_shard.get(shard["name"], [])
+        base.samples += [dict(sample, shard=new_name) for sample in kept]
     return base
 
 

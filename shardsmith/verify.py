@@ -90,7 +90,7 @@ def _read_sample_index(
 ) -> tuple[dict[str, Any], list[str]]:
     """Check samples.jsonl against the manifest.
 
-    Returns, per shard, the expected {key: (width, height)} when decoding, else the count.
+    Returns, per shard, the expected {key: (width, height)} when decoding (else nothing).
     """
     problems: list[str] = []
     info = manifest.get("samples_index")
@@ -121,9 +121,7 @@ def _read_sample_index(
         elif count != listed[name]:
             problems.append(f"{SAMPLES_NAME}: {count} samples in {name}, manifest says "
                             f"{listed[name]}")
-    if not decode:
-        per_shard = {name: None for name in per_shard}
-    return per_shard, problems
+    return (per_shard if decode else {}), problems
 
 
 def _check_shard(
