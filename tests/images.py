@@ -87,6 +87,17 @@ def truncated_jpeg() -> bytes:
     return data[: len(data) // 2]
 
 
+def pack_small(source: Path, output: Path, fmt: str, size: int, splits: str) -> Path:
+    """Pack ``source`` in-process with small shards (3 samples), one worker, quietly."""
+    from shardsmith import load_config, pack
+
+    pack(load_config(None, {"source.path": str(source), "output.path": str(output),
+                            "output.format": fmt, "output.shard_samples": 3,
+                            "image.size": size, "splits": splits,
+                            "run.quiet": True, "run.workers": 1}))
+    return output
+
+
 def write(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)

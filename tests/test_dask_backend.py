@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import distributed
 import pytest
 from click.testing import CliRunner
 from test_pack_e2e import dataset_bytes
@@ -9,8 +10,6 @@ from test_pack_e2e import dataset_bytes
 from shardsmith.cli import main
 
 import images
-
-distributed = pytest.importorskip("distributed", reason="install the [dask] extra")
 
 
 @pytest.fixture(scope="module")

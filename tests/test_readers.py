@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from shardsmith import load_config, pack
-
 import images
 
 
@@ -18,12 +16,7 @@ def packed(tmp_path: Path, fmt: str) -> Path:
         folder = "abc"[number % 3]
         data = images.gray_png(90, 60, number) if number == 7 else images.jpeg(120, 80, number)
         images.write(source / folder / f"{number:02d}.{'png' if number == 7 else 'jpg'}", data)
-    output = tmp_path / fmt
-    pack(load_config(None, {"source.path": str(source), "output.path": str(output),
-                            "output.format": fmt, "output.shard_samples": 3,
-                            "image.size": 48, "splits": "train=0.75,val=0.25",
-                            "run.quiet": True, "run.workers": 1}))
-    return output
+    return images.pack_small(source, tmp_path / fmt, fmt, 48, "train=0.75,val=0.25")
 
 
 def index_of(output: Path) -> dict[str, dict]:
@@ -33,7 +26,6 @@ def index_of(output: Path) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def torch_dataset(tmp_path_factory):
-    pytest.importorskip("torch", reason="install the [torch] extra")
     return packed(tmp_path_factory.mktemp("torch"), "webdataset")
 
 
@@ -90,7 +82,6 @@ def test_torch_reader_order_changes_with_the_epoch(torch_dataset):
 
 
 def test_torch_reader_refuses_tfrecord_datasets(tmp_path):
-    pytest.importorskip("torch", reason="install the [torch] extra")
     from shardsmith.errors import ConfigError
     from shardsmith.readers.torch import dataset
 
@@ -99,7 +90,8 @@ def test_torch_reader_refuses_tfrecord_datasets(tmp_path):
 
 
 def test_tf_reader_yields_hwc_uint8_and_int64_labels(tmp_path):
-    tf = pytest.importorskip("tensorflow", reason="install the [tf] extra")
+    import tensorflow as tf
+
     from shardsmith.readers.tf import dataset
 
     output = packed(tmp_path, "tfrecord")

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from shardsmith import load_config, pack
 from shardsmith.cli import main
 from shardsmith.formats import ShardFormatError
 from shardsmith.formats.webdataset import iter_samples
@@ -35,12 +34,7 @@ def packed(tmp_path: Path, fmt: str = "webdataset", name: str = "packed") -> Pat
         for number in range(12):
             images.write(source / ("ab"[number % 2]) / f"{number}.jpg",
                          images.jpeg(300, 200, number))
-    output = tmp_path / name
-    pack(load_config(None, {"source.path": str(source), "output.path": str(output),
-                            "output.format": fmt, "output.shard_samples": 3,
-                            "image.size": 64, "splits": "train=0.5,val=0.5",
-                            "run.quiet": True, "run.workers": 1}))
-    return output
+    return images.pack_small(source, tmp_path / name, fmt, 64, "train=0.5,val=0.5")
 
 
 def flip_byte(path: Path, offset: int) -> None:
