@@ -1,7 +1,8 @@
 """Command line: options → Config → API call → summary.  No logic lives here.
 
-Exit codes: 0 success · 1 failure · 2 bad configuration or usage · 3 too many rejects ·
-130 interrupted (rerun the same command to resume).
+Exit codes: 0 success · 1 failure · 2 bad configuration, usage, manifest or output state ·
+3 too many rejects · 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM); after either,
+rerun the same command to resume.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,10 +21,11 @@ import click
 from . import __version__
 from .atomic import write_json_atomic
 from .config import FORMATS, RESIZE_MODES, load_config
-from .errors import ConfigError, ShardsmithError, TooManyRejectsError
+from .errors import ConfigError, ShardsmithError, Terminated, TooManyRejectsError
 from .report import (
     pack_report,
     pack_summary,
+    printable,
     reject_lines,
     stage_summary,
     verify_summary,
@@ -30,6 +33,7 @@ from .report import (
 )
 
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 def _fail_cleanly(command: Callable) -> Callable:
@@ -40,17 +44,34 @@ def _fail_cleanly(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except ShardsmithError as exc:
-            click.echo(f"shardsmith: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo(
-                "shardsmith: interrupted; finished shards are kept, rerun the same command "
-                "to resume",
-                err=True,
-            )
-            sys.exit(EXIT_INTERRUPTED)
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt as exc:
+            name = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            _fail(f"{name}; finished work is kept, rerun the same command to resume",
+                  EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
+        except OSError as exc:  # the file system: full, read-only, permissions, gone
+            _fail(storage_error(exc), 1)
 
     return wrapper
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"shardsmith: error: {printable(message)}", err=True)
+    sys.exit(code)
+
+
+def storage_error(exc: OSError) -> str:
+    """One line for a file system error: the file, what went wrong, what to do."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    reason = exc.strerror or str(exc)
+    hint = {28: "free some space and rerun: finished work is kept",
+            122: "free some space and rerun: finished work is kept",
+            13: "check the permissions", 30: "the file system is read-only"}.get(exc.errno, "")
+    return f"{where}{reason}" + (f" ({hint})" if hint else "")
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,6 +81,8 @@ def main(verbose: int) -> None:
     """Turn a tree of huge images into training-ready WebDataset or TFRecord shards."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # cron, systemd and Kubernetes stop a job with SIGTERM: clean up as for Ctrl-C.
+    signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 @main.command()
@@ -136,9 +159,9 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
         result = run_pack(config)
         report.update(pack_report(result))
         click.echo(pack_summary(result))
-        if result.manifest["rejects"] and not config.run.quiet:
+        if result.manifest.rejects and not config.run.quiet:
             click.echo("rejected files:", err=True)
-            click.echo("\n".join(reject_lines(result.manifest["rejects"])), err=True)
+            click.echo("\n".join(reject_lines(result.manifest.rejects)), err=True)
         if result.reject_fraction > config.run.max_reject_fraction:
             raise TooManyRejectsError(
                 f"{result.reject_fraction:.1%} of the images were rejected, more than the "
@@ -157,12 +180,21 @@ def _report_to(path: str | None):
     except ShardsmithError as exc:
         report.update(exit_code=exc.exit_code, error=str(exc))
         raise
-    except KeyboardInterrupt:
-        report.update(exit_code=EXIT_INTERRUPTED, error="interrupted")
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        report.update(exit_code=EXIT_TERMINATED if terminated else EXIT_INTERRUPTED,
+                      error="terminated" if terminated else "interrupted")
+        raise
+    except OSError as exc:
+        report.update(exit_code=1, error=storage_error(exc))
         raise
     finally:
         if path is not None:
-            write_json_atomic(Path(path), report)
+            try:
+                write_json_atomic(Path(path), report)
+            except OSError as exc:  # the report is a by-product: never fail a pack over it
+                click.echo(f"shardsmith: warning: cannot write the report: "
+                           f"{storage_error(exc)}", err=True)
 
 
 @main.command()
@@ -172,8 +204,7 @@ def log(dataset) -> None:
     """List the versions of the dataset in DATASET, oldest first."""
     from .manifest import read_manifest
 
-    manifest = read_manifest(Path(dataset))
-    click.echo(version_log(manifest))
+    click.echo(version_log(read_manifest(Path(dataset))))
 
 
 @main.command()
@@ -230,6 +261,9 @@ def verify(dataset, config_file, decode, workers, quiet) -> None:
     report = run_verify(dataset, decode=decode, workers=workers)
     for problem in report.problems:
         click.echo(problem)
+    if not quiet:
+        for note in report.notes:
+            click.echo(f"note: {note}")
     if not quiet or not report.ok:
         click.echo(verify_summary(report), err=not report.ok)
     if not report.ok:

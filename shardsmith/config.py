@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+from .jsonmodel import cut, shown
 
 FORMATS = ("webdataset", "tfrecord")
 RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
@@ -28,7 +30,17 @@ LABEL_MODES = ("folders", "none")
 SUBSAMPLING = ("420", "422", "444")
 DEFAULT_EXTENSIONS = ("jpg", "jpeg", "png", "tif", "tiff", "bmp", "webp")
 BACKENDS = ("local", "dask")
-SPLIT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+CHANGE_DETECTION = ("content", "edges")
+SPLIT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_VALUES = 10_000  # scalars after YAML alias expansion: a job file holds ~50
+MAX_SHARD_MB = 1024 * 1024
+
+
+def since_v2(default: Any) -> Any:
+    """A setting added after datasets were first written: at its default it stays out of the
+    fingerprint, so an upgrade does not turn every existing dataset into a foreign one."""
+    return field(default=default, metadata={"fingerprint": "unless_default"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class ImageConfig:
     background: tuple[int, int, int] = (255, 255, 255)
     pad_color: tuple[int, int, int] = (0, 0, 0)
     max_pixels: int = 300_000_000
+    max_decoded_mb: int = since_v2(1024)
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ class RunConfig:
     quiet: bool = False
     overwrite: bool = False
     compact: bool = False
+    change_detection: str = "content"
 
     @property
     def worker_count(self) -> int:
@@ -120,9 +134,9 @@ class Config:
         This is what the manifest records as ``config`` and what the fingerprint hashes.
         """
         return {
-            "source": {k: v for k, v in _plain(self.source).items() if k != "path"},
-            "output": {k: v for k, v in _plain(self.output).items() if k != "path"},
-            "image": _plain(self.image),
+            "source": _settings(self.source, skip="path"),
+            "output": _settings(self.output, skip="path"),
+            "image": _settings(self.image),
             "splits": dict(self.splits),
             "seed": self.seed,
         }
@@ -131,6 +145,18 @@ class Config:
         """Hash of ``dataset_settings``: equal fingerprints mean equal shards from equal sources."""
         blob = json.dumps(self.dataset_settings(), separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
+
+
+def _settings(section: Any, skip: str = "") -> dict[str, Any]:
+    out = {}
+    for item in dataclasses.fields(section):
+        value = getattr(section, item.name)
+        if item.name == skip:
+            continue
+        if item.metadata.get("fingerprint") == "unless_default" and value == item.default:
+            continue
+        out[item.name] = _plain(value)
+    return out
 
 
 def _plain(obj: Any) -> Any:
@@ -165,30 +191,67 @@ def load_config(
     return _validate(_build(Config, raw, ""))
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML that refuses a key given twice (the second would silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: the key {shown(key)} "
+                                  "is given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: over {MAX_CONFIG_BYTES // 1024} KiB: not a job config")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        data = yaml.load(raw.decode("utf-8"), Loader=_StrictLoader)  # noqa: S506 (safe loader)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {shown(str(exc), 200)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    if _count_values(data, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+        raise ConfigError(f"{path}: expands to more than {MAX_CONFIG_VALUES:,} values "
+                          "(YAML aliases?): not a job config")
     return data
+
+
+def _count_values(node: Any, budget: int) -> int:
+    """Values in ``node`` with aliases expanded, counting no further than ``budget``."""
+    count, stack = 0, [node]
+    while stack and count <= budget:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack += list(item.keys()) + list(item.values())
+        elif isinstance(item, list):
+            stack += item
+    return count
 
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - set(fields))
+    unknown = sorted(str(key) for key in set(raw) - set(fields))
     if unknown:
-        key = f"{prefix}{unknown[0]}"
-        raise ConfigError(f"{key}: unknown key (known here: {', '.join(sorted(fields))})")
+        raise ConfigError(f"{cut(prefix + unknown[0])}: unknown key (known here: "
+                          f"{', '.join(sorted(fields))})")
     values = {}
     for name, value in raw.items():
         key = f"{prefix}{name}"
@@ -211,21 +274,23 @@ def _coerce(value: Any, default: Any, annotation: Any, key: str) -> Any:
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        raise ConfigError(f"{key}: expected true or false, got {shown(value)}")
     if isinstance(default, tuple):
         return _coerce_list(value, default, key)
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if is_number and not math.isfinite(value):
+        raise ConfigError(f"{key}: expected a finite number, got {shown(value)}")
     if isinstance(default, float):
         if is_number:
             return float(value)
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        raise ConfigError(f"{key}: expected a number, got {shown(value)}")
     if isinstance(default, int):
         if is_number and value == int(value):
             return int(value)
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
     if isinstance(value, str) or is_number:
         return str(value)
-    raise ConfigError(f"{key}: expected a string, got {value!r}")
+    raise ConfigError(f"{key}: expected a string, got {shown(value)}")
 
 
 def _coerce_list(value: Any, default: tuple, key: str) -> tuple:
@@ -233,15 +298,16 @@ def _coerce_list(value: Any, default: tuple, key: str) -> tuple:
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
     if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{key}: expected a list, got {value!r}")
+        raise ConfigError(f"{key}: expected a list, got {shown(value)}")
     if default and isinstance(default[0], int):
         if len(value) != len(default) or not all(
             isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value
         ):
-            raise ConfigError(f"{key}: expected {len(default)} integers 0-255, got {value!r}")
+            raise ConfigError(f"{key}: expected {len(default)} integers 0-255, got "
+                              f"{shown(value)}")
         return tuple(value)
     if not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+        raise ConfigError(f"{key}: expected a list of strings, got {shown(value)}")
     return tuple(value)
 
 
@@ -256,16 +322,18 @@ def _splits(value: Any, key: str) -> tuple[tuple[str, float], ...]:
             try:
                 pairs[name.strip()] = float(fraction)
             except ValueError:
-                raise ConfigError(f"{key}.{name.strip()}: not a number: {fraction!r}") from None
+                raise ConfigError(f"{key}.{cut(name.strip())}: not a number: "
+                                  f"{shown(fraction)}") from None
         value = pairs
     if not isinstance(value, dict) or not value:
         raise ConfigError(f"{key}: expected a mapping of split name to fraction")
     splits = []
     for name, fraction in value.items():
         if not isinstance(name, str) or not SPLIT_NAME.match(name):
-            raise ConfigError(f"{key}.{name}: split names are lower-case words (a-z, 0-9, _)")
+            raise ConfigError(f"{key}.{cut(str(name))}: split names are lower-case words "
+                              "(a-z, 0-9, _; at most 64)")
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-            raise ConfigError(f"{key}.{name}: expected a fraction, got {fraction!r}")
+            raise ConfigError(f"{key}.{name}: expected a fraction, got {shown(fraction)}")
         if not 0 < fraction <= 1:
             raise ConfigError(f"{key}.{name}: fraction must be in (0, 1], got {fraction}")
         splits.append((name, float(fraction)))
@@ -292,11 +360,15 @@ def _validate(config: Config) -> Config:
         raise ConfigError(f"image.quality: expected 1..100, got {img.quality}")
     if img.max_pixels <= 0:
         raise ConfigError(f"image.max_pixels: must be positive, got {img.max_pixels}")
-    if out.shard_size_mb <= 0:
-        raise ConfigError(f"output.shard_size_mb: must be positive, got {out.shard_size_mb}")
+    if img.max_decoded_mb <= 0:
+        raise ConfigError(f"image.max_decoded_mb: must be positive, got {img.max_decoded_mb}")
+    if not 0 < out.shard_size_mb <= MAX_SHARD_MB:
+        raise ConfigError(f"output.shard_size_mb: expected more than 0 and at most "
+                          f"{MAX_SHARD_MB:,} (1 TiB), got {out.shard_size_mb:g}")
     if out.shard_samples is not None and out.shard_samples <= 0:
         raise ConfigError(f"output.shard_samples: must be positive, got {out.shard_samples}")
     _one_of("run.backend", run.backend, BACKENDS)
+    _one_of("run.change_detection", run.change_detection, CHANGE_DETECTION)
     if run.backend == "dask" and not run.scheduler:
         raise ConfigError("run.scheduler: the dask backend needs a scheduler address, "
                           "e.g. tcp://scheduler-host:8786")
@@ -311,7 +383,7 @@ def _validate(config: Config) -> Config:
 
 def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {value!r}")
+        raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(value)}")
 
 
 def check_paths(config: Config) -> tuple[Path, Path]:

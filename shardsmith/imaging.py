@@ -10,16 +10,15 @@ The path is chosen for speed without losing fidelity:
 * Alpha is composited on the background after a premultiplied resize, which equals
   compositing at full resolution (area resizing is linear) on a fraction of the pixels.
 
-``process`` never raises for a bad file: it returns a ``Reject`` with a reason.
+``process`` never raises for a bad file: it returns a ``Reject`` with a reason.  Memory is
+bounded per worker by ``image.max_decoded_mb``, checked from the header before decoding.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import warnings
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import cv2
@@ -27,40 +26,22 @@ import numpy as np
 import simplejpeg
 
 from .config import ImageConfig
-from .decoders import BadImage, Source, decode_pixels, open_header, orientation
+from .decoders import decode_peak_bytes, decode_pixels, open_header, orientation
+from .errors import BadImage
+from .originals import read_edges, read_original
 from .plan import PlanItem
+from .records import (
+    CONTENT_PREFIX,
+    Reject,
+    Sample,
+    Unchanged,
+    content_digest,
+    digest_as,
+    edges_digest,
+    edges_digest_of,
+)
 
 TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """A packed sample: the encoded JPEG and everything the shard metadata records."""
-
-    key: str
-    relpath: str
-    split: str
-    label: int
-    jpeg: bytes
-    width: int
-    height: int
-    channels: int
-    original_width: int
-    original_height: int
-    original_mode: str
-    original_format: str
-    source_size: int
-    source_mtime_ns: int
-    source_digest: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    """A source file that could not become a sample, and why (``reason`` is a short code)."""
-
-    relpath: str
-    reason: str
-    detail: str
 
 
 class Encoded(NamedTuple):
@@ -82,13 +63,28 @@ class Geometry(NamedTuple):
     canvas: tuple[int, int] | None
 
 
-def process(item: PlanItem, root: str, config: ImageConfig) -> Sample | Reject:
-    """Turn one original into a Sample, or a Reject saying why it could not be."""
+def process(item: PlanItem, root: str, config: ImageConfig, follow_symlinks: bool = False,
+            digest_kind: str = "content") -> Sample | Reject | Unchanged:
+    """Turn one original into a Sample, or a Reject saying why it could not be.
+
+    The file is read once; its bytes are hashed and decoded.  When the item carries the digest
+    of the sample already packed (its stat changed since), equal content returns ``Unchanged``
+    and nothing is decoded; with ``digest_kind="edges"`` only its first and last 64 KiB are
+    read for that check.
+    """
     relpath = item.source.relpath
     path = os.path.join(root, relpath)
+    expected = item.expected_digest
     try:
-        encoded = convert(path, config)
-        digest = quick_digest(path)
+        if expected and not expected.startswith(CONTENT_PREFIX) and digest_kind == "edges":
+            size, head, tail, mtime_ns = read_edges(path, follow_symlinks)
+            if edges_digest_of(size, head, tail) == expected:
+                return Unchanged(relpath, expected, size, mtime_ns)
+        data, info = read_original(path, follow_symlinks)
+        digest = content_digest(data) if digest_kind == "content" else edges_digest(data)
+        if expected and digest_as(expected, data) == expected:
+            return Unchanged(relpath, digest, info.st_size, info.st_mtime_ns)
+        encoded = convert(data, config)
     except BadImage as exc:
         return Reject(relpath, exc.reason, exc.detail)
     except OSError as exc:  # the file system, not the image: permissions, NAS errors, gone
@@ -98,48 +94,30 @@ def process(item: PlanItem, root: str, config: ImageConfig) -> Sample | Reject:
         relpath=relpath,
         split=item.split,
         label=item.source.label,
-        source_size=item.source.size,
-        source_mtime_ns=item.source.mtime_ns,
+        source_size=info.st_size,
+        source_mtime_ns=info.st_mtime_ns,
         source_digest=digest,
         **encoded._asdict(),
     )
 
 
-def quick_digest(path: str, edge: int = 64 * 1024) -> str:
-    """Cheap content fingerprint: sha256 of the size, the first and the last 64 KiB.
-
-    Used when a file's mtime changed but its size did not (a copy, a touch, a re-export):
-    reading two small blocks over the NAS tells a rewritten image from an untouched one
-    without reading 20 MB.
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        digest.update(str(size).encode())
-        digest.update(handle.read(edge))
-        if size > edge:
-            handle.seek(max(edge, size - edge))
-            digest.update(handle.read(edge))
-    return digest.hexdigest()[:32]
-
-
-def convert(source: Source, config: ImageConfig) -> Encoded:
-    """Decode ``source`` (bytes or a path), orient, normalise, resize, encode; raises BadImage."""
+def convert(data: bytes, config: ImageConfig) -> Encoded:
+    """Decode an original's bytes, orient, normalise, resize, encode; raises BadImage."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Pillow's warnings on damaged files: we reject instead
-        pixels, header = decode(source, config)
+        pixels, header = decode(data, config)
     jpeg = encode_jpeg(pixels, config)
     height, width = pixels.shape[:2]
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
     return Encoded(jpeg, width, height, channels, *header)
 
 
-def decode(source: Source, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int, str, str]]:
+def decode(data: bytes, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int, str, str]]:
     """Decode and resize to the final uint8 pixels (H×W or H×W×3, RGB).
 
     Returns the pixels and (upright width, upright height, mode, format) of the original.
     """
-    with open_header(source) as image:
+    with open_header(data) as image:
         stored_width, stored_height = image.size
         if stored_width * stored_height > config.max_pixels:
             raise BadImage(
@@ -157,13 +135,17 @@ def decode(source: Source, config: ImageConfig) -> tuple[np.ndarray, tuple[int, 
         need_h = math.ceil(geometry.size[1] * height / crop_h)
         if transposed:
             need_w, need_h = need_h, need_w
+        peak = decode_peak_bytes(image, data, need_w, need_h, rotation != 1)
+        if peak > config.max_decoded_mb * 2**20:
+            raise BadImage(
+                "too_large",
+                f"{stored_width}x{stored_height} {image.format} ({image.mode}) needs about "
+                f"{peak / 2**20:,.0f} MiB to decode, over the limit of "
+                f"{config.max_decoded_mb:,} MiB a worker (image.max_decoded_mb)",
+            )
         try:
-            pixels, bgr = decode_pixels(source, image, need_w, need_h)
-        except OSError as exc:
-            if exc.errno is not None:
-                raise  # I/O error: the caller reports the file as unreadable
-            raise BadImage("corrupt", f"cannot decode {image.format} data: {exc}") from None
-        except (ValueError, SyntaxError, EOFError, cv2.error) as exc:
+            pixels, bgr = decode_pixels(data, image, need_w, need_h)
+        except (OSError, ValueError, SyntaxError, EOFError, cv2.error) as exc:
             raise BadImage("corrupt", f"cannot decode {image.format} data: {exc}") from None
         except MemoryError:
             raise BadImage("too_large", "not enough memory to decode") from None

@@ -1,169 +1,235 @@
-"""Dataset versions: what a pack run starts from, and what it must redo.
+"""Dataset versions: what a pack run starts from, what it must redo, and what it rewrites.
 
 A first pack starts from an empty ``Base`` and processes the whole plan.  A later pack over a
 dataset with the same settings starts from that dataset:
 
-* sources that are new, or changed (size, or mtime plus a quick content digest), are
-  processed; everything else is not read, decoded or re-encoded;
+* new sources are processed; sources whose size or mtime changed are processed with the
+  digest of their packed sample, and decoded only if their content differs
+  (``imaging.process`` returns ``Unchanged`` otherwise); everything else is not read;
+* a listed shard that is missing or has the wrong size is repaired: its samples are decoded
+  again;
 * shards holding no changed or removed source stay as they are, byte for byte;
 * a shard holding one is rewritten under a new name without the stale samples (their bytes
   are copied, not re-encoded), so the manifest never lists a sample whose source is gone or
-  stale, and a later ``stage`` copies only new and rewritten shards;
-* new samples go into new shards, numbered after the existing ones.
+  stale, and a later ``stage`` copies only new and rewritten shards; ``--compact`` merges
+  small shards the same way.
 
-The rewrite is deterministic, so an interrupted increment that is run again produces the
-same files under the same names.
+Memory: the previous sample index is streamed, never loaded; what is kept per file is the
+plan, plus entries for the files that changed.
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from .errors import OutputStateError
-from .formats import open_writer, shard_extension
-from .imaging import quick_digest
-from .manifest import content_fingerprint, read_samples, shard_name, shard_record
+from .formats import ShardLimits, ShardRoller
+from .journal import JournalState
+from .manifest import (
+    Manifest,
+    RejectEntry,
+    SampleRecord,
+    ShardEntry,
+    VersionEntry,
+    iter_sample_index,
+    shard_number,
+)
 from .plan import PlanItem
-
-SHARD_NUMBER = slice(-6, None)
 
 
 @dataclass
 class Base:
-    """The dataset a run builds on (empty for a first pack) and the work left to do."""
+    """The dataset a run builds on (None for a first pack) and the work left to do."""
 
+    previous: Manifest | None
     work: list[PlanItem]
-    version: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
-    shards: list[dict[str, Any]] = field(default_factory=list)
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    rejects: list[dict[str, Any]] = field(default_factory=list)
+    kept_rejects: list[RejectEntry] = field(default_factory=list)
+    damaged: list[ShardEntry] = field(default_factory=list)
+    stale_keys: set[str] = field(default_factory=set)  # previous samples that leave
+    stale_shards: set[str] = field(default_factory=set)
+    maybe_shard: dict[str, str] = field(default_factory=dict)  # relpath -> shard (stat changed)
+    added_paths: set[str] = field(default_factory=set)  # new sources (unless a first pack)
     next_numbers: Counter = field(default_factory=Counter)
-    obsolete: list[str] = field(default_factory=list)
-    previous_shards: list[str] = field(default_factory=list)
-    previous_fingerprint: str | None = None
-    changes: dict[str, int] = field(default_factory=dict)
+    changes: Counter = field(default_factory=Counter)
 
     @property
-    def bytes_in(self) -> int:
-        return sum(sample["source_size"] for sample in self.samples)
+    def version(self) -> int:
+        return self.previous.version if self.previous is not None else 0
 
 
-def prepare_base(
-    output: Path,
-    manifest: dict[str, Any] | None,
-    plan: list[PlanItem],
-    root: Path,
-    fmt: str,
-    classes: tuple[str, ...],
-) -> Base:
-    """Compare the previous version with the current plan and rewrite the affected shards."""
-    if manifest is None:
-        return Base(work=list(plan), changes={"added": len(plan), "changed": 0, "removed": 0})
-    _check_classes(output, manifest["classes"], classes)
-    old_samples = {sample["path"]: sample for sample in read_samples(output)}
-    old_rejects = {r["path"]: r for r in manifest["rejects"] if "source_size" in r}
-    current = {item.source.relpath: item for item in plan}
-
-    stale: set[str] = set(old_samples) - set(current)  # removed sources
-    removed = len(stale) + len(set(old_rejects) - set(current))
-    redo: set[str] = set()
-    kept_rejects = []
-    touched: dict[str, int] = {}
-    for path, item in current.items():
-        if path in old_samples:
-            before = old_samples[path]
-            if (before["source_size"], before["source_mtime_ns"]) == (
-                item.source.size, item.source.mtime_ns
-            ):
-                continue
-            if before["source_size"] == item.source.size and before.get(
-                "source_digest"
-            ) == quick_digest(os.path.join(root, path)):
-                touched[path] = item.source.mtime_ns  # same content, new mtime
-                continue
-            stale.add(path)
-            redo.add(path)
-        elif path in old_rejects:
-            before = old_rejects[path]
-            if (before["source_size"], before["source_mtime_ns"]) == (
-                item.source.size, item.source.mtime_ns
-            ):
-                kept_rejects.append(before)
-            else:
-                redo.add(path)
-        else:
-            redo.add(path)
-    added = sum(1 for path in redo if path not in old_samples and path not in old_rejects)
-
-    base = Base(
-        work=[item for item in plan if item.source.relpath in redo],
-        version=manifest.get("version", 1),
-        history=list(manifest.get("history", [])),
-        rejects=kept_rejects,
-        previous_fingerprint=content_fingerprint(manifest),
-        previous_shards=[shard["name"] for shard in manifest["shards"]],
-        changes={"added": added, "changed": len(redo) - added, "removed": removed,
-                 "touched": len(touched)},
-    )
-    # Numbers only grow: a name, once used, never stands for other content.
-    base.next_numbers.update(next_shard_numbers(manifest["shards"]))
-    for split, number in manifest.get("next_shard_numbers", {}).items():
-        base.next_numbers[split] = max(base.next_numbers[split], number)
-
-    # One pass: the kept samples grouped by their shard, which shards hold stale ones.
-    kept_by_shard: dict[str, list[dict[str, Any]]] = {}
-    stale_shards = {old_samples[path]["shard"] for path in stale & set(old_samples)}
-    for path, sample in old_samples.items():
-        if path in stale:
-            continue
-        if path in touched:
-            sample = dict(sample, source_mtime_ns=touched[path])
-        kept_by_shard.setdefault(sample["shard"], []).append(sample)
-
-    for shard in manifest["shards"]:
-        kept = kept_by_shard.get(shard["name"], [])
-        if shard["name"] not in stale_shards:
-            base.shards.append(shard)
-            base.samples += kept
-            continue
-        base.obsolete += [shard["name"]] + ([shard["index"]["name"]] if "index" in shard else [])
-        if not kept:
-            continue
-        new_name = shard_name(shard["split"], base.next_numbers[shard["split"]],
-                              shard_extension(fmt))
-        base.next_numbers[shard["split"]] += 1
-        writer = open_writer(fmt, output, new_name, shard["split"], classes)
+def shard_intact(directory: Path, shard: ShardEntry) -> bool:
+    """The files of ``shard`` are there at their listed sizes (a stat each: cheap)."""
+    for entry in shard.files():
         try:
-            writer.copy_from(output / shard["name"], {sample["key"] for sample in kept})
-        except BaseException:
-            writer.discard()
-            raise
-        base.shards.append(shard_record(writer.close()))
-        base.samples += [dict(sample, shard=new_name) for sample in kept]
+            if (directory / entry.name).stat().st_size != entry.bytes:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def prepare_base(output: Path, previous: Manifest | None, plan: list[PlanItem],
+                 classes: tuple[str, ...]) -> Base:
+    """Compare the previous version with the current plan: what to process, what leaves."""
+    if previous is None:
+        return Base(None, list(plan))
+    _check_classes(output, previous.classes, classes)
+    base = Base(previous, [])
+    base.damaged = [shard for shard in previous.shards if not shard_intact(output, shard)]
+    damaged = {shard.name for shard in base.damaged}
+    position = {item.source.relpath: number for number, item in enumerate(plan)}
+    todo: dict[int, str | None] = {}  # plan position -> expected digest (None: decode)
+    seen = bytearray(len(plan))
+    changes = base.changes
+
+    for record in iter_sample_index(output, previous):
+        number = position.get(record.path)
+        if number is not None:
+            seen[number] = 1
+        if record.shard in damaged:
+            base.stale_keys.add(record.key)
+            changes["repaired"] += 1
+            if number is not None:
+                todo[number] = None
+        elif number is None:
+            base.stale_keys.add(record.key)
+            base.stale_shards.add(record.shard)
+            changes["removed"] += 1
+        else:
+            source = plan[number].source
+            if (record.source_size, record.source_mtime_ns) != (source.size, source.mtime_ns):
+                todo[number] = record.source_digest or None
+                base.maybe_shard[record.path] = record.shard
+    for reject in previous.rejects:
+        if reject.source_size is None:
+            continue  # found by the scan (a folder it could not list): the scan judges again
+        number = position.get(reject.path)
+        if number is None:
+            changes["removed"] += 1
+            continue
+        seen[number] = 1
+        source = plan[number].source
+        if (reject.source_size, reject.source_mtime_ns) == (source.size, source.mtime_ns):
+            base.kept_rejects.append(reject)
+        else:
+            todo[number] = None
+            changes["changed"] += 1
+    for number, flag in enumerate(seen):
+        if not flag:
+            todo[number] = None
+            base.added_paths.add(plan[number].source.relpath)
+    base.work = [replace(plan[number], expected_digest=todo[number]) if todo[number]
+                 else plan[number] for number in sorted(todo)]
+
+    # Numbers only grow: a name, once used, never stands for other content.
+    for shard in previous.shards:
+        base.next_numbers[shard.split] = max(base.next_numbers[shard.split],
+                                             shard_number(shard.name) + 1)
+    for split, number in previous.next_shard_numbers.items():
+        base.next_numbers[split] = max(base.next_numbers[split], number)
     return base
 
 
-def history_entry(base: Base, version: int, created: str, shards: list[dict]) -> dict[str, Any]:
+def settle(base: Base, state: JournalState) -> None:
+    """After processing: count what was added and rejected; sources whose stat changed either
+    kept their content (touched) or changed, which makes their previous sample stale."""
+    if base.previous is None:
+        base.changes.update(added=state.packed, rejected=len(state.rejects))
+        return
+    rejected = sum(1 for reject in state.rejects if reject.path in base.added_paths)
+    base.changes.update(added=len(base.added_paths) - rejected, rejected=rejected)
+    for item in base.work:
+        if item.expected_digest is None:
+            continue
+        relpath = item.source.relpath
+        if relpath in state.unchanged:
+            base.changes["touched"] += 1
+        else:
+            base.changes["changed"] += 1
+            base.stale_keys.add(item.key)
+            base.stale_shards.add(base.maybe_shard[relpath])
+
+
+def rewrite(base: Base, shards: list[ShardEntry], output: Path, roller: ShardRoller,
+            compact_below: ShardLimits | None,
+            split_order: list[str]) -> tuple[list[ShardEntry], dict[str, str], list[ShardEntry]]:
+    """Copy the kept samples of stale shards (and, with ``compact_below``, all samples of
+    small shards) into new shards through ``roller``.
+
+    Returns the shards of the new version, key -> new shard name of every moved sample, and
+    the shards the new version no longer lists.  Deterministic: the same inputs give the same
+    files under the same names, so a resumed run repeats it exactly.
+    """
+    damaged = {shard.name for shard in base.damaged}
+    rewrite_names = set(base.stale_shards)
+    if compact_below is not None:
+        small: dict[str, list[str]] = {}
+        for shard in shards:
+            if shard.name not in damaged and _is_small(shard, compact_below):
+                small.setdefault(shard.split, []).append(shard.name)
+        rewrite_names |= {name for group in small.values() if len(group) > 1 for name in group}
+
+    obsolete = [shard for shard in shards if shard.name in rewrite_names | damaged]
+    kept = [shard for shard in shards if shard.name not in rewrite_names | damaged]
+    moved: dict[str, str] = {}
+    order = {split: number for number, split in enumerate(split_order)}
+    for shard in sorted((s for s in obsolete if s.name not in damaged),
+                        key=lambda s: order.get(s.split, len(order))):
+        for _, record in roller.fmt.records(output / shard.name, shard.bytes):
+            if record.key not in base.stale_keys:
+                moved[record.key], _ = roller.add(shard.split, record)
+    roller.close()
+    return kept + roller.closed, moved, obsolete
+
+
+def _is_small(shard: ShardEntry, limits: ShardLimits) -> bool:
+    if limits.samples is not None:
+        return shard.samples < limits.samples / 2
+    return shard.bytes < limits.bytes / 2
+
+
+def kept_samples(output: Path, base: Base, moved: dict[str, str],
+                 state: JournalState) -> Iterator[SampleRecord]:
+    """The previous version's samples that stay, streamed from its index, with new shard
+    names for moved samples and the new stat and digest of touched ones."""
+    if base.previous is None:
+        return
+    touched = state.unchanged
+    for record in iter_sample_index(output, base.previous):
+        if record.key in base.stale_keys:
+            continue
+        if record.key in moved:
+            record = replace(record, shard=moved[record.key])
+        if record.path in touched:
+            digest, size, mtime_ns = touched[record.path]
+            record = replace(record, source_digest=digest, source_size=size,
+                             source_mtime_ns=mtime_ns)
+        yield record
+
+
+def history_entry(base: Base, version: int, created: str, shards: list[ShardEntry],
+                  note: str | None = None) -> VersionEntry:
     """What one version changed, for the manifest's history and ``shardsmith log``."""
-    now = [shard["name"] for shard in shards]
-    return {
-        "version": version,
-        "created": created,
-        **base.changes,
-        "shards_added": sorted(set(now) - set(base.previous_shards)),
-        "shards_removed": sorted(set(base.previous_shards) - set(now)),
-        "previous_content_fingerprint": base.previous_fingerprint,
-    }
+    before = {shard.name for shard in base.previous.shards} if base.previous else set()
+    now = {shard.name for shard in shards}
+    changes = base.changes
+    return VersionEntry(
+        version=version, created=created, added=changes["added"], changed=changes["changed"],
+        removed=changes["removed"], rejected=changes["rejected"], touched=changes["touched"],
+        repaired=changes["repaired"],
+        shards_added=tuple(sorted(now - before)), shards_removed=tuple(sorted(before - now)),
+        previous_content_fingerprint=(base.previous.content_fingerprint
+                                      if base.previous else None),
+        note=note,
+    )
 
 
-def _check_classes(output: Path, before: list[str], now: tuple[str, ...]) -> None:
+def _check_classes(output: Path, before: tuple[str, ...], now: tuple[str, ...]) -> None:
     """Labels are indices into the class list: existing ones must keep their meaning."""
-    if list(now[: len(before)]) != before:
+    if tuple(now[: len(before)]) != tuple(before):
         gone = sorted(set(before) - set(now))
         new = sorted(set(now) - set(before))
         raise OutputStateError(
@@ -171,69 +237,3 @@ def _check_classes(output: Path, before: list[str], now: tuple[str, ...]) -> Non
             f"{', '.join(gone) or 'none'}) so existing labels would change meaning; pass "
             "--overwrite to rebuild, or choose a new output directory"
         )
-
-
-def next_shard_numbers(shards: list[dict[str, Any]]) -> Counter:
-    """Per split, one past the highest shard number in ``shards``."""
-    numbers: Counter = Counter()
-    for shard in shards:
-        number = int(Path(shard["name"]).stem[SHARD_NUMBER])
-        numbers[shard["split"]] = max(numbers[shard["split"]], number + 1)
-    return numbers
-
-
-def compact(
-    shards: list[dict[str, Any]],
-    numbers: Counter,
-    output: Path,
-    fmt: str,
-    classes: tuple[str, ...],
-    target_bytes: int,
-    target_samples: int | None,
-) -> tuple[list[dict[str, Any]], dict[str, str], list[str]]:
-    """Merge shards under half the target size, per split, into full ones.
-
-    Small shards pile up when every nightly increment adds a few hundred images.  Whole
-    shards are merged in manifest order (their samples' bytes copied), so the result is
-    deterministic.  ``numbers`` (next shard number per split) is advanced in place.
-    Returns the new shard list, old name → new name, and obsolete files.
-    """
-    def small(shard: dict[str, Any]) -> bool:
-        if target_samples is not None:
-            return shard["samples"] < target_samples / 2
-        return shard["bytes"] < target_bytes / 2
-
-    by_split: dict[str, list[dict[str, Any]]] = {}
-    for shard in shards:
-        if small(shard):
-            by_split.setdefault(shard["split"], []).append(shard)
-    merge = {name for group in by_split.values() if len(group) > 1
-             for name in (s["name"] for s in group)}
-    if not merge:
-        return shards, {}, []
-
-    renamed: dict[str, str] = {}
-    obsolete: list[str] = []
-    merged: list[dict[str, Any]] = []
-    for split, group in by_split.items():
-        if len(group) < 2:
-            continue
-        writer = None
-        for shard in group:
-            too_big = writer is not None and (
-                writer.samples + shard["samples"] > target_samples if target_samples
-                else writer.bytes_written + shard["bytes"] > target_bytes
-            )
-            if too_big:
-                merged.append(shard_record(writer.close()))
-                writer = None
-            if writer is None:
-                name = shard_name(split, numbers[split], shard_extension(fmt))
-                numbers[split] += 1
-                writer = open_writer(fmt, output, name, split, classes)
-            writer.copy_from(output / shard["name"])
-            renamed[shard["name"]] = writer.name
-            obsolete += [shard["name"]] + ([shard["index"]["name"]] if "index" in shard else [])
-        merged.append(shard_record(writer.close()))
-    kept = [shard for shard in shards if shard["name"] not in merge]
-    return kept + merged, renamed, obsolete

@@ -14,13 +14,9 @@ import socket
 from datetime import datetime
 from pathlib import Path
 
-from .errors import ShardsmithError
+from .errors import LockedError
 
 log = logging.getLogger(__name__)
-
-
-class LockedError(ShardsmithError):
-    """Another run holds the lock."""
 
 
 class DirectoryLock:
@@ -38,8 +34,12 @@ class DirectoryLock:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = handle.read().strip()
             handle.close()
+            if not holder:  # shared holders write nothing: a stage reading this dataset
+                raise LockedError(f"{self.path.parent.parent} is being read by another "
+                                  "shardsmith process (a stage); rerun when it has finished"
+                                  ) from None
             raise LockedError(
                 f"{self.path.parent.parent} is being {self.activity} by {holder}"
             ) from None
@@ -60,5 +60,42 @@ class DirectoryLock:
         if self._handle is not None:
             self._handle.seek(0)
             self._handle.truncate()  # an empty lock file means: released cleanly
+            self._handle.close()
+            self._handle = None
+
+
+class SharedLock:
+    """``with SharedLock(path, "packed"):`` keeps an exclusive holder (a pack) out while a
+    reader (a stage) copies; raises LockedError naming the pack that holds it.
+
+    Where the lock file cannot be opened (a dataset without one, a read-only share) nothing is
+    locked: the reader then checks afterwards whether the dataset changed.
+    """
+
+    def __init__(self, lock_file: Path, activity: str):
+        self.path = lock_file
+        self.activity = activity
+        self._handle = None
+
+    def __enter__(self) -> SharedLock:
+        try:
+            handle = open(self.path)
+        except OSError:
+            return self
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise LockedError(f"{self.path.parent.parent} is being {self.activity} by "
+                              f"{holder}; rerun when it has finished") from None
+        except OSError:
+            handle.close()  # a file system without locks
+            return self
+        self._handle = handle
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
             self._handle.close()
             self._handle = None

@@ -1,220 +1,474 @@
-"""The dataset's manifest, its per-sample index, and the journal that makes packing resumable.
+"""The dataset's manifest and per-sample index: one typed, validated model for every command.
 
 Layout of a packed (or staged) directory::
 
-    manifest.json          written last: a directory without it is not a dataset
-    samples.jsonl          one line per sample (key, path, label, split, shard, ...)
-    SPLIT-NNNNNN.tar       or SPLIT-NNNNNN.tfrecord + SPLIT-NNNNNN.idx
-    .shardsmith/journal.jsonl   only while a pack is unfinished
+    manifest.json          the commit point: a directory without it is not a dataset
+    samples-vN.jsonl       the sample index of version N (key, path, label, split, shard, ...)
+    SPLIT-NNNNNN.tar       or .tfrecord, each with SPLIT-NNNNNN.idx (per-record offsets)
+    .shardsmith/           lock, journal of an unfinished pack, stage records
+
+A manifest and its sample index are untrusted input: they may come from another team's share
+or be damaged.  ``read_manifest`` checks types and required fields, and that every file name
+is a plain name of our own pattern (no separator, no ``..``), before any command touches a
+file; sizes bound every copy and read.  Anything else is one ``ManifestError`` (exit 2).
+
+The manifest is the single commit point (DESIGN invariant 8): new files go under new names,
+then the manifest is renamed into place, then files the new manifest no longer names are
+removed.  Shard numbers and index versions only grow, so a name never changes its content.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .atomic import HashingFile, fsync_directory, write_bytes_atomic, write_json_atomic
+from .atomic import HashingFile, fsync_directory, write_bytes_atomic
 from .errors import ManifestError
-from .formats import ShardInfo
+from .jsonmodel import parse, shown, to_json
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 MANIFEST_NAME = "manifest.json"
-SAMPLES_NAME = "samples.jsonl"
+LEGACY_SAMPLES_NAME = "samples.jsonl"
 STATE_DIR = ".shardsmith"
-JOURNAL_NAME = "journal.jsonl"
 LOCK_NAME = "lock"
-SHARD_FILE = re.compile(r"^[a-z][a-z0-9_]*-\d{6}\.(tar|tfrecord|idx)$")
+FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
+MAX_MANIFEST_BYTES = 512 * 1024 * 1024
+
+SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+SHARD_NAME = re.compile(r"(?P<split>[a-z][a-z0-9_]{0,63})-(?P<number>\d{6,9})"
+                        r"\.(?P<ext>tar|tfrecord|idx)")
+SAMPLES_INDEX_NAME = re.compile(r"samples(-v\d{1,9}(-[a-z][a-z0-9_]{0,63})?)?\.jsonl")
+SHARD_LIST_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}-shards\.(txt|json)")
+SAMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def shard_name(split: str, number: int, extension: str) -> str:
     return f"{split}-{number:06d}{extension}"
 
 
+def index_name(shard: str) -> str:
+    """The per-record index beside a shard: ``train-000003.tar`` -> ``train-000003.idx``."""
+    return shard.rsplit(".", 1)[0] + ".idx"
+
+
+def samples_index_name(version: int, split: str | None = None) -> str:
+    return f"samples-v{version}" + (f"-{split}" if split else "") + ".jsonl"
+
+
 def is_shard_file(name: str) -> bool:
-    """True for file names that shardsmith writes as shards or shard indexes."""
-    return bool(SHARD_FILE.match(name))
+    """True for names shardsmith writes as shards or shard indexes."""
+    return SHARD_NAME.fullmatch(name) is not None
 
 
-def shard_record(info: ShardInfo) -> dict[str, Any]:
-    record = dataclasses.asdict(info)
-    if info.index is None:
-        del record["index"]
-    return record
+def is_dataset_file(name: str) -> bool:
+    """True for names the manifest may list: shards, their indexes, sample indexes."""
+    return is_shard_file(name) or SAMPLES_INDEX_NAME.fullmatch(name) is not None
+
+
+def is_shard_list(name: str) -> bool:
+    """True for the per-split shard lists (derived from the manifest, stable names)."""
+    return SHARD_LIST_NAME.fullmatch(name) is not None
+
+
+def shard_list_names(split: str, fmt: str) -> tuple[str, ...]:
+    """``SPLIT-shards.txt`` (one shard per line), and for tars ``SPLIT-shards.json``, the
+    index webdataset's ``wids.ShardListDataset`` reads."""
+    txt = f"{split}-shards.txt"
+    return (txt, f"{split}-shards.json") if fmt == "webdataset" else (txt,)
+
+
+def shard_number(name: str) -> int:
+    return int(SHARD_NAME.fullmatch(name)["number"])
+
+
+def _plain_name(name: str, pattern: re.Pattern, where: str, what: str) -> None:
+    if pattern.fullmatch(name) is None:
+        raise ManifestError(f"{where}: {shown(name)} is not a {what} name shardsmith writes "
+                            "(refused: names must be plain file names of the dataset)")
+
+
+def _size(value: int, where: str) -> None:
+    if not 0 <= value < 1 << 50:
+        raise ManifestError(f"{where}: {value} is not a possible size")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file of the dataset: plain name, exact size, sha256."""
+
+    name: str
+    bytes: int
+    sha256: str
+
+    def check(self, where: str) -> None:
+        _size(self.bytes, f"{where}.bytes")
+        if SHA256.fullmatch(self.sha256) is None:
+            raise ManifestError(f"{where}.sha256: not a sha256 hex digest: {shown(self.sha256)}")
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """A shard: its file, split, sample count, and its per-record index."""
+
+    name: str
+    split: str
+    samples: int
+    bytes: int
+    sha256: str
+    index: FileEntry | None = None
+
+    def check(self, where: str) -> None:
+        _plain_name(self.name, SHARD_NAME, f"{where}.name", "shard")
+        match = SHARD_NAME.fullmatch(self.name)
+        if match["ext"] == "idx":
+            raise ManifestError(f"{where}.name: {self.name} is an index, not a shard")
+        if match["split"] != self.split:
+            raise ManifestError(f"{where}: shard {self.name} is listed under split "
+                                f"{shown(self.split)}")
+        FileEntry.check(self, where)  # same size and digest rules
+        if self.samples < 0:
+            raise ManifestError(f"{where}.samples: {self.samples} is negative")
+        if self.index is not None and self.index.name != index_name(self.name):
+            raise ManifestError(f"{where}.index.name: {shown(self.index.name)} is not the "
+                                f"index of {self.name}")
+
+    @property
+    def file(self) -> FileEntry:
+        return FileEntry(self.name, self.bytes, self.sha256)
+
+    def files(self) -> tuple[FileEntry, ...]:
+        """The files of this shard: the shard, then its index if it has one."""
+        return (self.file,) if self.index is None else (self.file, self.index)
+
+
+@dataclass(frozen=True)
+class SampleIndexEntry:
+    """The per-sample index file and how many lines it holds."""
+
+    name: str
+    bytes: int
+    sha256: str
+    samples: int = 0
+
+    def check(self, where: str) -> None:
+        _plain_name(self.name, SAMPLES_INDEX_NAME, f"{where}.name", "sample index")
+        FileEntry.check(self, where)
+
+    @property
+    def file(self) -> FileEntry:
+        return FileEntry(self.name, self.bytes, self.sha256)
+
+
+@dataclass(frozen=True)
+class SplitTotals:
+    samples: int = 0
+    shards: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class RejectEntry:
+    """A source file that is not a sample, and why; its stat when it was judged."""
+
+    path: str
+    reason: str
+    detail: str
+    source_size: int | None = None
+    source_mtime_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class Totals:
+    seen: int
+    packed: int
+    rejected: int
+    excluded: int
+    bytes_in: int
+    bytes_out: int
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    """What one dataset version changed (``shardsmith log``)."""
+
+    version: int
+    created: str = ""
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    rejected: int = 0
+    touched: int = 0
+    repaired: int = 0
+    shards_added: tuple[str, ...] = ()
+    shards_removed: tuple[str, ...] = ()
+    previous_content_fingerprint: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a dataset directory promises.  Built by ``pack``; read by every command."""
+
+    schema_version: int
+    format: str
+    classes: tuple[str, ...]
+    splits: dict[str, SplitTotals]
+    shards: tuple[ShardEntry, ...]
+    samples_index: SampleIndexEntry
+    totals: Totals
+    fingerprint: str
+    rejects: tuple[RejectEntry, ...] = ()
+    excluded: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    version: int = 1
+    created: str = ""
+    tool: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    sources_fingerprint: str = ""
+    previous_content_fingerprint: str | None = None
+    content_fingerprint: str = ""
+    history: tuple[VersionEntry, ...] = ()
+    run: dict[str, Any] = field(default_factory=dict)
+    next_shard_numbers: dict[str, int] = field(default_factory=dict)
+    staged: dict[str, Any] | None = None
+
+    def check(self, where: str) -> None:
+        if self.schema_version not in READABLE_SCHEMAS:
+            raise ManifestError(f"unsupported manifest schema {self.schema_version} (this "
+                                f"shardsmith reads {', '.join(map(str, READABLE_SCHEMAS))})")
+        if self.format not in FORMATS:
+            raise ManifestError(f"format: {shown(self.format)} is not one of "
+                                f"{', '.join(FORMATS)}")
+        for split in self.splits:
+            _plain_name(split, SPLIT_NAME, "splits", "split")
+        names: set[str] = set()
+        for number, shard in enumerate(self.shards):
+            where_shard = f"shards[{number}]"
+            if not shard.name.endswith(FORMATS[self.format]):
+                raise ManifestError(f"{where_shard}.name: {shard.name} is not a "
+                                    f"{self.format} shard")
+            if self.format == "tfrecord" and shard.index is None:
+                raise ManifestError(f"{where_shard}.index: missing (TFRecord shards have one)")
+            if shard.split not in self.splits:
+                raise ManifestError(f"{where_shard}: split {shard.split} is not in splits")
+            for entry in shard.files():
+                if entry.name in names:
+                    raise ManifestError(f"{where_shard}: {entry.name} is listed twice")
+                names.add(entry.name)
+
+    @property
+    def current(self) -> bool:
+        """Written by this schema (an older one is upgraded by the next pack)."""
+        return self.schema_version == SCHEMA_VERSION
+
+    def files(self) -> tuple[FileEntry, ...]:
+        """Every file the manifest names: shards, their indexes, the sample index."""
+        return (*(f for shard in self.shards for f in shard.files()), self.samples_index.file)
+
+    def only_split(self, split: str) -> Manifest:
+        """The same dataset restricted to one split (``stage --split``)."""
+        return replace(self, shards=tuple(s for s in self.shards if s.split == split),
+                       splits={split: self.splits[split]})
+
+    def with_content_fingerprint(self) -> Manifest:
+        listing = [(shard.name, shard.sha256) for shard in self.shards]
+        listing.append((LEGACY_SAMPLES_NAME if self.schema_version == 1
+                        else self.samples_index.name, self.samples_index.sha256))
+        digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+        return replace(self, content_fingerprint=digest)
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """Load and validate ``directory/manifest.json``; raises ManifestError (exit 2)."""
+    path = directory / MANIFEST_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ManifestError(f"{directory}: no {MANIFEST_NAME}: not a packed dataset (or its "
+                            "pack has not finished)") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ManifestError(f"{path}: not a regular file")
+        if info.st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{path}: {info.st_size:,} bytes is too large for a manifest")
+        try:
+            data = json.loads(handle.read())
+        except (ValueError, RecursionError) as exc:
+            raise ManifestError(f"{path}: not valid JSON: {shown(str(exc), 120)}") from None
+        except OSError as exc:
+            raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return parse(Manifest, data, "")
+    except ManifestError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Publish the manifest atomically: the commit point of a dataset version."""
+    text = json.dumps(to_json(manifest), indent=1, sort_keys=True) + "\n"
+    write_bytes_atomic(directory / MANIFEST_NAME, text.encode("ascii"))
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRecord:
+    """One line of the sample index."""
+
+    key: str
+    path: str
+    label: int
+    split: str
+    shard: str
+    width: int
+    height: int
+    jpeg_bytes: int
+    source_size: int
+    source_mtime_ns: int
+    source_digest: str = ""
+
+    def check(self, where: str) -> None:
+        if SAMPLE_KEY.fullmatch(self.key) is None:
+            raise ManifestError(f"{where}.key: {shown(self.key)} is not a sample key")
+        _plain_name(self.shard, SHARD_NAME, f"{where}.shard", "shard")
+
+
+def sample_line(record: dict[str, Any] | SampleRecord) -> bytes:
+    """The JSON line of a sample record (ASCII: odd bytes in names are escaped, not lost)."""
+    payload = to_json(record) if isinstance(record, SampleRecord) else record
+    return (json.dumps(payload, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def iter_sample_index(directory: Path, manifest: Manifest,
+                      check_digest: bool = False) -> Iterator[SampleRecord]:
+    """The sample index, validated line by line, streamed (memory does not grow with it).
+
+    Reads at most the manifest's byte count; with ``check_digest`` the sha256 of what was read
+    must match the manifest's (checked after the last line: consumers must finish the loop).
+    """
+    entry = manifest.samples_index
+    path = directory / entry.name
+    digest = hashlib.sha256()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot open the sample index: "
+                            f"{exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
+            raise ManifestError(f"{path}: the sample index is not the {entry.bytes:,}-byte "
+                                "file the manifest names")
+        remaining = entry.bytes
+        for number, line in enumerate(handle, 1):
+            remaining -= len(line)
+            if remaining < 0:
+                break
+            if check_digest:
+                digest.update(line)
+            try:
+                record = parse(SampleRecord, json.loads(line), f"line {number}")
+            except ValueError as exc:  # ManifestError is not a ValueError
+                raise ManifestError(f"{path}: line {number}: not valid JSON: "
+                                    f"{shown(str(exc), 80)}") from None
+            except ManifestError as exc:
+                raise ManifestError(f"{path}: {exc}") from None
+            yield record
+    if check_digest and digest.hexdigest() != entry.sha256:
+        raise ManifestError(f"{path}: sha256 differs from the manifest")
+
+
+def write_sample_index(directory: Path, name: str,
+                       records: Iterable[dict[str, Any] | SampleRecord]) -> SampleIndexEntry:
+    """Write the sample index under ``name`` (a new name: nothing published is replaced)."""
+    index = HashingFile(directory / name)
+    count = 0
+    try:
+        for record in records:
+            index.write(sample_line(record))
+            count += 1
+        sha256 = index.publish()
+    except BaseException:
+        index.discard()
+        raise
+    return SampleIndexEntry(name, index.bytes_written, sha256, count)
 
 
 def sources_fingerprint(entries: Iterable[tuple[str, int, int]]) -> str:
     """Hash of (relpath, size, mtime_ns) of every candidate source: equal means unchanged."""
     digest = hashlib.sha256()
     for relpath, size, mtime_ns in sorted(entries):
-        digest.update(f"{relpath}\0{size}\0{mtime_ns}\n".encode())
+        digest.update(os.fsencode(f"{relpath}\0{size}\0{mtime_ns}\n"))
     return digest.hexdigest()
 
 
-def content_fingerprint(manifest: dict[str, Any]) -> str:
-    """Hash of what a dataset version holds (shards and sample index), free of timestamps."""
-    listing = [(shard["name"], shard["sha256"]) for shard in manifest["shards"]]
-    listing.append((SAMPLES_NAME, manifest["samples_index"]["sha256"]))
-    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+def remove_unnamed(directory: Path, keep: Iterable[str]) -> list[str]:
+    """Remove dataset files (our name patterns only) that ``keep`` does not name."""
+    keep = set(keep)
+    removed = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if is_dataset_file(entry.name) and entry.name not in keep:
+            os.unlink(entry.path)
+            removed.append(entry.name)
+    return removed
 
 
-def read_manifest(directory: Path) -> dict[str, Any]:
-    """Load and sanity-check ``directory/manifest.json``; raises ManifestError."""
-    path = directory / MANIFEST_NAME
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ManifestError(f"{directory}: no {MANIFEST_NAME} (not a finished dataset)") from None
-    except (OSError, ValueError) as exc:
-        raise ManifestError(f"{path}: unreadable manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
-        raise ManifestError(
-            f"{path}: unsupported manifest schema {manifest.get('schema_version')!r} "
-            f"(this shardsmith reads version {SCHEMA_VERSION})"
-        )
-    for key in ("shards", "classes", "totals", "rejects", "fingerprint"):
-        if key not in manifest:
-            raise ManifestError(f"{path}: manifest lacks the key {key!r}")
-    return manifest
+def shard_lists(manifest: Manifest) -> dict[str, bytes]:
+    """The content of every shard list of ``manifest``: name -> bytes.
 
-
-def read_samples(directory: Path) -> list[dict[str, Any]]:
-    """The per-sample index of a dataset."""
-    path = directory / SAMPLES_NAME
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
-
-
-def write_dataset_files(
-    directory: Path, manifest: dict[str, Any], samples: Iterable[dict[str, Any]]
-) -> None:
-    """Publish the sample index (streamed), then the manifest: last, it makes the dataset."""
-    index = HashingFile(directory / SAMPLES_NAME)
-    count = 0
-    try:
-        for sample in samples:
-            index.write((json.dumps(sample, sort_keys=True, separators=(",", ":")) + "\n").encode())
-            count += 1
-    except BaseException:
-        index.discard()
-        raise
-    manifest["samples_index"] = {
-        "name": SAMPLES_NAME,
-        "samples": count,
-        "bytes": index.bytes_written,
-        "sha256": index.publish(),
-    }
-    manifest["content_fingerprint"] = content_fingerprint(manifest)
-    write_json_atomic(directory / MANIFEST_NAME, manifest)
-
-
-@dataclass
-class JournalState:
-    """Where a run stands: plan position reached, shards and rejects so far, running totals.
-
-    Per-sample records are not kept here (memory must not grow with the image count); they
-    live in the journal file and are streamed into the sample index at the end.
+    Names in them are relative to the dataset directory (wids resolves them against the JSON
+    file's own directory), so a staged copy's lists work where they are.
     """
+    lists: dict[str, bytes] = {}
+    for split in manifest.splits:
+        shards = [shard for shard in manifest.shards if shard.split == split]
+        names = shard_list_names(split, manifest.format)
+        lists[names[0]] = "".join(f"{shard.name}\n" for shard in shards).encode("ascii")
+        if len(names) > 1:
+            wids = {
+                "__kind__": "wids-shard-index-v1",
+                "wids_version": 1,
+                "name": split,
+                "shardlist": [{"url": shard.name, "nsamples": shard.samples,
+                               "filesize": shard.bytes} for shard in shards],
+            }
+            lists[names[1]] = (json.dumps(wids, indent=1) + "\n").encode("ascii")
+    return lists
 
-    next_index: int = 0
-    shards: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    rejects: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    packed: int = 0
-    bytes_in: int = 0
 
-    def apply(self, entry: dict[str, Any]) -> None:
-        self.next_index = entry["next"]
-        if entry["shard"] is not None:
-            self.shards.append(entry["shard"])
-        self.rejects.extend(entry["rejects"])
-        self.packed += len(entry["samples"])
-        self.bytes_in += sum(sample["source_size"] for sample in entry["samples"])
-
-
-class Journal:
-    """Append-only record of published shards, so a killed pack resumes where it stopped.
-
-    The first line identifies the run (config and sources fingerprints); each further line is
-    a checkpoint written after a shard was published: the plan position reached, the shard,
-    and the samples and rejects it accounts for.  A torn last line is cut off on load.
-    """
-
-    def __init__(self, output: Path, identity: dict[str, str]):
-        self.output = output
-        self.path = output / STATE_DIR / JOURNAL_NAME
-        self.identity = identity
-
-    def load(self) -> JournalState | None:
-        """The state to resume from, or None when there is no journal of this same run."""
+def commit(directory: Path, manifest: Manifest, obsolete: Iterable[str] = ()) -> None:
+    """Publish a version: the manifest rename is the commit point; the shard lists (derived,
+    stable names) are replaced right after it, naming only files that exist; then the
+    ``obsolete`` files, which the new manifest does not name, are removed."""
+    write_manifest(directory, manifest)
+    for name, content in shard_lists(manifest).items():
+        path = directory / name
         try:
-            handle = open(self.path, "rb")
+            unchanged = path.read_bytes() == content
         except OSError:
-            return None
-        state, valid_bytes = None, 0
-        with handle:
-            for line in handle:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    break  # torn by a kill mid-write: nothing after it is reliable
-                if state is None:
-                    if entry != {"run": self.identity}:
-                        return None
-                    state = JournalState()
-                elif entry["shard"] is not None and not _published_intact(self.output, entry):
-                    break
-                else:
-                    state.apply(entry)
-                valid_bytes += len(line)
-        if state is not None:
-            os.truncate(self.path, valid_bytes)
-        return state
-
-    def start(self) -> JournalState:
-        """Begin a new journal for this run."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(self.path, (json.dumps({"run": self.identity}) + "\n").encode())
-        return JournalState()
-
-    def checkpoint(self, state: JournalState, next_index: int, shard, samples, rejects) -> None:
-        """Durably record a published shard (or only rejects), then advance ``state``."""
-        entry = {"next": next_index, "shard": shard, "samples": samples, "rejects": rejects}
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        state.apply(entry)
-
-    def samples(self) -> Iterator[dict[str, Any]]:
-        """Every sample record, in shard order, streamed from the journal file."""
-        with open(self.path, encoding="utf-8") as handle:
-            next(handle)  # the run identity
-            for line in handle:
-                yield from json.loads(line)["samples"]
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-        try:
-            self.path.parent.rmdir()
-        except OSError:
-            pass  # not empty: leave other state alone
-        fsync_directory(self.output)
+            unchanged = False
+        if not unchanged:
+            write_bytes_atomic(path, content)
+    named = {entry.name for entry in manifest.files()}
+    for name in obsolete:
+        if name not in named:
+            (directory / name).unlink(missing_ok=True)
+    fsync_directory(directory)
 
 
-def _published_intact(output: Path, entry: dict[str, Any]) -> bool:
-    """Cheap check that a journalled shard (and its index) is still there at its size."""
-    shard = entry["shard"]
-    files = [shard] + ([shard["index"]] if "index" in shard else [])
-    for entry in files:
-        try:
-            if (output / entry["name"]).stat().st_size != entry["bytes"]:
-                return False
-        except OSError:
-            return False
-    return True
+def no_longer_named(previous: Manifest | None, manifest: Manifest) -> list[str]:
+    """Files ``previous`` named that ``manifest`` does not."""
+    if previous is None:
+        return []
+    named = {entry.name for entry in manifest.files()}
+    return [entry.name for entry in previous.files() if entry.name not in named]

@@ -9,12 +9,15 @@ results come back in plan order (so shards are byte-identical whatever runs them
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .config import RunConfig
 from .errors import ConfigError, ShardsmithError
+
+log = logging.getLogger(__name__)
 
 
 def _import_image_libraries() -> None:
@@ -41,17 +44,28 @@ class WorkerPool:
     def __enter__(self) -> WorkerPool:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if exc_type is not None and self.run.backend == "local" and self.workers > 1:
+            # Interrupted or failed: end the workers now.  Left alone, loky keeps them for
+            # 300 s in case of reuse, which after SIGTERM means orphans busy on a NAS.
+            from joblib.externals.loky import reusable_executor
+
+            executor = reusable_executor._executor  # None when no worker was started
+            if executor is not None:
+                executor.shutdown(wait=False, kill_workers=True)
 
     def _start(self) -> None:
         from joblib import Parallel, delayed
 
-        Parallel(n_jobs=self.workers, backend="loky")(
-            delayed(_import_image_libraries)() for _ in range(self.workers)
-        )
+        try:
+            Parallel(n_jobs=self.workers, backend="loky")(
+                delayed(_import_image_libraries)() for _ in range(self.workers)
+            )
+        except Exception as exc:  # noqa: BLE001 - a warm-up only: the real map reports errors
+            log.debug("worker warm-up did not finish: %s", exc)
 
     def map_ordered(self, function: Callable, items: Sequence, *args: Any) -> Iterator:
         """``function(item, *args)`` for every item, results in item order, lazily."""

@@ -1,4 +1,4 @@
-"""``pack``: scan → plan → process (worker processes) → write shards → manifest.
+"""``pack``: scan → plan → process (worker processes) → write shards → commit a version.
 
 One driver process owns the writers; images are processed by a bounded, ordered parallel map,
 so shards are byte-identical whatever the worker count and memory stays flat.
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,68 +21,80 @@ from . import __version__
 from .atomic import remove_stale_tmp
 from .config import Config, check_paths
 from .errors import OutputStateError, ShardsmithError
-from .formats import ShardWriter, open_writer, shard_extension
-from .imaging import Reject, Sample, process
-from .incremental import Base, compact, history_entry, prepare_base
+from .formats import ShardLimits, ShardRoller, shard_format, write_index
+from .incremental import (
+    Base,
+    history_entry,
+    kept_samples,
+    prepare_base,
+    rewrite,
+    settle,
+    shard_intact,
+)
+from .journal import Journal, JournalState
 from .lock import DirectoryLock
 from .manifest import (
     LOCK_NAME,
     MANIFEST_NAME,
-    SAMPLES_NAME,
     SCHEMA_VERSION,
     STATE_DIR,
-    Journal,
-    JournalState,
-    content_fingerprint,
-    is_shard_file,
+    Manifest,
+    RejectEntry,
+    SampleIndexEntry,
+    ShardEntry,
+    SplitTotals,
+    Totals,
+    commit,
+    is_dataset_file,
+    is_shard_list,
+    no_longer_named,
     read_manifest,
-    shard_name,
-    shard_record,
+    samples_index_name,
     sources_fingerprint,
-    write_dataset_files,
+    write_sample_index,
 )
 from .parallel import WorkerPool
 from .plan import PlanItem, make_plan
 from .progress import Progress
 from .readahead import ReadAhead
+from .records import Reject, Sample, Unchanged
 from .scan import ScanResult, scan
 
 log = logging.getLogger(__name__)
+
+PLACEHOLDER = "0" * 64
 
 
 @dataclass(frozen=True)
 class PackResult:
     """What a pack run did; ``manifest`` is the dataset's manifest as written (or found)."""
 
-    manifest: dict[str, Any]
+    manifest: Manifest
     output: Path
     up_to_date: bool = False
     resumed_at: int = 0
 
     @property
     def reject_fraction(self) -> float:
-        totals = self.manifest["totals"]
-        candidates = totals["packed"] + totals["rejected"]
-        return totals["rejected"] / candidates if candidates else 0.0
+        totals = self.manifest.totals
+        candidates = totals.packed + totals.rejected
+        return totals.rejected / candidates if candidates else 0.0
 
 
 def pack(config: Config) -> PackResult:
     """Pack the source tree into shards and a manifest, as ``config`` says.
 
     Re-running on a finished output with the same config and unchanged sources does nothing;
-    with changed sources it adds a dataset version (only new or changed sources processed);
-    after an interruption it resumes from the last published shard.
+    with changed sources (or a damaged or older-schema output) it adds a dataset version
+    (only new or changed sources decoded); after an interruption it resumes from the last
+    published shard.
     """
     started = time.monotonic()
     source, output = check_paths(config)
     with DirectoryLock(output / STATE_DIR / LOCK_NAME, "packed"):
-        return _pack_locked(config, source, output, started)
-
-
-def _pack_locked(config: Config, source: Path, output: Path, started: float) -> PackResult:
-    with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
-        scanned = scan(source, config.source)
-        return _pack_scanned(pool, scanned, config, source, output, started)
+        with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
+            scanned = scan(source, config.source)
+            return _pack_scanned(pool, scanned, config, source, output, started)
 
 
 def _pack_scanned(
@@ -91,53 +104,82 @@ def _pack_scanned(
     plan = make_plan(scanned.files, config.splits, config.seed)
     if not plan:
         reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
-        raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})")
+        raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
+                              + _flat_folder_hint(scanned, config))
     plan_fingerprint = sources_fingerprint(
         (item.source.relpath, item.source.size, item.source.mtime_ns) for item in plan
     )
     previous = _previous_dataset(output, config)
-    if previous is not None and previous.get("sources_fingerprint") == plan_fingerprint:
+    if previous is not None and _up_to_date(output, previous, plan_fingerprint):
         return PackResult(previous, output, up_to_date=True)
 
     journal = Journal(output, {
         "config": config.fingerprint(),
         "sources": plan_fingerprint,
-        "base": content_fingerprint(previous) if previous is not None else None,
+        "base": previous.content_fingerprint if previous is not None else None,
     })
     state = journal.load()
     if state is None:
         if previous is None:
             _clear_previous_output(output)
-        else:
-            _remove_unlisted_shards(output, previous)  # left by an unfinished increment
+        else:  # files of an unfinished version: the manifest does not name them
+            _remove_unnamed(output, previous)
         state = journal.start()
     else:
         log.info("resuming at image %d", state.next_index)
     remove_stale_tmp(output)
-    base = prepare_base(output, previous, plan, source, config.output.format, scanned.classes)
 
+    base = prepare_base(output, previous, plan, scanned.classes)
+    fmt = shard_format(config.output.format)
+    limits = ShardLimits(config.output.shard_bytes, config.output.shard_samples)
+    numbers = base.next_numbers + Counter(shard.split for shard in state.shards)
     resumed_at = state.next_index
-    _write_shards(base, state, journal, pool, source, output, config, scanned.classes)
-    shards, renamed, obsolete = base.shards + state.shards, {}, list(base.obsolete)
-    numbers = base.next_numbers + Counter(shard["split"] for shard in state.shards)
-    if config.run.compact:
-        shards, renamed, merged_away = compact(
-            shards, numbers, output, config.output.format, scanned.classes,
-            config.output.shard_bytes, config.output.shard_samples,
-        )
-        obsolete += merged_away
-    manifest = _build_manifest(
-        config, source, base, state, shards, scanned, plan_fingerprint, started, resumed_at
+    roller = ShardRoller(fmt, output, limits, numbers)
+    unchanged = _write_shards(base, state, journal, pool, roller, source, config,
+                              scanned.classes)
+
+    settle(base, state)
+    before = list(previous.shards) if previous is not None else []
+    compact_below = limits if config.run.compact else None
+    shards, moved, obsolete = rewrite(base, before + state.shards, output,
+                                      ShardRoller(fmt, output, limits, numbers),
+                                      compact_below, [name for name, _ in config.splits])
+    shards = [shard if shard.index is not None else write_index(fmt, output, shard)
+              for shard in shards]  # shards of a dataset written before indexes existed
+
+    manifest = _build_manifest(config, source, base, state, shards, scanned, plan_fingerprint,
+                               started, resumed_at, numbers, unchanged)
+    samples = itertools.chain(
+        kept_samples(output, base, moved, state),
+        (dict(s, shard=moved.get(s["key"], s["shard"])) for s in journal.samples()),
     )
-    manifest["next_shard_numbers"] = dict(sorted(numbers.items()))
-    samples = itertools.chain(base.samples, journal.samples())
-    if renamed:
-        samples = (dict(s, shard=renamed.get(s["shard"], s["shard"])) for s in samples)
-    write_dataset_files(output, manifest, samples)
-    for name in obsolete:  # rewritten or merged shards: the new manifest no longer lists them
-        (output / name).unlink(missing_ok=True)
+    index = write_sample_index(output, samples_index_name(manifest.version), samples)
+    manifest = replace(manifest, samples_index=index).with_content_fingerprint()
+    merged_away = [entry.name for shard in obsolete for entry in shard.files()]
+    commit(output, manifest, no_longer_named(previous, manifest) + merged_away)
     journal.remove()
     return PackResult(manifest, output, resumed_at=resumed_at)
+
+
+def _up_to_date(output: Path, previous: Manifest, plan_fingerprint: str) -> bool:
+    """Nothing to do: same sources, this schema, and every listed file there at its size."""
+    if not previous.current or previous.sources_fingerprint != plan_fingerprint:
+        return False
+    damaged = [shard.name for shard in previous.shards if not shard_intact(output, shard)]
+    index = previous.samples_index
+    try:
+        index_ok = (output / index.name).stat().st_size == index.bytes
+    except OSError:
+        index_ok = False
+    if damaged:
+        log.warning("%d listed shards are missing or damaged (%s): their samples are packed "
+                    "again", len(damaged), ", ".join(damaged[:3]))
+    if not index_ok:
+        raise OutputStateError(
+            f"{output}: the sample index {index.name} is missing or damaged, so the samples "
+            "cannot be told apart; pass --overwrite to rebuild the dataset"
+        )
+    return not damaged
 
 
 def _write_shards(
@@ -145,66 +187,67 @@ def _write_shards(
     state: JournalState,
     journal: Journal,
     pool: WorkerPool,
+    roller: ShardRoller,
     source: Path,
-    output: Path,
     config: Config,
     classes: tuple[str, ...],
-) -> None:
-    """Stream processed images, in plan order, into shards; checkpoint each published shard."""
-    plan = base.work
-    extension = shard_extension(config.output.format)
-    shard_numbers = base.next_numbers + Counter(shard["split"] for shard in state.shards)
-    writer: ShardWriter | None = None
-    pending_samples: list[dict[str, Any]] = []
-    pending_rejects: list[dict[str, Any]] = []
+) -> int:
+    """Stream processed images, in plan order, into shards; checkpoint each published shard.
 
-    def close_shard(next_index: int) -> None:
-        nonlocal writer
-        record = shard_record(writer.close()) if writer is not None else None
-        writer = None
-        if record is not None or pending_rejects:
-            journal.checkpoint(state, next_index, record, pending_samples, pending_rejects)
+    Returns how many sources were read but found unchanged (not decoded).
+    """
+    plan = base.work
+    pending_samples: list[dict[str, Any]] = []
+    pending_rejects: list[RejectEntry] = []
+    pending_unchanged: dict[str, list] = {}
+
+    def checkpoint(next_index: int, shard: ShardEntry | None) -> None:
+        if shard is not None or pending_rejects or pending_unchanged:
+            journal.checkpoint(state, next_index, shard, pending_samples, pending_rejects,
+                               pending_unchanged)
         pending_samples.clear()
         pending_rejects.clear()
+        pending_unchanged.clear()
 
     remaining = plan[state.next_index :]
     # Read-ahead warms this machine's page cache: it helps local workers only.
     local = config.run.backend == "local"
     window = 4 * config.run.worker_count if config.run.readahead and local else 0
-    readahead = ReadAhead(str(source), remaining, window)
-    results = pool.map_ordered(process, remaining, str(source), config.image)
+    readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks)
+    results = pool.map_ordered(process_item, remaining, str(source), config)
     progress = Progress(len(plan), state.next_index, "img", "pack", config.run.quiet)
+    unchanged = 0
     try:
         paired = zip(remaining, results, strict=True)
         for index, (item, result) in enumerate(paired, state.next_index):
-            if writer is not None and writer.split != item.split:
-                close_shard(index)
-            if isinstance(result, Reject):
+            if isinstance(result, Sample):
+                shard, closed = roller.add(item.split, roller.fmt.encode(result, classes))
+                if closed is not None:
+                    checkpoint(index, closed)
+                pending_samples.append(_sample_record(result, shard))
+            elif isinstance(result, Reject):
                 pending_rejects.append(_reject_record(result, item))
                 progress.note(rejected=len(state.rejects) + len(pending_rejects))
             else:
-                if writer is not None and _shard_full(writer, result, config):
-                    close_shard(index)
-                if writer is None:
-                    name = shard_name(item.split, shard_numbers[item.split], extension)
-                    shard_numbers[item.split] += 1
-                    writer = open_writer(config.output.format, output, name, item.split, classes)
-                writer.add(result)
-                pending_samples.append(_sample_record(result, writer.name))
+                pending_unchanged[result.relpath] = [result.source_digest, result.source_size,
+                                                     result.source_mtime_ns]
+                unchanged += 1
             progress.update(1)
             readahead.consumed(index + 1 - state.next_index)
-        close_shard(len(plan))
+        checkpoint(len(plan), roller.close())
     finally:
         readahead.close()
         progress.close()
-        if writer is not None:
-            writer.discard()
+        roller.discard()
+    return unchanged
 
 
-def _shard_full(writer: ShardWriter, sample: Sample, config: Config) -> bool:
-    if config.output.shard_samples is not None:
-        return writer.samples >= config.output.shard_samples
-    return writer.bytes_written + writer.record_size(sample) > config.output.shard_bytes
+def process_item(item: PlanItem, root: str, config: Config) -> Sample | Reject | Unchanged:
+    """The per-image work, as the worker pool runs it."""
+    from .imaging import process
+
+    return process(item, root, config.image, config.source.follow_symlinks,
+                   config.run.change_detection)
 
 
 def _sample_record(sample: Sample, shard: str) -> dict[str, Any]:
@@ -223,14 +266,9 @@ def _sample_record(sample: Sample, shard: str) -> dict[str, Any]:
     }
 
 
-def _reject_record(reject: Reject, item: PlanItem) -> dict[str, Any]:
-    return {
-        "path": reject.relpath,
-        "reason": reject.reason,
-        "detail": reject.detail,
-        "source_size": item.source.size,
-        "source_mtime_ns": item.source.mtime_ns,
-    }
+def _reject_record(reject: Reject, item: PlanItem) -> RejectEntry:
+    return RejectEntry(reject.relpath, reject.reason, reject.detail, item.source.size,
+                       item.source.mtime_ns)
 
 
 def _build_manifest(
@@ -238,62 +276,75 @@ def _build_manifest(
     source: Path,
     base: Base,
     state: JournalState,
-    shards: list[dict[str, Any]],
+    shards: list[ShardEntry],
     scanned: ScanResult,
     plan_fingerprint: str,
     started: float,
     resumed_at: int,
-) -> dict[str, Any]:
-    scan_rejects = [
-        {"path": path, "reason": "unreadable", "detail": detail}
-        for path, detail in scanned.unreadable
-    ]
-    rejects = scan_rejects + base.rejects + state.rejects
+    numbers: Counter,
+    unchanged: int,
+) -> Manifest:
+    """The new version's manifest, less its sample index (written next, from the records)."""
+    scan_rejects = [RejectEntry(path, "unreadable", detail) for path, detail in scanned.unreadable]
+    rejects = scan_rejects + base.kept_rejects + state.rejects
     seconds = time.monotonic() - started
-    splits: dict[str, dict[str, int]] = {
-        name: {"samples": 0, "shards": 0, "bytes": 0} for name, _ in config.splits
-    }
+    splits = {name: SplitTotals() for name, _ in config.splits}
     for shard in shards:
-        splits[shard["split"]]["samples"] += shard["samples"]
-        splits[shard["split"]]["shards"] += 1
-        splits[shard["split"]]["bytes"] += shard["bytes"]
-    packed = len(base.samples) + state.packed
+        totals = splits[shard.split]
+        splits[shard.split] = SplitTotals(totals.samples + shard.samples, totals.shards + 1,
+                                          totals.bytes + shard.bytes)
+    packed = sum(shard.samples for shard in shards)
     excluded = sum(scanned.excluded.values())
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     version = base.version + 1
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "version": version,
-        "created": created,
-        "tool": {"name": "shardsmith", "version": __version__, "libraries": _library_versions()},
-        "source": str(source),
-        "config": config.dataset_settings(),
-        "fingerprint": config.fingerprint(),
-        "sources_fingerprint": plan_fingerprint,
-        "previous_content_fingerprint": base.previous_fingerprint,
-        "format": config.output.format,
-        "classes": list(scanned.classes),
-        "splits": splits,
-        "shards": shards,
-        "rejects": rejects,
-        "excluded": dict(sorted(scanned.excluded.items())),
-        "totals": {
-            "seen": packed + len(rejects) + excluded,
-            "packed": packed,
-            "rejected": len(rejects),
-            "excluded": excluded,
-            "bytes_in": base.bytes_in + state.bytes_in,
-            "bytes_out": sum(s["bytes"] for s in shards),
-        },
-        "history": base.history + [history_entry(base, version, created, shards)],
-        "run": {
+    upgrade = None if base.previous is None or base.previous.current else \
+        f"upgraded from schema {base.previous.schema_version}"
+    decoded = state.next_index - resumed_at - unchanged
+    return Manifest(
+        schema_version=SCHEMA_VERSION,
+        version=version,
+        created=created,
+        tool={"name": "shardsmith", "version": __version__, "libraries": _library_versions()},
+        source=str(source),
+        config=config.dataset_settings(),
+        fingerprint=config.fingerprint(),
+        sources_fingerprint=plan_fingerprint,
+        previous_content_fingerprint=(base.previous.content_fingerprint
+                                      if base.previous else None),
+        format=config.output.format,
+        classes=scanned.classes,
+        splits=splits,
+        shards=tuple(shards),
+        samples_index=_placeholder_index(),
+        rejects=tuple(rejects),
+        excluded=dict(sorted(scanned.excluded.items())),
+        totals=Totals(
+            seen=packed + len(rejects) + excluded,
+            packed=packed,
+            rejected=len(rejects),
+            excluded=excluded,
+            bytes_in=_bytes_in(base, state),
+            bytes_out=sum(shard.bytes for shard in shards),
+        ),
+        history=(*(base.previous.history if base.previous else ()),
+                 history_entry(base, version, created, shards, upgrade)),
+        run={
             "seconds": round(seconds, 3),
-            "images_per_second": round((state.next_index - resumed_at) / max(seconds, 1e-9), 2),
-            "decoded": state.next_index - resumed_at,
+            "images_per_second": round(decoded / max(seconds, 1e-9), 2),
+            "decoded": decoded,
             "resumed_at": resumed_at,
             "workers": config.run.worker_count,
         },
-    }
+        next_shard_numbers=dict(sorted(numbers.items())),
+    )
+
+
+def _placeholder_index() -> SampleIndexEntry:
+    return SampleIndexEntry("samples.jsonl", 0, PLACEHOLDER)  # replaced before the commit
+
+
+def _bytes_in(base: Base, state: JournalState) -> int:
+    return state.bytes_in + (base.previous.totals.bytes_in if base.previous else 0)
 
 
 def _library_versions() -> dict[str, str]:
@@ -310,7 +361,7 @@ def _library_versions() -> dict[str, str]:
     }
 
 
-def _previous_dataset(output: Path, config: Config) -> dict | None:
+def _previous_dataset(output: Path, config: Config) -> Manifest | None:
     """The finished dataset in ``output`` to build on, or None for a fresh build.
 
     Raises OutputStateError when it was packed with other settings (unless --overwrite).
@@ -318,12 +369,15 @@ def _previous_dataset(output: Path, config: Config) -> dict | None:
     if config.run.overwrite or not (output / MANIFEST_NAME).exists():
         return None
     manifest = read_manifest(output)
-    if manifest["fingerprint"] != config.fingerprint():
-        changed = ", ".join(_changed_keys(manifest.get("config", {}), config.dataset_settings()))
+    if manifest.fingerprint != config.fingerprint():
+        changed = ", ".join(_changed_keys(manifest.config, config.dataset_settings()))
         raise OutputStateError(
             f"{output} holds a dataset packed with different settings ({changed or 'version'}); "
             "pass --overwrite to replace it, or choose a new output directory"
         )
+    if manifest.format != config.output.format:
+        raise OutputStateError(f"{output} holds {manifest.format} shards; pass --overwrite "
+                               "to replace them")
     return manifest
 
 
@@ -339,12 +393,18 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return changed
 
 
-def _remove_unlisted_shards(output: Path, manifest: dict) -> None:
-    listed = {shard["name"] for shard in manifest["shards"]}
-    listed |= {shard["index"]["name"] for shard in manifest["shards"] if "index" in shard}
-    for path in output.iterdir():
-        if is_shard_file(path.name) and path.name not in listed:
-            path.unlink()
+def _remove_unnamed(output: Path, manifest: Manifest) -> None:
+    keep = {entry.name for entry in manifest.files()}
+    for entry in os.scandir(output):
+        if is_dataset_file(entry.name) and entry.name not in keep:
+            os.unlink(entry.path)
+
+
+def _flat_folder_hint(scanned: ScanResult, config: Config) -> str:
+    if config.source.labels == "folders" and scanned.excluded.get("not in a class folder"):
+        return ("; the images are not in class folders: pass --labels none (source.labels: "
+                "none) to pack them without labels")
+    return ""
 
 
 def _clear_previous_output(output: Path) -> None:
@@ -354,7 +414,7 @@ def _clear_previous_output(output: Path) -> None:
         name = entry.name
         if name == STATE_DIR:
             continue  # holds our lock; the journal in it is started afresh
-        if name in (MANIFEST_NAME, SAMPLES_NAME) or is_shard_file(name):
+        if name == MANIFEST_NAME or is_dataset_file(name) or is_shard_list(name):
             ours.append(entry)
         elif name.startswith(".") and name.endswith(".tmp"):
             ours.append(entry)
@@ -366,8 +426,9 @@ def _clear_previous_output(output: Path) -> None:
             f"{output} is not empty and holds files shardsmith did not write ({shown}); "
             "choose an empty or new output directory"
         )
+    (output / MANIFEST_NAME).unlink(missing_ok=True)  # first: the directory stops being one
     for entry in ours:
-        if entry.is_dir():
+        if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
-            entry.unlink()
+            entry.unlink(missing_ok=True)

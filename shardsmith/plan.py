@@ -7,6 +7,7 @@ therefore every shard byte) is the same on every run, whatever the worker count.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -18,23 +19,32 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 @dataclass(frozen=True, slots=True)
 class PlanItem:
-    """One file to process, with its sample key and split."""
+    """One file to process, with its sample key and split.
+
+    ``expected_digest`` is set for a file already packed whose stat changed: the worker
+    decodes it only if its content differs.
+    """
 
     source: SourceFile
     key: str
     split: str
+    expected_digest: str | None = None
 
 
 def sample_key(relpath: str) -> str:
-    """A stable, unique key free of dots and slashes: readable stem + hash of the full path."""
+    """A stable, unique key free of dots and slashes: readable stem + hash of the full path.
+
+    The path is hashed as the bytes the file system holds (``os.fsencode``), so a name that
+    is not valid UTF-8 gets a key like any other.
+    """
     stem = _UNSAFE.sub("_", relpath.rsplit(".", 1)[0]).strip("_")[-48:]
-    digest = hashlib.sha256(relpath.encode("utf-8")).hexdigest()[:12]
+    digest = hashlib.sha256(os.fsencode(relpath)).hexdigest()[:12]
     return f"{stem}_{digest}" if stem else digest
 
 
 def assign_split(relpath: str, splits: tuple[tuple[str, float], ...]) -> str:
     """Split by a hash of the relative path: a file keeps its split when others are added."""
-    digest = hashlib.sha256(b"split:" + relpath.encode("utf-8")).digest()
+    digest = hashlib.sha256(b"split:" + os.fsencode(relpath)).digest()
     position = int.from_bytes(digest[:8], "big") / 2**64
     cumulative = 0.0
     for name, fraction in splits:

@@ -5,7 +5,9 @@ waits for its file, then decodes, then waits again, so slow or high-latency stor
 cores idle.  A driver thread walks the plan a bounded window ahead of the writer and calls
 ``posix_fadvise(WILLNEED)``, which starts asynchronous reads into the page cache (local disks,
 NFS and CIFS alike); the workers' own reads then come from memory.  It is only a hint:
-errors are ignored here and reported by the worker that reads the file.
+errors are ignored here and reported by the worker that reads the file.  It opens files the
+way a worker does (no following a link swapped in, no blocking on a FIFO) and never holds up
+the end of a run: ``close`` waits for it briefly, then leaves the daemon thread behind.
 """
 
 from __future__ import annotations
@@ -14,14 +16,20 @@ import os
 import threading
 from collections.abc import Sequence
 
+from .errors import BadImage
+from .originals import open_regular
 from .plan import PlanItem
+
+CLOSE_WAIT_SECONDS = 1.0
 
 
 class ReadAhead:
     """Keeps the page cache filled ``window`` files ahead of the last consumed result."""
 
-    def __init__(self, root: str, items: Sequence[PlanItem], window: int):
+    def __init__(self, root: str, items: Sequence[PlanItem], window: int,
+                 follow_symlinks: bool = False):
         self._root = root
+        self._follow_symlinks = follow_symlinks
         self._items = items
         self._window = window
         self._consumed = 0
@@ -43,7 +51,7 @@ class ReadAhead:
             self._closed = True
             self._condition.notify()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(CLOSE_WAIT_SECONDS)  # e.g. stuck in open() on a hung NAS
 
     def _run(self) -> None:
         for index, item in enumerate(self._items):
@@ -54,8 +62,9 @@ class ReadAhead:
                 if self._closed:
                     return
             try:
-                fd = os.open(os.path.join(self._root, item.source.relpath), os.O_RDONLY)
-            except OSError:
+                fd, _ = open_regular(os.path.join(self._root, item.source.relpath),
+                                     self._follow_symlinks)
+            except (OSError, BadImage):
                 continue
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)

@@ -2,89 +2,113 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .manifest import Manifest, RejectEntry
     from .pipeline import PackResult
     from .stage import StageResult
     from .verify import VerifyReport
 
 
-def _megabytes(count: int) -> str:
-    return f"{count / 1e6:,.1f} MB"
+def human_bytes(count: float) -> str:
+    """Bytes in the unit that fits: ``512 B``, ``3.4 MB``, ``1.20 TB`` (powers of 1000)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(count) >= scale:
+            value = count / scale
+            return f"{value:,.2f} {unit}" if value < 10 else f"{value:,.1f} {unit}"
+    return f"{int(count)} B"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 file``, ``2 files``, ``1 problem``."""
+    return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def printable(path: str) -> str:
+    """A path as a terminal can show it: bytes that are not UTF-8 appear as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def pack_summary(result: PackResult) -> str:
     """Seen / packed / rejected, bytes in → out, shards, time and rate."""
     manifest = result.manifest
-    totals, run = manifest["totals"], manifest.get("run", {})
-    version = manifest.get("version", 1)
-    changes = (manifest.get("history") or [{}])[-1]
+    totals, run = manifest.totals, manifest.run
+    change = manifest.history[-1] if manifest.history else None
     if result.up_to_date:
         head = f"{result.output}: up to date, nothing to do (same settings, sources unchanged)"
-    elif version > 1:
-        head = (f"{result.output}: version {version}: {changes['added']} added, "
-                f"{changes['changed']} changed, {changes['removed']} removed; "
-                f"{manifest['run']['decoded']} images decoded, "
-                f"{len(changes['shards_added'])} shards new, "
-                f"{len(changes['shards_removed'])} rewritten or dropped")
+    elif manifest.version > 1 and change is not None:
+        parts = [f"{change.added:,} added", f"{change.changed:,} changed",
+                 f"{change.removed:,} removed"]
+        parts += [f"{value:,} {name}" for name, value in (
+            ("rejected", change.rejected), ("touched (same content)", change.touched),
+            ("repaired", change.repaired)) if value]
+        head = (f"{result.output}: version {manifest.version}: {', '.join(parts)}; "
+                f"{plural(run.get('decoded', 0), 'image')} decoded, "
+                f"{plural(len(change.shards_added), 'shard')} new, "
+                f"{len(change.shards_removed):,} rewritten or dropped"
+                + (f" ({change.note})" if change.note else ""))
     elif result.resumed_at:
-        head = f"{result.output}: packed (resumed after {result.resumed_at} images)"
+        head = f"{result.output}: packed (resumed after {plural(result.resumed_at, 'image')})"
     else:
         head = f"{result.output}: packed"
     lines = [
         head,
-        f"  files seen   {totals['seen']:>9,}   excluded {totals['excluded']:,}"
-        + _excluded_detail(manifest.get("excluded", {})),
-        f"  packed       {totals['packed']:>9,}   "
-        + ", ".join(f"{n}: {s['samples']:,}" for n, s in manifest["splits"].items()),
-        f"  rejected     {totals['rejected']:>9,}" + _reject_detail(manifest["rejects"]),
+        f"  files seen   {totals.seen:>9,}   excluded {totals.excluded:,}"
+        + _excluded_detail(manifest.excluded),
+        f"  packed       {totals.packed:>9,}   "
+        + ", ".join(f"{name}: {split.samples:,}" for name, split in manifest.splits.items()),
+        f"  rejected     {totals.rejected:>9,}" + _reject_detail(manifest.rejects),
     ]
-    bytes_in, bytes_out = totals["bytes_in"], totals["bytes_out"]
-    ratio = f" ({bytes_in / bytes_out:,.1f}x smaller)" if bytes_out else ""
-    lines.append(f"  bytes        {_megabytes(bytes_in)} -> {_megabytes(bytes_out)}{ratio}")
-    lines.append(f"  shards       {len(manifest['shards']):>9,}   format {manifest['format']}")
+    ratio = f" ({totals.bytes_in / totals.bytes_out:,.1f}x smaller)" if totals.bytes_out else ""
+    lines.append(f"  bytes        {human_bytes(totals.bytes_in)} -> "
+                 f"{human_bytes(totals.bytes_out)}{ratio}")
+    lines.append(f"  shards       {len(manifest.shards):>9,}   format {manifest.format}")
     if run and not result.up_to_date:
         rate = run.get("images_per_second")
         lines.append(
-            f"  time         {run['seconds']:>8.1f}s   "
-            + (f"{rate:,.1f} images/s" if rate else "")
-            + f" with {run['workers']} workers"
+            f"  time         {run.get('seconds', 0):>8.1f}s   "
+            + (f"{rate:,.1f} images/s " if rate else "")
+            + f"with {plural(run.get('workers', 1), 'worker')}"
         )
     return "\n".join(lines)
 
 
 def pack_report(result: PackResult) -> dict:
     """The machine-readable part of ``--report``: counts, rejects by reason, timing, version."""
+    from .jsonmodel import to_json
+
     manifest = result.manifest
     return {
         "output": str(result.output),
         "status": "up_to_date" if result.up_to_date else "packed",
+        "version": manifest.version,
         "resumed_at": result.resumed_at,
-        "totals": manifest["totals"],
-        "splits": manifest["splits"],
-        "rejects_by_reason": dict(Counter(r["reason"] for r in manifest["rejects"])),
+        "totals": to_json(manifest.totals),
+        "splits": to_json(manifest.splits),
+        "rejects_by_reason": dict(Counter(r.reason for r in manifest.rejects)),
         "reject_fraction": round(result.reject_fraction, 6),
-        "shards": len(manifest["shards"]),
-        "run": manifest.get("run"),
-        "fingerprint": manifest["fingerprint"],
+        "shards": len(manifest.shards),
+        "run": manifest.run,
+        "fingerprint": manifest.fingerprint,
     }
 
 
-def version_log(manifest: dict) -> str:
+def version_log(manifest: Manifest) -> str:
     """One line per dataset version: what it added, changed and removed."""
     lines = [f"{'version':>7}  {'created':<25} {'added':>7} {'changed':>7} {'removed':>7} "
-             f"{'shards +':>8} {'shards -':>8}"]
-    for entry in manifest.get("history", []):
+             f"{'rejected':>8} {'new shards':>10} {'gone shards':>11}"]
+    for entry in manifest.history:
         lines.append(
-            f"{entry['version']:>7}  {entry['created']:<25} {entry['added']:>7,} "
-            f"{entry['changed']:>7,} {entry['removed']:>7,} {len(entry['shards_added']):>8,} "
-            f"{len(entry['shards_removed']):>8,}"
+            f"{entry.version:>7}  {entry.created:<25} {entry.added:>7,} {entry.changed:>7,} "
+            f"{entry.removed:>7,} {entry.rejected:>8,} {len(entry.shards_added):>10,} "
+            f"{len(entry.shards_removed):>11,}" + (f"  {entry.note}" if entry.note else "")
         )
-    totals = manifest["totals"]
-    lines.append(f"current: version {manifest.get('version', 1)}, {totals['packed']:,} samples "
-                 f"in {len(manifest['shards']):,} shards")
+    lines.append(f"current: version {manifest.version}, "
+                 f"{plural(manifest.totals.packed, 'sample')} in "
+                 f"{plural(len(manifest.shards), 'shard')}")
     return "\n".join(lines)
 
 
@@ -94,38 +118,38 @@ def _excluded_detail(excluded: dict[str, int]) -> str:
     return " (" + ", ".join(f"{why}: {n}" for why, n in Counter(excluded).most_common(3)) + ")"
 
 
-def _reject_detail(rejects: list[dict]) -> str:
+def _reject_detail(rejects: tuple[RejectEntry, ...]) -> str:
     if not rejects:
         return ""
-    reasons = Counter(r["reason"] for r in rejects).most_common(4)
+    reasons = Counter(r.reason for r in rejects).most_common(4)
     return "   " + ", ".join(f"{reason}: {n}" for reason, n in reasons)
 
 
-def reject_lines(rejects: list[dict], limit: int = 10) -> list[str]:
+def reject_lines(rejects: tuple[RejectEntry, ...], limit: int = 10) -> list[str]:
     """First few rejects, one line each: path and reason."""
-    lines = [f"  {r['path']}: {r['reason']} ({r['detail']})" for r in rejects[:limit]]
+    lines = [f"  {printable(r.path)}: {r.reason} ({r.detail})" for r in rejects[:limit]]
     if len(rejects) > limit:
-        lines.append(f"  ... and {len(rejects) - limit} more (see manifest.json)")
+        lines.append(f"  ... and {len(rejects) - limit:,} more (see manifest.json)")
     return lines
 
 
 def stage_summary(result: StageResult) -> str:
-    """Shards copied / already present / removed, bytes, time and throughput."""
-    rate = result.bytes_copied / result.seconds / 1e6 if result.seconds > 0 else 0.0
+    """Files copied / already present / removed, bytes, time and throughput."""
+    rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
     lines = [
         f"{result.destination}: staged",
-        f"  copied {result.copied} files ({_megabytes(result.bytes_copied)}), "
-        f"{result.present} already present and verified, {result.removed} removed",
-        f"  time   {result.seconds:.1f}s" + (f", {rate:,.0f} MB/s" if result.copied else
+        f"  copied {plural(result.copied, 'file')} ({human_bytes(result.bytes_copied)}), "
+        f"{result.present:,} already present and verified, {result.removed:,} removed",
+        f"  time   {result.seconds:.1f}s" + (f", {human_bytes(rate)}/s" if result.copied else
                                              " (nothing to copy)"),
     ]
     if result.stale:
-        lines.append(f"  {len(result.stale)} staged shards are no longer listed "
+        lines.append(f"  {plural(len(result.stale), 'staged shard')} no longer listed "
                      "(--prune removes them)")
     return "\n".join(lines)
 
 
 def verify_summary(report: VerifyReport) -> str:
-    verdict = "OK" if report.ok else f"{len(report.problems)} problems"
-    return (f"{report.directory}: {verdict}: {report.shards} shards, {report.samples:,} samples, "
-            f"{_megabytes(report.bytes)}")
+    verdict = "OK" if report.ok else plural(len(report.problems), "problem")
+    return (f"{report.directory}: {verdict}: {plural(report.shards, 'shard')}, "
+            f"{plural(report.samples, 'sample')}, {human_bytes(report.bytes)}")

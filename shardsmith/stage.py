@@ -1,57 +1,61 @@
 """``stage``: copy a dataset's shards to local NVMe, verified and incrementally.
 
-Every file the manifest lists is copied under a temporary name, fsynced, checked against the
-manifest's size and sha256, and only then renamed into place; the manifest is written last, so
-a reader never sees a manifest whose shards are not all present and verified.  Files already
-staged (same size and sha256, remembered with their mtime so a re-stage need not re-read
-them) are skipped.  A lock keeps two stage runs off one destination; an interrupted run leaves
-only temporary files, which the next run removes before it resumes.
+The destination keeps the same commit point as a pack (DESIGN invariant 8): every new file is
+copied under a temporary name, fsynced, checked against the manifest's size and sha256 and
+renamed into place; then the manifest is swapped in; then what it no longer names is removed.
+A training job reading the destination meanwhile sees the old version or the new one.
+
+The source manifest is untrusted: names are validated before any file is touched, a source
+file must be a regular file of exactly the listed size (a link to ``/dev/zero`` is refused,
+not copied until the disk is full), and copies never read past the listed byte count.
+Files already staged (same size and sha256, remembered with their mtime so a re-stage need
+not re-read them) are skipped.  A lock keeps two stages off one destination, and a shared
+lock on the source keeps a pack from changing it mid-copy; Ctrl-C stops within a second.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
-from .atomic import (
-    fsync_directory,
-    remove_stale_tmp,
-    tmp_path_for,
-    write_bytes_atomic,
-    write_json_atomic,
-)
-from .errors import ConfigError, ShardsmithError
-from .lock import DirectoryLock
+from .atomic import remove_stale_tmp, tmp_path_for, write_json_atomic
+from .errors import BadImage, ConfigError, ManifestError, StageError
+from .lock import DirectoryLock, SharedLock
 from .manifest import (
     LOCK_NAME,
     MANIFEST_NAME,
-    SAMPLES_NAME,
     STATE_DIR,
+    FileEntry,
+    Manifest,
+    commit,
     is_shard_file,
+    iter_sample_index,
+    no_longer_named,
     read_manifest,
+    samples_index_name,
+    write_sample_index,
 )
+from .originals import open_regular
 from .progress import Progress
-from .verify import file_sha256
+from .report import human_bytes
 
 log = logging.getLogger(__name__)
 
-COPY_CHUNK = 64 * 1024 * 1024
+COPY_CHUNK = 8 * 1024 * 1024  # small enough that Ctrl-C stops a copy within ~10 ms
 ATTEMPTS = 3
 RECORD_NAME = "staged.json"
 FREE_SPACE_MARGIN = 64 * 1024 * 1024
-
-
-class StageError(ShardsmithError):
-    """A copy that could not be verified, a full disk, or a busy destination."""
 
 
 @dataclass(frozen=True)
@@ -82,52 +86,59 @@ def stage(
     """
     started = time.monotonic()
     source, destination = _check_locations(Path(source), Path(destination))
-    manifest = read_manifest(source)
-    if split is not None:
-        manifest = _only_split(manifest, split)
-    destination.mkdir(parents=True, exist_ok=True)
-    with DirectoryLock(destination / STATE_DIR / LOCK_NAME, "staged"):
-        remove_stale_tmp(destination)
-        record = _StagedRecord(destination)
-        files = _listed_files(manifest)
-        todo = [f for f in files if not record.is_staged(f, rehash)]
-        present = len(files) - len(todo)
-        stale = sorted(
-            p.name for p in destination.iterdir()
-            if is_shard_file(p.name) and p.name not in {f["name"] for f in files}
+    with SharedLock(source / STATE_DIR / LOCK_NAME, "packed"):
+        manifest = read_manifest(source)
+        if split is not None:
+            if split not in manifest.splits:
+                known = ", ".join(manifest.splits) or "none"
+                raise ConfigError(f"--split: the dataset has no split {split!r} "
+                                  f"(splits: {known})")
+            manifest = manifest.only_split(split)
+        destination.mkdir(parents=True, exist_ok=True)
+        with DirectoryLock(destination / STATE_DIR / LOCK_NAME, "staged"):
+            return _stage_locked(source, destination, manifest, split, prune, workers, quiet,
+                                 rehash, free_space, started)
+
+
+def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: str | None,
+                  prune: bool, workers: int, quiet: bool, rehash: bool,
+                  free_space: Callable[[Path], int], started: float) -> StageResult:
+    remove_stale_tmp(destination)
+    current = _current_manifest(destination)
+    record = _StagedRecord(destination)
+    files = [entry for shard in manifest.shards for entry in shard.files()]
+    todo = [entry for entry in files if not record.is_staged(entry, rehash)]
+    index_name = samples_index_name(manifest.version, split)
+    needed = sum(entry.bytes for entry in todo) + manifest.samples_index.bytes
+    available = free_space(destination)
+    if needed + FREE_SPACE_MARGIN > available:
+        raise StageError(
+            f"{destination}: not enough free space: {human_bytes(needed)} to copy, "
+            f"{human_bytes(available)} free (keeping {human_bytes(FREE_SPACE_MARGIN)} spare)"
         )
-        needed = sum(f["bytes"] for f in todo)
-        available = free_space(destination)
-        if needed + FREE_SPACE_MARGIN > available:
-            raise StageError(
-                f"{destination}: not enough free space: {needed / 1e9:,.2f} GB to copy, "
-                f"{available / 1e9:,.2f} GB free (keeping {FREE_SPACE_MARGIN // 2**20} MB spare)"
-            )
-        if todo:
-            # The destination stops being a dataset until every new file is in place.
-            (destination / MANIFEST_NAME).unlink(missing_ok=True)
-            _copy_all(source, destination, todo, record, workers, quiet)
-        _write_samples_index(source, destination, manifest, split)
-        record.save()
-        staged_manifest = dict(manifest, staged={
-            "from": str(source),
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "split": split,
-        })
-        write_json_atomic(destination / MANIFEST_NAME, staged_manifest)
-        removed = 0
-        if prune:  # only now: the published manifest no longer refers to them
-            for name in stale:
-                (destination / name).unlink(missing_ok=True)
-                record.forget(name)
-                removed += 1
-            stale = []
-            record.save()
-        fsync_directory(destination)
-    return StageResult(
-        destination, len(todo), present, removed, needed, time.monotonic() - started,
-        tuple(stale),
-    )
+    if current is not None and _replaces_named_files(current, todo, index_name):
+        # Another dataset under the same names: the old manifest cannot stay true meanwhile.
+        (destination / MANIFEST_NAME).unlink(missing_ok=True)
+    if todo:
+        _copy_all(source, destination, todo, record, workers, quiet, manifest)
+    index = _stage_sample_index(source, destination, manifest, index_name, split)
+    staged = replace(manifest, samples_index=index, staged={
+        "from": str(source),
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "split": split,
+    }).with_content_fingerprint()
+    listed = {entry.name for entry in staged.files()}
+    unlisted = sorted(entry.name for entry in os.scandir(destination)
+                      if is_shard_file(entry.name) and entry.name not in listed)
+    stale = tuple(name for name in unlisted if not name.endswith(".idx"))  # shards, not indexes
+    obsolete = [name for name in no_longer_named(current, staged) if not is_shard_file(name)]
+    commit(destination, staged, obsolete + (unlisted if prune else []))
+    for name in unlisted if prune else ():
+        record.forget(name)
+    record.save()
+    return StageResult(destination, len(todo), len(files) - len(todo),
+                       len(stale) if prune else 0, sum(entry.bytes for entry in todo),
+                       time.monotonic() - started, () if prune else stale)
 
 
 def _check_locations(source: Path, destination: Path) -> tuple[Path, Path]:
@@ -140,98 +151,147 @@ def _check_locations(source: Path, destination: Path) -> tuple[Path, Path]:
         raise ConfigError(f"stage.to: {destination} is inside the source dataset {source}")
     if destination in source.parents:
         raise ConfigError(f"stage.to: {destination} contains the source dataset {source}")
+    if destination.exists() and not destination.is_dir():
+        raise ConfigError(f"stage.to: {destination} exists and is not a directory")
     return source, destination
 
 
-def _only_split(manifest: dict[str, Any], split: str) -> dict[str, Any]:
-    shards = [s for s in manifest["shards"] if s["split"] == split]
-    if split not in manifest.get("splits", {}):
-        known = ", ".join(manifest.get("splits", {})) or "none"
-        raise ConfigError(f"--split: the dataset has no split {split!r} (splits: {known})")
-    return dict(manifest, shards=shards, splits={split: manifest["splits"][split]})
-
-
-def _listed_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    files = []
-    for shard in manifest["shards"]:
-        files.append({"name": shard["name"], "bytes": shard["bytes"], "sha256": shard["sha256"]})
-        if "index" in shard:
-            files.append(dict(shard["index"]))
-    return files
-
-
-def _copy_all(source: Path, destination: Path, files: list[dict], record, workers: int,
-              quiet: bool) -> None:
-    total = sum(f["bytes"] for f in files)
-    progress = Progress(total, 0, "B", "stage", quiet, unit_scale=True)
+def _current_manifest(destination: Path) -> Manifest | None:
+    if not (destination / MANIFEST_NAME).exists():
+        return None
     try:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(_copy_verified, source, destination, f, progress.update)
-                       for f in files]
-            for file_info, future in zip(files, futures, strict=True):
-                record.remember(destination, file_info, future.result())
+        return read_manifest(destination)
+    except ManifestError as exc:
+        log.warning("the staged manifest is unreadable and will be replaced: %s", exc)
+        return None
+
+
+def _replaces_named_files(current: Manifest, todo: list[FileEntry], index_name: str) -> bool:
+    named = {entry.name: entry.sha256 for entry in current.files()}
+    return index_name in named or any(
+        entry.name in named and named[entry.name] != entry.sha256 for entry in todo)
+
+
+def _copy_all(source: Path, destination: Path, files: list[FileEntry], record: _StagedRecord,
+              workers: int, quiet: bool, manifest: Manifest) -> None:
+    """Copy in parallel; on Ctrl-C, SIGTERM or the first failure, stop every copy at once."""
+    total = sum(entry.bytes for entry in files)
+    progress = Progress(total, 0, "B", "stage", quiet, unit_scale=True)
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="shardsmith-copy")
+    try:
+        futures = {pool.submit(_copy_verified, source, destination, entry, progress.update,
+                               cancel): entry for entry in files}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when="FIRST_EXCEPTION")
+            for future in done:
+                record.remember(destination, futures[future], future.result())
+    except FileNotFoundError as exc:
+        if _source_changed(source, manifest):
+            raise StageError(f"{source}: the dataset changed while staging (a new version "
+                             "was packed); rerun the stage") from None
+        raise StageError(f"{source}: {Path(exc.filename or '?').name} is missing: the "
+                         "dataset is damaged (shardsmith verify shows what)") from None
     finally:
+        cancel.set()  # no-op after success; stops running copies after an error or interrupt
+        pool.shutdown(wait=True, cancel_futures=True)
         progress.close()
-    fsync_directory(destination)
 
 
-def _copy_verified(source: Path, destination: Path, file_info: dict, advance) -> str:
+def _source_changed(source: Path, manifest: Manifest) -> bool:
+    try:
+        return read_manifest(source).content_fingerprint != manifest.content_fingerprint
+    except ManifestError:
+        return True
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def _copy_verified(source: Path, destination: Path, entry: FileEntry, advance,
+                   cancel: threading.Event) -> str:
     """Copy one file under a temporary name, verify it, publish it; returns its sha256."""
-    name = file_info["name"]
-    final = destination / name
+    final = destination / entry.name
     tmp = tmp_path_for(final)
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            _copy_file(source / name, tmp, advance)
-            size = tmp.stat().st_size
-            digest = file_sha256(tmp)
+            digest = _copy_file(source / entry.name, tmp, entry.bytes, advance, cancel)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        if size == file_info["bytes"] and digest == file_info["sha256"]:
+        if digest == entry.sha256:
             os.replace(tmp, final)
             return digest
         tmp.unlink(missing_ok=True)
-        log.warning("%s: copy %d of %d does not match the manifest (size %d, sha256 %s)",
-                    name, attempt, ATTEMPTS, size, digest[:12])
+        log.warning("%s: copy %d of %d does not match the manifest (sha256 %s)",
+                    entry.name, attempt, ATTEMPTS, digest[:12])
     raise StageError(
-        f"{name}: after {ATTEMPTS} copies the data still differs from the manifest "
-        f"(expected {file_info['bytes']} bytes, sha256 {file_info['sha256'][:12]}..., got "
-        f"{size} bytes, {digest[:12]}...): the source shard is corrupt; nothing was published"
+        f"{entry.name}: after {ATTEMPTS} copies the data still differs from the manifest "
+        f"(expected sha256 {entry.sha256[:12]}..., got {digest[:12]}...): the source shard "
+        "is corrupt; nothing was published"
     )
 
 
-def _copy_file(source: Path, target: Path, advance) -> None:
-    """Kernel-side copy (copy_file_range: zero-copy, server-side on NFS 4.2) or big buffers."""
-    with open(source, "rb") as reader, open(target, "wb") as writer:
-        use_kernel = hasattr(os, "copy_file_range")
-        while True:
+def _copy_file(source: Path, target: Path, size: int, advance,
+               cancel: threading.Event) -> str:
+    """Copy exactly ``size`` bytes of a regular file and return the sha256 of the copy.
+
+    Kernel-side copy (``copy_file_range``: zero-copy, server-side on NFS 4.2) where offered,
+    big buffers otherwise; the copy is re-read from the page cache for the digest, so what is
+    verified is what landed on the destination.
+    """
+    try:
+        fd, info = open_regular(str(source), follow_symlinks=False)
+    except BadImage as exc:  # a link or a device where a shard should be
+        raise StageError(f"{source.name}: refused: it {exc.detail}") from None
+    with os.fdopen(fd, "rb") as reader, open(target, "wb") as writer:
+        if info.st_size != size:
+            raise StageError(f"{source.name}: {info.st_size:,} bytes in the source, the "
+                             f"manifest says {size:,}: the source shard is damaged")
+        remaining, use_kernel = size, hasattr(os, "copy_file_range")
+        while remaining:
+            if cancel.is_set():
+                raise _Cancelled()
+            chunk = min(COPY_CHUNK, remaining)
             if use_kernel:
                 try:
-                    copied = os.copy_file_range(reader.fileno(), writer.fileno(), COPY_CHUNK)
-                except OSError:
+                    copied = os.copy_file_range(reader.fileno(), writer.fileno(), chunk)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+                        raise
                     use_kernel = False  # e.g. across filesystems on old kernels
                     continue
             else:
-                chunk = reader.read(COPY_CHUNK)
-                writer.write(chunk)
-                copied = len(chunk)
+                data = reader.read(chunk)
+                writer.write(data)
+                copied = len(data)
             if not copied:
-                break
+                raise StageError(f"{source.name}: ended {remaining:,} bytes early while copying")
+            remaining -= copied
             advance(copied)
         writer.flush()
         os.fsync(writer.fileno())
+    return _sha256_of(target)
 
 
-def _write_samples_index(source: Path, destination: Path, manifest: dict, split: str | None):
-    """The staged sample index: the source's, or its lines for the staged split."""
-    with open(source / SAMPLES_NAME, "rb") as handle:
-        lines = [line for line in handle
-                 if split is None or json.loads(line)["split"] == split]
-    blob = b"".join(lines)
-    sha256 = write_bytes_atomic(destination / SAMPLES_NAME, blob)
-    manifest["samples_index"] = dict(manifest["samples_index"], samples=len(lines),
-                                     bytes=len(blob), sha256=sha256)
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stage_sample_index(source: Path, destination: Path, manifest: Manifest, name: str,
+                        split: str | None):
+    """The staged sample index (the source's, or its lines of one split), written under a
+    new name; the source's sha256 is checked on the way (ManifestError if it differs)."""
+    records = iter_sample_index(source, manifest, check_digest=True)
+    if split is not None:
+        records = (record for record in records if record.split == split)
+    return write_sample_index(destination, name, records)
 
 
 class _StagedRecord:
@@ -243,31 +303,31 @@ class _StagedRecord:
     def __init__(self, destination: Path):
         self.path = destination / STATE_DIR / RECORD_NAME
         try:
-            self.entries: dict[str, dict] = json.loads(self.path.read_text())
+            entries = json.loads(self.path.read_text())
+            self.entries: dict[str, dict] = entries if isinstance(entries, dict) else {}
         except (OSError, ValueError):
             self.entries = {}
 
-    def is_staged(self, file_info: dict, rehash: bool) -> bool:
-        path = self.path.parent.parent / file_info["name"]
+    def is_staged(self, entry: FileEntry, rehash: bool) -> bool:
+        path = self.path.parent.parent / entry.name
         try:
-            stat = path.stat()
+            info = os.lstat(path)
         except OSError:
             return False
-        if stat.st_size != file_info["bytes"]:
+        if not os.path.isfile(path) or os.path.islink(path) or info.st_size != entry.bytes:
             return False
-        known = self.entries.get(file_info["name"])
-        if not rehash and known and known["mtime_ns"] == stat.st_mtime_ns \
-                and known["sha256"] == file_info["sha256"]:
+        known = self.entries.get(entry.name)
+        if not rehash and isinstance(known, dict) and known.get("mtime_ns") == info.st_mtime_ns \
+                and known.get("sha256") == entry.sha256:
             return True
-        if file_sha256(path) != file_info["sha256"]:
+        if _sha256_of(path) != entry.sha256:
             return False
-        self.entries[file_info["name"]] = {"sha256": file_info["sha256"],
-                                           "mtime_ns": stat.st_mtime_ns}
+        self.entries[entry.name] = {"sha256": entry.sha256, "mtime_ns": info.st_mtime_ns}
         return True
 
-    def remember(self, destination: Path, file_info: dict, sha256: str) -> None:
-        stat = (destination / file_info["name"]).stat()
-        self.entries[file_info["name"]] = {"sha256": sha256, "mtime_ns": stat.st_mtime_ns}
+    def remember(self, destination: Path, entry: FileEntry, sha256: str) -> None:
+        info = (destination / entry.name).stat()
+        self.entries[entry.name] = {"sha256": sha256, "mtime_ns": info.st_mtime_ns}
 
     def forget(self, name: str) -> None:
         self.entries.pop(name, None)

@@ -1,193 +1,186 @@
 """``verify``: does a packed or staged directory hold exactly what its manifest promises?
 
-Checks, per shard: present, right size, right sha256, parses as its format (tar members
-complete; TFRecord framing with both CRCs), sample count as listed, TFRecord index consistent
-with the records.  Across the directory: no unlisted shard files, the sample index intact and
-in agreement with the shards.  ``decode`` additionally decodes every image and compares its
-size with the sample index.
+Checks, per shard: a regular file of the listed size and sha256, that parses as its format
+(tar members complete, with safe names; TFRecord framing with both CRCs), the listed sample
+count, and its per-record index equal to the one its records give.  Across the directory: the
+sample index intact and in agreement with the shards, the shard lists current, and no unlisted
+shard files (in a staged copy, those are leftovers of an earlier stage: a note, not a
+problem).  ``decode`` also decodes every image and compares its size with the sample index.
+
+A missing or malformed manifest is a ``ManifestError`` (one line, exit 2); damaged content is
+reported, one line per problem.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import os
+import stat
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .errors import ManifestError
-from .formats import ShardFormatError
-from .manifest import MANIFEST_NAME, SAMPLES_NAME, is_shard_file, read_manifest
+from .errors import ManifestError, ShardFormatError
+from .formats import Placed, shard_format
+from .manifest import (
+    FileEntry,
+    Manifest,
+    ShardEntry,
+    is_shard_file,
+    iter_sample_index,
+    read_manifest,
+    shard_lists,
+)
 
 CHUNK = 8 * 1024 * 1024
 
 
 @dataclass
 class VerifyReport:
-    """What was checked and every problem found (one line each)."""
+    """What was checked, every problem found (one line each), and notes that are not."""
 
     directory: Path
     shards: int = 0
     samples: int = 0
     bytes: int = 0
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, read in large chunks."""
+def file_sha256(path: Path, size: int | None = None) -> str:
+    """sha256 of a file (of its first ``size`` bytes), read in large chunks."""
     digest = hashlib.sha256()
+    remaining = size
     with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
+        while remaining is None or remaining > 0:
+            chunk = handle.read(CHUNK if remaining is None else min(CHUNK, remaining))
+            if not chunk:
+                break
             digest.update(chunk)
+            if remaining is not None:
+                remaining -= len(chunk)
     return digest.hexdigest()
 
 
 def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> VerifyReport:
-    """Check ``directory`` against its manifest; the report lists every problem found."""
-    directory = Path(directory)
-    report = VerifyReport(directory)
-    try:
-        manifest = read_manifest(directory)
-    except ManifestError as exc:
-        report.problems.append(str(exc))
-        return report
+    """Check ``directory`` against its manifest; the report lists every problem found.
 
-    expected_sizes, index_problems = _read_sample_index(directory, manifest, decode)
+    Raises ManifestError when there is no readable, valid manifest.
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    report = VerifyReport(directory)
+    expected, index_problems = _read_sample_index(directory, manifest, decode)
     report.problems += index_problems
 
-    shards = manifest["shards"]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(
-            lambda shard: _check_shard(directory, manifest["format"], shard,
-                                       expected_sizes.get(shard["name"]), decode),
-            shards,
+            lambda shard: _check_shard(directory, manifest.format, shard,
+                                       expected.get(shard.name), decode),
+            manifest.shards,
         )
-        for shard, problems in zip(shards, results, strict=True):
+        for shard, problems in zip(manifest.shards, results, strict=True):
             report.problems += problems
             report.shards += 1
-            report.samples += shard["samples"]
-            report.bytes += shard["bytes"]
+            report.samples += shard.samples
+            report.bytes += shard.bytes
 
-    listed = {MANIFEST_NAME, SAMPLES_NAME}
-    for shard in shards:
-        listed.add(shard["name"])
-        if "index" in shard:
-            listed.add(shard["index"]["name"])
-    for path in sorted(directory.iterdir()):
-        if is_shard_file(path.name) and path.name not in listed:
-            report.problems.append(f"{path.name}: shard file not listed in the manifest")
+    for name, content in (shard_lists(manifest).items() if manifest.current else ()):
+        try:
+            if (directory / name).read_bytes() != content:
+                report.problems.append(f"{name}: does not list the manifest's shards")
+        except OSError:
+            report.problems.append(f"{name}: missing")
+
+    listed = {entry.name for entry in manifest.files()}
+    unlisted = sorted(entry.name for entry in os.scandir(directory)
+                      if is_shard_file(entry.name) and entry.name not in listed)
+    for name in unlisted:
+        if manifest.staged is not None:
+            report.notes.append(f"{name}: not listed, left from an earlier stage; "
+                                "stage --prune removes it")
+        else:
+            report.problems.append(f"{name}: shard file not listed in the manifest")
     return report
 
 
-def _read_sample_index(
-    directory: Path, manifest: dict[str, Any], decode: bool
-) -> tuple[dict[str, Any], list[str]]:
-    """Check samples.jsonl against the manifest.
+def _read_sample_index(directory: Path, manifest: Manifest,
+                       decode: bool) -> tuple[dict[str, dict], list[str]]:
+    """Check the sample index against the manifest: its bytes, its lines, its counts.
 
     Returns, per shard, the expected {key: (width, height)} when decoding (else nothing).
     """
-    problems: list[str] = []
-    info = manifest.get("samples_index")
-    path = directory / SAMPLES_NAME
-    if info is None:
-        return {}, [f"{MANIFEST_NAME}: no samples_index entry"]
+    per_shard: dict[str, dict] = defaultdict(dict)
+    counts: Counter = Counter()
     try:
-        if path.stat().st_size != info["bytes"] or file_sha256(path) != info["sha256"]:
-            problems.append(f"{SAMPLES_NAME}: size or sha256 differs from the manifest")
-    except OSError as exc:
-        return {}, [f"{SAMPLES_NAME}: {exc.strerror}"]
-    per_shard: dict[str, Any] = defaultdict(dict) if decode else Counter()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                sample = json.loads(line)
-                if decode:
-                    per_shard[sample["shard"]][sample["key"]] = (sample["width"], sample["height"])
-                else:
-                    per_shard[sample["shard"]] += 1
-    except (ValueError, KeyError) as exc:
-        return {}, problems + [f"{SAMPLES_NAME}: unreadable line ({exc})"]
-    listed = {shard["name"]: shard["samples"] for shard in manifest["shards"]}
-    for name, entries in per_shard.items():
-        count = len(entries) if decode else entries
-        if name not in listed:
-            problems.append(f"{SAMPLES_NAME}: {count} samples in {name}, a shard not listed")
-        elif count != listed[name]:
-            problems.append(f"{SAMPLES_NAME}: {count} samples in {name}, manifest says "
-                            f"{listed[name]}")
-    return (per_shard if decode else {}), problems
-
-
-def _check_shard(
-    directory: Path, fmt: str, shard: dict[str, Any], expected: dict | None, decode: bool
-) -> list[str]:
-    name = shard["name"]
-    path = directory / name
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return [f"{name}: missing"]
-    if size != shard["bytes"]:
-        return [f"{name}: {size} bytes, manifest says {shard['bytes']}"]
+        for record in iter_sample_index(directory, manifest, check_digest=True):
+            counts[record.shard] += 1
+            if decode:
+                per_shard[record.shard][record.key] = (record.width, record.height)
+    except ManifestError as exc:
+        return {}, [str(exc)]
     problems = []
-    if file_sha256(path) != shard["sha256"]:
-        problems.append(f"{name}: sha256 differs from the manifest (corrupt)")
+    listed = {shard.name: shard.samples for shard in manifest.shards}
+    name = manifest.samples_index.name
+    for shard, count in sorted(counts.items()):
+        if shard not in listed:
+            problems.append(f"{name}: {count} samples in {shard}, a shard not listed")
+        elif count != listed[shard]:
+            problems.append(f"{name}: {count} samples in {shard}, manifest says "
+                            f"{listed[shard]}")
+    for shard in sorted(set(listed) - set(counts)):
+        if listed[shard]:
+            problems.append(f"{name}: no samples in {shard}, manifest says {listed[shard]}")
+    return per_shard, problems
+
+
+def _check_file(directory: Path, entry: FileEntry) -> str | None:
+    """A problem with a listed file's presence, kind, size or digest, or None."""
+    path = directory / entry.name
     try:
-        if fmt == "tfrecord":
-            count = _check_tfrecord(directory, shard, expected, decode, problems)
-        else:
-            count = _check_tar(path, expected, decode, problems)
+        info = os.lstat(path)
+    except OSError:
+        return f"{entry.name}: missing"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{entry.name}: not a regular file"
+    if info.st_size != entry.bytes:
+        return f"{entry.name}: {info.st_size} bytes, manifest says {entry.bytes}"
+    if file_sha256(path, entry.bytes) != entry.sha256:
+        return f"{entry.name}: sha256 differs from the manifest (corrupt)"
+    return None
+
+
+def _check_shard(directory: Path, fmt_name: str, shard: ShardEntry, expected: dict | None,
+                 decode: bool) -> list[str]:
+    problem = _check_file(directory, shard.file)
+    if problem is not None and not problem.endswith("(corrupt)"):
+        return [problem]
+    problems = [problem] if problem else []
+    fmt = shard_format(fmt_name)
+    placed = []
+    try:
+        for offset, record in fmt.records(directory / shard.name, shard.bytes):
+            placed.append(Placed(offset, len(record.data), record.key, record.members))
+            if decode:
+                _check_image(shard.name, record.key, fmt.jpeg(record), expected, problems)
     except ShardFormatError as exc:
-        return problems + [f"{name}: {exc}"]
-    if count != shard["samples"]:
-        problems.append(f"{name}: holds {count} samples, manifest says {shard['samples']}")
+        return problems + [f"{shard.name}: {exc}"]
+    if len(placed) != shard.samples:
+        problems.append(f"{shard.name}: holds {len(placed)} samples, manifest says "
+                        f"{shard.samples}")
+    if shard.index is None:
+        return problems  # a tar of a dataset packed before indexes existed
+    index_problem = _check_file(directory, shard.index)
+    if index_problem is not None:
+        problems.append(index_problem)
+    elif (directory / shard.index.name).read_bytes() != fmt.index(placed):
+        problems.append(f"{shard.index.name}: does not match the records of {shard.name}")
     return problems
-
-
-def _check_tar(path: Path, expected: dict | None, decode: bool, problems: list[str]) -> int:
-    from .formats.webdataset import iter_samples
-
-    count = 0
-    for key, members in iter_samples(path, with_data=decode):
-        count += 1
-        if decode:
-            _check_image(path.name, key, members["jpg"], expected, problems)
-    return count
-
-
-def _check_tfrecord(
-    directory: Path, shard: dict[str, Any], expected: dict | None, decode: bool,
-    problems: list[str],
-) -> int:
-    from .formats.tfrecord import decode_example, iter_records
-
-    path = directory / shard["name"]
-    offsets = []
-    for offset, payload in iter_records(path):
-        offsets.append(f"{offset} {len(payload) + 16}\n")
-        if decode:
-            features = decode_example(payload)
-            _check_image(shard["name"], features["image/key"].decode(),
-                         features["image/encoded"], expected, problems)
-    index = shard.get("index")
-    if index is None:
-        problems.append(f"{shard['name']}: manifest lists no index file")
-    else:
-        index_path = directory / index["name"]
-        try:
-            if index_path.read_text() != "".join(offsets):
-                problems.append(f"{index['name']}: does not match the records of {shard['name']}")
-            elif file_sha256(index_path) != index["sha256"]:
-                problems.append(f"{index['name']}: sha256 differs from the manifest")
-        except OSError:
-            problems.append(f"{index['name']}: missing")
-    return len(offsets)
 
 
 def _check_image(shard: str, key: str, jpeg: bytes, expected: dict | None,

@@ -98,6 +98,21 @@ def pack_small(source: Path, output: Path, fmt: str, size: int, splits: str) -> 
     return output
 
 
+def manifest_of(dataset: Path) -> dict:
+    """The manifest as a user's script reads it: plain JSON."""
+    import json
+
+    return json.loads((dataset / "manifest.json").read_text())
+
+
+def samples_of(dataset: Path) -> list[dict]:
+    """The lines of the sample index the manifest names."""
+    import json
+
+    name = manifest_of(dataset)["samples_index"]["name"]
+    return [json.loads(line) for line in (dataset / name).read_text().splitlines()]
+
+
 def write(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)

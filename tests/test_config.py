@@ -90,7 +90,7 @@ def test_cli_reports_a_bad_config_in_one_line_before_any_work(tmp_path):
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         "shardsmith: error: image.qualty: unknown key (known here: background, color, "
-        "max_pixels, pad_color, quality, resize, size, subsampling, upscale)"
+        "max_decoded_mb, max_pixels, pad_color, quality, resize, size, subsampling, upscale)"
     ]
     assert not (tmp_path / "out").exists()
 

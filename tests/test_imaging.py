@@ -11,8 +11,10 @@ import pytest
 from PIL import Image
 
 from shardsmith.config import ImageConfig
-from shardsmith.imaging import BadImage, Reject, convert, plan_geometry, process
+from shardsmith.errors import BadImage
+from shardsmith.imaging import convert, plan_geometry, process
 from shardsmith.plan import PlanItem
+from shardsmith.records import Reject
 from shardsmith.scan import SourceFile
 
 import images

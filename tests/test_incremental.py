@@ -44,8 +44,7 @@ def shard_digests(output: Path) -> dict[str, str]:
 
 
 def samples_of(output: Path) -> dict[str, dict]:
-    lines = (output / "samples.jsonl").read_text().splitlines()
-    return {json.loads(line)["path"]: json.loads(line) for line in lines}
+    return {sample["path"]: sample for sample in images.samples_of(output)}
 
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
@@ -62,7 +61,8 @@ def test_an_increment_decodes_only_new_and_changed_sources(tmp_path, fmt):
     os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
 
     summary = pack(source, output, "--format", fmt)
-    assert "version 2: 2 added, 1 changed, 1 removed; 3 images decoded" in summary
+    assert ("version 2: 2 added, 1 changed, 1 removed, 1 touched (same content); "
+            "3 images decoded") in summary
     manifest = manifest_of(output)
     assert manifest["version"] == 2 and manifest["run"]["decoded"] == 3
     history = manifest["history"][-1]
@@ -124,7 +124,7 @@ def test_stage_after_an_increment_copies_only_new_and_rewritten_shards(tmp_path)
     pack(source, output)
     history = manifest_of(output)["history"][-1]
     result = stage(output, tmp_path / "nvme", quiet=True, prune=True)
-    assert result.copied == len(history["shards_added"])
+    assert result.copied == 2 * len(history["shards_added"])  # each shard and its index
     assert result.removed == len(history["shards_removed"])
     assert verify(tmp_path / "nvme", decode=True).ok
 
@@ -158,7 +158,7 @@ def test_log_lists_the_versions(tmp_path):
 def test_an_interrupted_increment_resumes_to_the_same_result(tmp_path, monkeypatch):
     from test_pack_e2e import dataset_bytes
 
-    from shardsmith.formats import webdataset as wds_format
+    from shardsmith.formats import ShardWriter
 
     source = tree(tmp_path / "source")
     clean, resumed = tmp_path / "clean", tmp_path / "resumed"
@@ -170,7 +170,7 @@ def test_an_interrupted_increment_resumes_to_the_same_result(tmp_path, monkeypat
     (source / "a" / "06.jpg").unlink()
     pack(source, clean)
 
-    original_close, closed = wds_format.TarShardWriter.close, []
+    original_close, closed = ShardWriter.close, []
 
     def close_then_die(self):
         info = original_close(self)
@@ -179,13 +179,13 @@ def test_an_interrupted_increment_resumes_to_the_same_result(tmp_path, monkeypat
             raise KeyboardInterrupt
         return info
 
-    monkeypatch.setattr(wds_format.TarShardWriter, "close", close_then_die)
+    monkeypatch.setattr(ShardWriter, "close", close_then_die)
     result = CliRunner().invoke(main, ["pack", str(source), str(resumed), "--size", "64",
                                        "--shard-samples", "3", "--split", "train=0.7,val=0.3",
                                        "--workers", "1", "--quiet"])
     assert result.exit_code == 130
     assert manifest_of(resumed)["version"] == 1  # the previous version is still the published one
-    monkeypatch.setattr(wds_format.TarShardWriter, "close", original_close)
+    monkeypatch.setattr(ShardWriter, "close", original_close)
     pack(source, resumed)
     assert dataset_bytes(resumed) == dataset_bytes(clean)
 

@@ -29,12 +29,7 @@ def run_pack(*args: str, expect: int = 0) -> str:
     return result.output
 
 
-def manifest_of(output: Path) -> dict:
-    return json.loads((output / "manifest.json").read_text())
-
-
-def samples_of(output: Path) -> list[dict]:
-    return [json.loads(line) for line in (output / "samples.jsonl").read_text().splitlines()]
+from images import manifest_of, samples_of  # noqa: E402
 
 
 def dataset_bytes(output: Path) -> dict[str, bytes]:
@@ -200,14 +195,14 @@ def test_output_with_foreign_files_is_refused(mixed_source, tmp_path):
 def test_interrupted_pack_resumes_and_equals_an_uninterrupted_run(
     mixed_source, tmp_path, monkeypatch
 ):
-    from shardsmith.formats import webdataset as wds_format
+    from shardsmith.formats import ShardWriter
 
     source, _ = mixed_source
     args = ["--size", "64", "--shard-samples", "2", "--workers", "1",
             "--max-reject-fraction", "0.5", "--quiet"]
     run_pack(str(source), str(tmp_path / "clean"), *args)
 
-    original_close = wds_format.TarShardWriter.close
+    original_close = ShardWriter.close
     closed = []
 
     def close_then_die(self):
@@ -217,12 +212,12 @@ def test_interrupted_pack_resumes_and_equals_an_uninterrupted_run(
             raise KeyboardInterrupt
         return info
 
-    monkeypatch.setattr(wds_format.TarShardWriter, "close", close_then_die)
+    monkeypatch.setattr(ShardWriter, "close", close_then_die)
     output = tmp_path / "resumed"
     result = CliRunner().invoke(main, ["pack", str(source), str(output), *args])
     assert result.exit_code == 130 and "rerun the same command to resume" in result.output
     assert not (output / "manifest.json").exists()
-    monkeypatch.setattr(wds_format.TarShardWriter, "close", original_close)
+    monkeypatch.setattr(ShardWriter, "close", original_close)
 
     written_before = {p.name: p.stat().st_mtime_ns for p in output.glob("*.tar")}
     summary = run_pack(str(source), str(output), *args)
@@ -254,10 +249,10 @@ def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path, kill_after_sh
     if process.poll() is None:  # (a fast machine may finish first: then nothing to kill)
         os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    from shardsmith.formats.webdataset import iter_samples
+    from shardsmith.formats.webdataset import iter_members
 
     for shard in output.glob("*.tar"):  # every shard under a final name is complete
-        assert len(list(iter_samples(shard))) == 2
+        assert len(list(iter_members(shard))) == 2
     subprocess.run(command, cwd=REPO, check=True)
     subprocess.run([*command[:5], str(tmp_path / "clean"), *command[6:]], cwd=REPO, check=True)
     assert dataset_bytes(output) == dataset_bytes(tmp_path / "clean")
@@ -291,12 +286,13 @@ def test_a_sample_survives_the_round_trip_visually(tmp_path):
 
 
 def test_journal_cuts_a_torn_last_line_and_resumes_from_the_last_good_checkpoint(tmp_path):
-    from shardsmith.manifest import Journal
+    from shardsmith.journal import Journal
+    from shardsmith.manifest import RejectEntry
 
     journal = Journal(tmp_path, {"config": "c", "sources": "s"})
     state = journal.start()
-    reject = {"path": "a.jpg", "reason": "empty", "detail": "zero-byte file"}
-    journal.checkpoint(state, 5, None, [], [reject])
+    reject = RejectEntry("a.jpg", "empty", "zero-byte file", 0, 0)
+    journal.checkpoint(state, 5, None, [], [reject], {})
     with open(journal.path, "a") as handle:
         handle.write('{"next": 9, "shard": nu')  # killed in the middle of a write
     resumed = Journal(tmp_path, {"config": "c", "sources": "s"}).load()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,7 @@ def packed(tmp_path: Path, fmt: str) -> Path:
 
 
 def index_of(output: Path) -> dict[str, dict]:
-    lines = (output / "samples.jsonl").read_text().splitlines()
-    return {json.loads(line)["key"]: json.loads(line) for line in lines}
+    return {sample["key"]: sample for sample in images.samples_of(output)}
 
 
 @pytest.fixture(scope="module")

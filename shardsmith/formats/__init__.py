@@ -1,77 +1,191 @@
-"""Shard formats behind one small writer interface.
+"""Shard formats and the one writer that rolls samples into shards.
 
-A writer is opened on a final path, takes samples with ``add``, and on ``close`` publishes the
-shard (and its companion files, e.g. a TFRecord index) atomically and returns a ``ShardInfo``.
+A format turns a sample into a ``Record`` (its exact bytes in the shard, encoded before any
+roll-over decision), reads records of an existing shard back as raw bytes (for copying into a
+rewritten or merged shard without re-encoding), and knows its file's trailer and the per-record
+index written beside every shard.  ``ShardRoller`` is the only place that decides when a shard
+is full: pack, increments and compaction all append records through it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ..atomic import HashingFile
+from ..manifest import FORMATS, FileEntry, ShardEntry, index_name, shard_name
+
 if TYPE_CHECKING:
-    from ..imaging import Sample
+    from ..records import Sample
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A file inside a record: extension, offset of its header and of its data, data size."""
 
-class ShardFormatError(Exception):
-    """A shard whose bytes do not parse as its format (truncated, bad CRC, bad member)."""
+    extension: str
+    header: int
+    data: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One sample as bytes in a shard; member offsets are relative to the record's start."""
+
+    key: str
+    data: bytes
+    members: tuple[Member, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a record went in its shard: what the per-record index is made of."""
+
+    offset: int
+    size: int
+    key: str
+    members: tuple[Member, ...]
+
+
+class ShardFormat(Protocol):
+    name: str
+    extension: str
+
+    def encode(self, sample: Sample, classes: tuple[str, ...]) -> Record: ...
+
+    def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]: ...
+
+    def jpeg(self, record: Record) -> bytes: ...
+
+    def trailer(self, size: int) -> bytes: ...
+
+    def index(self, placed: list[Placed]) -> bytes: ...
+
+
+def shard_format(name: str) -> ShardFormat:
+    """The format called ``name`` in the config and manifest (webdataset or tfrecord)."""
+    if name == "webdataset":
+        from .webdataset import WebDatasetFormat
+
+        return WebDatasetFormat()
+    if name == "tfrecord":
+        from .tfrecord import TFRecordFormat
+
+        return TFRecordFormat()
+    raise ValueError(f"unknown shard format {name!r}")
+
+
+def write_index(fmt: ShardFormat, directory: Path, shard: ShardEntry) -> ShardEntry:
+    """Write the per-record index of an existing shard (one packed before indexes existed)."""
+    placed = [Placed(offset, len(record.data), record.key, record.members)
+              for offset, record in fmt.records(directory / shard.name, shard.bytes)]
+    index = HashingFile(directory / index_name(shard.name))
+    try:
+        index.write(fmt.index(placed))
+        sha256 = index.publish()
+    except BaseException:
+        index.discard()
+        raise
+    return replace(shard, index=FileEntry(index.final.name, index.bytes_written, sha256))
+
+
+class ShardWriter:
+    """One shard being written under a temporary name; ``close`` publishes it and its index."""
+
+    def __init__(self, fmt: ShardFormat, directory: Path, name: str, split: str):
+        self.fmt, self.name, self.split = fmt, name, split
+        self._file = HashingFile(directory / name)
+        self._placed: list[Placed] = []
+
+    @property
+    def samples(self) -> int:
+        return len(self._placed)
+
+    def size_with(self, record: Record) -> int:
+        """The size of the finished shard if ``record`` were the last one added."""
+        size = self._file.bytes_written + len(record.data)
+        return size + len(self.fmt.trailer(size))
+
+    def append(self, record: Record) -> None:
+        self._placed.append(Placed(self._file.bytes_written, len(record.data), record.key,
+                                   record.members))
+        self._file.write(record.data)
+
+    def close(self) -> ShardEntry:
+        self._file.write(self.fmt.trailer(self._file.bytes_written))
+        index = HashingFile(self._file.final.with_name(index_name(self.name)))
+        try:
+            index.write(self.fmt.index(self._placed))
+            index_sha256 = index.publish()
+        except BaseException:
+            index.discard()
+            raise
+        sha256 = self._file.publish()  # the shard last: its name means "complete"
+        return ShardEntry(self.name, self.split, self.samples, self._file.bytes_written, sha256,
+                          FileEntry(index_name(self.name), index.bytes_written, index_sha256))
+
+    def discard(self) -> None:
+        self._file.discard()
 
 
 @dataclass(frozen=True)
-class FileInfo:
-    """A published file, as the manifest records it (name relative to the dataset root)."""
+class ShardLimits:
+    """When a shard is full: a byte target it never passes (unless one sample is larger), or
+    a sample count."""
 
-    name: str
     bytes: int
-    sha256: str
+    samples: int | None = None
 
 
-@dataclass(frozen=True)
-class ShardInfo:
-    """A finished shard: its file, its split, how many samples, and companion files."""
+class ShardRoller:
+    """Appends records to the open shard of their split, starting a new one when it is full.
 
-    name: str
-    split: str
-    samples: int
-    bytes: int
-    sha256: str
-    index: FileInfo | None = None
+    The decision uses the record's real encoded size and the trailer it leaves, so a shard
+    never grows past ``limits.bytes`` unless a single sample is larger than that.  Shard
+    numbers come from ``numbers`` (next number per split), which only grows.
+    """
 
+    def __init__(self, fmt: ShardFormat, directory: Path, limits: ShardLimits,
+                 numbers: Counter):
+        self.fmt, self.directory, self.limits, self.numbers = fmt, directory, limits, numbers
+        self.closed: list[ShardEntry] = []
+        self._writer: ShardWriter | None = None
 
-class ShardWriter(Protocol):
-    samples: int
-    bytes_written: int
+    def add(self, split: str, record: Record) -> tuple[str, ShardEntry | None]:
+        """Append ``record``; returns its shard's name and the shard closed to make room."""
+        closed = None
+        if self._writer is not None and (self._writer.split != split or self._full(record)):
+            closed = self.close()
+        if self._writer is None:
+            name = shard_name(split, self.numbers[split], FORMATS[self.fmt.name])
+            self.numbers[split] += 1
+            self._writer = ShardWriter(self.fmt, self.directory, name, split)
+        self._writer.append(record)
+        return self._writer.name, closed
 
-    def add(self, sample: Sample) -> None: ...
+    def _full(self, record: Record) -> bool:
+        if self.limits.samples is not None:
+            return self._writer.samples >= self.limits.samples
+        return self._writer.size_with(record) > self.limits.bytes
 
-    def record_size(self, sample: Sample) -> int: ...
+    def close(self) -> ShardEntry | None:
+        """Publish the open shard, if any; returns it."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return None
+        entry = writer.close()
+        self.closed.append(entry)
+        return entry
 
-    def copy_from(self, shard: Path, keep: set[str] | None = None) -> int: ...
-
-    def close(self) -> ShardInfo: ...
-
-    def discard(self) -> None: ...
-
-
-def shard_extension(fmt: str) -> str:
-    return {"webdataset": ".tar", "tfrecord": ".tfrecord"}[fmt]
-
-
-def open_writer(
-    fmt: str, directory: Path, name: str, split: str, classes: tuple[str, ...]
-) -> ShardWriter:
-    """Open a writer for ``directory/name`` in format ``fmt`` (webdataset or tfrecord)."""
-    if fmt == "webdataset":
-        from .webdataset import TarShardWriter
-
-        return TarShardWriter(directory, name, split, classes)
-    if fmt == "tfrecord":
-        from .tfrecord import TFRecordShardWriter
-
-        return TFRecordShardWriter(directory, name, split, classes)
-    raise ValueError(f"unknown shard format {fmt!r}")
+    def discard(self) -> None:
+        """Drop the open shard (an error or interrupt): nothing appears under its name."""
+        if self._writer is not None:
+            self._writer.discard()
+            self._writer = None
 
 
 def class_name(classes: tuple[str, ...], label: int) -> str:

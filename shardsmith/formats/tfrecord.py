@@ -9,6 +9,7 @@ payload.  Each shard ``X.tfrecord`` gets a DALI-compatible index ``X.idx``: one
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import crc32c
 
-from ..atomic import HashingFile
-from . import FileInfo, ShardFormatError, ShardInfo, class_name
+from ..errors import ShardFormatError
+from . import Placed, Record, class_name
 
 if TYPE_CHECKING:
-    from ..imaging import Sample
+    from ..records import Sample
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -75,29 +76,34 @@ def example_features(sample: Sample, classes: tuple[str, ...]) -> dict[str, byte
         "image/encoded": sample.jpeg,
         "image/format": b"jpeg",
         "image/class/label": sample.label,
-        "image/class/text": class_name(classes, sample.label).encode(),
+        "image/class/text": os.fsencode(class_name(classes, sample.label)),
         "image/height": sample.height,
         "image/width": sample.width,
         "image/channels": sample.channels,
-        "image/filename": sample.relpath.encode(),
+        "image/filename": os.fsencode(sample.relpath),
         "image/key": sample.key.encode(),
     }
 
 
-def iter_records(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Yield (offset, payload) of each record, checking both CRCs; raises ShardFormatError."""
+def iter_records(path: Path, size: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, payload) of each record, checking both CRCs; raises ShardFormatError.
+
+    Reads at most ``size`` bytes (the manifest's count), so a damaged length field cannot make
+    it read or allocate past the shard.
+    """
     with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size if size is None else size
         offset = 0
-        while True:
+        while offset < size:
             header = handle.read(12)
-            if not header:
-                return
             if len(header) < 12:
                 raise ShardFormatError(f"truncated record header at byte {offset}")
             length_bytes = header[:8]
             if struct.unpack("<I", header[8:])[0] != masked_crc(length_bytes):
                 raise ShardFormatError(f"bad length CRC at byte {offset}")
             (length,) = struct.unpack("<Q", length_bytes)
+            if offset + 16 + length > size:
+                raise ShardFormatError(f"the record at byte {offset} runs past the end")
             payload = handle.read(length)
             footer = handle.read(4)
             if len(payload) < length or len(footer) < 4:
@@ -138,68 +144,48 @@ def _fields(data: bytes) -> Iterator[tuple[int, bytes | int]]:
 def decode_example(payload: bytes) -> dict[str, bytes | int]:
     """Inverse of ``encode_example`` for single-valued bytes/int64 features."""
     features: dict[str, bytes | int] = {}
-    for _, feature_map in _fields(payload):
-        for _, entry in _fields(feature_map):
-            entry_fields = dict(_fields(entry))
-            name, feature = entry_fields[1].decode(), entry_fields[2]
-            for kind, values in _fields(feature):
-                inner = next(iter(_fields(values)), (None, b""))[1]
-                if kind == 3:  # int64_list, packed
-                    value, _ = _read_varint(inner, 0)
-                    features[name] = value - (1 << 64) if value >= 1 << 63 else value
-                else:
-                    features[name] = inner
+    try:
+        for _, feature_map in _fields(payload):
+            for _, entry in _fields(feature_map):
+                entry_fields = dict(_fields(entry))
+                name, feature = entry_fields[1].decode(), entry_fields[2]
+                for kind, values in _fields(feature):
+                    inner = next(iter(_fields(values)), (None, b""))[1]
+                    if kind == 3:  # int64_list, packed
+                        value, _ = _read_varint(inner, 0)
+                        features[name] = value - (1 << 64) if value >= 1 << 63 else value
+                    else:
+                        features[name] = inner
+    except (IndexError, KeyError, AttributeError, TypeError, UnicodeDecodeError) as exc:
+        raise ShardFormatError(f"malformed tf.train.Example ({type(exc).__name__})") from None
     return features
 
 
-class TFRecordShardWriter:
-    """Appends Examples to one TFRecord shard and records the DALI index alongside."""
+class TFRecordFormat:
+    name = "tfrecord"
+    extension = ".tfrecord"
 
-    def __init__(self, directory: Path, name: str, split: str, classes: tuple[str, ...]):
-        self.name, self.split, self.classes = name, split, classes
-        self._file = HashingFile(directory / name)
-        self._index_name = name.rsplit(".", 1)[0] + ".idx"
-        self._index_lines: list[str] = []
-        self.samples = 0
+    def encode(self, sample: Sample, classes: tuple[str, ...]) -> Record:
+        return Record(sample.key, frame_record(encode_example(example_features(sample, classes))))
 
-    @property
-    def bytes_written(self) -> int:
-        return self._file.bytes_written
+    def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]:
+        """(offset, record) of each framed record, unchanged, with its ``image/key``."""
+        for offset, payload in iter_records(path, size):
+            key = decode_example(payload).get("image/key", b"")
+            if not isinstance(key, bytes):
+                raise ShardFormatError("a record without an image/key")
+            yield offset, Record(key.decode("ascii", "replace"), frame_record(payload))
 
-    def record_size(self, sample: Sample) -> int:
-        return len(sample.jpeg) + 512  # framing and metadata features are a few hundred bytes
+    def jpeg(self, record: Record) -> bytes:
+        """The image bytes of a framed record as ``records`` yields it."""
+        value = decode_example(record.data[12:-4]).get("image/encoded")
+        if not isinstance(value, bytes):
+            raise ShardFormatError(f"record {record.key} has no image/encoded")
+        return value
 
-    def add(self, sample: Sample) -> None:
-        self._add_payload(encode_example(example_features(sample, self.classes)))
+    def trailer(self, size: int) -> bytes:
+        return b""
 
-    def copy_from(self, shard: Path, keep: set[str] | None = None) -> int:
-        """Append the records of another shard (those in ``keep``), bytes unchanged."""
-        copied = 0
-        for _, payload in iter_records(shard):
-            if keep is None or decode_example(payload)["image/key"].decode() in keep:
-                self._add_payload(payload)
-                copied += 1
-        return copied
-
-    def _add_payload(self, payload: bytes) -> None:
-        record = frame_record(payload)
-        self._index_lines.append(f"{self._file.bytes_written} {len(record)}\n")
-        self._file.write(record)
-        self.samples += 1
-
-    def close(self) -> ShardInfo:
-        index = HashingFile(self._file.final.with_name(self._index_name))
-        index.write("".join(self._index_lines).encode("ascii"))
-        index_sha256 = index.publish()
-        sha256 = self._file.publish()
-        return ShardInfo(
-            self.name,
-            self.split,
-            self.samples,
-            self._file.bytes_written,
-            sha256,
-            FileInfo(self._index_name, index.bytes_written, index_sha256),
-        )
-
-    def discard(self) -> None:
-        self._file.discard()
+    def index(self, placed: list[Placed]) -> bytes:
+        """DALI's TFRecord index: ``OFFSET SIZE`` of each framed record, one per line."""
+        return "".join(f"{record.offset} {record.size}\n" for record in placed).encode("ascii")

@@ -1,116 +1,144 @@
 """WebDataset shards: plain POSIX tar, members ``KEY.jpg``, ``KEY.cls``, ``KEY.json``.
 
-Written with the standard library's ``tarfile`` (``import webdataset`` would pull in torch
-where it is installed) and with fixed header fields, so equal input gives equal bytes.
+Headers are built with the standard library's ``tarfile`` (``import webdataset`` would pull in
+torch where it is installed) with fixed fields, so equal input gives equal bytes.  Beside each
+tar goes the index DALI's ``wds2idx`` writes (see ``index``), which also gives shardsmith's
+own reader every sample's offsets.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..atomic import HashingFile
-from . import ShardFormatError, ShardInfo, class_name, sample_metadata
+from ..errors import ShardFormatError
+from . import Member, Placed, Record, class_name, sample_metadata
 
 if TYPE_CHECKING:
-    from ..imaging import Sample
+    from ..records import Sample
 
-_BLOCK = tarfile.BLOCKSIZE
-
-
+BLOCK = tarfile.BLOCKSIZE
+RECORD_SIZE = tarfile.RECORDSIZE
 MEMBER_EXTENSIONS = ("jpg", "cls", "json")
+INDEX_VERSION = "v1.2"
 
 
-def iter_samples(path: Path, with_data: bool = False) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """Yield (key, {extension: bytes}) per sample, checking that every member is complete.
+def _padded(size: int) -> int:
+    return -(-size // BLOCK) * BLOCK
 
-    Without ``with_data`` the dict maps extensions to ``b""`` (headers only: fast).
-    Raises ShardFormatError for truncation, foreign members or incomplete samples.
+
+def member_header(name: str, size: int) -> bytes:
+    """A USTAR header with fixed owner, mode and mtime (deterministic bytes)."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape")
+
+
+def check_member_name(name: str) -> tuple[str, str]:
+    """(key, extension) of a member name; raises ShardFormatError for names that could escape a
+    directory when extracted or that are not ``KEY.EXT``."""
+    if "/" in name or "\\" in name or name.startswith(".") or ".." in name or "." not in name:
+        raise ShardFormatError(f"unsafe or foreign member name {name!r}")
+    key, extension = name.split(".", 1)
+    return key, extension
+
+
+class WebDatasetFormat:
+    name = "webdataset"
+    extension = ".tar"
+
+    def encode(self, sample: Sample, classes: tuple[str, ...]) -> Record:
+        metadata = sample_metadata(sample, class_name(classes, sample.label))
+        return _record(sample.key, {
+            "jpg": sample.jpeg,
+            "cls": str(sample.label).encode("ascii"),
+            "json": json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode(),
+        })
+
+    def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]:
+        """(offset, sample) of each sample of a tar, as raw bytes (headers and padded data)."""
+        with open(path, "rb") as handle:
+            for key, members in iter_members(path, size):
+                start = members[0].header
+                end = members[-1].data + _padded(members[-1].size)
+                handle.seek(start)
+                data = handle.read(end - start)
+                if len(data) != end - start:
+                    raise ShardFormatError(f"sample {key} is cut short")
+                yield start, Record(key, data, tuple(
+                    Member(m.extension, m.header - start, m.data - start, m.size)
+                    for m in members))
+
+    def jpeg(self, record: Record) -> bytes:
+        """The image bytes of a record as ``records`` yields it."""
+        for member in record.members:
+            if member.extension == "jpg":
+                return record.data[member.data : member.data + member.size]
+        raise ShardFormatError(f"sample {record.key} has no .jpg")
+
+    def trailer(self, size: int) -> bytes:
+        """Two zero blocks, then zeros to a whole tar record, as ``tarfile`` ends an archive."""
+        end = size + 2 * BLOCK
+        return bytes(2 * BLOCK + (-end % RECORD_SIZE))
+
+    def index(self, placed: list[Placed]) -> bytes:
+        """DALI's ``wds2idx`` index: ``v1.2 SAMPLES``, then a line per sample holding
+        ``EXT OFFSET SIZE NAME`` for each member, OFFSET being where its data starts."""
+        lines = [f"{INDEX_VERSION} {len(placed)}\n"]
+        for record in placed:
+            lines.append(" ".join(
+                f"{m.extension} {record.offset + m.data} {m.size} {record.key}.{m.extension}"
+                for m in record.members) + "\n")
+        return "".join(lines).encode("ascii")
+
+
+def _record(key: str, payloads: dict[str, bytes]) -> Record:
+    parts, members, position = [], [], 0
+    for extension in MEMBER_EXTENSIONS:
+        payload = payloads[extension]
+        header = member_header(f"{key}.{extension}", len(payload))
+        parts += [header, payload, bytes(_padded(len(payload)) - len(payload))]
+        members.append(Member(extension, position, position + BLOCK, len(payload)))
+        position += BLOCK + _padded(len(payload))
+    return Record(key, b"".join(parts), tuple(members))
+
+
+def iter_members(path: Path, size: int | None = None) -> Iterator[tuple[str, list[Member]]]:
+    """Per sample: (key, its members with absolute offsets), checking every member.
+
+    Raises ShardFormatError for truncation, unsafe or foreign names, non-regular members and
+    incomplete samples.
     """
-    size = path.stat().st_size
+    size = path.stat().st_size if size is None else size
     try:
         with tarfile.open(path, mode="r:") as tar:
-            key, members = None, {}
-            for member in tar:
-                name = member.name
-                if not member.isfile() or "/" in name or "." not in name:
-                    raise ShardFormatError(f"unexpected member {name!r}")
-                if member.offset_data + member.size > size:
-                    raise ShardFormatError(f"member {name} is cut short (truncated file)")
-                member_key, extension = name.split(".", 1)
+            key, members = None, []
+            for info in tar:
+                if not info.isfile():
+                    raise ShardFormatError(f"member {info.name!r} is not a regular file")
+                member_key, extension = check_member_name(info.name)
+                if info.offset_data + info.size > size:
+                    raise ShardFormatError(f"member {info.name} is cut short (truncated file)")
                 if member_key != key:
                     if key is not None:
                         yield key, _complete(key, members)
-                    key, members = member_key, {}
-                members[extension] = tar.extractfile(member).read() if with_data else b""
+                    key, members = member_key, []
+                members.append(Member(extension, info.offset, info.offset_data, info.size))
             if key is not None:
                 yield key, _complete(key, members)
     except (tarfile.TarError, EOFError) as exc:
         raise ShardFormatError(f"unreadable tar: {exc}") from None
 
 
-def _complete(key: str, members: dict[str, bytes]) -> dict[str, bytes]:
-    missing = [ext for ext in MEMBER_EXTENSIONS if ext not in members]
+def _complete(key: str, members: list[Member]) -> list[Member]:
+    missing = [ext for ext in MEMBER_EXTENSIONS if ext not in {m.extension for m in members}]
     if missing:
         raise ShardFormatError(f"sample {key} lacks {', '.join('.' + m for m in missing)}")
     return members
-
-
-class TarShardWriter:
-    """Appends samples to one tar shard; ``close`` publishes it atomically."""
-
-    def __init__(self, directory: Path, name: str, split: str, classes: tuple[str, ...]):
-        self.name, self.split, self.classes = name, split, classes
-        self._file = HashingFile(directory / name)
-        self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
-        self.samples = 0
-
-    @property
-    def bytes_written(self) -> int:
-        return self._file.bytes_written
-
-    def record_size(self, sample: Sample) -> int:
-        """Bytes this sample adds to the tar (three headers plus padded members)."""
-        padded = -(-len(sample.jpeg) // _BLOCK) * _BLOCK
-        return 3 * _BLOCK + padded + 2 * _BLOCK
-
-    def add(self, sample: Sample) -> None:
-        metadata = sample_metadata(sample, class_name(self.classes, sample.label))
-        self._add_members(sample.key, {
-            "jpg": sample.jpeg,
-            "cls": str(sample.label).encode("ascii"),
-            "json": json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode(),
-        })
-
-    def copy_from(self, shard: Path, keep: set[str] | None = None) -> int:
-        """Append the samples of another shard (those in ``keep``), bytes unchanged."""
-        copied = 0
-        for key, members in iter_samples(shard, with_data=True):
-            if keep is None or key in keep:
-                self._add_members(key, members)
-                copied += 1
-        return copied
-
-    def _add_members(self, key: str, members: dict[str, bytes]) -> None:
-        for extension in MEMBER_EXTENSIONS:
-            payload = members[extension]
-            info = tarfile.TarInfo(f"{key}.{extension}")
-            info.size = len(payload)
-            info.mtime = 0
-            info.mode = 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            self._tar.addfile(info, io.BytesIO(payload))
-        self.samples += 1
-
-    def close(self) -> ShardInfo:
-        self._tar.close()  # writes the end-of-archive blocks; leaves our file open
-        sha256 = self._file.publish()
-        return ShardInfo(self.name, self.split, self.samples, self._file.bytes_written, sha256)
-
-    def discard(self) -> None:
-        self._file.discard()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..manifest import read_manifest, read_samples
+from ..manifest import iter_sample_index, read_manifest
 
 WARMUP_SAMPLES = 16
 
@@ -82,16 +82,16 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
     if source is not None:
         from multiprocessing import get_context
 
-        samples = read_samples(Path(shards))
-        size = manifest["config"]["image"]["size"]
-        jobs = [(os.path.join(source, s["path"]), size) for s in samples
-                if split is None or s["split"] == split]
+        size = manifest.config["image"]["size"]
+        jobs = [(os.path.join(source, s.path), size)
+                for s in iter_sample_index(Path(shards), manifest)
+                if split is None or s.split == split]
         mean_bytes = sum(os.path.getsize(path) for path, _ in jobs) / max(1, len(jobs))
         with get_context("spawn").Pool(workers) as pool:
             results.append(_timed(f"(a) originals, {workers} processes",
                                   lambda: pool.imap(_load_original, jobs, chunksize=1),
                                   seconds, mean_bytes))
-    if manifest["format"] == "webdataset":
+    if manifest.format == "webdataset":
         import torch
 
         from .torch import dataset
@@ -99,15 +99,15 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
         data = dataset(shards, split=split, shuffle=True)
         loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers,
                                              persistent_workers=True)
-        per_sample = sum(s["bytes"] for s in data.shards) / max(1, len(data))
+        per_sample = sum(s.bytes for _, s in data.shards) / max(1, len(data))
         results.append(_timed(f"(b) torch reader, {workers} workers", lambda: loader, seconds,
                               per_sample))
     if tfrecords is not None:
         from .tf import dataset as tf_dataset
 
         tf_manifest = read_manifest(Path(tfrecords))
-        chosen = [s for s in tf_manifest["shards"] if split is None or s["split"] == split]
-        per_sample = sum(s["bytes"] for s in chosen) / max(1, sum(s["samples"] for s in chosen))
+        chosen = [s for s in tf_manifest.shards if split is None or s.split == split]
+        per_sample = sum(s.bytes for s in chosen) / max(1, sum(s.samples for s in chosen))
         reader = tf_dataset(tfrecords, split=split)
         results.append(_timed("(c) tf.data reader", lambda: reader, seconds, per_sample))
     return results

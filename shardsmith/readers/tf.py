@@ -45,7 +45,7 @@ def dataset(
     if unused:
         raise TypeError(f"unknown options: {', '.join(sorted(unused))}")
     _, shards = select_shards(path, split, "tfrecord")
-    files = tf.data.Dataset.from_tensor_slices([shard["path"] for shard in shards])
+    files = tf.data.Dataset.from_tensor_slices([path for path, _ in shards])
     if shuffle:
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
     records = files.interleave(

@@ -47,7 +47,7 @@ class ShardDataset(IterableDataset):
     ):
         super().__init__()
         self.manifest, self.shards = select_shards(path, split, "webdataset")
-        self.classes: list[str] = self.manifest["classes"]
+        self.classes: list[str] = list(self.manifest.classes)
         self.shuffle, self.shuffle_buffer, self.seed = shuffle, shuffle_buffer, seed
         self.transform = transform
         if rank is None or world_size is None:
@@ -69,7 +69,7 @@ class ShardDataset(IterableDataset):
 
     def __len__(self) -> int:
         mine = self._epoch_shards()[self.rank :: self.world_size]
-        return sum(shard["samples"] for shard in mine)
+        return sum(shard.samples for _, shard in mine)
 
     def __iter__(self) -> Iterator[tuple[Any, int]]:
         import webdataset as wds
@@ -77,7 +77,7 @@ class ShardDataset(IterableDataset):
         worker = get_worker_info()
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
         slot, slots = self.rank * workers + worker_id, self.world_size * workers
-        urls = [shard["path"] for shard in self._epoch_shards()[slot::slots]]
+        urls = [path for path, _ in self._epoch_shards()[slot::slots]]
         if not urls:
             return
         samples = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None,

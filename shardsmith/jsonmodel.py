@@ -1,0 +1,122 @@
+"""Typed reading of untrusted JSON into frozen dataclasses.
+
+A manifest may come from another team's share or be damaged.  ``parse`` checks every field
+against its annotation (ints, strings, lists of records, optional parts) and raises
+``ManifestError`` naming where the document goes wrong (``shards[3].bytes: expected an
+integer, got 'abc'``), so no command ever reads a dict by string keys and trips on a
+``KeyError`` or ``TypeError`` halfway through its work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from functools import cache
+from typing import Any, TypeVar, Union
+
+from .errors import ManifestError
+
+T = TypeVar("T")
+_MISSING = dataclasses.MISSING
+
+
+def parse(cls: type[T], value: Any, where: str) -> T:
+    """``value`` (decoded JSON) as an instance of the dataclass ``cls``; unknown keys ignored."""
+    return _parse(cls, value, where)
+
+
+def to_json(obj: Any) -> Any:
+    """The inverse of ``parse``: plain JSON types, optional fields that are None left out."""
+    if dataclasses.is_dataclass(obj):
+        out = {}
+        for item in dataclasses.fields(obj):
+            value = getattr(obj, item.name)
+            if value is None and item.default is None:
+                continue
+            out[item.name] = to_json(value)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [to_json(item) for item in obj]
+    if isinstance(obj, dict):
+        return {key: to_json(value) for key, value in obj.items()}
+    return obj
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _parse(annotation: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return value
+    if dataclasses.is_dataclass(annotation):
+        return _parse_record(annotation, value, where)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        (inner,) = [option for option in options if option is not type(None)]
+        return _parse(inner, value, where)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _wrong(where, "a list", value)
+        inner = typing.get_args(annotation)[0]
+        return tuple(_parse(inner, item, f"{where}[{i}]") for i, item in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _wrong(where, "a mapping", value)
+        inner = typing.get_args(annotation)[1]
+        return {key: _parse(inner, item, f"{where}.{key}") for key, item in value.items()}
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise _wrong(where, "true or false", value)
+        return value
+    if annotation is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _wrong(where, "an integer", value)
+        return value
+    if annotation is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise _wrong(where, "a number", value)
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise _wrong(where, "a string", value)
+        return value
+    raise TypeError(f"jsonmodel cannot parse {annotation!r}")  # a bug in a model, not input
+
+
+def _parse_record(cls: type, value: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise _wrong(where, "a mapping", value)
+    hints = _hints(cls)
+    values = {}
+    for item in dataclasses.fields(cls):
+        path = f"{where}.{item.name}" if where else item.name
+        if item.name in value:
+            values[item.name] = _parse(hints[item.name], value[item.name], path)
+        elif item.default is _MISSING and item.default_factory is _MISSING:
+            raise ManifestError(f"{path}: missing")
+    record = cls(**values)
+    check = getattr(record, "check", None)
+    if check is not None:
+        check(where)
+    return record
+
+
+def _wrong(where: str, expected: str, value: Any) -> ManifestError:
+    return ManifestError(f"{where or 'the document'}: expected {expected}, got {shown(value)}")
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value quoted in an error, cut to ``limit`` characters (inputs can be huge)."""
+    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return cut(text, limit)
+
+
+def cut(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters, marked with ``...`` when cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
