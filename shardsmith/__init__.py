@@ -1,25 +1,25 @@
 """shardsmith: turn a tree of huge industrial images into training-ready shards.
 
-Public API: ``load_config``, ``pack``, ``stage``, ``verify``.  The heavy parts (image
-libraries) load on first use, so ``shardsmith stage`` and ``verify`` start fast.
+Public API: ``load_config``, ``pack``, ``stage``, ``verify``.  Everything loads on first use,
+so ``shardsmith stage`` and ``verify`` start fast and importing the package costs nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .config import Config, load_config
-
 __version__ = "0.1.0"
 
 _LAZY = {
+    "Config": ("config", "Config"),
+    "load_config": ("config", "load_config"),
     "pack": ("pipeline", "pack"),
     "PackResult": ("pipeline", "PackResult"),
     "stage": ("stage", "stage"),
     "verify": ("verify", "verify"),
 }
 
-__all__ = ["Config", "__version__", "load_config", *_LAZY]
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +19,22 @@ def tmp_path_for(final: Path) -> Path:
 
 
 class HashingFile:
-    """A binary file under a temporary name that counts and hashes what is written to it."""
+    """A binary file under a temporary name that counts and hashes what is written to it.
+
+    An OSError (a full disk, say) names the file it was writing.
+    """
 
     def __init__(self, final: Path):
         self.final = final
         self.tmp = tmp_path_for(final)
-        self._handle = open(self.tmp, "wb")
+        with _naming(self.final):
+            self._handle = open(self.tmp, "wb")
         self._sha256 = hashlib.sha256()
         self.bytes_written = 0
 
     def write(self, data: bytes) -> int:
-        self._handle.write(data)
+        with _naming(self.final):
+            self._handle.write(data)
         self._sha256.update(data)
         self.bytes_written += len(data)
         return len(data)
@@ -37,16 +44,31 @@ class HashingFile:
 
     def publish(self) -> str:
         """fsync, rename to the final name, and return the sha256 of the content."""
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-        os.replace(self.tmp, self.final)
+        with _naming(self.final):
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            os.replace(self.tmp, self.final)
         return self._sha256.hexdigest()
 
     def discard(self) -> None:
         """Close and delete the temporary file; nothing appears under the final name."""
-        self._handle.close()
+        try:
+            self._handle.close()  # may flush into a full disk: the file goes anyway
+        except OSError:
+            pass
         self.tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """Give an OSError without a file name the name of ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
 
 
 def write_bytes_atomic(final: Path, data: bytes) -> str:
@@ -54,10 +76,10 @@ def write_bytes_atomic(final: Path, data: bytes) -> str:
     handle = HashingFile(final)
     try:
         handle.write(data)
+        digest = handle.publish()
     except BaseException:
         handle.discard()
         raise
-    digest = handle.publish()
     fsync_directory(final.parent)
     return digest
 

@@ -82,7 +82,8 @@ def main(verbose: int) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # cron, systemd and Kubernetes stop a job with SIGTERM: clean up as for Ctrl-C.
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 @main.command()

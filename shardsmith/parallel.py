@@ -10,7 +10,9 @@ results come back in plan order (so shards are byte-identical whatever runs them
 from __future__ import annotations
 
 import logging
+import signal
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -18,6 +20,10 @@ from .config import RunConfig
 from .errors import ConfigError, ShardsmithError
 
 log = logging.getLogger(__name__)
+# A run that stops early (an error, Ctrl-C) closes the result generator; joblib then warns that
+# finished tasks went unused, which says nothing the user needs.
+warnings.filterwarnings("ignore", category=UserWarning,
+                        message=r".*tasks (have been successfully executed|which were still)")
 
 
 def _import_image_libraries() -> None:
@@ -58,8 +64,16 @@ class WorkerPool:
                 executor.shutdown(wait=False, kill_workers=True)
 
     def _start(self) -> None:
+        from multiprocessing import resource_tracker
+
         from joblib import Parallel, delayed
 
+        # Workers start from this thread: with SIGINT blocked here they inherit the block, so
+        # a Ctrl-C at the terminal, which goes to the whole process group, reaches only the
+        # driver, which stops them (instead of each printing a KeyboardInterrupt traceback).
+        # The resource tracker first: starting it unblocks SIGINT in the calling thread.
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             Parallel(n_jobs=self.workers, backend="loky")(
                 delayed(_import_image_libraries)() for _ in range(self.workers)

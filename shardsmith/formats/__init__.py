@@ -177,7 +177,11 @@ class ShardRoller:
         writer, self._writer = self._writer, None
         if writer is None:
             return None
-        entry = writer.close()
+        try:
+            entry = writer.close()
+        except BaseException:
+            writer.discard()
+            raise
         self.closed.append(entry)
         return entry
 

@@ -1,0 +1,28 @@
+"""The ``shardsmith`` command.  Signals are handled before anything heavy is imported, so a
+Ctrl-C or SIGTERM in the first instants is one line too, not a traceback from an import."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+def run() -> None:
+    from .errors import Terminated
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        from .cli import main
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        sys.stderr.write("shardsmith: error: " + ("terminated (SIGTERM)" if terminated
+                                                  else "interrupted") + " before starting\n")
+        sys.exit(143 if terminated else 130)
+    main()
+
+
+if __name__ == "__main__":
+    run()
