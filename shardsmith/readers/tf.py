@@ -1,10 +1,15 @@
 """tf.data reader: an unbatched ``tf.data.Dataset`` of (uint8 HWC, int64 label) over TFRecords.
 
-    from shardsmith.readers.tf import dataset
+    from shardsmith.readers.tf import classes, dataset
     data = dataset("/nvme/shards/line3", split="train").batch(256).prefetch(tf.data.AUTOTUNE)
 
+    # tf.distribute: one pipeline per input worker, each sample read by exactly one of them
+    strategy.distribute_datasets_from_function(
+        lambda context: dataset(path, split="train", input_context=context).batch(64))
+
 Shard files are shuffled each epoch and read with a parallel interleave; records are
-shuffled in a buffer, parsed and decoded with ``tf.io.decode_jpeg`` in parallel.
+shuffled in a buffer, parsed and decoded with ``tf.io.decode_jpeg`` in parallel.  With
+``shuffle=False`` (or ``deterministic=True``) the order is the manifest's, the same each run.
 """
 
 from __future__ import annotations
@@ -19,12 +24,19 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "shardsmith.readers.tf needs TensorFlow: pip install 'shardsmith[tf]'"
     ) from exc
 
+from ..errors import ConfigError
 from . import select_shards
 
 FEATURES = {
     "image/encoded": tf.io.FixedLenFeature([], tf.string),
     "image/class/label": tf.io.FixedLenFeature([], tf.int64),
 }
+
+
+def classes(path: str | Path) -> list[str]:
+    """The class names of a dataset; a label is an index into this list."""
+    manifest, _ = select_shards(path, None, "tfrecord")
+    return list(manifest.classes)
 
 
 def dataset(
@@ -35,25 +47,40 @@ def dataset(
     seed: int | None = None,
     channels: int = 0,
     cycle_length: int | None = None,
-    **unused: Any,
+    num_shards: int = 1,
+    index: int = 0,
+    input_context: Any = None,
+    deterministic: bool = False,
 ) -> tf.data.Dataset:
     """Unbatched (uint8 HWC image, int64 label) pairs; ``split=None`` reads every split.
 
-    ``channels``: 0 keeps what was packed, 1 or 3 converts.  Set ``seed`` for a repeatable
-    order; ``shuffle=False`` reads shards and records in manifest order (deterministic).
+    ``channels``: 0 keeps what was packed, 1 or 3 converts.  ``num_shards``/``index`` (or a
+    ``tf.distribute.InputContext``) give this pipeline its part: whole shard files when there
+    are at least as many files as parts, single records otherwise, so that every sample is read
+    by exactly one pipeline.  ``seed`` makes the shuffled order repeatable; ``deterministic``
+    keeps parallel reads in order.
     """
-    if unused:
-        raise TypeError(f"unknown options: {', '.join(sorted(unused))}")
+    if input_context is not None:
+        num_shards, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+    if not 0 <= index < num_shards:
+        raise ConfigError(f"index {index} is not one of {num_shards} parts")
     _, shards = select_shards(path, split, "tfrecord")
-    files = tf.data.Dataset.from_tensor_slices([path for path, _ in shards])
-    if shuffle:
-        files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
+    paths = [file for file, _ in shards]
+    by_file = len(paths) >= num_shards
+    files = tf.data.Dataset.from_tensor_slices(paths)
+    if num_shards > 1 and by_file:
+        files = files.shard(num_shards, index)
+    if shuffle and (by_file or num_shards == 1):  # parts by record need one file order
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    ordered = deterministic or not shuffle or not by_file
     records = files.interleave(
         tf.data.TFRecordDataset,
-        cycle_length=cycle_length or min(len(shards), 8) or 1,
+        cycle_length=cycle_length or min(len(paths), 8) or 1,
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not shuffle,
+        deterministic=ordered,
     )
+    if num_shards > 1 and not by_file:
+        records = records.shard(num_shards, index)
     if shuffle and shuffle_buffer > 1:
         records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
 
@@ -62,6 +89,5 @@ def dataset(
         image = tf.io.decode_jpeg(example["image/encoded"], channels=channels)
         return image, example["image/class/label"]
 
-    decoded = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=not shuffle)
+    decoded = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
     return decoded.prefetch(tf.data.AUTOTUNE)

@@ -1,21 +1,33 @@
-"""PyTorch reader: an ``IterableDataset`` of (uint8 CHW tensor, int label) over WebDataset shards.
+"""PyTorch reader: an ``IterableDataset`` over a packed or staged dataset's WebDataset shards.
 
     from shardsmith.readers.torch import dataset
-    data = dataset("/nvme/shards/line3", split="train", shuffle=True)
-    loader = torch.utils.data.DataLoader(data, batch_size=256, num_workers=8)
+    data = dataset("/nvme/shards/line3", split="train", batch_size=256)   # batch mode
+    loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=8,
+                                         persistent_workers=True, pin_memory=True)
     for epoch in range(epochs):
         data.set_epoch(epoch)
-        for images, labels in loader: ...
+        for images, labels in loader: ...   # uint8 N×C×H×W (channels_last), int64 N
 
-Shards are shuffled per epoch (seed + epoch), then dealt out round-robin to every
-(rank, DataLoader worker) pair, so each sample of the split is read exactly once per epoch
-across all ranks and workers; a shuffle buffer mixes samples within each worker.  The tars are
-read by the ``webdataset`` library; JPEGs are decoded by libjpeg-turbo (simplejpeg).
+Exact, equal epochs (DESIGN invariant 9).  One global order per (seed, epoch)
+(``plan.epoch_order``) is cut into one equal share per rank (``plan.rank_share``).  In batch
+mode the share is cut into batches and batch ``i`` goes to DataLoader worker ``i % workers``;
+the DataLoader collects worker results round-robin, so it yields batches in order, every rank
+the same number (``len(loader)``), whatever ``num_workers``, also with more workers than
+shards.  Reads go by offset (from the per-tar index) straight into a preallocated batch array:
+no tar parsing, no per-sample tensor, no collate.
+
+Per-sample mode (no ``batch_size``; the DataLoader batches, ``transform`` per image) gives every
+rank the same number of samples; with workers, the DataLoader's own last partial batch per
+worker can make batch counts differ, which is why DDP training should use batch mode.
+
+A corrupt sample is named (shard and key) and, by default, replaced by another sample of the
+same batch, so batch counts stay equal; ``on_corrupt="raise"`` raises ``CorruptSampleError``.
 """
 
 from __future__ import annotations
 
-import random
+import logging
+import multiprocessing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,99 +40,292 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "shardsmith.readers.torch needs PyTorch: pip install 'shardsmith[torch]'"
     ) from exc
 
-from . import select_shards
+import numpy as np
+import simplejpeg
+
+from ..errors import ConfigError, CorruptSampleError, ShardFormatError
+from . import RESIZE_HINT, equal_image_size, select_shards
+from .plan import (
+    DEFAULT_BLOCK,
+    batch_count,
+    epoch_order,
+    load_table,
+    member_name,
+    rank_share,
+    read_span,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_WORKERS = 256
 
 
 class ShardDataset(IterableDataset):
-    """Samples of the selected shards; ``len()`` is this rank's epoch length."""
+    """The samples of one split (or all) of a dataset; ``len()`` is this rank's epoch length:
+    batches in batch mode, samples otherwise."""
 
     def __init__(
         self,
         path: str | Path,
         split: str | None = None,
         shuffle: bool = True,
-        shuffle_buffer: int = 2000,
         seed: int = 0,
+        batch_size: int | None = None,
         transform: Callable[[torch.Tensor], Any] | None = None,
+        batch_transform: Callable[[torch.Tensor], Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        pad: bool = True,
+        drop_last: bool = False,
+        decode: bool = True,
+        channels: int = 3,
+        on_corrupt: str = "replace",
+        block: int = DEFAULT_BLOCK,
     ):
         super().__init__()
-        self.manifest, self.shards = select_shards(path, split, "webdataset")
+        if channels not in (1, 3):
+            raise ConfigError(f"channels: expected 1 or 3, got {channels!r}")
+        if on_corrupt not in ("replace", "raise"):
+            raise ConfigError(f"on_corrupt: expected 'replace' or 'raise', got {on_corrupt!r}")
+        if batch_size is not None and batch_size < 1:
+            raise ConfigError(f"batch_size: expected a positive number, got {batch_size!r}")
+        directory = Path(path)
+        self.manifest, selected = select_shards(directory, split, "webdataset")
+        self.shards = selected
         self.classes: list[str] = list(self.manifest.classes)
-        self.shuffle, self.shuffle_buffer, self.seed = shuffle, shuffle_buffer, seed
-        self.transform = transform
+        self.table = load_table(directory, [shard for _, shard in selected])
+        self.shuffle, self.seed, self.block = shuffle, seed, block
+        self.batch_size, self.drop_last, self.pad = batch_size, drop_last, pad
+        self.transform, self.batch_transform = transform, batch_transform
+        self.decode, self.channels, self.on_corrupt = decode, channels, on_corrupt
         if rank is None or world_size is None:
             distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = torch.distributed.get_rank() if distributed else 0
             world_size = torch.distributed.get_world_size() if distributed else 1
+        if not 0 <= rank < world_size:
+            raise ConfigError(f"rank {rank} is not in a world of {world_size}")
         self.rank, self.world_size = rank, world_size
-        self.epoch = 0
+        self.image_size = equal_image_size(directory, self.manifest, split) \
+            if batch_size is not None and decode else None
+        # Shared with the workers (also persistent ones): [0] the epoch set_epoch gave (-1:
+        # never), [1 + w] how many epochs worker w began without one.
+        self._epochs = multiprocessing.RawArray("q", [-1] + [0] * MAX_WORKERS)
+        self._resume: dict[str, int] | None = None
+        self._state: dict[str, int] = {"epoch": 0, "start": 0, "done": 0}
+        self._descriptors: dict[int, int] = {}
+
+    # --- epochs and their partition ------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Call before each epoch so shard order and shuffling change from epoch to epoch."""
-        self.epoch = epoch
+        """Call before each epoch (every epoch, or never: then each one advances by itself).
+        Reaches persistent workers too."""
+        self._epochs[0] = epoch
 
-    def _epoch_shards(self) -> list[dict[str, Any]]:
-        shards = list(self.shards)
-        if self.shuffle:
-            random.Random(f"{self.seed}:{self.epoch}").shuffle(shards)
-        return shards
+    def rank_samples(self, epoch: int = 0) -> int:
+        """How many samples this rank reads in an epoch (with ``pad=False``, shares differ)."""
+        return len(self._share(epoch))
 
     def __len__(self) -> int:
-        mine = self._epoch_shards()[self.rank :: self.world_size]
-        return sum(shard.samples for _, shard in mine)
+        samples = self.rank_samples()
+        if self.batch_size is None:
+            return samples
+        return batch_count(samples, self.batch_size, self.drop_last)
 
-    def __iter__(self) -> Iterator[tuple[Any, int]]:
-        import webdataset as wds
+    def _share(self, epoch: int) -> np.ndarray:
+        order = epoch_order(self.table, self.seed, epoch, self.shuffle, self.block)
+        return rank_share(order, self.rank, self.world_size, self.pad, self.drop_last)
 
-        worker = get_worker_info()
-        workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
-        slot, slots = self.rank * workers + worker_id, self.world_size * workers
-        urls = [path for path, _ in self._epoch_shards()[slot::slots]]
-        if not urls:
-            return
-        samples = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None,
-                                 workersplitter=None, empty_check=False)
-        stream = (self._decode(sample) for sample in samples)
-        if self.shuffle and self.shuffle_buffer > 1:
-            stream = _shuffled(stream, self.shuffle_buffer,
-                               random.Random(f"{self.seed}:{self.epoch}:{slot}"))
-        yield from stream
+    def _begin(self, worker: int) -> tuple[int, int, int]:
+        """(epoch, start, done) of the iteration about to run in ``worker``."""
+        if self._epochs[0] >= 0:
+            epoch = self._epochs[0]
+        else:
+            epoch = self._epochs[1 + worker]
+            self._epochs[1 + worker] = epoch + 1
+        resume = self._resume
+        if resume is not None and resume["epoch"] == epoch:  # only the epoch it belongs to
+            return epoch, resume["start"], resume["done"]
+        return epoch, 0, 0
 
-    def _decode(self, sample: dict[str, Any]) -> tuple[Any, int]:
-        import numpy as np
-        import simplejpeg
+    # --- resumable position (torchdata's StatefulDataLoader calls these in each worker) ----
 
-        jpeg = sample["jpg"]
-        colorspace = simplejpeg.decode_jpeg_header(jpeg)[2]
-        pixels = simplejpeg.decode_jpeg(jpeg, colorspace="GRAY" if colorspace == "Gray"
-                                        else "RGB")
-        image = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
+    def state_dict(self) -> dict[str, int]:
+        """Where this iterator stands: epoch, start position, items yielded since."""
+        return dict(self._state)
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume from ``state_dict()``, or from ``{"epoch": e, "start": k}``: the k-th batch
+        (batch mode; the k-th sample otherwise) of epoch e, for every worker."""
+        self._resume = {key: int(state.get(key, 0)) for key in ("epoch", "start", "done")}
+        for worker in range(MAX_WORKERS):  # without set_epoch, epochs go on from this one
+            self._epochs[1 + worker] = self._resume["epoch"]
+
+    # --- iteration -----------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        epoch, start, done = self._begin(worker)
+        share = self._share(epoch)
+        self._state = {"epoch": epoch, "start": start, "done": done}
+        corrupt: list[str] = []
+        try:
+            if self.batch_size is None:
+                yield from self._samples(share, worker, workers, start, done, corrupt)
+            else:
+                yield from self._batches(share, worker, workers, start, done, corrupt)
+        finally:
+            if corrupt:
+                log.warning("epoch %d: %d corrupt samples replaced (%s%s)", epoch, len(corrupt),
+                            ", ".join(corrupt[:5]), ", ..." if len(corrupt) > 5 else "")
+
+    def _batches(self, share: np.ndarray, worker: int, workers: int, start: int, done: int,
+                 corrupt: list[str]) -> Iterator[Any]:
+        size = self.batch_size
+        mine = range(start + worker, batch_count(len(share), size, self.drop_last), workers)
+        for count, batch in enumerate(mine[done:], done + 1):
+            indices = share[batch * size : (batch + 1) * size]
+            result = self._read_batch(indices, corrupt) if self.decode else \
+                self._raw_batch(indices)
+            self._state["done"] = count
+            yield result
+
+    def _samples(self, share: np.ndarray, worker: int, workers: int, start: int, done: int,
+                 corrupt: list[str]) -> Iterator[Any]:
+        rest = share[start:]
+        mine = rest[worker * len(rest) // workers : (worker + 1) * len(rest) // workers]
+        last_good = None
+        for count, index in enumerate(mine[done:], done + 1):
+            try:
+                item = self._read_sample(int(index))
+                last_good = index
+            except CorruptSampleError as exc:
+                self._corrupt(exc, corrupt)
+                item = self._replacement(mine, index, last_good)
+            self._state["done"] = count
+            yield item
+
+    def _replacement(self, mine: np.ndarray, index: int, last_good: int | None) -> Any:
+        """Another sample for a corrupt one: the last good one, else the next that decodes."""
+        candidates = [last_good] if last_good is not None else []
+        candidates += [int(i) for i in mine if i != index]
+        for candidate in candidates:
+            try:
+                return self._read_sample(candidate)
+            except CorruptSampleError:
+                continue
+        raise CorruptSampleError("no sample of this worker's share decodes")
+
+    def _corrupt(self, exc: CorruptSampleError, corrupt: list[str]) -> None:
+        if self.on_corrupt == "raise":
+            raise exc
+        corrupt.append(str(exc))
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _read(self, index: int) -> tuple[memoryview, int]:
+        """The JPEG bytes and label of sample ``index``: one read covering both members."""
+        table = self.table
+        shard, offset = int(table.shard[index]), int(table.image_offset[index])
+        label_at = int(table.label_offset[index]) - offset
+        span = label_at + int(table.label_size[index])
+        try:
+            data = memoryview(read_span(self._descriptors, table.paths, shard, offset, span))
+            label = int(bytes(data[label_at:span]))
+        except (OSError, ShardFormatError, ValueError) as exc:
+            raise self._named(index, f"unreadable ({exc})") from None
+        return data[: int(table.image_size[index])], label
+
+    def _where(self, index: int) -> str:
+        """``SHARD: sample KEY`` for messages."""
+        table = self.table
+        shard = int(table.shard[index])
+        name = member_name(self._descriptors, table.paths, shard, int(table.image_offset[index]))
+        return f"{Path(table.paths[shard]).name}: sample {name.rsplit('.', 1)[0]}"
+
+    def _named(self, index: int, problem: str) -> CorruptSampleError:
+        return CorruptSampleError(f"{self._where(index)}: {problem}")
+
+    def _read_sample(self, index: int) -> tuple[Any, int]:
+        jpeg, label = self._read(index)
+        if not self.decode:
+            return torch.frombuffer(bytearray(jpeg), dtype=torch.uint8), label
+        try:
+            pixels = simplejpeg.decode_jpeg(jpeg, colorspace="RGB" if self.channels == 3
+                                            else "GRAY")
+        except ValueError as exc:
+            raise self._named(index, f"does not decode ({exc})") from None
+        image = torch.from_numpy(pixels).permute(2, 0, 1)
         if self.transform is not None:
             image = self.transform(image)
-        return image, int(sample["cls"])
+        return image, label
 
+    def _read_batch(self, indices: np.ndarray, corrupt: list[str]) -> Any:
+        height, width = self.image_size
+        images = np.empty((len(indices), height, width, self.channels), np.uint8)
+        labels = np.empty(len(indices), np.int64)
+        colorspace = "RGB" if self.channels == 3 else "GRAY"
+        bad = []
+        for slot, index in enumerate(indices):
+            try:
+                jpeg, labels[slot] = self._read(int(index))
+                try:
+                    pixels = simplejpeg.decode_jpeg(jpeg, colorspace=colorspace,
+                                                    buffer=images[slot])
+                except ValueError as exc:
+                    self._check_size(int(index), jpeg)  # too large for the batch?
+                    raise self._named(int(index), f"does not decode ({exc})") from None
+                if pixels.shape[:2] != (height, width):  # smaller: decoded into a corner
+                    self._check_size(int(index), jpeg)
+            except CorruptSampleError as exc:
+                self._corrupt(exc, corrupt)
+                bad.append(slot)
+        if bad:
+            good = [slot for slot in range(len(indices)) if slot not in set(bad)]
+            if not good:
+                raise CorruptSampleError(f"every sample of a batch is corrupt: {corrupt[-1]}")
+            for number, slot in enumerate(bad):
+                images[slot], labels[slot] = images[good[number % len(good)]], \
+                    labels[good[number % len(good)]]
+        # N×H×W×C memory seen as N×C×H×W: PyTorch's channels_last, no copy.
+        batch = torch.from_numpy(images).permute(0, 3, 1, 2)
+        if self.batch_transform is not None:
+            batch = self.batch_transform(batch)
+        return batch, torch.from_numpy(labels)
 
-def _shuffled(stream: Iterator, size: int, rng: random.Random) -> Iterator:
-    """A shuffle buffer: hold ``size`` items, emit a random one as each new one arrives."""
-    buffer: list = []
-    for item in stream:
-        if len(buffer) < size:
-            buffer.append(item)
-            continue
-        index = rng.randrange(size)
-        buffer[index], item = item, buffer[index]
-        yield item
-    rng.shuffle(buffer)
-    yield from buffer
+    def _check_size(self, index: int, jpeg: memoryview) -> None:
+        """Raise ConfigError if sample ``index`` is an image of another size than the batch."""
+        try:
+            shape = simplejpeg.decode_jpeg_header(jpeg)[:2]
+        except ValueError:
+            return  # not even a header: corrupt, which the caller reports
+        if shape != self.image_size:
+            raise ConfigError(
+                f"{self._where(index)} is {shape[1]}x{shape[0]}, the batch "
+                f"{self.image_size[1]}x{self.image_size[0]}: batch_size= needs equal image "
+                f"sizes; {RESIZE_HINT}")
+
+    def _raw_batch(self, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """JPEG bytes, for decoding on the GPU (``torchvision.io.decode_jpeg(device="cuda")``)."""
+        jpegs, labels = [], np.empty(len(indices), np.int64)
+        for slot, index in enumerate(indices):
+            jpeg, labels[slot] = self._read(int(index))
+            jpegs.append(torch.frombuffer(bytearray(jpeg), dtype=torch.uint8))
+        return jpegs, torch.from_numpy(labels)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_descriptors"] = {}  # each process opens its own
+        return state
 
 
 def dataset(path: str | Path, split: str | None = None, shuffle: bool = True,
             **options: Any) -> ShardDataset:
-    """An ``IterableDataset`` of (uint8 CHW tensor, int label) over a packed or staged dataset.
+    """An ``IterableDataset`` over a packed or staged dataset; see ``ShardDataset``.
 
-    ``split=None`` reads every split.  Options: ``shuffle_buffer``, ``seed``, ``transform``
-    (applied to each CHW tensor), ``rank`` and ``world_size`` (default: torch.distributed).
+    Options: ``batch_size`` (batch mode), ``seed``, ``transform`` / ``batch_transform``,
+    ``rank`` / ``world_size`` (default: torch.distributed), ``pad`` (False for evaluation),
+    ``drop_last``, ``decode`` (False: JPEG bytes for GPU decoding), ``channels`` (3 or 1),
+    ``on_corrupt`` ("replace" or "raise"), ``block`` (samples read together).
     """
     return ShardDataset(path, split, shuffle, **options)

@@ -1,0 +1,209 @@
+"""Where every sample of a split lives, and which samples each rank and worker reads in an epoch.
+
+Framework-free (NumPy only), so the torch, DALI and tf readers and the tests share one
+definition of an epoch:
+
+* ``SampleTable`` holds, per sample, its shard and the offsets of its image and label in the
+  shard, read from the per-tar index the pack writes (DALI's ``wds2idx`` format).  An index is
+  untrusted like the manifest: a line whose names could escape a directory or whose offsets
+  leave the shard is skipped with a warning naming it.
+* ``epoch_order`` is one global order per (seed, epoch): each shard is cut into blocks of
+  consecutive samples (at a phase that changes every epoch), the blocks are shuffled, and the
+  samples inside each block are shuffled.  Reads stay within a block of one shard, and the
+  pack already shuffled samples across shards, so a block is a random draw of its split.
+* ``rank_share`` cuts that order into equal contiguous shares, one per rank: padded by
+  wrapping around (like ``DistributedSampler``), cut to a multiple (``drop_last``), or, for
+  evaluation, left unequal with nothing padded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ManifestError, ShardFormatError
+from ..formats.webdataset import INDEX_VERSION, check_member_name, iter_members
+from ..manifest import ShardEntry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BLOCK = 256
+OPEN_SHARDS = 64  # descriptors a reader keeps open (a dataset may have thousands of shards)
+
+
+@dataclass(frozen=True)
+class SampleTable:
+    """Per-sample locations: shard number, image offset and size, label offset and size."""
+
+    paths: tuple[str, ...]
+    shard: np.ndarray  # int32
+    image_offset: np.ndarray  # int64
+    image_size: np.ndarray  # int64
+    label_offset: np.ndarray  # int64
+    label_size: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.shard)
+
+    def shard_ranges(self) -> list[tuple[int, int]]:
+        """[start, end) of each shard's samples (samples of a shard are consecutive)."""
+        bounds = np.searchsorted(self.shard, np.arange(len(self.paths) + 1))
+        return [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(self.paths))]
+
+
+def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
+    """The sample table of ``shards`` from their indexes (or, for tars packed before indexes
+    existed, from their headers, with a warning)."""
+    columns: list[list[int]] = [[], [], [], [], []]
+    paths = []
+    legacy = [shard.name for shard in shards if shard.index is None]
+    if legacy:
+        log.warning("%d shards have no index (packed by an older shardsmith): reading their "
+                    "tar headers instead; the next `shardsmith pack` adds the indexes",
+                    len(legacy))
+    for number, shard in enumerate(shards):
+        path = directory / shard.name
+        paths.append(str(path))
+        rows = _index_rows(directory, shard) if shard.index else _scan_rows(path, shard)
+        for image_offset, image_size, label_offset, label_size in rows:
+            for column, value in zip(columns, (number, image_offset, image_size, label_offset,
+                                               label_size), strict=True):
+                column.append(value)
+    shard_of, *rest = (np.asarray(column, np.int64) for column in columns)
+    return SampleTable(tuple(paths), shard_of.astype(np.int32), *rest)
+
+
+def _index_rows(directory: Path, shard: ShardEntry) -> list[tuple[int, int, int, int]]:
+    """Rows of a wds2idx index, each member checked; the file checked against the manifest."""
+    entry = shard.index
+    try:
+        with open(directory / entry.name, "rb") as handle:
+            data = handle.read(entry.bytes + 1)
+    except OSError as exc:
+        raise ManifestError(f"{entry.name}: cannot read the index: {exc.strerror}") from None
+    if len(data) != entry.bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise ManifestError(f"{entry.name}: the index differs from the manifest (size or "
+                            "sha256); `shardsmith stage` or `pack` repairs it")
+    lines = data.decode("ascii", "replace").splitlines()
+    header = lines[0].split() if lines else []
+    if len(header) != 2 or header[0] != INDEX_VERSION or not header[1].isdigit() \
+            or int(header[1]) != len(lines) - 1:
+        raise ManifestError(f"{entry.name}: not a {INDEX_VERSION} index of "
+                            f"{len(lines) - 1} samples")
+    rows = []
+    for number, line in enumerate(lines[1:], 2):
+        try:
+            rows.append(_members_row(line.split(), shard.bytes))
+        except (ValueError, ShardFormatError) as exc:
+            log.warning("%s line %d: skipped (%s)", entry.name, number, exc)
+    return rows
+
+
+def _members_row(fields: list[str], shard_bytes: int) -> tuple[int, int, int, int]:
+    """(image offset, size, label offset, size) of one index line: EXT OFFSET SIZE NAME ..."""
+    if len(fields) % 4:
+        raise ValueError("fields do not come in fours")
+    found = {}
+    for at in range(0, len(fields), 4):
+        extension, offset, size, name = fields[at : at + 4]
+        check_member_name(name)
+        offset, size = int(offset), int(size)
+        if offset < 0 or size < 0 or offset + size > shard_bytes or offset % 512:
+            raise ValueError(f"member {name} lies outside the shard")
+        found[extension] = (offset, size)
+    if "jpg" not in found or "cls" not in found:
+        raise ValueError("a sample without .jpg or .cls")
+    (image_offset, image_size), (label_offset, label_size) = found["jpg"], found["cls"]
+    if label_offset < image_offset:
+        raise ValueError(".cls before .jpg")
+    return image_offset, image_size, label_offset, label_size
+
+
+def _scan_rows(path: Path, shard: ShardEntry) -> list[tuple[int, int, int, int]]:
+    rows = []
+    try:
+        for _, members in iter_members(path, shard.bytes):
+            by_extension = {member.extension: member for member in members}
+            image, label = by_extension["jpg"], by_extension["cls"]
+            rows.append((image.data, image.size, label.data, label.size))
+    except ShardFormatError as exc:
+        log.warning("%s: %s; its samples after that point are skipped", shard.name, exc)
+    return rows
+
+
+def epoch_order(table: SampleTable, seed: int, epoch: int, shuffle: bool = True,
+                block: int = DEFAULT_BLOCK) -> np.ndarray:
+    """The global sample order of one epoch, a function of (seed, epoch) only."""
+    count = len(table)
+    if not shuffle:
+        return np.arange(count, dtype=np.int64)
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF])
+    blocks = []
+    for start, end in table.shard_ranges():
+        phase = int(rng.integers(block)) if end - start > block else 0
+        cuts = [start, *(cut for cut in range(start + phase, end, block) if cut > start), end]
+        blocks += list(zip(cuts[:-1], cuts[1:], strict=True))
+    order = np.empty(count, np.int64)
+    position = 0
+    for index in rng.permutation(len(blocks)):
+        low, high = blocks[index]
+        order[position : position + high - low] = low + rng.permutation(high - low)
+        position += high - low
+    return order
+
+
+def rank_share(order: np.ndarray, rank: int, world_size: int, pad: bool = True,
+               drop_last: bool = False) -> np.ndarray:
+    """This rank's contiguous share of the epoch order.
+
+    Training (default): every rank the same number of samples, padded by wrapping around the
+    order (at most ``world_size - 1`` repeats); ``drop_last``: cut to a multiple instead.
+    Evaluation (``pad=False``): nothing padded or dropped, shares differ by at most one.
+    """
+    count = len(order)
+    if drop_last:
+        per_rank = count // world_size
+        return order[rank * per_rank : (rank + 1) * per_rank]
+    if not pad:
+        return order[rank * count // world_size : (rank + 1) * count // world_size]
+    per_rank = math.ceil(count / world_size)
+    total = per_rank * world_size
+    if total > count and count:
+        order = np.resize(order, total)  # np.resize repeats the array from its start
+    return order[rank * per_rank : (rank + 1) * per_rank]
+
+
+def batch_count(samples: int, batch_size: int, drop_last: bool) -> int:
+    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
+
+
+def read_span(descriptors: dict[int, int], paths: Sequence[str], shard: int, offset: int,
+              size: int) -> bytes:
+    """``size`` bytes at ``offset`` of shard ``shard`` (descriptors opened once, kept)."""
+    fd = descriptors.get(shard)
+    if fd is None:
+        if len(descriptors) >= OPEN_SHARDS:
+            os.close(descriptors.pop(next(iter(descriptors))))  # the least recently opened
+        fd = descriptors[shard] = os.open(paths[shard], os.O_RDONLY | os.O_NOFOLLOW)
+    data = os.pread(fd, size, offset)
+    if len(data) != size:
+        raise ShardFormatError(f"{os.path.basename(paths[shard])}: cut short at byte "
+                               f"{offset + len(data)}")
+    return data
+
+
+def member_name(descriptors: dict[int, int], paths: Sequence[str], shard: int,
+                data_offset: int) -> str:
+    """The tar member name in the header just before ``data_offset`` (for error messages)."""
+    try:
+        header = read_span(descriptors, paths, shard, data_offset - 512, 512)
+    except (OSError, ShardFormatError):
+        return "?"
+    return header[:100].rstrip(b"\0").decode("ascii", "replace")
