@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""Reading benchmark for `make bench`: originals vs shards, same images, same run.
+"""Reading benchmark for `make bench`: the readers against the decode floor, and the shards
+against the originals, in one run.
 
-Packs the cached 8000x6000 JPEG corpus of bench_pack.py (224 px centre crops, as a
-classification model reads them) as WebDataset and TFRecord shards once, then runs
-`shardsmith bench-read` on them: (a) a naive loader over the originals, (b) the torch reader,
-(c) the tf.data reader, with the ratios (b)/(a), (c)/(a).
+    scripts/bench_read.py [--samples N] [--rounds R] [--seconds S] [--json FILE]
+
+1. A corpus of N textured 800x600 JPEG originals (cached in .cache/bench/), packed once as
+   224 px centre crops into WebDataset and TFRecord shards.  `shardsmith bench-read` runs on
+   them R times (rows: decode floor, torch reader in-process, DataLoader and ShardLoader with
+   one and all workers, DALI CPU, tf.data); the table gives each row's median samples/s and
+   its median share of the floor measured in the same round.
+2. The 32 cached 8000x6000 originals of bench_pack.py, packed the same way: a loader over the
+   originals with a cold page cache, against the torch reader over their shards.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -17,25 +26,91 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_pack import REPO, ensure_corpus, link_subset  # noqa: E402
 
-IMAGES = 32
+SHARDSMITH = [sys.executable, "-m", "shardsmith.cli"]
+QUIET_TF = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+TARGETS = {"torch reader in-process": 0.90, "ShardLoader, 1 worker": 0.60}
+
+
+def ensure_read_corpus(cache: Path, count: int) -> Path:
+    root = cache / "read-800x600"
+    present = sum(1 for _ in root.rglob("*.jpg")) if root.is_dir() else 0
+    if present < count:
+        print(f"generating {count} 800x600 originals in {root} ...", file=sys.stderr)
+        subprocess.run([sys.executable, str(REPO / "scripts" / "make_sample_tree.py"), str(root),
+                        "--count", str(count), "--width", "800", "--height", "600",
+                        "--kinds", "jpg", "--quality", "92", "--seed", "11"],
+                       check=True, stdout=subprocess.DEVNULL)
+    return root
+
+
+def pack(source: Path, output: Path, fmt: str) -> Path:
+    subprocess.run([*SHARDSMITH, "pack", str(source), str(output), "--format", fmt, "--size",
+                    "224", "--resize", "center_crop", "--shard-size", "32", "--quiet"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return output
+
+
+def bench_read(*args: str, seconds: float) -> list[dict]:
+    out = REPO / "build" / "bench" / "read-round.json"
+    subprocess.run([*SHARDSMITH, "bench-read", *args, "--seconds", str(seconds), "--json",
+                    str(out)], check=True, env=QUIET_TF, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())
 
 
 def main() -> None:
-    cache = REPO / ".cache" / "bench"
-    source = cache / "subsets" / f"jpeg-{IMAGES}"
-    link_subset(ensure_corpus(cache, "jpeg", IMAGES), source, IMAGES)
-    shardsmith = [sys.executable, "-m", "shardsmith.cli"]
-    outputs = {}
-    for fmt in ("webdataset", "tfrecord"):
-        outputs[fmt] = REPO / "build" / "bench" / f"read-{fmt}"
-        subprocess.run([*shardsmith, "pack", str(source), str(outputs[fmt]), "--format", fmt,
-                        "--size", "224", "--resize", "center_crop", "--shard-samples", "8",
-                        "--quiet"], check=True, stdout=subprocess.DEVNULL)
-    quiet_tf = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    subprocess.run([*shardsmith, "bench-read", str(outputs["webdataset"]), "--source",
-                    str(source), "--tfrecords", str(outputs["tfrecord"]), "--seconds", "20",
-                    "--json", str(REPO / "build" / "bench" / "read.json")], check=True,
-                   env=quiet_tf)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=2400)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "read.json")
+    options = parser.parse_args()
+    cache, build = REPO / ".cache" / "bench", REPO / "build" / "bench"
+
+    source = ensure_read_corpus(cache, options.samples)
+    wds = pack(source, build / "read-wds", "webdataset")
+    tfr = pack(source, build / "read-tfr", "tfrecord")
+    rounds = []
+    for number in range(options.rounds):
+        print(f"round {number + 1} of {options.rounds} ...", file=sys.stderr)
+        rounds.append(bench_read(str(wds), "--tfrecords", str(tfr), seconds=options.seconds))
+
+    big_source = cache / "subsets" / "jpeg-32"
+    link_subset(ensure_corpus(cache, "jpeg", 32), big_source, 32)
+    big = pack(big_source, build / "read-big", "webdataset")
+    print("originals, cold cache ...", file=sys.stderr)
+    originals = bench_read(str(big), "--source", str(big_source), "--cold", seconds=20)
+
+    rows = {}
+    for results in rounds:
+        floor = results[0]["samples_per_second"]
+        for row in results:
+            entry = rows.setdefault(row["name"], {"rates": [], "shares": [], "note": ""})
+            entry["rates"].append(row["samples_per_second"])
+            entry["shares"].append(row["samples_per_second"] / floor if floor else 0.0)
+            entry["note"] = row["note"]
+            entry["bytes"] = row["bytes_per_sample"]
+    print(f"\n{options.samples} samples of 224 px, medians of {options.rounds} rounds "
+          f"({options.seconds:g} s a row):")
+    print(f"{'reader':<34}{'samples/s':>11}{'of floor':>10}{'bytes/sample':>14}")
+    for name, entry in rows.items():
+        if not any(entry["rates"]):
+            print(f"{name:<34}  {entry['note']}")
+            continue
+        print(f"{name:<34}{statistics.median(entry['rates']):>11,.0f}"
+              f"{statistics.median(entry['shares']):>10.0%}{entry['bytes']:>14,.0f}")
+    by_name = {row["name"]: row for row in originals}
+    cold = next(row for row in originals if row["name"].startswith("originals"))
+    reader = by_name["torch reader in-process"]
+    print(f"\n32 originals 8000x6000 (19 MB JPEG) -> 224 px: {cold['name']} "
+          f"{cold['samples_per_second']:.2f} samples/s, {cold['bytes_per_sample'] / 1e6:.1f} MB "
+          f"read per sample; torch reader over their shards {reader['samples_per_second']:,.0f} "
+          f"samples/s ({reader['samples_per_second'] / cold['samples_per_second']:,.0f}x)")
+    print("\ntargets:")
+    for name, target in TARGETS.items():
+        share = statistics.median(rows[name]["shares"])
+        print(f"  {name}: {share:.0%} of the floor (target {target:.0%}): "
+              f"{'met' if share >= target else 'NOT met'}")
+    options.json.write_text(json.dumps({"rounds": rounds, "originals": originals}, indent=1))
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@ Makes a small corpus of 8000x6000 JPEG originals (scripts/make_sample_tree.py), 
 with shardsmith (224 px centre crops, so batches stack), then trains a torchvision ResNet-50
 (bf16 autocast, channels_last, batch 256) for --seconds each, fed
   (a) from the originals: DataLoader workers open, decode and resize every original;
-  (b) from the shards through shardsmith.readers.torch;
-  (c) with --gpu-decode: the shards' JPEG bytes decoded on the GPU (torchvision nvJPEG).
+  (b) from the shards: shardsmith's ShardLoader (batch mode, workers decode on the CPU);
+  (c) with --gpu-decode: the shards' JPEG bytes in batches (``decode=False``), decoded on the
+      GPU by torchvision's nvJPEG;
+  (d) where NVIDIA DALI is installed: shardsmith.readers.dali, decoding on the GPU ("mixed").
 It prints images/s and GPU utilisation (nvidia-smi, sampled every 200 ms) per feed.
-Needs a CUDA GPU, torch, torchvision, and shardsmith with its dependencies (webdataset too).
+Needs a CUDA GPU, torch, torchvision, and shardsmith with its dependencies (simplejpeg,
+tifffile, crc32c, xxhash, click, joblib, pyyaml: carry them as wheels where pip cannot reach).
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ def train(feed, seconds: float, decode_on_gpu: bool = False) -> tuple[float, flo
         images, labels = next(batches)
         if decode_on_gpu:
             images = torch.stack(torchvision.io.decode_jpeg(images, device="cuda"))
+        elif images.shape[-1] == 3:  # DALI gives N×H×W×C
+            images = images.permute(0, 3, 1, 2)
         images = images.cuda(non_blocking=True).float()
         images = ((images - mean) / std).contiguous(memory_format=torch.channels_last)
         labels = torch.as_tensor(labels).cuda(non_blocking=True) % 10
@@ -125,32 +130,6 @@ def train(feed, seconds: float, decode_on_gpu: bool = False) -> tuple[float, flo
             count += step()
         torch.cuda.synchronize()
     return count / (time.perf_counter() - started), gpu.mean
-
-
-def raw_jpegs(path: Path):
-    """Shard samples as (uint8 tensor of JPEG bytes, label), for GPU decoding."""
-    import webdataset as wds
-
-    from shardsmith.readers import select_shards
-
-    _, shards = select_shards(path, None, "webdataset")
-    for sample in wds.WebDataset([s["path"] for s in shards], shardshuffle=False,
-                                 empty_check=False, workersplitter=wds.split_by_worker):
-        yield torch.frombuffer(bytearray(sample["jpg"]), dtype=torch.uint8), int(sample["cls"])
-
-
-class RawJpegs(torch.utils.data.IterableDataset):
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __iter__(self):
-        return raw_jpegs(self.path)
-
-
-def collate_raw(batch):
-    """Keep the JPEG byte tensors as a list (they differ in length); labels as a tensor."""
-    jpegs, labels = zip(*batch, strict=True)
-    return list(jpegs), torch.tensor(labels)
 
 
 def main() -> None:
@@ -175,19 +154,26 @@ def main() -> None:
                     "--quiet", "--overwrite"], check=True, cwd=REPO)
     print(f"corpus and shards ready in {time.perf_counter() - started:.0f}s", flush=True)
 
-    from shardsmith.readers.torch import dataset
+    from shardsmith.readers.torch import ShardLoader, dataset
 
-    loader_options = {"batch_size": BATCH, "num_workers": args.workers, "pin_memory": True,
-                      "persistent_workers": True, "drop_last": False}
     feeds = {
         "(a) originals": (torch.utils.data.DataLoader(
-            Originals(source), shuffle=True, **loader_options), False),
-        "(b) shards, CPU decode": (torch.utils.data.DataLoader(
-            dataset(shards, shuffle=True, shuffle_buffer=256), **loader_options), False),
+            Originals(source), shuffle=True, batch_size=BATCH, num_workers=args.workers,
+            pin_memory=True, persistent_workers=True), False),
+        "(b) shards, CPU decode": (ShardLoader(
+            dataset(shards, batch_size=BATCH), num_workers=args.workers), False),
     }
     if args.gpu_decode:
         feeds["(c) shards, GPU decode"] = (torch.utils.data.DataLoader(
-            RawJpegs(shards), collate_fn=collate_raw, **loader_options), True)
+            dataset(shards, batch_size=BATCH, decode=False), batch_size=None,
+            num_workers=args.workers, persistent_workers=True), True)
+    try:
+        from shardsmith.readers.dali import loader as dali_loader
+
+        feeds["(d) shards, DALI GPU"] = (dali_loader(shards, batch_size=BATCH, device="gpu",
+                                                      num_threads=args.workers), False)
+    except ImportError:
+        print("(d) skipped: NVIDIA DALI is not installed here", flush=True)
     print(f"{'feed':<26}{'images/s':>10}{'GPU busy':>10}")
     for name, (feed, on_gpu) in feeds.items():
         rate, busy = train(feed, args.seconds, decode_on_gpu=on_gpu)

@@ -274,23 +274,30 @@ def verify(dataset, config_file, decode, workers, quiet) -> None:
 @main.command("bench-read")
 @click.argument("shards", type=click.Path(file_okay=False, exists=True))
 @click.option("--source", type=click.Path(file_okay=False, exists=True),
-              help="The original tree the shards were packed from: measures loader (a).")
+              help="The original tree the shards were packed from: adds a loader over the "
+              "originals.")
+@click.option("--cold", is_flag=True,
+              help="Drop each original from the page cache before reading it (what a loader "
+              "on a NAS gets).")
 @click.option("--tfrecords", type=click.Path(file_okay=False, exists=True),
-              help="A TFRecord dataset of the same images: measures the tf.data reader (c).")
+              help="A TFRecord dataset of the same images: adds the tf.data reader.")
 @click.option("--split", help="Read only this split.")
-@click.option("--workers", type=int, help="Loader workers (default: all cores).")
-@click.option("--seconds", type=float, default=20.0, show_default=True,
-              help="Time limit per loader.")
+@click.option("--workers", type=int, help="DataLoader workers and processes for the originals "
+              "(default: all cores).")
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--seconds", type=float, default=10.0, show_default=True,
+              help="Time per row.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False),
               help="Also write the results as JSON.")
 @_fail_cleanly
-def bench_read(shards, source, tfrecords, split, workers, seconds, json_file) -> None:
-    """Measure samples/s of (a) the originals, (b) the torch reader, (c) the tf reader."""
+def bench_read(shards, source, cold, tfrecords, split, workers, batch_size, seconds,
+               json_file) -> None:
+    """Samples/s of the readers over SHARDS against the decode floor (and the originals)."""
     from .readers.bench import as_json, report
     from .readers.bench import bench_read as run
 
     results = run(shards, source=source, tfrecords=tfrecords, workers=workers,
-                  seconds=seconds, split=split)
+                  seconds=seconds, split=split, batch_size=batch_size, cold=cold)
     click.echo(report(results))
     if json_file:
         Path(json_file).write_text(as_json(results) + "\n")

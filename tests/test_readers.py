@@ -147,6 +147,30 @@ def test_batch_mode_images_and_labels_are_the_packed_ones(crops):
     assert seen == 23
 
 
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_shard_loader_gives_the_datasets_batches_through_reused_shared_buffers(crops, workers):
+    from shardsmith.readers.torch import ShardLoader
+
+    data = dataset(crops, split="train", batch_size=3, seed=2)
+    data.set_epoch(5)
+    expected = [(images.clone(), labels) for images, labels in data]
+    loader = ShardLoader(data, num_workers=workers)
+    got = [(images.clone(), labels) for images, labels in loader]  # a batch is valid until
+    assert len(got) == len(loader) == len(expected)                 # the next is taken
+    for (images, labels), (want_images, want_labels) in zip(got, expected, strict=True):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    data.set_epoch(6)
+    assert [sha1(images) for images, _ in loader] != [sha1(images) for images, _ in got]
+
+
+def test_shard_loader_needs_batch_mode(crops):
+    from shardsmith.readers.torch import ShardLoader
+
+    with pytest.raises(ConfigError, match="batch_size="):
+        ShardLoader(dataset(crops, split="train"))
+
+
 def test_epochs_differ_and_reach_persistent_workers(crops):
     data = dataset(crops, split="train", batch_size=3)
     loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=2,

@@ -1,26 +1,32 @@
-"""``shardsmith bench-read``: what the shards buy a training loader, measured in one run.
+"""``shardsmith bench-read``: what the readers get out of the shards, against the decode floor.
 
-(a) a naive loader over the originals (open, full decode, resize; N worker processes),
-(b) the PyTorch reader over WebDataset shards (DataLoader, N workers),
-(c) the tf.data reader over TFRecord shards, when TensorFlow is installed and a TFRecord
-    dataset is given.
-Each runs for ``seconds`` (epoch after epoch) after a short warm-up; the report gives
-samples/s, bytes read per sample, and the ratios (b)/(a), (c)/(a).
+Rows, all over the same samples in one run (``seconds`` each, epoch after epoch):
+
+* floor: every JPEG of the selection decoded in a loop from memory, one core (libjpeg-turbo
+  through simplejpeg): no reader can beat it on one core;
+* the torch reader in-process (batch mode: reads by offset, decodes into one array);
+* ``DataLoader(num_workers=1, persistent_workers=True)``, epochs after the first: the same plus
+  a new shared-memory batch per batch (a mapping and a page fault per 4 KiB);
+* ``ShardLoader`` (a DataLoader whose workers decode into reused shared buffers), one worker
+  and all cores; DALI's CPU pipeline on one thread (when DALI is installed);
+  the tf.data reader over a TFRecord copy of the same images (``--tfrecords``);
+* a naive loader over the originals (``--source``): open, full decode, resize; with ``--cold``
+  each file is dropped from the page cache first, as a NAS-bound loader would see it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
-from ..manifest import iter_sample_index, read_manifest
-
-WARMUP_SAMPLES = 16
+from ..errors import ConfigError
+from ..manifest import Manifest, iter_sample_index, read_manifest
 
 
 @dataclass
@@ -29,109 +35,216 @@ class ReadResult:
     samples: int
     seconds: float
     bytes_per_sample: float
+    note: str = ""
 
     @property
     def rate(self) -> float:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
 
 
-def _timed(name: str, epochs: Callable[[], Iterable], seconds: float,
-           bytes_per_sample: float) -> ReadResult:
-    """Samples/s over ``seconds``, restarting the loader (a new epoch) whenever it runs dry."""
-    def stream():
-        while True:
-            empty = True
-            for item in epochs():
-                empty = False
-                yield item
-            if empty:
-                return
-
-    iterator = stream()
-    for _ in range(WARMUP_SAMPLES):  # worker start-up is not reading speed
-        if next(iterator, None) is None:
-            break
+def _timed(name: str, epochs: Callable[[], Iterable[int]], seconds: float,
+           bytes_per_sample: float, warm_epochs: int = 0) -> ReadResult:
+    """Samples/s over ``seconds``, starting a new epoch whenever one ends.  Each item of an
+    epoch is the number of samples it carries.  ``warm_epochs`` run first, uncounted."""
+    for _ in range(warm_epochs):
+        for _ in epochs():
+            pass
     count, started = 0, time.perf_counter()
-    for _ in iterator:
-        count += 1
-        if time.perf_counter() - started > seconds:
+    while time.perf_counter() - started < seconds:
+        empty = True
+        for samples in epochs():
+            empty = False
+            count += samples
+            if time.perf_counter() - started > seconds:
+                break
+        if empty:
             break
     return ReadResult(name, count, time.perf_counter() - started, bytes_per_sample)
 
 
-def _load_original(args: tuple[str, int]) -> int:
+def bench_read(shards: str | Path, source: str | Path | None = None,
+               tfrecords: str | Path | None = None, workers: int | None = None,
+               seconds: float = 10.0, split: str | None = None, batch_size: int = 64,
+               cold: bool = False, progress: TextIO | None = sys.stderr) -> list[ReadResult]:
+    """Measure every row that applies; returns them, the floor first."""
+    shards = Path(shards)
+    workers = workers or len(os.sched_getaffinity(0))
+    manifest = read_manifest(shards)
+    if manifest.format != "webdataset":
+        raise ConfigError(f"{shards} holds TFRecord shards: give a WebDataset dataset as "
+                          "SHARDS and this one as --tfrecords (of the same images)")
+    if tfrecords is not None:
+        _check_same_images(manifest, read_manifest(Path(tfrecords)), tfrecords)
+
+    def say(row: str) -> None:
+        if progress is not None:
+            print(f"bench-read: {row} ({seconds:g} s) ...", file=progress, flush=True)
+
+    from .torch import dataset
+
+    data = dataset(shards, split=split, batch_size=batch_size)
+    per_sample = sum(shard.bytes for _, shard in data.shards) / max(1, len(data.table))
+    say("decode floor, 1 core")
+    results = [_floor(data, seconds, per_sample)]
+    say("torch reader in-process, 1 core")
+    results.append(_timed("torch reader in-process", lambda: (len(labels) for _, labels in data),
+                          seconds, per_sample, warm_epochs=1))
+    import torch
+
+    from .torch import ShardLoader
+
+    loaders = [("DataLoader", 1, lambda: torch.utils.data.DataLoader(
+        data, batch_size=None, num_workers=1, persistent_workers=True))]
+    loaders += [("ShardLoader", count, lambda count=count: ShardLoader(data, num_workers=count))
+                for count in sorted({1, workers})]
+    for kind, count, make in loaders:
+        say(f"{kind}, {count} persistent worker{'s' if count > 1 else ''}, epochs 2+")
+        loader = make()
+        results.append(_timed(f"{kind}, {count} worker{'s' if count > 1 else ''}",
+                              lambda loader=loader: (len(labels) for _, labels in loader),
+                              seconds, per_sample, warm_epochs=1))
+        del loader
+    results += _dali_cpu(shards, split, batch_size, seconds, per_sample, say)
+    if tfrecords is not None:
+        results.append(_tf(Path(tfrecords), split, batch_size, seconds, say))
+    if source is not None:
+        results.append(_originals(shards, manifest, Path(source), split, workers, seconds,
+                                  cold, say))
+    return results
+
+
+def _check_same_images(manifest: Manifest, other: Manifest, where: str | Path) -> None:
+    if other.format != "tfrecord":
+        raise ConfigError(f"--tfrecords: {where} holds {other.format} shards, not TFRecords")
+    mine, theirs = manifest.config.get("image", {}), other.config.get("image", {})
+    if (mine.get("size"), mine.get("resize")) != (theirs.get("size"), theirs.get("resize")):
+        raise ConfigError(f"--tfrecords: {where} was packed at {theirs.get('size')} px "
+                          f"({theirs.get('resize')}), SHARDS at {mine.get('size')} px "
+                          f"({mine.get('resize')}): rates of different images do not compare")
+
+
+def _floor(data, seconds: float, per_sample: float) -> ReadResult:
+    import simplejpeg
+
+    from .plan import read_span
+
+    table, descriptors = data.table, {}
+    jpegs = [read_span(descriptors, table.paths, int(table.shard[i]),
+                       int(table.image_offset[i]), int(table.image_size[i]))
+             for i in range(len(table))]
+    for fd in descriptors.values():
+        os.close(fd)
+
+    def epoch() -> Iterable[int]:
+        for jpeg in jpegs:
+            simplejpeg.decode_jpeg(jpeg, colorspace="RGB")
+            yield 1
+
+    return _timed("decode floor (simplejpeg)", epoch, seconds, per_sample, warm_epochs=0)
+
+
+def _dali_cpu(shards: Path, split: str | None, batch_size: int, seconds: float,
+              per_sample: float, say: Callable[[str], None]) -> list[ReadResult]:
+    try:
+        from .dali import loader
+    except ImportError:
+        return [ReadResult("DALI CPU, 1 thread", 0, 0.0, per_sample,
+                           "skipped: DALI is not installed (pip install 'shardsmith[dali]')")]
+    say("DALI CPU pipeline, 1 thread")
+    batches = loader(shards, split=split, batch_size=batch_size, device="cpu", num_threads=1)
+    return [_timed("DALI CPU, 1 thread", lambda: (len(labels) for _, labels in batches), seconds,
+                   per_sample, warm_epochs=1)]
+
+
+def _tf(tfrecords: Path, split: str | None, batch_size: int, seconds: float,
+        say: Callable[[str], None]) -> ReadResult:
+    from .tf import dataset as tf_dataset
+
+    manifest = read_manifest(tfrecords)
+    chosen = [s for s in manifest.shards if split is None or s.split == split]
+    per_sample = sum(s.bytes for s in chosen) / max(1, sum(s.samples for s in chosen))
+    say("tf.data reader")
+    reader = tf_dataset(tfrecords, split=split).batch(batch_size)
+    return _timed("tf.data reader", lambda: (int(labels.shape[0]) for _, labels in reader), seconds,
+                  per_sample, warm_epochs=1)
+
+
+def _load_original(args: tuple[str, int, bool]) -> int:
     """What a loader without shardsmith does per sample: full decode of the original, resize."""
     from PIL import Image
 
-    path, size = args
+    path, size, cold = args
+    if cold:
+        _drop_from_cache(path)
     with Image.open(path) as image:
         image = image.convert("RGB")
         scale = size / max(image.size)
         image = image.resize((max(1, round(image.width * scale)),
                               max(1, round(image.height * scale))), Image.BILINEAR)
-    return image.width
+    return 1
 
 
-def bench_read(shards: str | Path, source: str | Path | None = None,
-               tfrecords: str | Path | None = None, workers: int | None = None,
-               seconds: float = 20.0, split: str | None = None) -> list[ReadResult]:
-    """Measure (a) originals, (b) torch over ``shards``, (c) tf over ``tfrecords``."""
-    workers = workers or os.cpu_count() or 1
-    manifest = read_manifest(Path(shards))
-    results = []
-    if source is not None:
-        from multiprocessing import get_context
+def _drop_from_cache(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
-        size = manifest.config["image"]["size"]
-        jobs = [(os.path.join(source, s.path), size)
-                for s in iter_sample_index(Path(shards), manifest)
-                if split is None or s.split == split]
-        mean_bytes = sum(os.path.getsize(path) for path, _ in jobs) / max(1, len(jobs))
-        with get_context("spawn").Pool(workers) as pool:
-            results.append(_timed(f"(a) originals, {workers} processes",
-                                  lambda: pool.imap(_load_original, jobs, chunksize=1),
-                                  seconds, mean_bytes))
-    if manifest.format == "webdataset":
-        import torch
 
-        from .torch import dataset
+def _originals(shards: Path, manifest: Manifest, source: Path, split: str | None,
+               workers: int, seconds: float, cold: bool,
+               say: Callable[[str], None]) -> ReadResult:
+    name = f"originals, {workers} processes" + (", cold cache" if cold else "")
+    jobs, changed, sizes = [], 0, []
+    size = manifest.config.get("image", {}).get("size", 512)
+    for record in iter_sample_index(shards, manifest):
+        if split is not None and record.split != split:
+            continue
+        path = source / record.path
+        try:
+            on_disk = path.stat().st_size
+        except OSError:
+            on_disk = -1
+        if on_disk != record.source_size:
+            changed += 1
+            continue
+        jobs.append((str(path), size, cold))
+        sizes.append(on_disk)
+    if changed or not jobs:
+        return ReadResult(name, 0, 0.0, 0.0, f"skipped: {changed} of {changed + len(jobs)} "
+                          "originals are missing or changed since packing")
+    note = "page cache dropped per file (a NAS may still cache on its side)" if cold else ""
+    from multiprocessing import get_context
 
-        data = dataset(shards, split=split, shuffle=True)
-        loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers,
-                                             persistent_workers=True)
-        per_sample = sum(s.bytes for _, s in data.shards) / max(1, len(data))
-        results.append(_timed(f"(b) torch reader, {workers} workers", lambda: loader, seconds,
-                              per_sample))
-    if tfrecords is not None:
-        from .tf import dataset as tf_dataset
-
-        tf_manifest = read_manifest(Path(tfrecords))
-        chosen = [s for s in tf_manifest.shards if split is None or s.split == split]
-        per_sample = sum(s.bytes for s in chosen) / max(1, sum(s.samples for s in chosen))
-        reader = tf_dataset(tfrecords, split=split)
-        results.append(_timed("(c) tf.data reader", lambda: reader, seconds, per_sample))
-    return results
+    say(name)
+    with get_context("spawn").Pool(workers) as pool:
+        result = _timed(name, lambda: pool.imap(_load_original, jobs, chunksize=1), seconds,
+                        sum(sizes) / len(sizes), warm_epochs=0)
+    result.note = note
+    return result
 
 
 def report(results: list[ReadResult]) -> str:
-    """The table and the ratios against the originals loader."""
-    lines = [f"{'loader':<34}{'samples':>9}{'samples/s':>12}{'bytes/sample':>15}"]
+    """The table, each row's share of the floor, and the shards against the originals."""
+    floor = results[0].rate if results and results[0].rate > 0 else 0.0
+    lines = [f"{'loader':<38}{'samples':>9}{'samples/s':>11}{'of floor':>10}"
+             f"{'bytes/sample':>14}"]
     for result in results:
-        lines.append(f"{result.name:<34}{result.samples:>9,}{result.rate:>12,.1f}"
-                     f"{result.bytes_per_sample:>15,.0f}")
-    baseline = next((r for r in results if r.name.startswith("(a)")), None)
-    if baseline and baseline.rate > 0:
-        for result in results:
-            if result is not baseline:
-                lines.append(f"{result.name.split(',')[0]} / (a): "
-                             f"{result.rate / baseline.rate:,.1f}x")
+        if not result.samples and result.note:
+            lines.append(f"{result.name:<38}  {result.note}")
+            continue
+        share = f"{result.rate / floor:.0%}" if floor else "-"
+        lines.append(f"{result.name:<38}{result.samples:>9,}{result.rate:>11,.0f}"
+                     f"{share:>10}{result.bytes_per_sample:>14,.0f}"
+                     + (f"  ({result.note})" if result.note else ""))
+    originals = next((r for r in results if r.name.startswith("originals") and r.rate), None)
+    best = max((r for r in results[1:] if not r.name.startswith("originals")),
+               key=lambda r: r.rate, default=None)
+    if originals is not None and best is not None:
+        lines.append(f"{best.name} / originals: {best.rate / originals.rate:,.0f}x")
     return "\n".join(lines)
 
 
 def as_json(results: list[ReadResult]) -> str:
-    payload: list[dict[str, Any]] = [
-        {"name": r.name, "samples": r.samples, "seconds": r.seconds,
-         "samples_per_second": r.rate, "bytes_per_sample": r.bytes_per_sample}
-        for r in results
-    ]
-    return json.dumps(payload, indent=1)
+    return json.dumps([dict(asdict(r), samples_per_second=r.rate) for r in results], indent=1)

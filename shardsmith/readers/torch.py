@@ -26,11 +26,14 @@ same batch, so batch counts stay equal; ``on_corrupt="raise"`` raises ``CorruptS
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 import multiprocessing
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 try:
     import torch
@@ -111,6 +114,7 @@ class ShardDataset(IterableDataset):
         # never), [1 + w] how many epochs worker w began without one.
         self._epochs = multiprocessing.RawArray("q", [-1] + [0] * MAX_WORKERS)
         self._resume: dict[str, int] | None = None
+        self._ring: BatchRing | None = None  # set on the copy a ShardLoader reads
         self._state: dict[str, int] = {"epoch": 0, "start": 0, "done": 0}
         self._descriptors: dict[int, int] = {}
 
@@ -185,7 +189,7 @@ class ShardDataset(IterableDataset):
         mine = range(start + worker, batch_count(len(share), size, self.drop_last), workers)
         for count, batch in enumerate(mine[done:], done + 1):
             indices = share[batch * size : (batch + 1) * size]
-            result = self._read_batch(indices, corrupt) if self.decode else \
+            result = self._read_batch(indices, corrupt, worker) if self.decode else \
                 self._raw_batch(indices)
             self._state["done"] = count
             yield result
@@ -260,9 +264,14 @@ class ShardDataset(IterableDataset):
             image = self.transform(image)
         return image, label
 
-    def _read_batch(self, indices: np.ndarray, corrupt: list[str]) -> Any:
+    def _read_batch(self, indices: np.ndarray, corrupt: list[str], worker: int = 0) -> Any:
         height, width = self.image_size
-        images = np.empty((len(indices), height, width, self.channels), np.uint8)
+        ring = self._ring
+        if ring is not None:
+            ring_slot = ring.acquire(worker)
+            images = ring.view(ring_slot)[: len(indices)]
+        else:
+            images = np.empty((len(indices), height, width, self.channels), np.uint8)
         labels = np.empty(len(indices), np.int64)
         colorspace = "RGB" if self.channels == 3 else "GRAY"
         bad = []
@@ -287,6 +296,8 @@ class ShardDataset(IterableDataset):
             for number, slot in enumerate(bad):
                 images[slot], labels[slot] = images[good[number % len(good)]], \
                     labels[good[number % len(good)]]
+        if ring is not None:
+            return RingBatch(ring_slot, len(indices)), torch.from_numpy(labels)
         # N×H×W×C memory seen as N×C×H×W: PyTorch's channels_last, no copy.
         batch = torch.from_numpy(images).permute(0, 3, 1, 2)
         if self.batch_transform is not None:
@@ -317,6 +328,87 @@ class ShardDataset(IterableDataset):
         state = dict(self.__dict__)
         state["_descriptors"] = {}  # each process opens its own
         return state
+
+
+class RingBatch(NamedTuple):
+    """What a worker sends instead of a batch of images: which ring slot holds them."""
+
+    slot: int
+    count: int
+
+
+class BatchRing:
+    """Batch buffers in memory shared with the DataLoader workers and reused in turn.
+
+    A fresh batch tensor in shared memory costs a new mapping and a page fault per 4 KiB
+    (measured here: 10 ms for 64 images of 224 px, as long as decoding them); a slot written
+    again costs nothing but the writes.  Worker ``w`` owns slots ``[w*k, (w+1)*k)``; a slot is
+    busy from the moment a worker takes it until the loader has moved past its batch.
+    """
+
+    def __init__(self, workers: int, per_worker: int, shape: tuple[int, int, int, int]):
+        self.per_worker, self.shape = per_worker, shape
+        self.slot_bytes = math.prod(shape)
+        slots = max(1, workers) * per_worker
+        self._memory = multiprocessing.RawArray("B", slots * self.slot_bytes)
+        self._busy = multiprocessing.RawArray("b", slots)
+
+    def view(self, slot: int) -> np.ndarray:
+        return np.frombuffer(self._memory, np.uint8, count=self.slot_bytes,
+                             offset=slot * self.slot_bytes).reshape(self.shape)
+
+    def acquire(self, worker: int, timeout: float = 600.0) -> int:
+        first = worker * self.per_worker
+        deadline = time.monotonic() + timeout
+        while True:
+            for slot in range(first, first + self.per_worker):
+                if not self._busy[slot]:
+                    self._busy[slot] = 1
+                    return slot
+            if time.monotonic() > deadline:
+                raise RuntimeError("no free batch buffer: is the loader still being read?")
+            time.sleep(0.0005)
+
+    def release(self, slot: int) -> None:
+        self._busy[slot] = 0
+
+
+class ShardLoader(torch.utils.data.DataLoader):
+    """A ``DataLoader`` for a batch-mode ``ShardDataset`` whose workers decode straight into
+    buffers shared with this process, reused in turn: no per-batch copy or new mapping.
+
+    A batch is valid until the next one is taken from the loader (as with DALI's iterators):
+    move it to the GPU, or ``.clone()`` what you keep.  Everything else is a DataLoader with
+    ``batch_size=None`` and, by default, persistent workers.
+    """
+
+    def __init__(self, data: ShardDataset, num_workers: int = 1, prefetch_factor: int = 2,
+                 persistent_workers: bool = True, **options: Any):
+        if data.batch_size is None or not data.decode or data.batch_transform is not None:
+            raise ConfigError("ShardLoader needs a dataset with batch_size=, decode=True and "
+                              "no batch_transform; use torch.utils.data.DataLoader otherwise")
+        height, width = data.image_size
+        self.ring = BatchRing(num_workers, prefetch_factor + 2,
+                              (data.batch_size, height, width, data.channels))
+        shared = copy.copy(data)  # shares the table and the epoch counters, not the ring
+        shared._ring = self.ring
+        extra = {"prefetch_factor": prefetch_factor} if num_workers else {}
+        super().__init__(shared, batch_size=None, num_workers=num_workers,
+                         persistent_workers=persistent_workers and num_workers > 0,
+                         **extra, **options)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        held = None
+        try:
+            for marker, labels in super().__iter__():
+                if held is not None:
+                    self.ring.release(held)
+                held = marker.slot
+                images = self.ring.view(marker.slot)[: marker.count]
+                yield torch.from_numpy(images).permute(0, 3, 1, 2), labels
+        finally:
+            if held is not None:
+                self.ring.release(held)
 
 
 def dataset(path: str | Path, split: str | None = None, shuffle: bool = True,
