@@ -3,6 +3,7 @@ Ctrl-C or SIGTERM in the first instants is one line too, not a traceback from an
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -20,7 +21,10 @@ def run() -> None:
         terminated = isinstance(exc, Terminated)
         sys.stderr.write("shardsmith: error: " + ("terminated (SIGTERM)" if terminated
                                                   else "interrupted") + " before starting\n")
-        sys.exit(143 if terminated else 130)
+        sys.stderr.flush()
+        # Not sys.exit: an interrupt inside an import can leave CPython set to re-raise the
+        # signal at exit, which would turn exit code 130 into death by SIGINT.
+        os._exit(143 if terminated else 130)
     main()
 
 

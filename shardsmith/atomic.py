@@ -27,13 +27,13 @@ class HashingFile:
     def __init__(self, final: Path):
         self.final = final
         self.tmp = tmp_path_for(final)
-        with _naming(self.final):
+        with naming(self.final):
             self._handle = open(self.tmp, "wb")
         self._sha256 = hashlib.sha256()
         self.bytes_written = 0
 
     def write(self, data: bytes) -> int:
-        with _naming(self.final):
+        with naming(self.final):
             self._handle.write(data)
         self._sha256.update(data)
         self.bytes_written += len(data)
@@ -44,7 +44,7 @@ class HashingFile:
 
     def publish(self) -> str:
         """fsync, rename to the final name, and return the sha256 of the content."""
-        with _naming(self.final):
+        with naming(self.final):
             self._handle.flush()
             os.fsync(self._handle.fileno())
             self._handle.close()
@@ -61,8 +61,8 @@ class HashingFile:
 
 
 @contextlib.contextmanager
-def _naming(path: Path) -> Iterator[None]:
-    """Give an OSError without a file name the name of ``path``."""
+def naming(path: Path | str) -> Iterator[None]:
+    """Give an OSError without a file name (a write into a full disk) the name of ``path``."""
     try:
         yield
     except OSError as exc:

@@ -21,9 +21,11 @@ plan, plus entries for the files that changed.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 from .errors import OutputStateError
 from .formats import ShardLimits, ShardRoller
@@ -37,7 +39,7 @@ from .manifest import (
     iter_sample_index,
     shard_number,
 )
-from .plan import PlanItem
+from .plan import Plan, PlanItem
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Base:
     """The dataset a run builds on (None for a first pack) and the work left to do."""
 
     previous: Manifest | None
-    work: list[PlanItem]
+    work: Sequence[PlanItem]  # the whole Plan for a first pack, else the items to process
     kept_rejects: list[RejectEntry] = field(default_factory=list)
     damaged: list[ShardEntry] = field(default_factory=list)
     stale_keys: set[str] = field(default_factory=set)  # previous samples that leave
@@ -71,22 +73,27 @@ def shard_intact(directory: Path, shard: ShardEntry) -> bool:
     return True
 
 
-def prepare_base(output: Path, previous: Manifest | None, plan: list[PlanItem],
+def prepare_base(output: Path, previous: Manifest | None, plan: Plan,
                  classes: tuple[str, ...]) -> Base:
     """Compare the previous version with the current plan: what to process, what leaves."""
     if previous is None:
-        return Base(None, list(plan))
+        return Base(None, plan)
     _check_classes(output, previous.classes, classes)
     base = Base(previous, [])
     base.damaged = [shard for shard in previous.shards if not shard_intact(output, shard)]
     damaged = {shard.name for shard in base.damaged}
-    position = {item.source.relpath: number for number, item in enumerate(plan)}
+    table, plan_position = plan.table, plan.position_of()
+
+    def position(relpath: str) -> int | None:
+        index = table.index_of(relpath)
+        return None if index is None else int(plan_position[index])
+
     todo: dict[int, str | None] = {}  # plan position -> expected digest (None: decode)
     seen = bytearray(len(plan))
     changes = base.changes
 
     for record in iter_sample_index(output, previous):
-        number = position.get(record.path)
+        number = position(record.path)
         if number is not None:
             seen[number] = 1
         if record.shard in damaged:
@@ -99,28 +106,29 @@ def prepare_base(output: Path, previous: Manifest | None, plan: list[PlanItem],
             base.stale_shards.add(record.shard)
             changes["removed"] += 1
         else:
-            source = plan[number].source
-            if (record.source_size, record.source_mtime_ns) != (source.size, source.mtime_ns):
+            at = int(plan.order[number])
+            if (record.source_size, record.source_mtime_ns) != (int(table.sizes[at]),
+                                                                 int(table.mtimes[at])):
                 todo[number] = record.source_digest or None
                 base.maybe_shard[record.path] = record.shard
     for reject in previous.rejects:
         if reject.source_size is None:
             continue  # found by the scan (a folder it could not list): the scan judges again
-        number = position.get(reject.path)
+        number = position(reject.path)
         if number is None:
             changes["removed"] += 1
             continue
         seen[number] = 1
-        source = plan[number].source
-        if (reject.source_size, reject.source_mtime_ns) == (source.size, source.mtime_ns):
+        at = int(plan.order[number])
+        if (reject.source_size, reject.source_mtime_ns) == (int(table.sizes[at]),
+                                                            int(table.mtimes[at])):
             base.kept_rejects.append(reject)
         else:
             todo[number] = None
             changes["changed"] += 1
-    for number, flag in enumerate(seen):
-        if not flag:
-            todo[number] = None
-            base.added_paths.add(plan[number].source.relpath)
+    for number in np.flatnonzero(np.frombuffer(seen, np.uint8) == 0).tolist():
+        todo[number] = None
+        base.added_paths.add(table.relpaths[int(plan.order[number])])
     base.work = [replace(plan[number], expected_digest=todo[number]) if todo[number]
                  else plan[number] for number in sorted(todo)]
 

@@ -1,7 +1,10 @@
 """The journal that makes packing resumable: one checkpoint per published shard.
 
-Per-sample records are not kept in memory (it must not grow with the image count); they live
-in the journal file and are streamed into the sample index when the version is committed.
+Per-sample records never wait in memory (a shard of tiny samples holds a hundred thousand):
+each is appended to ``samples.jsonl`` in the state directory as soon as it is written to its
+shard.  A checkpoint, written after a shard is published, fsyncs that file and records how far
+it is valid; a resumed run cuts it back to that point.  The records are streamed into the
+sample index when the version is committed.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .atomic import fsync_directory, write_bytes_atomic
+from .atomic import fsync_directory, naming, write_bytes_atomic
 from .errors import ManifestError
 from .jsonmodel import parse, to_json
-from .manifest import STATE_DIR, RejectEntry, ShardEntry
+from .manifest import STATE_DIR, RejectEntry, ShardEntry, sample_line
 
 JOURNAL_NAME = "journal.jsonl"
+SAMPLES_NAME = "samples.jsonl"
 
 
 @dataclass
@@ -31,6 +35,7 @@ class JournalState:
     unchanged: dict[str, list] = field(default_factory=dict)  # relpath: [digest, size, mtime]
     packed: int = 0
     bytes_in: int = 0
+    samples_end: int = 0  # bytes of the samples file that checkpoints account for
 
     def apply(self, entry: dict[str, Any]) -> None:
         self.next_index = entry["next"]
@@ -38,8 +43,9 @@ class JournalState:
             self.shards.append(parse(ShardEntry, entry["shard"], "journal"))
         self.rejects += [parse(RejectEntry, reject, "journal") for reject in entry["rejects"]]
         self.unchanged.update(entry.get("unchanged", {}))
-        self.packed += len(entry["samples"])
-        self.bytes_in += sum(sample["source_size"] for sample in entry["samples"])
+        self.packed += entry["packed"]
+        self.bytes_in += entry["bytes_in"]
+        self.samples_end = entry["samples_end"]
 
 
 class Journal:
@@ -47,14 +53,17 @@ class Journal:
 
     The first line identifies the run (config, sources and base fingerprints); each further
     line is a checkpoint written after a shard was published: the plan position reached, the
-    shard, and the samples, rejects and unchanged sources it accounts for.  A torn last line
-    is cut off on load.
+    shard, the rejects and unchanged sources, and the count and end of its sample records.  A
+    torn last line is cut off on load, and so are sample records after the last checkpoint.
     """
 
     def __init__(self, output: Path, identity: dict[str, Any]):
         self.output = output
         self.path = output / STATE_DIR / JOURNAL_NAME
+        self.samples_path = output / STATE_DIR / SAMPLES_NAME
         self.identity = identity
+        self._spool = None
+        self._pending = (0, 0)  # samples and source bytes since the last checkpoint
 
     def load(self) -> JournalState | None:
         """The state to resume from, or None when there is no journal of this same run."""
@@ -83,38 +92,76 @@ class Journal:
                     except (KeyError, TypeError, ManifestError):
                         break  # not a line this version wrote: resume before it
                 valid_bytes += len(line)
-        if state is not None:
-            os.truncate(self.path, valid_bytes)
+        if state is None:
+            return None
+        try:
+            if self.samples_path.stat().st_size < state.samples_end:
+                return None  # the records of a checkpointed shard are gone: start afresh
+        except OSError:
+            return None
+        os.truncate(self.path, valid_bytes)
+        os.truncate(self.samples_path, state.samples_end)
+        self._open_spool()
         return state
 
     def start(self) -> JournalState:
         """Begin a new journal for this run."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(self.samples_path, b"")
         write_bytes_atomic(self.path, (json.dumps({"run": self.identity}) + "\n").encode())
+        self._open_spool()
         return JournalState()
 
+    def _open_spool(self) -> None:
+        self._spool = open(self.samples_path, "ab")
+
+    def add_sample(self, record: dict[str, Any]) -> None:
+        """Record a sample written to the open shard (made durable by the next checkpoint)."""
+        with naming(self.samples_path):
+            self._spool.write(sample_line(record))
+        samples, source_bytes = self._pending
+        self._pending = (samples + 1, source_bytes + record["source_size"])
+
     def checkpoint(self, state: JournalState, next_index: int, shard: ShardEntry | None,
-                   samples: list[dict], rejects: list[RejectEntry],
-                   unchanged: dict[str, list]) -> None:
+                   rejects: list[RejectEntry], unchanged: dict[str, list]) -> None:
         """Durably record a published shard (or only rejects), then advance ``state``."""
+        with naming(self.samples_path):
+            self._spool.flush()
+            os.fsync(self._spool.fileno())
+        samples, source_bytes = self._pending
         entry = {"next": next_index, "shard": to_json(shard) if shard else None,
-                 "samples": samples, "rejects": to_json(rejects), "unchanged": unchanged}
+                 "rejects": to_json(rejects), "unchanged": unchanged, "packed": samples,
+                 "bytes_in": source_bytes, "samples_end": self._spool.tell()}
         line = json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n"
-        with open(self.path, "a", encoding="ascii") as handle:
+        with naming(self.path), open(self.path, "a", encoding="ascii") as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
         state.apply(json.loads(line))
+        self._pending = (0, 0)
 
-    def samples(self) -> Iterator[dict[str, Any]]:
-        """Every sample record, in shard order, streamed from the journal file."""
-        with open(self.path, encoding="ascii") as handle:
-            next(handle)  # the run identity
+    def samples(self, end: int) -> Iterator[dict[str, Any]]:
+        """Every sample record of the checkpointed shards, in order, streamed."""
+        with open(self.samples_path, "rb") as handle:
+            remaining = end
             for line in handle:
-                yield from json.loads(line)["samples"]
+                remaining -= len(line)
+                if remaining < 0:
+                    return
+                yield json.loads(line)
+
+    def close(self) -> None:
+        if self._spool is not None:
+            try:
+                self._spool.close()
+            except OSError:
+                pass  # unflushed records of an unpublished shard: a resume cuts them anyway
+            self._spool = None
 
     def remove(self) -> None:
+        self.close()
         self.path.unlink(missing_ok=True)
+        self.samples_path.unlink(missing_ok=True)
         fsync_directory(self.path.parent)
 
 

@@ -14,6 +14,7 @@ import socket
 from datetime import datetime
 from pathlib import Path
 
+from .atomic import naming
 from .errors import LockedError
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,9 @@ class DirectoryLock:
         self._handle = None
 
     def __enter__(self) -> DirectoryLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")
+        with naming(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -43,16 +45,21 @@ class DirectoryLock:
             raise LockedError(
                 f"{self.path.parent.parent} is being {self.activity} by {holder}"
             ) from None
-        handle.seek(0)
-        previous = handle.read().strip()
-        if previous:
-            log.warning("taking over the lock of a run that ended without releasing it (%s)",
-                        previous)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-                     f"{datetime.now().isoformat(timespec='seconds')}\n")
-        handle.flush()
+        try:
+            handle.seek(0)
+            previous = handle.read().strip()
+            if previous:
+                log.warning("taking over the lock of a run that ended without releasing it "
+                            "(%s)", previous)
+            with naming(self.path):
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+                             f"{datetime.now().isoformat(timespec='seconds')}\n")
+                handle.flush()
+        except BaseException:
+            handle.close()  # a full disk, say: do not keep the directory locked
+            raise
         self._handle = handle
         return self
 

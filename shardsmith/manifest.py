@@ -405,9 +405,10 @@ def write_sample_index(directory: Path, name: str,
 
 
 def sources_fingerprint(entries: Iterable[tuple[str, int, int]]) -> str:
-    """Hash of (relpath, size, mtime_ns) of every candidate source: equal means unchanged."""
+    """Hash of (relpath, size, mtime_ns) of every candidate source, in path order: equal
+    means unchanged."""
     digest = hashlib.sha256()
-    for relpath, size, mtime_ns in sorted(entries):
+    for relpath, size, mtime_ns in entries:
         digest.update(os.fsencode(f"{relpath}\0{size}\0{mtime_ns}\n"))
     return digest.hexdigest()
 

@@ -54,7 +54,7 @@ from .manifest import (
     write_sample_index,
 )
 from .parallel import WorkerPool
-from .plan import PlanItem, make_plan
+from .plan import Plan, PlanItem, make_plan
 from .progress import Progress
 from .readahead import ReadAhead
 from .records import Reject, Sample, Unchanged
@@ -63,6 +63,7 @@ from .scan import ScanResult, scan
 log = logging.getLogger(__name__)
 
 PLACEHOLDER = "0" * 64
+TASK_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -106,9 +107,9 @@ def _pack_scanned(
         reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
         raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
                               + _flat_folder_hint(scanned, config))
-    plan_fingerprint = sources_fingerprint(
-        (item.source.relpath, item.source.size, item.source.mtime_ns) for item in plan
-    )
+    table = plan.table  # in path order, as the fingerprint wants
+    plan_fingerprint = sources_fingerprint(zip(table.relpaths, table.sizes, table.mtimes,
+                                               strict=True))
     previous = _previous_dataset(output, config)
     if previous is not None and _up_to_date(output, previous, plan_fingerprint):
         return PackResult(previous, output, up_to_date=True)
@@ -151,7 +152,8 @@ def _pack_scanned(
                                started, resumed_at, numbers, unchanged)
     samples = itertools.chain(
         kept_samples(output, base, moved, state),
-        (dict(s, shard=moved.get(s["key"], s["shard"])) for s in journal.samples()),
+        (dict(s, shard=moved.get(s["key"], s["shard"]))
+         for s in journal.samples(state.samples_end)),
     )
     index = write_sample_index(output, samples_index_name(manifest.version), samples)
     manifest = replace(manifest, samples_index=index).with_content_fingerprint()
@@ -197,15 +199,12 @@ def _write_shards(
     Returns how many sources were read but found unchanged (not decoded).
     """
     plan = base.work
-    pending_samples: list[dict[str, Any]] = []
     pending_rejects: list[RejectEntry] = []
     pending_unchanged: dict[str, list] = {}
 
     def checkpoint(next_index: int, shard: ShardEntry | None) -> None:
         if shard is not None or pending_rejects or pending_unchanged:
-            journal.checkpoint(state, next_index, shard, pending_samples, pending_rejects,
-                               pending_unchanged)
-        pending_samples.clear()
+            journal.checkpoint(state, next_index, shard, pending_rejects, pending_unchanged)
         pending_rejects.clear()
         pending_unchanged.clear()
 
@@ -214,7 +213,8 @@ def _write_shards(
     local = config.run.backend == "local"
     window = 4 * config.run.worker_count if config.run.readahead and local else 0
     readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks)
-    results = pool.map_ordered(process_item, remaining, str(source), config)
+    results = pool.map_ordered(process_item, remaining, str(source), config,
+                               batch_size=_batch_size(plan))
     progress = Progress(len(plan), state.next_index, "img", "pack", config.run.quiet)
     unchanged = 0
     try:
@@ -224,7 +224,7 @@ def _write_shards(
                 shard, closed = roller.add(item.split, roller.fmt.encode(result, classes))
                 if closed is not None:
                     checkpoint(index, closed)
-                pending_samples.append(_sample_record(result, shard))
+                journal.add_sample(_sample_record(result, shard))
             elif isinstance(result, Reject):
                 pending_rejects.append(_reject_record(result, item))
                 progress.note(rejected=len(state.rejects) + len(pending_rejects))
@@ -239,7 +239,19 @@ def _write_shards(
         readahead.close()
         progress.close()
         roller.discard()
+        journal.close()
     return unchanged
+
+
+def _batch_size(work) -> int:
+    """Images per worker task: ~1 MB of originals (one 20 MB original alone; 64 thumbnails),
+    so dispatch costs stay small next to decoding, and results waiting stay few."""
+    if isinstance(work, Plan):
+        sizes = work.table.sizes[work.order] if len(work) else work.table.sizes[:0]
+        mean = float(sizes.mean()) if len(sizes) else 1.0
+    else:
+        mean = sum(item.source.size for item in work) / max(1, len(work))
+    return max(1, min(64, int(TASK_BYTES // max(mean, 1.0))))
 
 
 def process_item(item: PlanItem, root: str, config: Config) -> Sample | Reject | Unchanged:

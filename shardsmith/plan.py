@@ -1,7 +1,10 @@
 """Decide, before any pixel is touched, which split each file goes to and in what order.
 
 Everything here is a pure function of the scanned files and the config, so the plan (and
-therefore every shard byte) is the same on every run, whatever the worker count.
+therefore every shard byte) is the same on every run, whatever the worker count.  A ``Plan``
+is an order over the scan's ``SourceTable`` (a NumPy array of table positions and one byte a
+file for its split); its ``PlanItem``s are made when they are used, so the plan of ten
+million files costs tens of megabytes, not gigabytes.
 """
 
 from __future__ import annotations
@@ -10,25 +13,31 @@ import hashlib
 import os
 import random
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from .scan import SourceFile
+import numpy as np
+
+from .scan import SourceFile, SourceTable
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True, slots=True)
 class PlanItem:
-    """One file to process, with its sample key and split.
+    """One file to process, with its split.
 
     ``expected_digest`` is set for a file already packed whose stat changed: the worker
     decodes it only if its content differs.
     """
 
     source: SourceFile
-    key: str
     split: str
     expected_digest: str | None = None
+
+    @property
+    def key(self) -> str:
+        return sample_key(self.source.relpath)
 
 
 def sample_key(relpath: str) -> str:
@@ -54,16 +63,50 @@ def assign_split(relpath: str, splits: tuple[tuple[str, float], ...]) -> str:
     return splits[-1][0]
 
 
-def make_plan(
-    files: tuple[SourceFile, ...], splits: tuple[tuple[str, float], ...], seed: int
-) -> list[PlanItem]:
+class Plan(Sequence[PlanItem]):
+    """The order of work over a ``SourceTable``: split by split, each split shuffled."""
+
+    def __init__(self, table: SourceTable, split_names: tuple[str, ...],
+                 split_of: np.ndarray, order: np.ndarray):
+        self.table, self.split_names = table, split_names
+        self.split_of = split_of  # uint8 per table position
+        self.order = order  # int32: plan position -> table position
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return Plan(self.table, self.split_names, self.split_of, self.order[index])
+        position = int(self.order[index])
+        return PlanItem(self.table[position], self.split_names[self.split_of[position]])
+
+    def __iter__(self) -> Iterator[PlanItem]:
+        return (self[index] for index in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Plan) and self.split_names == other.split_names and \
+            np.array_equal(self.order, other.order) and \
+            np.array_equal(self.split_of, other.split_of) and \
+            self.table.relpaths == other.table.relpaths
+
+    def position_of(self) -> np.ndarray:
+        """Table position -> plan position (an int32 array; -1 for files not planned)."""
+        positions = np.full(len(self.table), -1, np.int32)
+        positions[self.order] = np.arange(len(self.order), dtype=np.int32)
+        return positions
+
+
+def make_plan(files: SourceTable, splits: tuple[tuple[str, float], ...], seed: int) -> Plan:
     """Order of work: split by split (config order), each split shuffled with ``seed``."""
-    by_split: dict[str, list[PlanItem]] = {name: [] for name, _ in splits}
-    for source in files:
-        split = assign_split(source.relpath, splits)
-        by_split[split].append(PlanItem(source, sample_key(source.relpath), split))
-    plan: list[PlanItem] = []
-    for name, items in by_split.items():
-        random.Random(f"{seed}:{name}").shuffle(items)
-        plan.extend(items)
-    return plan
+    names = tuple(name for name, _ in splits)
+    number_of = {name: number for number, name in enumerate(names)}
+    split_of = np.fromiter((number_of[assign_split(relpath, splits)]
+                            for relpath in files.relpaths), np.uint8, len(files))
+    parts = []
+    for number, name in enumerate(names):
+        positions = np.flatnonzero(split_of == number).tolist()
+        random.Random(f"{seed}:{name}").shuffle(positions)  # depends on the length only
+        parts.append(np.asarray(positions, np.int32))
+    order = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    return Plan(files, names, split_of, order)

@@ -4,18 +4,28 @@ On a NAS every directory listing and every ``stat`` is a network round trip, so 
 breadth first and lists the directories of one level, and stats their files, on a pool of
 threads: the round trips overlap instead of adding up.  The result is sorted, so it is the
 same whatever finished first.  The walk is iterative: depth is not limited by the stack.
+
+Memory: the result is a ``SourceTable`` of columns (the paths, and NumPy arrays of sizes,
+mtimes and labels), about 100 bytes a file instead of several Python objects per file.
 """
 
 from __future__ import annotations
 
+import bisect
+import collections
 import fnmatch
+import functools
 import os
 import stat
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
 
 from .config import SourceConfig
 
@@ -34,11 +44,36 @@ class SourceFile:
     label: int = -1
 
 
+@dataclass(frozen=True, eq=False)
+class SourceTable:
+    """The selected originals as columns, sorted by path; ``table[i]`` is a ``SourceFile``."""
+
+    relpaths: list[str]
+    sizes: np.ndarray  # int64
+    mtimes: np.ndarray  # int64, ns
+    labels: np.ndarray  # int32, -1 without labels
+
+    def __len__(self) -> int:
+        return len(self.relpaths)
+
+    def __getitem__(self, index: int) -> SourceFile:
+        return SourceFile(self.relpaths[index], int(self.sizes[index]), int(self.mtimes[index]),
+                          int(self.labels[index]))
+
+    def __iter__(self) -> Iterator[SourceFile]:
+        return (self[index] for index in range(len(self)))
+
+    def index_of(self, relpath: str) -> int | None:
+        """Where ``relpath`` is in the table (a binary search: no index to keep)."""
+        index = bisect.bisect_left(self.relpaths, relpath)
+        return index if index < len(self) and self.relpaths[index] == relpath else None
+
+
 @dataclass(frozen=True)
 class ScanResult:
     """Selected files in sorted order, the class list, and everything left out (with why)."""
 
-    files: tuple[SourceFile, ...]
+    files: SourceTable
     classes: tuple[str, ...]
     excluded: Counter = field(default_factory=Counter)
     unreadable: tuple[tuple[str, str], ...] = ()
@@ -59,7 +94,8 @@ class _Walk:
     def __init__(self, config: SourceConfig):
         self.config = config
         self.extensions = {"." + ext for ext in config.extensions}
-        self.found: list[tuple[str, int, int]] = []
+        self.relpaths: list[str] = []
+        self.sizes, self.mtimes = array("q"), array("q")
         self.excluded: Counter = Counter()
         self.excluded_paths: dict[str, list[str]] = {}
         self.unreadable: list[tuple[str, str]] = []
@@ -70,45 +106,50 @@ class _Walk:
         if len(kept) < EXCLUDED_PATHS_KEPT:
             kept.append(relpath)
 
-    def sort(self, directory: _Directory, listing: list[os.DirEntry] | OSError,
-             subdirectories: list[_Directory], files: list[tuple[str, os.DirEntry]]) -> None:
+    def sort(self, directory: _Directory, listing: _Listing | OSError,
+             subdirectories: list[_Directory], files: list[str]) -> None:
         """Put each entry of a listing in its place: a directory to visit, a file to stat, or
         a reason it is left out."""
         if isinstance(listing, OSError):
             self.unreadable.append((directory.relpath or ".",
                                     f"cannot list directory: {listing.strerror}"))
             return
-        for entry in sorted(listing, key=lambda e: e.name):  # the kept paths: deterministic
-            relpath = f"{directory.relpath}/{entry.name}" if directory.relpath else entry.name
-            if entry.name.startswith("."):
+        names, kinds, errors = listing
+        # Sorted: which paths are kept as examples does not depend on the listing order.
+        for at in sorted(range(len(names)), key=names.__getitem__):
+            name, kind = names[at], kinds[at : at + 1]
+            relpath = f"{directory.relpath}/{name}" if directory.relpath else name
+            if name.startswith("."):
                 self.exclude("hidden", relpath)
                 continue
-            try:
-                if entry.is_symlink() and not self.config.follow_symlinks:
-                    self.exclude("symlink", relpath)
-                    continue
-                is_dir, is_file = entry.is_dir(), entry.is_file()
-            except OSError as exc:
-                self.unreadable.append((relpath, f"cannot stat: {exc.strerror}"))
+            if kind == b"e":
+                self.unreadable.append((relpath, f"cannot stat: {errors[name].strerror}"))
                 continue
-            if is_dir:
-                subdirectories.append(_Directory(entry.path, relpath, directory.ancestors))
-            elif not is_file:
+            if kind in b"lFD" and not self.config.follow_symlinks:
+                self.exclude("symlink", relpath)
+                continue
+            if kind in b"dD":
+                subdirectories.append(_Directory(os.path.join(directory.path, name), relpath,
+                                                 directory.ancestors))
+            elif kind not in b"fF":
                 self.exclude("not a regular file", relpath)
-            elif os.path.splitext(entry.name)[1].lower() not in self.extensions:
+            elif os.path.splitext(name)[1].lower() not in self.extensions:
                 self.exclude("extension", relpath)
             elif not _selected(relpath, self.config):
                 self.exclude("include/exclude pattern", relpath)
             else:
-                files.append((relpath, entry))
+                files.append(relpath)
 
-    def add_file(self, relpath: str, info: os.stat_result | OSError) -> None:
-        if isinstance(info, OSError):
-            self.unreadable.append((relpath, f"cannot stat: {info.strerror}"))
-        elif stat.S_ISREG(info.st_mode):
-            self.found.append((relpath, info.st_size, info.st_mtime_ns))
-        else:
-            self.exclude("not a regular file", relpath)
+    def add_files(self, relpaths: list[str], stats: _Stats) -> None:
+        for at, relpath in enumerate(relpaths):
+            if relpath in stats.errors:
+                self.unreadable.append((relpath, f"cannot stat: {stats.errors[relpath].strerror}"))
+            elif stat.S_ISREG(stats.modes[at]):
+                self.relpaths.append(relpath)
+                self.sizes.append(stats.sizes[at])
+                self.mtimes.append(stats.mtimes[at])
+            else:
+                self.exclude("not a regular file", relpath)
 
     def enter(self, directory: _Directory, info: os.stat_result | OSError) -> _Directory | None:
         """The directory with itself among its ancestors, or None (a symlink loop)."""
@@ -136,13 +177,15 @@ def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS) -> ScanR
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-scan") as pool:
         while level:
             subdirectories: list[_Directory] = []
-            files: list[tuple[str, os.DirEntry]] = []
-            listings = pool.map(_list, (directory.path for directory in level))
+            files: list[str] = []
+            listings = _in_order(pool, _list, [directory.path for directory in level], threads)
             for directory, listing in zip(level, listings, strict=True):
                 walk.sort(directory, listing, subdirectories, files)
-            for batch in pool.map(_stat_batch, _batches(files, STAT_BATCH)):
-                for relpath, info in batch:
-                    walk.add_file(relpath, info)
+            batches = _batches(files, STAT_BATCH)
+            stats = _in_order(pool, functools.partial(_stat_batch, str(root)), batches, threads)
+            for batch, batch_stats in zip(batches, stats, strict=True):
+                walk.add_files(batch, batch_stats)
+            del files, batches
             if config.follow_symlinks:  # only links can make a loop
                 infos = pool.map(_stat, (directory.path for directory in subdirectories))
                 entered = [walk.enter(directory, info)
@@ -150,31 +193,64 @@ def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS) -> ScanR
                 subdirectories = [directory for directory in entered if directory is not None]
             level = subdirectories
 
-    found = sorted(walk.found)
-    if config.labels == "folders":
-        for relpath, _, _ in found:
-            if "/" not in relpath:
-                walk.exclude("not in a class folder", relpath)
-        found = [item for item in found if "/" in item[0]]
-        classes = tuple(sorted({relpath.split("/", 1)[0] for relpath, _, _ in found}))
-    else:
-        classes = ()
-    label_of = {name: index for index, name in enumerate(classes)}
-    files = tuple(
-        SourceFile(relpath, size, mtime_ns,
-                   label_of.get(relpath.split("/", 1)[0], -1) if classes else -1)
-        for relpath, size, mtime_ns in found
-    )
+    table = _table(walk, config)
+    classes = tuple(sorted({path.split("/", 1)[0] for path in table.relpaths})) \
+        if config.labels == "folders" else ()
+    if classes:
+        label_of = {name: index for index, name in enumerate(classes)}
+        table.labels[:] = [label_of[path.split("/", 1)[0]] for path in table.relpaths]
     paths = {reason: sorted(kept) for reason, kept in sorted(walk.excluded_paths.items())}
-    return ScanResult(files, classes, +walk.excluded, tuple(sorted(walk.unreadable)), paths)
+    return ScanResult(table, classes, +walk.excluded, tuple(sorted(walk.unreadable)), paths)
 
 
-def _list(path: str) -> list[os.DirEntry] | OSError:
+def _table(walk: _Walk, config: SourceConfig) -> SourceTable:
+    """The found files as sorted columns (files outside class folders left out, with why)."""
+    order = np.argsort(np.array(walk.relpaths, dtype=object), kind="stable")
+    relpaths = [walk.relpaths[index] for index in order]
+    sizes = np.frombuffer(walk.sizes, np.int64)[order] if len(order) else np.zeros(0, np.int64)
+    mtimes = np.frombuffer(walk.mtimes, np.int64)[order] if len(order) else sizes.copy()
+    if config.labels == "folders":
+        nested = np.fromiter(("/" in path for path in relpaths), bool, len(relpaths))
+        for path in (path for path, keep in zip(relpaths, nested, strict=True) if not keep):
+            walk.exclude("not in a class folder", path)
+        relpaths = [path for path, keep in zip(relpaths, nested, strict=True) if keep]
+        sizes, mtimes = sizes[nested], mtimes[nested]
+    return SourceTable(relpaths, sizes, mtimes, np.full(len(relpaths), -1, np.int32))
+
+
+class _Listing(NamedTuple):
+    """A directory's entries, compact: names, a kind byte each (f file, d dir, F and D a link
+    to one, l another link, o anything else, e a stat error), and the errors by name."""
+
+    names: list[str]
+    kinds: bytes
+    errors: dict[str, OSError]
+
+
+def _list(path: str) -> _Listing | OSError:
+    names, kinds, errors = [], bytearray(), {}
     try:
         with os.scandir(path) as entries:
-            return list(entries)
+            for entry in entries:
+                names.append(entry.name)
+                try:
+                    kinds += _kind(entry)
+                except OSError as exc:
+                    kinds += b"e"
+                    errors[entry.name] = exc
     except OSError as exc:
         return exc
+    return _Listing(names, bytes(kinds), errors)
+
+
+def _kind(entry: os.DirEntry) -> bytes:
+    if entry.is_symlink():
+        if entry.is_dir():
+            return b"D"
+        return b"F" if entry.is_file() else b"l"
+    if entry.is_dir(follow_symlinks=False):
+        return b"d"
+    return b"f" if entry.is_file(follow_symlinks=False) else b"o"
 
 
 def _stat(path: str) -> os.stat_result | OSError:
@@ -184,19 +260,44 @@ def _stat(path: str) -> os.stat_result | OSError:
         return exc
 
 
-def _stat_batch(batch: list[tuple[str, os.DirEntry]]) -> list[tuple[str, object]]:
-    results = []
-    for relpath, entry in batch:
+class _Stats(NamedTuple):
+    """(mode, size, mtime) of a batch of files as compact columns, and the errors by path."""
+
+    modes: array
+    sizes: array
+    mtimes: array
+    errors: dict[str, OSError]
+
+
+def _stat_batch(root: str, relpaths: list[str]) -> _Stats:
+    """Stat each file; follows a link only if one got this far (``follow_symlinks``)."""
+    stats = _Stats(array("q"), array("q"), array("q"), {})
+    for relpath in relpaths:
         try:
-            results.append((relpath, entry.stat()))  # follows a link only if one got this far
+            info = os.stat(os.path.join(root, relpath))
         except OSError as exc:
-            results.append((relpath, exc))
-    return results
+            stats.errors[relpath] = exc
+            info = None
+        stats.modes.append(info.st_mode if info else 0)
+        stats.sizes.append(info.st_size if info else 0)
+        stats.mtimes.append(info.st_mtime_ns if info else 0)
+    return stats
 
 
-def _batches(items: list, size: int) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def _in_order(pool: ThreadPoolExecutor, function, items: list, threads: int) -> Iterator:
+    """``function(item)`` on the pool, results in item order, at most ``2 x threads`` waiting:
+    the listings of a level of a million files are not all held at once."""
+    window: collections.deque = collections.deque()
+    for item in items:
+        window.append(pool.submit(function, item))
+        if len(window) >= 2 * threads:
+            yield window.popleft().result()
+    while window:
+        yield window.popleft().result()
+
+
+def _batches(items: list, size: int) -> list[list]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
 
 
 def _selected(relpath: str, config: SourceConfig) -> bool:

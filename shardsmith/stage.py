@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .atomic import remove_stale_tmp, tmp_path_for, write_json_atomic
+from .atomic import naming, remove_stale_tmp, tmp_path_for, write_json_atomic
 from .errors import BadImage, ConfigError, ManifestError, StageError
 from .lock import DirectoryLock, SharedLock
 from .manifest import (
@@ -246,7 +246,7 @@ def _copy_file(source: Path, target: Path, size: int, advance,
         fd, info = open_regular(str(source), follow_symlinks=False)
     except BadImage as exc:  # a link or a device where a shard should be
         raise StageError(f"{source.name}: refused: it {exc.detail}") from None
-    with os.fdopen(fd, "rb") as reader, open(target, "wb") as writer:
+    with os.fdopen(fd, "rb") as reader, naming(target), open(target, "wb") as writer:
         if info.st_size != size:
             raise StageError(f"{source.name}: {info.st_size:,} bytes in the source, the "
                              f"manifest says {size:,}: the source shard is damaged")

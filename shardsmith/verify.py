@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ManifestError, ShardFormatError
-from .formats import Placed, shard_format
+from .formats import Placed, index_bytes, shard_format
+from .journal import JOURNAL_NAME
 from .manifest import (
+    STATE_DIR,
     FileEntry,
     Manifest,
     ShardEntry,
@@ -100,10 +102,14 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
     listed = {entry.name for entry in manifest.files()}
     unlisted = sorted(entry.name for entry in os.scandir(directory)
                       if is_shard_file(entry.name) and entry.name not in listed)
+    unfinished = (directory / STATE_DIR / JOURNAL_NAME).exists()
     for name in unlisted:
         if manifest.staged is not None:
             report.notes.append(f"{name}: not listed, left from an earlier stage; "
                                 "stage --prune removes it")
+        elif unfinished:
+            report.notes.append(f"{name}: not listed yet, written by a pack that has not "
+                                "finished; rerun the pack to finish (or it removes it)")
         else:
             report.problems.append(f"{name}: shard file not listed in the manifest")
     return report
@@ -178,7 +184,7 @@ def _check_shard(directory: Path, fmt_name: str, shard: ShardEntry, expected: di
     index_problem = _check_file(directory, shard.index)
     if index_problem is not None:
         problems.append(index_problem)
-    elif (directory / shard.index.name).read_bytes() != fmt.index(placed):
+    elif (directory / shard.index.name).read_bytes() != index_bytes(fmt, placed):
         problems.append(f"{shard.index.name}: does not match the records of {shard.name}")
     return problems
 

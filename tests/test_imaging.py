@@ -209,7 +209,7 @@ def test_default_pixel_limit_accepts_more_than_pillows_own_warning_level():
 
 
 def test_an_unreadable_file_becomes_a_reject_not_an_exception(tmp_path):
-    item = PlanItem(SourceFile("gone/missing.jpg", 10, 0, 0), "missing", "train")
+    item = PlanItem(SourceFile("gone/missing.jpg", 10, 0, 0), "train")
     result = process(item, str(tmp_path), config())
     assert isinstance(result, Reject)
     assert result.reason == "unreadable" and result.relpath == "gone/missing.jpg"

@@ -292,10 +292,17 @@ def test_journal_cuts_a_torn_last_line_and_resumes_from_the_last_good_checkpoint
     journal = Journal(tmp_path, {"config": "c", "sources": "s"})
     state = journal.start()
     reject = RejectEntry("a.jpg", "empty", "zero-byte file", 0, 0)
-    journal.checkpoint(state, 5, None, [], [reject], {})
+    journal.add_sample({"key": "k1", "source_size": 10})
+    journal.checkpoint(state, 5, None, [reject], {})
+    journal.add_sample({"key": "k2", "source_size": 20})  # its shard never got published
+    journal.close()
     with open(journal.path, "a") as handle:
         handle.write('{"next": 9, "shard": nu')  # killed in the middle of a write
-    resumed = Journal(tmp_path, {"config": "c", "sources": "s"}).load()
+    resumed_journal = Journal(tmp_path, {"config": "c", "sources": "s"})
+    resumed = resumed_journal.load()
     assert resumed.next_index == 5 and resumed.rejects == [reject]
+    assert (resumed.packed, resumed.bytes_in) == (1, 10)
+    assert [s["key"] for s in resumed_journal.samples(resumed.samples_end)] == ["k1"]
     assert journal.path.read_text().count("\n") == 2 and journal.path.read_text().endswith("\n")
+    resumed_journal.close()
     assert Journal(tmp_path, {"config": "other", "sources": "s"}).load() is None

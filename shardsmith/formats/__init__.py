@@ -9,6 +9,7 @@ is full: pack, increments and compaction all append records through it.
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -63,7 +64,14 @@ class ShardFormat(Protocol):
 
     def trailer(self, size: int) -> bytes: ...
 
-    def index(self, placed: list[Placed]) -> bytes: ...
+    def index_header(self, count: int) -> bytes: ...
+
+    def index_line(self, placed: Placed) -> bytes: ...
+
+
+def index_bytes(fmt: ShardFormat, placed: list[Placed]) -> bytes:
+    """The whole per-record index of a shard holding ``placed``."""
+    return fmt.index_header(len(placed)) + b"".join(fmt.index_line(p) for p in placed)
 
 
 def shard_format(name: str) -> ShardFormat:
@@ -85,7 +93,7 @@ def write_index(fmt: ShardFormat, directory: Path, shard: ShardEntry) -> ShardEn
               for offset, record in fmt.records(directory / shard.name, shard.bytes)]
     index = HashingFile(directory / index_name(shard.name))
     try:
-        index.write(fmt.index(placed))
+        index.write(index_bytes(fmt, placed))
         sha256 = index.publish()
     except BaseException:
         index.discard()
@@ -94,16 +102,17 @@ def write_index(fmt: ShardFormat, directory: Path, shard: ShardEntry) -> ShardEn
 
 
 class ShardWriter:
-    """One shard being written under a temporary name; ``close`` publishes it and its index."""
+    """One shard being written under a temporary name; ``close`` publishes it and its index.
+
+    The index lines wait in an unnamed temporary file, not in memory: a shard of tiny samples
+    holds a hundred thousand of them.
+    """
 
     def __init__(self, fmt: ShardFormat, directory: Path, name: str, split: str):
         self.fmt, self.name, self.split = fmt, name, split
         self._file = HashingFile(directory / name)
-        self._placed: list[Placed] = []
-
-    @property
-    def samples(self) -> int:
-        return len(self._placed)
+        self._index_lines = tempfile.TemporaryFile()
+        self.samples = 0
 
     def size_with(self, record: Record) -> int:
         """The size of the finished shard if ``record`` were the last one added."""
@@ -111,25 +120,31 @@ class ShardWriter:
         return size + len(self.fmt.trailer(size))
 
     def append(self, record: Record) -> None:
-        self._placed.append(Placed(self._file.bytes_written, len(record.data), record.key,
-                                   record.members))
+        placed = Placed(self._file.bytes_written, len(record.data), record.key, record.members)
         self._file.write(record.data)
+        self._index_lines.write(self.fmt.index_line(placed))
+        self.samples += 1
 
     def close(self) -> ShardEntry:
         self._file.write(self.fmt.trailer(self._file.bytes_written))
         index = HashingFile(self._file.final.with_name(index_name(self.name)))
         try:
-            index.write(self.fmt.index(self._placed))
+            index.write(self.fmt.index_header(self.samples))
+            self._index_lines.seek(0)
+            while chunk := self._index_lines.read(1 << 20):
+                index.write(chunk)
             index_sha256 = index.publish()
         except BaseException:
             index.discard()
             raise
         sha256 = self._file.publish()  # the shard last: its name means "complete"
+        self._index_lines.close()
         return ShardEntry(self.name, self.split, self.samples, self._file.bytes_written, sha256,
                           FileEntry(index_name(self.name), index.bytes_written, index_sha256))
 
     def discard(self) -> None:
         self._file.discard()
+        self._index_lines.close()
 
 
 @dataclass(frozen=True)

@@ -186,6 +186,9 @@ class TFRecordFormat:
     def trailer(self, size: int) -> bytes:
         return b""
 
-    def index(self, placed: list[Placed]) -> bytes:
-        """DALI's TFRecord index: ``OFFSET SIZE`` of each framed record, one per line."""
-        return "".join(f"{record.offset} {record.size}\n" for record in placed).encode("ascii")
+    def index_header(self, count: int) -> bytes:
+        """DALI's TFRecord index has no header: ``OFFSET SIZE`` of each record, a line each."""
+        return b""
+
+    def index_line(self, placed: Placed) -> bytes:
+        return f"{placed.offset} {placed.size}\n".encode("ascii")

@@ -88,15 +88,15 @@ class WebDatasetFormat:
         end = size + 2 * BLOCK
         return bytes(2 * BLOCK + (-end % RECORD_SIZE))
 
-    def index(self, placed: list[Placed]) -> bytes:
+    def index_header(self, count: int) -> bytes:
         """DALI's ``wds2idx`` index: ``v1.2 SAMPLES``, then a line per sample holding
         ``EXT OFFSET SIZE NAME`` for each member, OFFSET being where its data starts."""
-        lines = [f"{INDEX_VERSION} {len(placed)}\n"]
-        for record in placed:
-            lines.append(" ".join(
-                f"{m.extension} {record.offset + m.data} {m.size} {record.key}.{m.extension}"
-                for m in record.members) + "\n")
-        return "".join(lines).encode("ascii")
+        return f"{INDEX_VERSION} {count}\n".encode("ascii")
+
+    def index_line(self, placed: Placed) -> bytes:
+        return (" ".join(f"{m.extension} {placed.offset + m.data} {m.size} "
+                         f"{placed.key}.{m.extension}" for m in placed.members)
+                + "\n").encode("ascii")
 
 
 def _record(key: str, payloads: dict[str, bytes]) -> Record:
