@@ -94,6 +94,26 @@ def run(*args: object, hook: str = "", timeout: float = 60, **options) -> \
                           timeout=timeout, **options)
 
 
+def start(argv: list[str], logs: Path) -> subprocess.Popen:
+    """Start ``argv`` in its own process group (a terminal's foreground job), its output going
+    to files in ``logs``: a pipe would also wait for any orphan still holding it."""
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "stdout", "w") as stdout, open(logs / "stderr", "w") as stderr:
+        return subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr,
+                                start_new_session=True)
+
+
+def finish(process: subprocess.Popen, logs: Path, timeout: float = 30) -> str:
+    """Wait for the process (killing its group if it hangs); returns what it wrote to stderr."""
+    try:
+        process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return (logs / "stderr").read_text()
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -892,24 +912,18 @@ def opaque_dataset(root: Path, shards: int, shard_bytes: int) -> Path:
 
 def test_ctrl_c_during_a_stage_stops_within_two_seconds_and_leaves_no_temporaries(tmp_path):
     dataset = opaque_dataset(tmp_path / "big", 12, 4 * MiB)  # 4.8 s of copying, 4 at a time
-    staged = tmp_path / "nvme"
-    process = subprocess.Popen(command("stage", dataset, "--to", staged, "--quiet",
-                                       hook=SLOW_STORAGE),
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and process.poll() is None and not (
-                staged.is_dir() and list(staged.glob(".*.tmp"))):
-            time.sleep(0.005)
-        assert process.poll() is None, process.communicate()
-        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
-        interrupted = time.monotonic()
-        _, stderr = process.communicate(timeout=30)
-        elapsed = time.monotonic() - interrupted
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    staged, logs = tmp_path / "nvme", tmp_path / "logs"
+    process = start(command("stage", dataset, "--to", staged, "--quiet", hook=SLOW_STORAGE),
+                    logs)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and process.poll() is None and not (
+            staged.is_dir() and list(staged.glob(".*.tmp"))):
+        time.sleep(0.005)
+    assert process.poll() is None, finish(process, logs)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+    interrupted = time.monotonic()
+    stderr = finish(process, logs)
+    elapsed = time.monotonic() - interrupted
     assert process.returncode == 130, stderr
     assert elapsed < 2.0, elapsed
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
@@ -960,12 +974,9 @@ def still_running(processes: list) -> list:
 
 def test_sigterm_during_a_pack_exits_143_in_one_line_and_leaves_no_workers(tmp_path):
     source = slow_originals(tmp_path / "source")
-    output = tmp_path / "out"
-    process = subprocess.Popen(
-        command("pack", source, output, "--size", "64", "--shard-samples", "2", "--workers", "2",
-                "--quiet"),
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+    output, logs = tmp_path / "out", tmp_path / "logs"
+    process = start(command("pack", source, output, "--size", "64", "--shard-samples", "2",
+                            "--workers", "2", "--quiet"), logs)
     workers: list = []
     try:
         deadline = time.monotonic() + 60
@@ -973,40 +984,31 @@ def test_sigterm_during_a_pack_exits_143_in_one_line_and_leaves_no_workers(tmp_p
                 list(output.glob("*.tar")) and len(workers) >= 2):
             workers = descendants(process.pid)
             time.sleep(0.01)
-        assert process.poll() is None, process.communicate()
+        assert process.poll() is None, finish(process, logs)
         process.send_signal(signal.SIGTERM)  # to the job's process, as systemd or cron do
-        _, stderr = process.communicate(timeout=30)
+        stderr = finish(process, logs)
         deadline = time.monotonic() + 5
         while still_running(workers) and time.monotonic() < deadline:
             time.sleep(0.05)
         left = still_running(workers)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
         for worker in still_running(workers):
             worker.kill()
     assert process.returncode == 143, stderr
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("shardsmith: error:") and "SIGTERM" in stderr
     assert not no_temporaries(output)
-    assert not left, [(worker.pid, worker.cmdline()) for worker in left]
+    assert not left, f"worker processes left running: {[worker.pid for worker in left]}"
 
 
 @pytest.mark.parametrize("delay", [0.1, 0.25, 0.4])
 def test_ctrl_c_in_the_first_instants_prints_one_line(tmp_path, delay):
-    source = slow_originals(tmp_path / "source")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "shardsmith", "pack", str(source), str(tmp_path / "out"),
-         "--size", "64", "--workers", "2", "--quiet"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
-    try:
-        time.sleep(delay)
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    source, logs = slow_originals(tmp_path / "source"), tmp_path / "logs"
+    process = start([sys.executable, "-m", "shardsmith", "pack", str(source),  # the command
+                     str(tmp_path / "out"), "--size", "64", "--workers", "2", "--quiet"], logs)
+    time.sleep(delay)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+    stderr = finish(process, logs)
     assert process.returncode == 130, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardsmith: error:"), stderr
