@@ -1009,7 +1009,10 @@ def test_ctrl_c_in_the_first_instants_prints_one_line(tmp_path, delay):
     time.sleep(delay)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
     stderr = finish(process, logs)
-    assert process.returncode == 130, stderr
+    # 130, or death by SIGINT (also 130 to a shell): CPython 3.11 sets its "unhandled
+    # KeyboardInterrupt" flag when the interrupt lands inside an eval() during an import (e.g.
+    # a namedtuple's __new__), even though shardsmith handles it, and exits by SIGINT.
+    assert process.returncode in (130, -signal.SIGINT), stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardsmith: error:"), stderr
 
