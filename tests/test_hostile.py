@@ -13,6 +13,7 @@ import gc
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import resource
@@ -430,15 +431,25 @@ def test_verify_reports_a_tar_member_that_could_escape_or_is_not_a_file(tmp_path
     assert any("member" in line for line in problems), result.output
 
 
-@pytest.mark.parametrize("unsafe", list(UNSAFE_MEMBERS))
-def test_the_torch_reader_names_the_shard_of_an_unsafe_tar_member(tmp_path, unsafe):
+def read_all_naming_problems(dataset: Path, caplog: pytest.LogCaptureFixture) -> str:
+    """Read every sample with the torch reader; returns the error it raised, or else what it
+    logged (a reader may skip or replace a bad sample, but must say which)."""
     from shardsmith.readers.torch import dataset as torch_dataset
 
+    with caplog.at_level(logging.WARNING):
+        try:
+            list(torch_dataset(dataset, shuffle=False))
+        except Exception as exc:  # noqa: BLE001 - a named error is one of the two outcomes
+            return f"{type(exc).__name__}: {exc}"
+    return caplog.text
+
+
+@pytest.mark.parametrize("unsafe", list(UNSAFE_MEMBERS))
+def test_the_torch_reader_names_the_shard_of_an_unsafe_tar_member(tmp_path, unsafe, caplog):
     dataset = packed(tmp_path)
     name = rewrite_first_sample(dataset, UNSAFE_MEMBERS[unsafe])
-    with pytest.raises(Exception, match=re.escape(name)) as raised:
-        list(torch_dataset(dataset, shuffle=False))
-    assert type(raised.value).__name__ in ("CorruptSampleError", "ShardFormatError")
+    said = read_all_naming_problems(dataset, caplog)
+    assert name in said and "member" in said, said
 
 
 def test_an_original_swapped_for_a_symlink_after_the_scan_is_rejected_not_followed(
@@ -1276,9 +1287,7 @@ def test_verify_after_staging_one_split_notes_the_other_splits_leftovers(tmp_pat
                "it" in notes, result.output
 
 
-def test_the_torch_reader_names_the_shard_and_key_of_a_corrupt_jpeg(tmp_path):
-    from shardsmith.readers.torch import dataset as torch_dataset
-
+def test_the_torch_reader_names_the_shard_and_key_of_a_corrupt_jpeg(tmp_path, caplog):
     dataset = packed(tmp_path)
     shard = manifest_of(dataset)["shards"][0]
     with tarfile.open(dataset / shard["name"]) as tar:
@@ -1289,6 +1298,5 @@ def test_the_torch_reader_names_the_shard_and_key_of_a_corrupt_jpeg(tmp_path):
     with open(dataset / shard["name"], "r+b") as handle:  # same size: only the pixels break
         handle.seek(member.offset_data + scan_start)
         handle.write(b"\xff\xd9" * ((len(jpeg) - scan_start) // 2 - 1))
-    with pytest.raises(Exception) as raised:
-        list(torch_dataset(dataset, shuffle=False))
-    assert shard["name"] in str(raised.value) and key in str(raised.value), raised.value
+    said = read_all_naming_problems(dataset, caplog)
+    assert shard["name"] in said and key in said, said
