@@ -58,7 +58,10 @@ class DirectoryLock:
                              f"{datetime.now().isoformat(timespec='seconds')}\n")
                 handle.flush()
         except BaseException:
-            handle.close()  # a full disk, say: do not keep the directory locked
+            try:  # a full disk, say: do not keep the directory locked
+                handle.close()
+            except OSError:
+                pass  # the same full disk, flushing: the error raised already says so
             raise
         self._handle = handle
         return self
