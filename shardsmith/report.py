@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -74,6 +75,22 @@ def pack_summary(result: PackResult) -> str:
             + f"with {plural(run.get('workers', 1), 'worker')}"
         )
     return "\n".join(lines)
+
+
+def reject_budget_exceeded(result: PackResult, allowed: float) -> str:
+    """Why a pack exits with code 3: the dataset is there and complete, but more images were
+    rejected than allowed; what to look at and which option changes the budget."""
+    totals = result.manifest.totals
+    candidates = totals.packed + totals.rejected
+    state = ("nothing to do: the dataset is unchanged and complete" if result.up_to_date
+             else "the dataset was written and is complete")
+    needed = math.ceil(result.reject_fraction * 1000) / 1000
+    return (f"{state} (version {result.manifest.version}, "
+            f"{plural(totals.packed, 'sample')}), but {totals.rejected:,} of "
+            f"{plural(candidates, 'image')} ({result.reject_fraction:.1%}) were rejected, more "
+            f"than the allowed {allowed:.1%}: see `shardsmith inspect {result.output} "
+            f"--rejects`, then fix or remove those files, or allow it with "
+            f"--max-reject-fraction {needed:g} (run.max_reject_fraction in the config)")
 
 
 def pack_report(result: PackResult) -> dict:
