@@ -151,14 +151,16 @@ def reject_lines(rejects: tuple[RejectEntry, ...], limit: int = 10) -> list[str]
 
 
 def stage_summary(result: StageResult) -> str:
-    """Files copied / already present / removed, bytes, time and throughput."""
-    rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
+    """Files copied / already present / removed, bytes, time and throughput (over the copies
+    alone, as the progress line measures it)."""
+    rate = result.bytes_copied / result.copy_seconds if result.copy_seconds > 0 else 0.0
     lines = [
         f"{result.destination}: staged",
         f"  copied {plural(result.copied, 'file')} ({human_bytes(result.bytes_copied)}), "
         f"{result.present:,} already present and verified, {result.removed:,} removed",
-        f"  time   {result.seconds:.1f}s" + (f", {human_bytes(rate)}/s" if result.copied else
-                                             " (nothing to copy)"),
+        f"  time   {result.seconds:.1f}s" + (
+            f", copying {result.copy_seconds:.1f}s at {human_bytes(rate)}/s" if result.copied
+            else " (nothing to copy)"),
     ]
     if result.stale:
         lines.append(f"  {plural(len(result.stale), 'staged shard')} no longer listed "
