@@ -4,8 +4,9 @@ One streamed pass over the sample index (a second one only when two samples may 
 content) gives the samples per class and split, the distribution of output sizes and bytes,
 the sets of identical originals (same XXH3-128 of every byte, which the pack computes for
 each sample) and, with ``splits.group``, the groups of each split.  ``inspect`` shows it all;
-the pack summary shows duplicates and groups.  Memory: about 28 bytes per sample (sizes and a
-64-bit digest prefix in flat arrays), plus one entry per group when the dataset is grouped.
+the pack summary shows duplicates and groups.  Memory: 24 bytes per sample (sizes and a 64-bit
+digest prefix in flat arrays), plus one entry per group when the dataset is grouped; time:
+about 30 us per sample and pass (the validating index reader).
 """
 
 from __future__ import annotations
@@ -123,10 +124,12 @@ def packed_config(manifest: Manifest) -> Config:
         raise ManifestError(f"config: {exc}") from None
 
 
-def take_census(directory: Path, manifest: Manifest, split: str | None = None) -> Census:
-    """Stream the sample index of ``directory`` once (twice when duplicates are possible)."""
+def take_census(directory: Path, manifest: Manifest, split: str | None = None,
+                duplicates: bool = True) -> Census:
+    """Stream the sample index of ``directory`` once (twice when duplicates are possible;
+    ``duplicates=False`` leaves them out)."""
     counts: Counter = Counter()
-    widths, heights, jpeg_bytes = array("L"), array("L"), array("Q")
+    widths, heights, jpeg_bytes = array("I"), array("I"), array("Q")
     prefixes = array("Q")
     undigested = 0
     group_split: dict[str, str] = {}
@@ -135,10 +138,11 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None) -
     ungrouped: Counter = Counter()
     for record in iter_sample_index(directory, manifest):
         prefix = _digest_prefix(record)
-        if prefix is not None:
+        if prefix is None:
+            if split is None or record.split == split:
+                undigested += 1
+        elif duplicates:
             prefixes.append(prefix)
-        elif split is None or record.split == split:
-            undigested += 1
         if record.group is not None:
             first = group_split.setdefault(record.group, record.split)
             if first != record.split:
@@ -146,8 +150,8 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None) -
         if split is not None and record.split != split:
             continue
         counts[record.label, record.split] += 1
-        widths.append(min(max(record.width, 0), 2**31))
-        heights.append(min(max(record.height, 0), 2**31))
+        widths.append(min(max(record.width, 0), 2**32 - 1))
+        heights.append(min(max(record.height, 0), 2**32 - 1))
         jpeg_bytes.append(min(max(record.jpeg_bytes, 0), 2**62))
         if record.group is None:
             ungrouped[record.split] += 1

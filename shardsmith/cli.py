@@ -145,8 +145,7 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
     Rerunning a finished pack with the same settings does nothing; rerunning an interrupted
     one resumes it.
     """
-    from .census import take_census
-    from .inspection import findings_lines, findings_report
+    from .inspection import findings_lines, findings_report, pack_findings
     from .pipeline import pack as run_pack
 
     with _report_to(report_file) as report:
@@ -174,8 +173,9 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
         result = run_pack(config)
         report.update(pack_report(result))
         click.echo(pack_summary(result))
-        if not result.up_to_date:  # an unchanged dataset was summed up when it was packed
-            census = take_census(result.output, result.manifest)
+        # An unchanged dataset was summed up when it was packed.
+        census = None if result.up_to_date else pack_findings(result.output, result.manifest)
+        if census is not None:
             report["findings"] = findings_report(census)
             for line in findings_lines(census, result.output):
                 click.echo(line)

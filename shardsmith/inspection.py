@@ -8,7 +8,7 @@ split, and warnings; with ``quality`` also the PSNR/SSIM figure of ``quality.py`
 
 from __future__ import annotations
 
-import math
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +17,14 @@ from typing import Any
 from .census import Census, DuplicateSet, Spread, packed_config, require_split, take_census
 from .errors import ManifestError
 from .manifest import Manifest, read_manifest
-from .quality import QualityFigure, measure_quality
+from .quality import QualityFigure, measure_quality, quality_json, quality_lines
 from .report import human_bytes, plural, printable
+
+log = logging.getLogger(__name__)
 
 IMBALANCE_RATIO = 10.0  # largest class over smallest, beyond which inspect warns
 SHOWN = 20  # rejects, excluded paths and duplicate sets listed without --rejects/--excluded
+COPIES_SHOWN = 6  # paths of one duplicate set in the text report (--json has all)
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,9 @@ def inspect_dataset(directory: str | Path, split: str | None = None,
                       configured, figure)
 
 
-def warnings_of(census: Census, imbalance: float = IMBALANCE_RATIO) -> list[str]:
-    """What deserves a look before training: missing classes, imbalance, leakage."""
+def warnings_of(census: Census, imbalance: float | None = IMBALANCE_RATIO) -> list[str]:
+    """What deserves a look before training: missing classes, imbalance (unless ``imbalance``
+    is None), leakage."""
     found: list[str] = []
     labelled = [label for label in census.labels if label >= 0]
     splits = [name for name in census.splits if census.split_total(name)]
@@ -67,7 +71,7 @@ def warnings_of(census: Census, imbalance: float = IMBALANCE_RATIO) -> list[str]
         for split in missing:
             found.append(f"class {name} has no samples in split {split}")
     totals = [census.class_total(label) for label in labelled if census.class_total(label)]
-    if len(totals) > 1 and max(totals) > imbalance * min(totals):
+    if imbalance is not None and len(totals) > 1 and max(totals) > imbalance * min(totals):
         largest = max(labelled, key=census.class_total)
         smallest = min((label for label in labelled if census.class_total(label)),
                        key=census.class_total)
@@ -88,15 +92,26 @@ def warnings_of(census: Census, imbalance: float = IMBALANCE_RATIO) -> list[str]
     return found
 
 
+def pack_findings(directory: Path, manifest: Manifest) -> Census | None:
+    """The census behind the pack summary's findings; None (and a log warning) when the
+    version was replaced meanwhile by another pack, which holds the lock, not this one."""
+    try:
+        return take_census(directory, manifest)
+    except ManifestError as exc:
+        log.warning("no duplicate or group summary: %s", exc)
+        return None
+
+
 def findings_lines(census: Census, directory: Path) -> list[str]:
-    """Lines for the pack summary: duplicates, groups per split, warnings."""
+    """Lines for the pack summary: duplicates, groups per split, warnings (imbalance, which
+    defect data always has, is left to ``inspect``)."""
     lines = []
     if census.duplicates:
         lines.append(f"  duplicates   {_duplicates_head(census.duplicates)}")
     if census.group_pattern:
         lines.append("  groups       " + ", ".join(
             f"{name}: {census.groups.get(name, 0):,}" for name in census.splits))
-    warnings = warnings_of(census)
+    warnings = warnings_of(census, imbalance=None)
     lines += [f"  warning: {warning}" for warning in warnings]
     if census.duplicates or warnings:
         lines.append(f"  (shardsmith inspect {printable(str(directory))} shows the details)")
@@ -109,7 +124,7 @@ def findings_report(census: Census) -> dict[str, Any]:
         "duplicate_sets": len(census.duplicates),
         "duplicate_sets_across_splits": len(census.leaks),
         "groups": dict(census.groups),
-        "warnings": warnings_of(census),
+        "warnings": warnings_of(census, imbalance=None),
     }
 
 
@@ -138,7 +153,7 @@ def inspection_text(inspection: Inspection, all_rejects: bool = False,
     lines += ["", *_reject_lines(manifest, all_rejects)]
     lines += ["", *_excluded_lines(manifest, all_excluded)]
     if inspection.quality is not None:
-        lines += ["", *quality_lines(inspection.quality, census)]
+        lines += ["", *quality_lines(inspection.quality, census.class_name)]
     if inspection.warnings:
         lines += ["", "warnings"] + [f"  ! {warning}" for warning in inspection.warnings]
     return "\n".join(lines)
@@ -217,8 +232,11 @@ def _duplicate_lines(census: Census) -> list[str]:
         shown = census.duplicates[:SHOWN]
         for duplicate in shown:
             mark = "LEAK " if duplicate.leaks else "     "
+            copies = duplicate.copies[:COPIES_SHOWN]
             lines.append(f"  {mark}" + ", ".join(f"{split}: {printable(path)}"
-                                                 for split, path in duplicate.copies))
+                                                 for split, path in copies)
+                         + (f" and {len(duplicate.copies) - len(copies):,} more copies"
+                            if len(copies) < len(duplicate.copies) else ""))
         if len(shown) < len(census.duplicates):
             lines.append(f"  ... and {len(census.duplicates) - len(shown):,} more sets "
                          "(--json lists all)")
@@ -264,33 +282,6 @@ def _excluded_lines(manifest: Manifest, show_all: bool) -> list[str]:
                 " (--excluded lists all that were recorded)" if len(shown) < len(paths)
                 else f" (the first {len(paths):,} of each reason are recorded)"))
     return lines
-
-
-def quality_lines(figure: QualityFigure, census: Census) -> list[str]:
-    """Per-class PSNR / SSIM of the packed samples against the exact reference."""
-    lines = [f"quality  {plural(len(figure.samples), 'sample')} at {figure.size} px "
-             f"{figure.resize}, JPEG quality {figure.jpeg_quality}, against an exact "
-             f"reference ({figure.seconds:.1f}s)",
-             f"  {'class':<16}{'samples':>8}{'PSNR dB':>10}{'worst':>8}{'SSIM':>8}"
-             f"{'worst':>8}{'detail dB':>11}"]
-    rows = figure.per_class()
-    overall = figure.overall()
-    for row in [*rows, *([overall] if overall and len(rows) > 1 else [])]:
-        name = "all" if row.label == -2 else census.class_name(row.label)
-        lines.append(f"  {name:<16.16}{row.samples:>8}{_db(row.psnr_mean):>10}"
-                     f"{_db(row.psnr_min):>8}{row.ssim_mean:>8.4f}{row.ssim_min:>8.4f}"
-                     f"{_db(row.detail_psnr_mean):>11}")
-    lines.append("  PSNR, SSIM: the packed sample against an exact float resize to the same size "
-                 "(the cost of --quality")
-    lines.append("  and of the fast path); detail: the sample scaled back up against the "
-                 "full-resolution original (what --size discards)")
-    for path, why in figure.skipped:
-        lines.append(f"  skipped {printable(path)}: {why}")
-    return lines
-
-
-def _db(value: float) -> str:
-    return "inf" if math.isinf(value) else f"{value:.2f}"
 
 
 def inspection_json(inspection: Inspection) -> dict[str, Any]:
@@ -354,7 +345,7 @@ def inspection_json(inspection: Inspection) -> dict[str, Any]:
         "warnings": list(inspection.warnings),
     }
     if inspection.quality is not None:
-        document["quality"] = _quality_json(inspection.quality, census)
+        document["quality"] = quality_json(inspection.quality, census.class_name)
     return document
 
 
@@ -376,28 +367,4 @@ def _shard_json(manifest: Manifest, split: str | None) -> dict[str, Any]:
         "bytes": sum(s.bytes for s in shards),
         "bytes_per_shard": _spread_json(Spread.of(s.bytes for s in shards)),
         "samples_per_shard": _spread_json(Spread.of(s.samples for s in shards)),
-    }
-
-
-def _finite(value: float) -> float | None:
-    return None if math.isinf(value) else round(value, 4)
-
-
-def _quality_json(figure: QualityFigure, census: Census) -> dict[str, Any]:
-    return {
-        "size": figure.size, "resize": figure.resize, "jpeg_quality": figure.jpeg_quality,
-        "seconds": round(figure.seconds, 3),
-        "per_class": [{
-            "label": row.label, "name": census.class_name(row.label), "samples": row.samples,
-            "psnr_mean": _finite(row.psnr_mean), "psnr_min": _finite(row.psnr_min),
-            "ssim_mean": round(row.ssim_mean, 5), "ssim_min": round(row.ssim_min, 5),
-            "detail_psnr_mean": _finite(row.detail_psnr_mean),
-        } for row in figure.per_class()],
-        "samples": [{
-            "key": s.key, "path": s.path, "label": s.label, "split": s.split,
-            "psnr": _finite(s.psnr), "ssim": round(s.ssim, 5),
-            "detail_psnr": _finite(s.detail_psnr), "width": s.width, "height": s.height,
-            "original_width": s.original_width, "original_height": s.original_height,
-        } for s in figure.samples],
-        "skipped": [{"path": path, "why": why} for path, why in figure.skipped],
     }

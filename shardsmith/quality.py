@@ -14,16 +14,19 @@ figures per sample, both against the sample as packed (decoded from its shard):
 
 SSIM is the usual one (Wang et al. 2004: Gaussian window sigma 1.5, K1 0.01, K2 0.03, on
 0-255 values, averaged over channels), computed with OpenCV, which the pack already needs.
-A full-resolution decode costs about 12 bytes per original pixel and channel at its peak, so
-originals over ``MAX_REFERENCE_PIXELS`` are left out and named.
+At its peak a sample costs the decoded original plus three float planes of it (12 bytes a
+pixel: about 1 GB for an 8000x6000 original), so originals over ``MAX_REFERENCE_PIXELS``
+are left out and named.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -40,6 +43,7 @@ from .originals import read_under_root, source_root
 from .picks import interleave, pick_per_class, read_packed
 from .progress import Progress
 from .records import digest_as
+from .report import plural, printable
 
 MAX_REFERENCE_PIXELS = 120_000_000
 TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
@@ -47,6 +51,7 @@ TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
              6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
              8: Image.Transpose.ROTATE_90}
 LUMA = (0.299, 0.587, 0.114)
+ALL = -2  # the label of the all-classes row
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ class QualityFigure:
                 for label in labels]
 
     def overall(self) -> ClassQuality | None:
-        return _summarise(-2, list(self.samples)) if self.samples else None
+        return _summarise(ALL, list(self.samples)) if self.samples else None
 
 
 def measure_quality(directory: Path, manifest: Manifest, count: int, seed: int,
@@ -183,7 +188,8 @@ def compare(original: bytes, jpeg: bytes, config: ImageConfig):
         squared_error += _mean_squared(sample, reference)
         ssim_sum += ssim(sample, reference)
         back = Image.fromarray(sample, "F").resize((crop_w, crop_h), Image.Resampling.BICUBIC)
-        detail_error += _mean_squared(np.asarray(back), np.asarray(upright))
+        detail_error += _mean_squared_images(back, upright)
+        del upright, back
     return (_psnr(squared_error / planes.count), ssim_sum / planes.count,
             _psnr(detail_error / planes.count), geometry.size, (width, height))
 
@@ -231,10 +237,12 @@ class _Planes:
         return self._colour(channel if len(self.colour) == 3 else 0)
 
     def _colour(self, index: int) -> np.ndarray:
-        values = self.colour[index].astype(np.float32) * self.scale
-        if self.opacity is not None:
-            values = values * self.opacity + np.float32(self.background[index]) * (
-                1 - self.opacity)
+        values = self.colour[index].astype(np.float32)
+        values *= self.scale
+        if self.opacity is not None:  # colour x opacity + background x (1 - opacity)
+            values -= np.float32(self.background[index])
+            values *= self.opacity
+            values += np.float32(self.background[index])
         return values
 
 
@@ -275,13 +283,21 @@ def ssim(first: np.ndarray, second: np.ndarray) -> float:
     return float((inner if inner.size else index).mean())
 
 
-def _mean_squared(first: np.ndarray, second: np.ndarray, rows: int = 512) -> float:
-    """Mean squared difference, in row bands (full-resolution planes are large)."""
+def _mean_squared(first: np.ndarray, second: np.ndarray) -> float:
+    difference = first - second
+    return float(np.vdot(difference, difference)) / difference.size
+
+
+def _mean_squared_images(first: Image.Image, second: Image.Image, rows: int = 256) -> float:
+    """Mean squared difference of two float images, a band of rows at a time: a
+    full-resolution plane is never copied whole."""
+    width, height = first.size
     total = 0.0
-    for top in range(0, first.shape[0], rows):
-        difference = first[top : top + rows] - second[top : top + rows]
+    for top in range(0, height, rows):
+        box = (0, top, width, min(height, top + rows))
+        difference = np.asarray(first.crop(box)) - np.asarray(second.crop(box))
         total += float(np.vdot(difference, difference))
-    return total / first.size
+    return total / (width * height)
 
 
 def _psnr(mean_squared: float) -> float:
@@ -298,3 +314,55 @@ def _summarise(label: int, samples: list[SampleQuality]) -> ClassQuality:
         ssim_min=min(s.ssim for s in samples),
         detail_psnr_mean=float(np.mean([s.detail_psnr for s in samples])),
     )
+
+
+def quality_lines(figure: QualityFigure, class_name: Callable[[int], str]) -> list[str]:
+    """Per-class PSNR / SSIM of the packed samples against the exact reference, as text."""
+    lines = [f"quality  {plural(len(figure.samples), 'sample')} at {figure.size} px "
+             f"{figure.resize}, JPEG quality {figure.jpeg_quality}, against an exact "
+             f"reference ({figure.seconds:.1f}s)",
+             f"  {'class':<16}{'samples':>8}{'PSNR dB':>10}{'worst':>8}{'SSIM':>8}"
+             f"{'worst':>8}{'detail dB':>11}"]
+    rows = figure.per_class()
+    overall = figure.overall()
+    for row in [*rows, *([overall] if overall and len(rows) > 1 else [])]:
+        name = "all" if row.label == ALL else class_name(row.label)
+        lines.append(f"  {name:<16.16}{row.samples:>8}{_db(row.psnr_mean):>10}"
+                     f"{_db(row.psnr_min):>8}{row.ssim_mean:>8.4f}{row.ssim_min:>8.4f}"
+                     f"{_db(row.detail_psnr_mean):>11}")
+    lines.append("  PSNR, SSIM: the sample against an exact float resize to its size (the cost of "
+                 "--quality and the fast path)")
+    lines.append("  detail: the sample scaled back up against the full-resolution original (what "
+                 "--size discards)")
+    for path, why in figure.skipped:
+        lines.append(f"  skipped {printable(path)}: {why}")
+    return lines
+
+
+def _db(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2f}"
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isinf(value) else round(value, 4)
+
+
+def quality_json(figure: QualityFigure, class_name: Callable[[int], str]) -> dict[str, Any]:
+    """The figure as JSON-ready values (an infinite PSNR, for identical pixels, is null)."""
+    return {
+        "size": figure.size, "resize": figure.resize, "jpeg_quality": figure.jpeg_quality,
+        "seconds": round(figure.seconds, 3),
+        "per_class": [{
+            "label": row.label, "name": class_name(row.label), "samples": row.samples,
+            "psnr_mean": _finite(row.psnr_mean), "psnr_min": _finite(row.psnr_min),
+            "ssim_mean": round(row.ssim_mean, 5), "ssim_min": round(row.ssim_min, 5),
+            "detail_psnr_mean": _finite(row.detail_psnr_mean),
+        } for row in figure.per_class()],
+        "samples": [{
+            "key": s.key, "path": s.path, "label": s.label, "split": s.split,
+            "psnr": _finite(s.psnr), "ssim": round(s.ssim, 5),
+            "detail_psnr": _finite(s.detail_psnr), "width": s.width, "height": s.height,
+            "original_width": s.original_width, "original_height": s.original_height,
+        } for s in figure.samples],
+        "skipped": [{"path": path, "why": why} for path, why in figure.skipped],
+    }

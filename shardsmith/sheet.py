@@ -84,7 +84,7 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
                  split: str | None = None, thumb: int = 160) -> Sheet:
     """Draw the contact sheet of the dataset in ``directory``."""
     require_split(manifest, split)
-    census = take_census(directory, manifest, split)
+    census = take_census(directory, manifest, split, duplicates=False)
     picks = pick_per_class(directory, manifest, per_class, seed, split)
     packed = read_packed(directory, manifest, [r for records in picks.values() for r in records])
     rejects = pick_rejects(manifest.rejects, per_class, seed)

@@ -99,7 +99,7 @@ def test_cli_help_documents_every_option():
     result = CliRunner().invoke(main, ["pack", "--help"])
     assert result.exit_code == 0
     for option in ("--config", "--format", "--size", "--resize", "--quality", "--shard-size",
-                   "--shard-samples", "--split", "--seed", "--workers",
+                   "--shard-samples", "--split", "--group", "--labels", "--seed", "--workers",
                    "--max-reject-fraction", "--overwrite", "--quiet"):
         assert option in result.output
 

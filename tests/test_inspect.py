@@ -50,7 +50,8 @@ def dataset(tmp_path_factory) -> tuple[Path, str, dict[str, str]]:
     images.write(source / "ok" / ".thumbs.jpg", b"")
     images.write(source / "loose.jpg", images.jpeg(32, 32, 70))
     summary = cli("pack", str(source), str(output), "--size", "32", "--split",
-                  "train=0.5,val=0.5", "--workers", "1", "--quiet", "--max-reject-fraction", "1")
+                  "train=0.5,val=0.5", "--workers", "1", "--quiet", "--max-reject-fraction", "1",
+                  "--report", str(root / "report.json"))
     return output, summary, {name: " ".join(pair) for name, pair in copies.items()}
 
 
@@ -79,6 +80,7 @@ def test_a_class_missing_from_a_split_and_imbalance_are_warnings(dataset):
     assert any(w.startswith("imbalance: ok has 16.0x the samples of dent") for w in
                report["warnings"])
     assert f"warning: class dent has no samples in split {other}" in summary
+    assert "imbalance" not in summary  # defect data always is: inspect says it, pack does not
     relaxed = json.loads(cli("inspect", str(output), "--json", "--imbalance", "20"))
     assert not any(w.startswith("imbalance") for w in relaxed["warnings"])
 
@@ -94,6 +96,8 @@ def test_identical_originals_are_found_and_leakage_across_splits_is_flagged(data
     assert "leakage: 1 set of identical originals in more than one split" in report["warnings"]
     assert ("duplicates   2 sets of identical originals (4 files), 1 in more than one split "
             "(leakage)") in summary
+    findings = json.loads((output.parent / "report.json").read_text())["findings"]
+    assert findings["duplicate_sets"] == 2 and findings["duplicate_sets_across_splits"] == 1
     text = cli("inspect", str(output))
     leak_line = next(line for line in text.splitlines() if "LEAK" in line)
     assert all(path in leak_line for path in copies["leak"].split())

@@ -62,6 +62,18 @@ def test_one_row_per_class_with_non_blank_thumbnails(dataset):
     assert sheet.image.width >= 2 * 160 + PER_CLASS * 160
 
 
+def test_tfrecord_samples_are_drawn_too(tmp_path):
+    source, output = tmp_path / "source", tmp_path / "out"
+    for number in range(2):
+        images.write(source / "ok" / f"a{number}.jpg", images.jpeg(96, 64, number))
+    result = CliRunner().invoke(main, ["pack", str(source), str(output), "--size", "64",
+                                       "--format", "tfrecord", "--workers", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    sheet = render_sheet(output, read_manifest(output), per_class=PER_CLASS, seed=0)
+    (row,) = sheet.rows
+    assert len(row.thumbnails) == 2 and all(busy(sheet.image, box) for box in row.thumbnails)
+
+
 def test_rejected_originals_are_shown_as_far_as_they_decode(dataset):
     sheet = render_sheet(dataset, read_manifest(dataset), per_class=PER_CLASS, seed=0)
     assert len(sheet.rejects) == 2 and sheet.reject_thumbnails == 1  # the truncated JPEG
