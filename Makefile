@@ -1,54 +1,78 @@
-# shardsmith: `make demo` runs the whole job on a generated example, `make test` runs the tests.
+# shardsmith: `make help` lists the targets; `make demo` runs the whole job on a generated example.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+CORE   := $(VENV)/.installed-core
+DEV    := $(VENV)/.installed-dev
 DEMO   ?= build/demo
 CONFIG ?= configs/demo.yaml
 
 REPORT ?= build/reports/$(notdir $(basename $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S).json
 
-.PHONY: install test demo lint bench stage nightly retrain-data clean
+.DEFAULT_GOAL := help
+.PHONY: help install install-dev test demo lint bench stage nightly retrain-data clean
 
-$(STAMP): pyproject.toml
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  make %-13s %s\n", $$1, $$2}'
+
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+# The core install: everything pack, stage, verify, inspect and sheet need.
+$(CORE): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(CORE)
+
+# The test extras on top: pytest, TensorFlow, torch, dask, ruff (about 2.6 GB).
+$(DEV): pyproject.toml | $(BIN)/python
 	# The CPU build of torch first: an unpinned install would pull a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV) $(CORE)
 
-install: $(STAMP)  ## .venv with shardsmith (editable) and the test tools
+install: $(CORE)  ## .venv with shardsmith alone (editable): enough to pack, stage and inspect
 
-test: $(STAMP)  ## run the test suite
+install-dev: $(DEV)  ## .venv with the test tools too (TensorFlow, torch, dask, ruff: ~2.6 GB)
+
+test: $(DEV)  ## run the test suite
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
+lint: $(DEV)  ## ruff over the code, scripts and tests
 	$(BIN)/ruff check shardsmith scripts tests
 
-demo: $(STAMP)  ## generate a small image tree, pack, stage, verify, print the summaries
+demo: $(CORE)  ## generate a small image tree, pack, stage, verify; then what to try next
 	$(BIN)/python scripts/make_sample_tree.py $(DEMO)/source --count 40 --width 2400 --height 1800 --bad 3 --seed 1
 	$(BIN)/shardsmith pack --config configs/demo.yaml
 	$(BIN)/shardsmith stage --config configs/demo.yaml
 	$(BIN)/shardsmith verify $(DEMO)/staged --decode
+	@echo
+	@echo "Next, try:"
+	@echo "  $(BIN)/shardsmith inspect $(DEMO)/shards                    # classes x splits, rejects, duplicates"
+	@echo "  $(BIN)/shardsmith sheet $(DEMO)/shards -o $(DEMO)/sheet.png  # a contact sheet to look at"
+	@echo "  $(BIN)/shardsmith inspect $(DEMO)/shards --quality 12       # PSNR and SSIM per class"
+	@echo "  $(BIN)/shardsmith log $(DEMO)/shards                        # the dataset's versions"
+	@echo "  $(BIN)/shardsmith init-config > job.yaml                     # your own job: edit its paths, then"
+	@echo "  $(BIN)/shardsmith pack --config job.yaml"
 
-stage: $(STAMP)  ## copy the dataset of CONFIG to its stage.to directory, verified
+stage: $(CORE)  ## copy the dataset of CONFIG to its stage.to directory, verified
 	$(BIN)/shardsmith stage --config $(CONFIG)
 
-nightly: $(STAMP)  ## for cron: pack CONFIG (a no-op when nothing changed), verify, JSON report
+nightly: $(CORE)  ## for cron: pack CONFIG (a no-op when nothing changed), verify, JSON report
 	@mkdir -p $(dir $(REPORT))
 	$(BIN)/shardsmith pack --config $(CONFIG) --quiet --report $(REPORT)
 	$(BIN)/shardsmith verify --config $(CONFIG) --quiet
 
-retrain-data: $(STAMP)  ## before a retrain: pack CONFIG if needed, then stage it to local disk
+retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it to local disk
 	$(BIN)/shardsmith pack --config $(CONFIG)
 	$(BIN)/shardsmith stage --config $(CONFIG)
 
-bench: $(STAMP)  ## image path + pack and stage benchmarks (tables, ratios, build/bench/*.json)
+bench: $(DEV)  ## image path + pack and stage benchmarks (tables, ratios, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_stage.py
 	$(BIN)/python scripts/bench_nightly.py
 	$(BIN)/python scripts/bench_read.py
 
-clean:
+clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)

@@ -11,6 +11,10 @@ decode costs are like real camera originals (8000x6000 at quality 95 is ~19 MB).
 Kinds (cycled in order): jpg, png, tif16 (16-bit RGB TIFF), bmp, gray_png, gray_tif16,
 rgba_png, cmyk_jpg, exif_jpg (stored sideways with an EXIF orientation tag), palette_png.
 ``--bad N`` adds N broken files in turn: zero-byte, truncated JPEG, text named .png.
+
+Every file is a function of (seed, its number): a rerun with the same arguments leaves the
+tree as it is (no file is rewritten, so mtimes stay and a pack of it stays up to date), and a
+larger ``--count`` only adds files.
 """
 
 from __future__ import annotations
@@ -95,19 +99,20 @@ def write_kind(path: Path, kind: str, rgb: np.ndarray, rng: np.random.Generator,
 
 
 def write_bad(path_dir: Path, number: int, rng: np.random.Generator) -> Path:
-    """Broken files of the kinds a NAS accumulates."""
+    """Broken files of the kinds a NAS accumulates (an existing one is left as it is)."""
     variant = number % 3
     if variant == 0:
-        path = path_dir / f"bad_{number:04d}_empty.jpg"
-        path.write_bytes(b"")
+        path, data = path_dir / f"bad_{number:04d}_empty.jpg", b""
     elif variant == 1:
         path = path_dir / f"bad_{number:04d}_truncated.jpg"
         buffer = io.BytesIO()
         Image.fromarray(synthetic_image(rng, 640, 480)).save(buffer, "JPEG", quality=90)
-        path.write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        data = buffer.getvalue()[: len(buffer.getvalue()) // 2]
     else:
         path = path_dir / f"bad_{number:04d}_notes.png"
-        path.write_text("operator notes: camera 3 lens cleaned\n")
+        data = b"operator notes: camera 3 lens cleaned\n"
+    if not path.exists() or path.read_bytes() != data:
+        path.write_bytes(data)
     return path
 
 
@@ -130,22 +135,21 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown kinds: {', '.join(sorted(unknown))}")
     classes = [c.strip() for c in args.classes.split(",") if c.strip()]
-    rng = np.random.default_rng(args.seed)
     total_bytes = 0
     for number in range(args.count):
         kind = kinds[number % len(kinds)]
         folder = args.output / classes[number % len(classes)]
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"img_{number:05d}_{kind}{EXTENSION[kind]}"
-        if path.exists():
-            total_bytes += path.stat().st_size
-            continue  # cached from an earlier run with the same arguments
-        write_kind(path, kind, synthetic_image(rng, args.width, args.height), rng, args.quality)
+        if not path.exists():  # else made by an earlier run with the same arguments
+            rng = np.random.default_rng([args.seed, number])
+            write_kind(path, kind, synthetic_image(rng, args.width, args.height), rng,
+                       args.quality)
         total_bytes += path.stat().st_size
     for number in range(args.bad):
         folder = args.output / classes[number % len(classes)]
         folder.mkdir(parents=True, exist_ok=True)
-        write_bad(folder, number, rng)
+        write_bad(folder, number, np.random.default_rng([args.seed, 1_000_000 + number]))
     print(
         f"{args.output}: {args.count} images ({total_bytes / 1e6:,.1f} MB, "
         f"{args.width}x{args.height}) in {len(classes)} classes, {args.bad} broken files"

@@ -20,12 +20,14 @@ import click
 
 from . import __version__
 from .atomic import write_json_atomic
-from .config import FORMATS, RESIZE_MODES, load_config
+from .config import FORMATS, LABEL_MODES, RESIZE_MODES, load_config
 from .errors import ConfigError, ShardsmithError, Terminated, TooManyRejectsError
 from .report import (
     pack_report,
     pack_summary,
+    plural,
     printable,
+    reject_budget_exceeded,
     reject_lines,
     stage_summary,
     verify_summary,
@@ -90,7 +92,8 @@ def main(verbose: int) -> None:
 @click.argument("source", required=False, type=click.Path(file_okay=False))
 @click.argument("output", required=False, type=click.Path(file_okay=False))
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="YAML config file (see configs/example.yaml); options below override it.")
+              help="YAML config file (`shardsmith init-config > job.yaml` writes one with "
+              "every key and its default); options below override it.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS),
               help="Shard format.  [default: webdataset]")
 @click.option("--size", type=int, help="Target size in pixels (meaning depends on --resize).  "
@@ -107,6 +110,13 @@ def main(verbose: int) -> None:
 @click.option("--split", "splits",
               help="Split fractions, e.g. train=0.9,val=0.1 (assigned by path hash, stable "
               "when files are added).  [default: train=1]")
+@click.option("--group", "split_group", metavar="REGEX",
+              help="Keep the images of one part, lot or camera session in one split: a "
+              "regular expression on the relative path whose match (or named group 'group') "
+              "is the group id (splits.group).")
+@click.option("--labels", type=click.Choice(LABEL_MODES),
+              help="folders: the first folder under SOURCE is the class; none: no labels "
+              "(a flat folder).  [default: folders]")
 @click.option("--seed", type=int, help="Shuffle seed.  [default: 0]")
 @click.option("--workers", type=int, help="Worker processes; 0 = all cores.  [default: 0]")
 @click.option("--backend", type=click.Choice(["local", "dask"]),
@@ -114,8 +124,8 @@ def main(verbose: int) -> None:
               "(needs --scheduler).  [default: local]")
 @click.option("--scheduler", help="Dask scheduler address, e.g. tcp://scheduler-host:8786.")
 @click.option("--max-reject-fraction", type=float,
-              help="Exit with code 3 when more than this fraction of images is rejected.  "
-              "[default: 0.01]")
+              help="Exit with code 3 when more than this fraction of images is rejected (the "
+              "dataset is written all the same).  [default: 0.01]")
 @click.option("--overwrite", is_flag=True, default=None,
               help="Replace a dataset packed with different settings.")
 @click.option("--compact", is_flag=True, default=None,
@@ -127,14 +137,15 @@ def main(verbose: int) -> None:
               help="Also write a machine-readable summary (JSON) here, on success or failure.")
 @_fail_cleanly
 def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb, shard_samples,
-         splits, seed, workers, backend, scheduler, max_reject_fraction, overwrite, compact,
-         quiet, report_file) -> None:
+         splits, split_group, labels, seed, workers, backend, scheduler, max_reject_fraction,
+         overwrite, compact, quiet, report_file) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
     SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
     Rerunning a finished pack with the same settings does nothing; rerunning an interrupted
     one resumes it.
     """
+    from .inspection import findings_lines, findings_report, pack_findings
     from .pipeline import pack as run_pack
 
     with _report_to(report_file) as report:
@@ -148,6 +159,8 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
             "image.resize": resize,
             "image.quality": quality,
             "splits": splits,
+            "splits.group": split_group,
+            "source.labels": labels,
             "seed": seed,
             "run.workers": workers,
             "run.backend": backend,
@@ -160,15 +173,18 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
         result = run_pack(config)
         report.update(pack_report(result))
         click.echo(pack_summary(result))
-        if result.manifest.rejects and not config.run.quiet:
+        # An unchanged dataset was summed up when it was packed.
+        census = None if result.up_to_date else pack_findings(result.output, result.manifest)
+        if census is not None:
+            report["findings"] = findings_report(census)
+            for line in findings_lines(census, result.output):
+                click.echo(line)
+        if result.manifest.rejects and not config.run.quiet and not result.up_to_date:
             click.echo("rejected files:", err=True)
             click.echo("\n".join(reject_lines(result.manifest.rejects)), err=True)
         if result.reject_fraction > config.run.max_reject_fraction:
             raise TooManyRejectsError(
-                f"{result.reject_fraction:.1%} of the images were rejected, more than the "
-                f"allowed {config.run.max_reject_fraction:.1%} (run.max_reject_fraction); the "
-                f"rejects are listed in {result.output / 'manifest.json'}"
-            )
+                reject_budget_exceeded(result, config.run.max_reject_fraction))
 
 
 @contextlib.contextmanager
@@ -196,6 +212,86 @@ def _report_to(path: str | None):
             except OSError as exc:  # the report is a by-product: never fail a pack over it
                 click.echo(f"shardsmith: warning: cannot write the report: "
                            f"{storage_error(exc)}", err=True)
+
+
+@main.command("init-config")
+@_fail_cleanly
+def init_config() -> None:
+    """Print an example job file with every key and its default: edit its paths, then
+    `shardsmith pack --config job.yaml`.
+
+    \b
+        shardsmith init-config > job.yaml
+    """
+    from importlib.resources import files
+
+    click.echo(files("shardsmith").joinpath("example.yaml").read_text(encoding="utf-8"),
+               nl=False)
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(file_okay=False, exists=True))
+@click.option("--split", help="Only this split (rejects and excluded files are the dataset's).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document, for scripts.")
+@click.option("--rejects", "all_rejects", is_flag=True,
+              help="List every reject (default: the first 20).")
+@click.option("--excluded", "all_excluded", is_flag=True,
+              help="List every recorded excluded path (default: the first 20 of each reason).")
+@click.option("--quality", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Also measure N seeded samples against an exact resize of their originals "
+                   "(PSNR, SSIM per class; reads the originals under the recorded source).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the samples --quality measures.")
+@click.option("--imbalance", type=click.FloatRange(min=1), default=10.0, show_default=True,
+              help="Warn when the largest class has more than this many times the samples of "
+                   "the smallest.")
+@_fail_cleanly
+def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
+            imbalance) -> None:
+    """Show what DATASET holds: samples per class and split, shards, image sizes, rejects,
+    excluded files, duplicates (leakage across splits), groups and warnings."""
+    import json
+
+    from .inspection import inspect_dataset, inspection_json, inspection_text
+
+    inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
+                                 seed=seed, quiet=as_json)
+    if as_json:
+        click.echo(json.dumps(inspection_json(inspection), indent=1))
+    else:
+        click.echo(inspection_text(inspection, all_rejects, all_excluded))
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(file_okay=False, exists=True))
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="The PNG to write.")
+@click.option("--split", help="Only samples of this split.")
+@click.option("--per-class", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Samples shown per class.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Which samples: the same seed draws the same sheet.")
+@click.option("--thumb", type=click.IntRange(64, 512), default=160, show_default=True,
+              help="Thumbnail size in pixels.")
+@_fail_cleanly
+def sheet(dataset, output, split, per_class, seed, thumb) -> None:
+    """Draw a contact sheet of DATASET as one PNG: seeded samples per class, class counts per
+    split, and the rejected originals."""
+    import time
+
+    from .manifest import read_manifest
+    from .sheet import render_sheet
+
+    started = time.monotonic()
+    drawn = render_sheet(Path(dataset), read_manifest(Path(dataset)), per_class, seed, split,
+                         thumb)
+    drawn.save(Path(output))
+    for note in drawn.notes:
+        click.echo(f"note: {printable(note)}", err=True)
+    click.echo(f"{printable(output)}: {drawn.image.width}x{drawn.image.height} px, "
+               f"{plural(len(drawn.rows), 'class row')}, "
+               f"{plural(sum(len(row.thumbnails) for row in drawn.rows), 'sample')}, "
+               f"{plural(len(drawn.rejects), 'reject')} ({time.monotonic() - started:.1f}s)")
 
 
 @main.command()

@@ -35,6 +35,7 @@ SPLIT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_CONFIG_VALUES = 10_000  # scalars after YAML alias expansion: a job file holds ~50
 MAX_SHARD_MB = 1024 * 1024
+DEFAULT_SPLITS = (("train", 1.0),)
 
 
 def since_v2(default: Any) -> Any:
@@ -123,7 +124,10 @@ class Config:
     source: SourceConfig = field(default_factory=SourceConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     image: ImageConfig = field(default_factory=ImageConfig)
-    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    splits: tuple[tuple[str, float], ...] = DEFAULT_SPLITS
+    # YAML ``splits.group``: a regular expression on the relative path whose match (or named
+    # group ``group``) names a part, lot or camera session; a group goes to one split.
+    split_group: str = field(default="", metadata={"yaml": "splits.group"})
     seed: int = 0
     run: RunConfig = field(default_factory=RunConfig)
     stage: StageConfig = field(default_factory=StageConfig)
@@ -137,7 +141,8 @@ class Config:
             "source": _settings(self.source, skip="path"),
             "output": _settings(self.output, skip="path"),
             "image": _settings(self.image),
-            "splits": dict(self.splits),
+            "splits": dict(self.splits) | ({"group": self.split_group} if self.split_group
+                                           else {}),
             "seed": self.seed,
         }
 
@@ -180,15 +185,28 @@ def load_config(
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
+        if dotted == "splits":  # --split replaces the fractions, not the file's splits.group
+            value = _split_mapping(value, "splits")
+            previous = raw.get("splits")
+            if isinstance(previous, dict) and "group" in previous and "group" not in value:
+                value["group"] = previous["group"]
         node = raw
         *parents, leaf = dotted.split(".")
         for part in parents:
             child = node.setdefault(part, {})
+            if part == "splits" and isinstance(child, str):
+                child = node[part] = _split_mapping(child, "splits")
             if not isinstance(child, dict):
                 raise ConfigError(f"{part}: expected a mapping, got {type(child).__name__}")
             node = child
         node[leaf] = value
     return _validate(_build(Config, raw, ""))
+
+
+def config_from_settings(settings: Mapping[str, Any]) -> Config:
+    """The config a dataset was packed with, from the settings its manifest records
+    (``Config.dataset_settings``); raises ConfigError when they do not validate."""
+    return _validate(_build(Config, dict(settings), ""))
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -247,7 +265,7 @@ def _count_values(node: Any, budget: int) -> int:
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if "yaml" not in f.metadata}
     unknown = sorted(str(key) for key in set(raw) - set(fields))
     if unknown:
         raise ConfigError(f"{cut(prefix + unknown[0])}: unknown key (known here: "
@@ -259,7 +277,9 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         if dataclasses.is_dataclass(default):
             values[name] = _build(type(default), value, key + ".")
         elif name == "splits":
-            values[name] = _splits(value, key)
+            values[name], group = _splits(value, key)
+            if group:
+                values["split_group"] = group
         else:
             values[name] = _coerce(value, default, fields[name].type, key)
     return cls(**values)
@@ -311,22 +331,33 @@ def _coerce_list(value: Any, default: tuple, key: str) -> tuple:
     return tuple(value)
 
 
-def _splits(value: Any, key: str) -> tuple[tuple[str, float], ...]:
-    """Accept ``{train: 0.9, val: 0.1}`` or the CLI form ``"train=0.9,val=0.1"``."""
-    if isinstance(value, str):
-        pairs = {}
-        for part in filter(None, (p.strip() for p in value.split(","))):
-            name, sep, fraction = part.partition("=")
-            if not sep:
-                raise ConfigError(f"{key}: expected NAME=FRACTION, got {part!r}")
-            try:
-                pairs[name.strip()] = float(fraction)
-            except ValueError:
-                raise ConfigError(f"{key}.{cut(name.strip())}: not a number: "
-                                  f"{shown(fraction)}") from None
-        value = pairs
+def _split_mapping(value: Any, key: str) -> Any:
+    """The CLI form ``"train=0.9,val=0.1"`` as a mapping; anything else as it is."""
+    if not isinstance(value, str):
+        return dict(value) if isinstance(value, dict) else value
+    pairs: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, sep, fraction = part.partition("=")
+        if not sep:
+            raise ConfigError(f"{key}: expected NAME=FRACTION, got {part!r}")
+        try:
+            pairs[name.strip()] = float(fraction)
+        except ValueError:
+            raise ConfigError(f"{key}.{cut(name.strip())}: not a number: "
+                              f"{shown(fraction)}") from None
+    return pairs
+
+
+def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str]:
+    """Accept ``{train: 0.9, val: 0.1, group: REGEX}`` or the CLI form ``"train=0.9,val=0.1"``.
+
+    Returns the fractions in order (``train: 1`` when only a group is given) and the group
+    pattern ("" for none).
+    """
+    value = _split_mapping(value, key)
     if not isinstance(value, dict) or not value:
         raise ConfigError(f"{key}: expected a mapping of split name to fraction")
+    group = _group_pattern(value.pop("group"), f"{key}.group") if "group" in value else ""
     splits = []
     for name, fraction in value.items():
         if not isinstance(name, str) or not SPLIT_NAME.match(name):
@@ -337,10 +368,24 @@ def _splits(value: Any, key: str) -> tuple[tuple[str, float], ...]:
         if not 0 < fraction <= 1:
             raise ConfigError(f"{key}.{name}: fraction must be in (0, 1], got {fraction}")
         splits.append((name, float(fraction)))
+    if not splits:
+        return DEFAULT_SPLITS, group
     total = sum(fraction for _, fraction in splits)
     if abs(total - 1.0) > 1e-6:
         raise ConfigError(f"{key}: fractions must add up to 1, they add up to {total:g}")
-    return tuple(splits)
+    return tuple(splits), group
+
+
+def _group_pattern(value: Any, key: str) -> str:
+    """Check ``splits.group``: a regular expression (the name ``group`` is not a split)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a regular expression on the relative path (the "
+                          f"name group is reserved for it, not a split), got {shown(value)}")
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ConfigError(f"{key}: not a valid regular expression: {exc}") from None
+    return value
 
 
 def _validate(config: Config) -> Config:

@@ -51,6 +51,10 @@ class StorageError(ShardsmithError):
     """The file system refused a write or read we need (full disk, read-only, permissions)."""
 
 
+class SourceUnavailableError(ShardsmithError):
+    """The originals a dataset was packed from cannot be reached (the NAS is not mounted)."""
+
+
 class CorruptSampleError(ShardsmithError):
     """A sample in a shard that cannot be read or decoded (named by shard and key)."""
 

@@ -228,6 +228,8 @@ class Manifest:
     fingerprint: str
     rejects: tuple[RejectEntry, ...] = ()
     excluded: dict[str, int] = field(default_factory=dict)
+    # The first paths of each reason (``scan.EXCLUDED_PATHS_KEPT``); ``excluded`` has the counts.
+    excluded_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     version: int = 1
     created: str = ""
@@ -336,6 +338,7 @@ class SampleRecord:
     source_size: int
     source_mtime_ns: int
     source_digest: str = ""
+    group: str | None = None  # the group id under ``splits.group``, when it matched
 
     def check(self, where: str) -> None:
         if SAMPLE_KEY.fullmatch(self.key) is None:

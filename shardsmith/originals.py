@@ -13,7 +13,8 @@ import errno
 import os
 import stat
 
-from .errors import BadImage
+from .errors import BadImage, ManifestError, SourceUnavailableError
+from .jsonmodel import shown
 from .records import EDGE_BYTES
 
 
@@ -72,3 +73,55 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a regular file"
+
+
+def source_root(recorded: str) -> str:
+    """The source root a manifest records, as a real path; SourceUnavailableError when it is
+    not a directory here (the NAS is not mounted, or the dataset was copied elsewhere)."""
+    if not recorded or not os.path.isabs(recorded):
+        raise SourceUnavailableError("the manifest records no absolute source path (packed by "
+                                     "an earlier version?): the originals cannot be found")
+    if not os.path.isdir(recorded):
+        raise SourceUnavailableError(f"the originals are not reachable: {recorded} (the source "
+                                     "the dataset was packed from) is not a directory here; "
+                                     "mount it at that path and rerun")
+    return os.path.realpath(recorded)
+
+
+def original_path(root: str, relpath: str) -> str:
+    """``root/relpath`` for a relative path read from a manifest or sample index (untrusted).
+
+    Refused (ManifestError): an absolute path, an empty, ``.`` or ``..`` component, a NUL, or
+    a path whose real location (symlinks resolved) is not under ``root`` (a real path).
+    """
+    if (not relpath or relpath.startswith("/") or "\0" in relpath
+            or any(part in ("", ".", "..") for part in relpath.split("/"))):
+        raise ManifestError(f"the path {shown(relpath)} is not a plain relative path under the "
+                            "source (refused)")
+    path = os.path.realpath(os.path.join(root, relpath))
+    if os.path.commonpath([root, path]) != root or path == root:
+        raise ManifestError(f"the path {shown(relpath)} leads out of the source {root} "
+                            "(refused)")
+    return path
+
+
+def read_under_root(root: str, relpath: str, max_bytes: int) -> bytes:
+    """The bytes of the original ``relpath`` under ``root`` (checked by ``original_path``).
+
+    The checked real path is opened without following a link swapped in meanwhile; raises
+    BadImage (not a regular file, larger than ``max_bytes``) or OSError.
+    """
+    fd, info = open_regular(original_path(root, relpath), follow_symlinks=False)
+    try:
+        if info.st_size > max_bytes:
+            raise BadImage("too_large", f"{info.st_size:,} bytes: not read")
+        chunks, remaining = [], info.st_size
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)

@@ -102,7 +102,7 @@ def _pack_scanned(
     pool: WorkerPool, scanned: ScanResult, config: Config, source: Path, output: Path,
     started: float,
 ) -> PackResult:
-    plan = make_plan(scanned.files, config.splits, config.seed)
+    plan = make_plan(scanned.files, config.splits, config.seed, config.split_group)
     if not plan:
         reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
         raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
@@ -224,7 +224,7 @@ def _write_shards(
                 shard, closed = roller.add(item.split, roller.fmt.encode(result, classes))
                 if closed is not None:
                     checkpoint(index, closed)
-                journal.add_sample(_sample_record(result, shard))
+                journal.add_sample(_sample_record(result, shard, item.group))
             elif isinstance(result, Reject):
                 pending_rejects.append(_reject_record(result, item))
                 progress.note(rejected=len(state.rejects) + len(pending_rejects))
@@ -262,8 +262,8 @@ def process_item(item: PlanItem, root: str, config: Config) -> Sample | Reject |
                    config.run.change_detection)
 
 
-def _sample_record(sample: Sample, shard: str) -> dict[str, Any]:
-    return {
+def _sample_record(sample: Sample, shard: str, group: str | None) -> dict[str, Any]:
+    record = {
         "key": sample.key,
         "path": sample.relpath,
         "label": sample.label,
@@ -276,6 +276,7 @@ def _sample_record(sample: Sample, shard: str) -> dict[str, Any]:
         "source_mtime_ns": sample.source_mtime_ns,
         "source_digest": sample.source_digest,
     }
+    return record if group is None else record | {"group": group}
 
 
 def _reject_record(reject: Reject, item: PlanItem) -> RejectEntry:
@@ -330,6 +331,7 @@ def _build_manifest(
         samples_index=_placeholder_index(),
         rejects=tuple(rejects),
         excluded=dict(sorted(scanned.excluded.items())),
+        excluded_paths={reason: tuple(paths) for reason, paths in scanned.excluded_paths.items()},
         totals=Totals(
             seen=packed + len(rejects) + excluded,
             packed=packed,

@@ -28,12 +28,14 @@ class PlanItem:
     """One file to process, with its split.
 
     ``expected_digest`` is set for a file already packed whose stat changed: the worker
-    decodes it only if its content differs.
+    decodes it only if its content differs.  ``group`` is its group id (``splits.group``),
+    None when there is no grouping or its path does not match.
     """
 
     source: SourceFile
     split: str
     expected_digest: str | None = None
+    group: str | None = None
 
     @property
     def key(self) -> str:
@@ -53,7 +55,16 @@ def sample_key(relpath: str) -> str:
 
 def assign_split(relpath: str, splits: tuple[tuple[str, float], ...]) -> str:
     """Split by a hash of the relative path: a file keeps its split when others are added."""
-    digest = hashlib.sha256(b"split:" + os.fsencode(relpath)).digest()
+    return _split_at(hashlib.sha256(b"split:" + os.fsencode(relpath)).digest(), splits)
+
+
+def assign_group_split(group: str, splits: tuple[tuple[str, float], ...]) -> str:
+    """Split by a hash of the group id: every image of a group lands in the same split, and a
+    group keeps its split when other groups (or images of this one) are added."""
+    return _split_at(hashlib.sha256(b"split-group:" + os.fsencode(group)).digest(), splits)
+
+
+def _split_at(digest: bytes, splits: tuple[tuple[str, float], ...]) -> str:
     position = int.from_bytes(digest[:8], "big") / 2**64
     cumulative = 0.0
     for name, fraction in splits:
@@ -63,23 +74,37 @@ def assign_split(relpath: str, splits: tuple[tuple[str, float], ...]) -> str:
     return splits[-1][0]
 
 
+def group_of(relpath: str, pattern: re.Pattern[str]) -> str | None:
+    """The group id of a path: the named group ``group`` of the first match of ``pattern``
+    (the whole match without one); None when nothing (or only an empty string) matches."""
+    match = pattern.search(relpath)
+    if match is None:
+        return None
+    found = match["group"] if "group" in pattern.groupindex else match[0]
+    return found or None
+
+
 class Plan(Sequence[PlanItem]):
     """The order of work over a ``SourceTable``: split by split, each split shuffled."""
 
     def __init__(self, table: SourceTable, split_names: tuple[str, ...],
-                 split_of: np.ndarray, order: np.ndarray):
+                 split_of: np.ndarray, order: np.ndarray, group: re.Pattern[str] | None = None):
         self.table, self.split_names = table, split_names
         self.split_of = split_of  # uint8 per table position
         self.order = order  # int32: plan position -> table position
+        self.group = group  # group ids are derived from the path when an item is made
 
     def __len__(self) -> int:
         return len(self.order)
 
     def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
-            return Plan(self.table, self.split_names, self.split_of, self.order[index])
+            return Plan(self.table, self.split_names, self.split_of, self.order[index],
+                        self.group)
         position = int(self.order[index])
-        return PlanItem(self.table[position], self.split_names[self.split_of[position]])
+        source = self.table[position]
+        return PlanItem(source, self.split_names[self.split_of[position]],
+                        group=group_of(source.relpath, self.group) if self.group else None)
 
     def __iter__(self) -> Iterator[PlanItem]:
         return (self[index] for index in range(len(self)))
@@ -97,16 +122,29 @@ class Plan(Sequence[PlanItem]):
         return positions
 
 
-def make_plan(files: SourceTable, splits: tuple[tuple[str, float], ...], seed: int) -> Plan:
-    """Order of work: split by split (config order), each split shuffled with ``seed``."""
+def make_plan(files: SourceTable, splits: tuple[tuple[str, float], ...], seed: int,
+              group: str = "") -> Plan:
+    """Order of work: split by split (config order), each split shuffled with ``seed``.
+
+    With ``group`` (``splits.group``), a file whose path matches goes to its group's split;
+    a file that does not match is a group of its own (split by its path, as without one).
+    """
+    pattern = re.compile(group) if group else None
     names = tuple(name for name, _ in splits)
     number_of = {name: number for number, name in enumerate(names)}
-    split_of = np.fromiter((number_of[assign_split(relpath, splits)]
-                            for relpath in files.relpaths), np.uint8, len(files))
+
+    def split(relpath: str) -> int:
+        group_id = group_of(relpath, pattern) if pattern is not None else None
+        name = assign_split(relpath, splits) if group_id is None \
+            else assign_group_split(group_id, splits)
+        return number_of[name]
+
+    split_of = np.fromiter((split(relpath) for relpath in files.relpaths), np.uint8,
+                           len(files))
     parts = []
     for number, name in enumerate(names):
         positions = np.flatnonzero(split_of == number).tolist()
         random.Random(f"{seed}:{name}").shuffle(positions)  # depends on the length only
         parts.append(np.asarray(positions, np.int32))
     order = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    return Plan(files, names, split_of, order)
+    return Plan(files, names, split_of, order, pattern)

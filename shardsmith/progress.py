@@ -30,10 +30,11 @@ class Progress:
         if not quiet and self.stream.isatty():
             self._bar = tqdm(total=total, initial=initial, unit=unit, desc=desc,
                              file=self.stream, dynamic_ncols=True, smoothing=0.1,
-                             unit_scale=unit_scale, unit_divisor=1024 if unit_scale else 1000)
+                             unit_scale=unit_scale, unit_divisor=1000)  # as human_bytes
         self._started = time.monotonic()
         self._initial = initial
         self._last_line = self._started
+        self._last_update = self._started
         self._next_fraction = 0.1
         self._scale = 1e6 if unit_scale else 1.0
         self._lock = threading.Lock()  # stage updates from its copy threads
@@ -47,12 +48,17 @@ class Progress:
         with self._lock:
             self._update(count)
 
+    @property
+    def seconds(self) -> float:
+        """From the start to the last update: what the rate of a progress line is over."""
+        return self._last_update - self._started
+
     def _update(self, count: int) -> None:
         self.done += count
+        now = self._last_update = time.monotonic()
         if self._bar is not None:
             self._bar.update(count)
         elif self._log_lines:
-            now = time.monotonic()
             fraction = self.done / self.total if self.total else 1.0
             if now - self._last_line >= LOG_INTERVAL_SECONDS or fraction >= self._next_fraction:
                 self._write_line(now)
@@ -64,7 +70,7 @@ class Progress:
         elapsed = now - self._started
         rate = (self.done - self._initial) / elapsed if elapsed > 0 else 0.0
         remaining = (self.total - self.done) / rate if rate > 0 else float("nan")
-        eta = time.strftime("%H:%M:%S", time.gmtime(remaining)) if rate > 0 else "?"
+        eta = clock(remaining) if rate > 0 else "?"
         status = f", {self.status}" if self.status else ""
         unit = "MB" if self._scale != 1.0 else self.unit
         done, total, rate = self.done / self._scale, self.total / self._scale, rate / self._scale
@@ -76,3 +82,10 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+def clock(seconds: float) -> str:
+    """``H:MM:SS`` with as many hours as it takes (a 34-hour job shows 34:26:40, not 10:26:40)."""
+    minutes, second = divmod(round(seconds), 60)
+    hours, minute = divmod(minutes, 60)
+    return f"{hours:02d}:{minute:02d}:{second:02d}"

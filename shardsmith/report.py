@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -76,6 +77,22 @@ def pack_summary(result: PackResult) -> str:
     return "\n".join(lines)
 
 
+def reject_budget_exceeded(result: PackResult, allowed: float) -> str:
+    """Why a pack exits with code 3: the dataset is there and complete, but more images were
+    rejected than allowed; what to look at and which option changes the budget."""
+    totals = result.manifest.totals
+    candidates = totals.packed + totals.rejected
+    state = ("nothing to do: the dataset is unchanged and complete" if result.up_to_date
+             else "the dataset was written and is complete")
+    needed = math.ceil(result.reject_fraction * 1000) / 1000
+    return (f"{state} (version {result.manifest.version}, "
+            f"{plural(totals.packed, 'sample')}), but {totals.rejected:,} of "
+            f"{plural(candidates, 'image')} ({result.reject_fraction:.1%}) were rejected, more "
+            f"than the allowed {allowed:.1%}: see `shardsmith inspect {result.output} "
+            f"--rejects`, then fix or remove those files, or allow it with "
+            f"--max-reject-fraction {needed:g} (run.max_reject_fraction in the config)")
+
+
 def pack_report(result: PackResult) -> dict:
     """The machine-readable part of ``--report``: counts, rejects by reason, timing, version."""
     from .jsonmodel import to_json
@@ -134,14 +151,16 @@ def reject_lines(rejects: tuple[RejectEntry, ...], limit: int = 10) -> list[str]
 
 
 def stage_summary(result: StageResult) -> str:
-    """Files copied / already present / removed, bytes, time and throughput."""
-    rate = result.bytes_copied / result.seconds if result.seconds > 0 else 0.0
+    """Files copied / already present / removed, bytes, time and throughput (over the copies
+    alone, as the progress line measures it)."""
+    rate = result.bytes_copied / result.copy_seconds if result.copy_seconds > 0 else 0.0
     lines = [
         f"{result.destination}: staged",
         f"  copied {plural(result.copied, 'file')} ({human_bytes(result.bytes_copied)}), "
         f"{result.present:,} already present and verified, {result.removed:,} removed",
-        f"  time   {result.seconds:.1f}s" + (f", {human_bytes(rate)}/s" if result.copied else
-                                             " (nothing to copy)"),
+        f"  time   {result.seconds:.1f}s" + (
+            f", copying {result.copy_seconds:.1f}s at {human_bytes(rate)}/s" if result.copied
+            else " (nothing to copy)"),
     ]
     if result.stale:
         lines.append(f"  {plural(len(result.stale), 'staged shard')} no longer listed "

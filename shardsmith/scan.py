@@ -19,7 +19,7 @@ import os
 import stat
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +62,15 @@ class SourceTable:
 
     def __iter__(self) -> Iterator[SourceFile]:
         return (self[index] for index in range(len(self)))
+
+    @classmethod
+    def of(cls, files: Iterable[SourceFile]) -> SourceTable:
+        """A table of the given files (sorted by path)."""
+        rows = sorted(files, key=lambda source: source.relpath)
+        return cls([row.relpath for row in rows],
+                   np.array([row.size for row in rows], np.int64),
+                   np.array([row.mtime_ns for row in rows], np.int64),
+                   np.array([row.label for row in rows], np.int32))
 
     def index_of(self, relpath: str) -> int | None:
         """Where ``relpath`` is in the table (a binary search: no index to keep)."""

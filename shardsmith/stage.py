@@ -67,6 +67,7 @@ class StageResult:
     bytes_copied: int
     seconds: float
     stale: tuple[str, ...] = ()
+    copy_seconds: float = 0.0  # the copies alone, over which the progress line gives the rate
 
 
 def stage(
@@ -119,8 +120,8 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
     if current is not None and _replaces_named_files(current, todo, index_name):
         # Another dataset under the same names: the old manifest cannot stay true meanwhile.
         (destination / MANIFEST_NAME).unlink(missing_ok=True)
-    if todo:
-        _copy_all(source, destination, todo, record, workers, quiet, manifest)
+    copy_seconds = _copy_all(source, destination, todo, record, workers, quiet,
+                             manifest) if todo else 0.0
     index = _stage_sample_index(source, destination, manifest, index_name, split)
     staged = replace(manifest, samples_index=index, staged={
         "from": str(source),
@@ -138,7 +139,7 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
     record.save()
     return StageResult(destination, len(todo), len(files) - len(todo),
                        len(stale) if prune else 0, sum(entry.bytes for entry in todo),
-                       time.monotonic() - started, () if prune else stale)
+                       time.monotonic() - started, () if prune else stale, copy_seconds)
 
 
 def _check_locations(source: Path, destination: Path) -> tuple[Path, Path]:
@@ -173,8 +174,9 @@ def _replaces_named_files(current: Manifest, todo: list[FileEntry], index_name: 
 
 
 def _copy_all(source: Path, destination: Path, files: list[FileEntry], record: _StagedRecord,
-              workers: int, quiet: bool, manifest: Manifest) -> None:
-    """Copy in parallel; on Ctrl-C, SIGTERM or the first failure, stop every copy at once."""
+              workers: int, quiet: bool, manifest: Manifest) -> float:
+    """Copy in parallel; on Ctrl-C, SIGTERM or the first failure, stop every copy at once.
+    Returns the seconds the copies took, as the progress line measures them."""
     total = sum(entry.bytes for entry in files)
     progress = Progress(total, 0, "B", "stage", quiet, unit_scale=True)
     cancel = threading.Event()
@@ -187,6 +189,7 @@ def _copy_all(source: Path, destination: Path, files: list[FileEntry], record: _
             done, pending = wait(pending, timeout=0.2, return_when="FIRST_EXCEPTION")
             for future in done:
                 record.remember(destination, futures[future], future.result())
+        return progress.seconds
     except FileNotFoundError as exc:
         if _source_changed(source, manifest):
             raise StageError(f"{source}: the dataset changed while staging (a new version "

@@ -34,6 +34,7 @@ from .manifest import (
     read_manifest,
     shard_lists,
 )
+from .report import plural
 
 CHUNK = 8 * 1024 * 1024
 
@@ -135,9 +136,10 @@ def _read_sample_index(directory: Path, manifest: Manifest,
     name = manifest.samples_index.name
     for shard, count in sorted(counts.items()):
         if shard not in listed:
-            problems.append(f"{name}: {count} samples in {shard}, a shard not listed")
+            problems.append(f"{name}: {plural(count, 'sample')} in {shard}, a shard not "
+                            "listed")
         elif count != listed[shard]:
-            problems.append(f"{name}: {count} samples in {shard}, manifest says "
+            problems.append(f"{name}: {plural(count, 'sample')} in {shard}, manifest says "
                             f"{listed[shard]}")
     for shard in sorted(set(listed) - set(counts)):
         if listed[shard]:
@@ -177,7 +179,7 @@ def _check_shard(directory: Path, fmt_name: str, shard: ShardEntry, expected: di
     except ShardFormatError as exc:
         return problems + [f"{shard.name}: {exc}"]
     if len(placed) != shard.samples:
-        problems.append(f"{shard.name}: holds {len(placed)} samples, manifest says "
+        problems.append(f"{shard.name}: holds {plural(len(placed), 'sample')}, manifest says "
                         f"{shard.samples}")
     if shard.index is None:
         return problems  # a tar of a dataset packed before indexes existed

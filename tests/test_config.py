@@ -99,7 +99,7 @@ def test_cli_help_documents_every_option():
     result = CliRunner().invoke(main, ["pack", "--help"])
     assert result.exit_code == 0
     for option in ("--config", "--format", "--size", "--resize", "--quality", "--shard-size",
-                   "--shard-samples", "--split", "--seed", "--workers",
+                   "--shard-samples", "--split", "--group", "--labels", "--seed", "--workers",
                    "--max-reject-fraction", "--overwrite", "--quiet"):
         assert option in result.output
 
@@ -114,28 +114,55 @@ def _leaf_keys(tree: dict, prefix: str = "") -> set[str]:
     return keys
 
 
-def test_example_config_documents_every_key_and_loads():
+def _config_keys(cls, prefix: str = "") -> set[str]:
+    """Every YAML key of a config dataclass (``splits.group`` is stored as ``split_group``)."""
     import dataclasses
 
+    names = set()
+    for item in dataclasses.fields(cls):
+        default = getattr(cls(), item.name)
+        if dataclasses.is_dataclass(default):
+            names |= _config_keys(type(default), f"{prefix}{item.name}.")
+        else:
+            names.add(item.metadata.get("yaml", f"{prefix}{item.name}"))
+    return names
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "shardsmith" / "example.yaml"
+EXAMPLE_PATHS = {"source.path": "/mnt/nas/line3/originals", "output.path": "/data/shards/line3",
+                 "stage.to": "/nvme/shards/line3"}
+
+
+def test_example_config_documents_every_key():
     import yaml
 
     from shardsmith.config import Config
 
-    example = Path(__file__).resolve().parents[1] / "configs" / "example.yaml"
-    load_config(example)
-    documented = _leaf_keys(yaml.safe_load(example.read_text()))
+    tree = yaml.safe_load(EXAMPLE.read_text())
+    documented = _leaf_keys(tree) | {f"splits.{key}" for key in tree["splits"] if key == "group"}
+    assert documented == _config_keys(Config)
 
-    def fields(cls, prefix=""):
-        names = set()
-        for f in dataclasses.fields(cls):
-            default = getattr(cls(), f.name)
-            if dataclasses.is_dataclass(default):
-                names |= fields(type(default), f"{prefix}{f.name}.")
-            else:
-                names.add(f"{prefix}{f.name}")
-        return names
 
-    assert documented == fields(Config)
+def test_every_documented_default_is_the_real_default():
+    import dataclasses
+
+    example = load_config(EXAMPLE)
+    paths = {key: getattr(getattr(example, key.split(".")[0]), key.split(".")[1])
+             for key in EXAMPLE_PATHS}
+    assert paths == EXAMPLE_PATHS  # the only values that are examples, not defaults
+    blank = dataclasses.replace(
+        example,
+        source=dataclasses.replace(example.source, path=""),
+        output=dataclasses.replace(example.output, path=""),
+        stage=dataclasses.replace(example.stage, to=""),
+    )
+    assert blank == load_config()
+    assert example.fingerprint() == load_config().fingerprint()
+
+
+def test_the_example_config_in_configs_is_the_packaged_one():
+    configs = Path(__file__).resolve().parents[1] / "configs" / "example.yaml"
+    assert configs.read_bytes() == EXAMPLE.read_bytes()
 
 
 def test_shipped_configs_load():

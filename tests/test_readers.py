@@ -153,15 +153,15 @@ def test_shard_loader_gives_the_datasets_batches_through_reused_shared_buffers(c
 
     data = dataset(crops, split="train", batch_size=3, seed=2)
     data.set_epoch(5)
-    expected = [(images.clone(), labels) for images, labels in data]
+    expected = [(batch.clone(), labels) for batch, labels in data]
     loader = ShardLoader(data, num_workers=workers)
-    got = [(images.clone(), labels) for images, labels in loader]  # a batch is valid until
-    assert len(got) == len(loader) == len(expected)                 # the next is taken
-    for (images, labels), (want_images, want_labels) in zip(got, expected, strict=True):
-        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
-    assert images.is_contiguous(memory_format=torch.channels_last)
+    got = [(batch.clone(), labels) for batch, labels in loader]  # a batch is valid until
+    assert len(got) == len(loader) == len(expected)               # the next is taken
+    for (batch, labels), (want_batch, want_labels) in zip(got, expected, strict=True):
+        assert torch.equal(batch, want_batch) and torch.equal(labels, want_labels)
+    assert batch.is_contiguous(memory_format=torch.channels_last)
     data.set_epoch(6)
-    assert [sha1(images) for images, _ in loader] != [sha1(images) for images, _ in got]
+    assert [sha1(batch) for batch, _ in loader] != [sha1(batch) for batch, _ in got]
 
 
 def test_shard_loader_needs_batch_mode(crops):

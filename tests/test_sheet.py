@@ -1,0 +1,144 @@
+"""`shardsmith sheet`: a contact sheet a person can look at, drawn from the packed samples."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from shardsmith.cli import main
+from shardsmith.manifest import read_manifest
+from shardsmith.sheet import render_sheet
+
+import images
+from images import manifest_of
+
+PER_CLASS = 3
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    """Three classes (one with a single image), a truncated JPEG and an empty file."""
+    root = tmp_path_factory.mktemp("sheet")
+    source, output = root / "source", root / "out"
+    for number in range(5):
+        images.write(source / "ok" / f"a{number}.jpg", images.jpeg(96, 64, number))
+        images.write(source / "scratch" / f"b{number}.png", images.png(64, 96, 10 + number))
+    images.write(source / "dent" / "c.jpg", images.jpeg(80, 80, 20))
+    images.write(source / "dent" / "cut.jpg", images.truncated_jpeg())
+    images.write(source / "dent" / "zero.jpg", b"")
+    result = CliRunner().invoke(main, ["pack", str(source), str(output), "--size", "64",
+                                       "--split", "train=0.6,val=0.4", "--workers", "1",
+                                       "--quiet", "--max-reject-fraction", "1"])
+    assert result.exit_code == 0, result.output
+    return output
+
+
+def sheet_cli(dataset: Path, png: Path, *args: str, expect: int = 0) -> str:
+    result = CliRunner().invoke(main, ["sheet", str(dataset), "-o", str(png),
+                                       "--per-class", str(PER_CLASS), *args])
+    assert result.exit_code == expect, result.output
+    return result.output
+
+
+def busy(image: Image.Image, box: tuple[int, int, int, int]) -> bool:
+    """The box holds a picture, not a flat fill."""
+    return float(np.asarray(image.crop(box).convert("L"), np.float32).std()) > 4.0
+
+
+def test_one_row_per_class_with_non_blank_thumbnails(dataset):
+    sheet = render_sheet(dataset, read_manifest(dataset), per_class=PER_CLASS, seed=0)
+    assert [(row.label, row.name) for row in sheet.rows] == [(0, "dent"), (1, "ok"),
+                                                             (2, "scratch")]
+    assert [len(row.thumbnails) for row in sheet.rows] == [1, PER_CLASS, PER_CLASS]
+    for row in sheet.rows:
+        assert all(busy(sheet.image, box) for box in row.thumbnails)
+        assert row.box[1] >= (sheet.rows[row.label - 1].box[3] if row.label else 0)
+    assert sheet.image.width >= 2 * 160 + PER_CLASS * 160
+
+
+def test_tfrecord_samples_are_drawn_too(tmp_path):
+    source, output = tmp_path / "source", tmp_path / "out"
+    for number in range(2):
+        images.write(source / "ok" / f"a{number}.jpg", images.jpeg(96, 64, number))
+    result = CliRunner().invoke(main, ["pack", str(source), str(output), "--size", "64",
+                                       "--format", "tfrecord", "--workers", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    sheet = render_sheet(output, read_manifest(output), per_class=PER_CLASS, seed=0)
+    (row,) = sheet.rows
+    assert len(row.thumbnails) == 2 and all(busy(sheet.image, box) for box in row.thumbnails)
+
+
+def test_rejected_originals_are_shown_as_far_as_they_decode(dataset):
+    sheet = render_sheet(dataset, read_manifest(dataset), per_class=PER_CLASS, seed=0)
+    assert len(sheet.rejects) == 2 and sheet.reject_thumbnails == 1  # the truncated JPEG
+    assert not sheet.notes
+
+
+def test_the_same_seed_draws_the_same_png_and_another_seed_other_samples(dataset, tmp_path):
+    first, again, other = tmp_path / "1.png", tmp_path / "2.png", tmp_path / "3.png"
+    output = sheet_cli(dataset, first, "--seed", "5")
+    sheet_cli(dataset, again, "--seed", "5")
+    sheet_cli(dataset, other, "--seed", "6")
+    assert first.read_bytes() == again.read_bytes()
+    assert first.read_bytes() != other.read_bytes()
+    with Image.open(first) as image:
+        assert image.format == "PNG"
+        assert f"{image.width}x{image.height} px, 3 class rows, 7 samples, 2 rejects" in output
+
+
+def test_one_split_only(dataset, tmp_path):
+    split_of = {}
+    name = manifest_of(dataset)["samples_index"]["name"]
+    for line in (dataset / name).read_text().splitlines():
+        record = json.loads(line)
+        split_of.setdefault(record["split"], 0)
+        split_of[record["split"]] += 1
+    output = sheet_cli(dataset, tmp_path / "val.png", "--split", "val", "--per-class", "64")
+    assert f"{split_of['val']} samples" in output
+
+
+def test_without_the_source_the_sheet_is_still_drawn_and_says_why(dataset, tmp_path):
+    source = Path(manifest_of(dataset)["source"])
+    moved = source.with_name("moved-away")
+    source.rename(moved)
+    try:
+        result = CliRunner().invoke(main, ["sheet", str(dataset), "-o",
+                                           str(tmp_path / "s.png")])
+    finally:
+        moved.rename(source)
+    assert result.exit_code == 0, result.output
+    assert "note: the originals are not reachable" in result.output
+    assert (tmp_path / "s.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("bad_path", ["../outside.jpg", "/etc/hostname", "dent/../../x.jpg"])
+def test_a_reject_path_that_leaves_the_source_is_refused(dataset, tmp_path, bad_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    manifest = manifest_of(copy)
+    manifest["rejects"][0]["path"] = bad_path
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    output = sheet_cli(copy, tmp_path / "s.png", expect=2)
+    assert "(refused)" in output and not (tmp_path / "s.png").exists()
+
+
+def test_a_reject_that_is_a_link_out_of_the_source_is_refused(dataset, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    secret = images.write(tmp_path / "secret" / "x.jpg", images.jpeg(32, 32))
+    manifest = manifest_of(copy)
+    link = Path(manifest["source"]) / "dent" / "link.jpg"
+    link.symlink_to(secret)
+    manifest["rejects"][0]["path"] = "dent/link.jpg"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    try:
+        output = sheet_cli(copy, tmp_path / "s.png", expect=2)
+    finally:
+        link.unlink()
+    assert "leads out of the source" in output
