@@ -193,7 +193,7 @@ def warm_up(method: str, path: Path, size: int) -> None:
         from shardsmith.config import ImageConfig
         from shardsmith.imaging import convert
 
-        convert(str(path), ImageConfig(size=size))
+        convert(path.read_bytes(), ImageConfig(size=size))
 
 
 def child(method: str, source: Path, size: int, reps: int, workers: int) -> dict:
@@ -237,8 +237,8 @@ def child(method: str, source: Path, size: int, reps: int, workers: int) -> dict
                 started = time.perf_counter()
                 result = pack(config)
                 per_image.append((time.perf_counter() - started) / len(files))
-            totals = result.manifest["totals"]
-            extra["bytes_per_image"] = totals["bytes_out"] / max(1, totals["packed"])
+            totals = result.manifest.totals
+            extra["bytes_per_image"] = totals.bytes_out / max(1, totals.packed)
         peak_tree = tree.peak if tree is not None else 0
     return {
         "seconds_per_image": statistics.median(per_image),
@@ -299,6 +299,29 @@ def quality(source: Path, size: int, samples: int = 2) -> dict:
         "psnr_encoded_vs_reference_db": round(min(after), 1),
         "psnr_naive_encoded_vs_reference_db": round(min(naive_after), 1),
     }
+
+
+def digest_costs(source: Path, reps: int = 5) -> dict[str, float]:
+    """Milliseconds per original to fingerprint its bytes for change detection: XXH3-128 of
+    every byte (``content``), the size and first and last 64 KiB (``edges``), and sha256 of
+    every byte for comparison (medians of ``reps``, bytes already in memory)."""
+    import hashlib
+
+    from shardsmith.records import content_digest, edges_digest
+
+    methods = {"content (XXH3-128)": content_digest, "edges (64 KiB x 2)": edges_digest,
+               "sha256 (not used)": lambda data: hashlib.sha256(data).hexdigest()}
+    blobs = [path.read_bytes() for path in files_of(source)]
+    costs = {}
+    for name, method in methods.items():
+        runs = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            for data in blobs:
+                method(data)
+            runs.append((time.perf_counter() - started) / len(blobs))
+        costs[name] = round(statistics.median(runs) * 1000, 2)
+    return costs
 
 
 def profile_one(path: Path, size: int, reps: int = 5) -> dict[str, float]:
@@ -430,6 +453,7 @@ def main() -> None:
         case.update(measure_interleaved({"naive": 1, "floor": 1, "pack1": 1}, source, size,
                                         args.reps))
         case["quality"] = quality(source, size)
+        case["digest_ms"] = digest_costs(source)
         results["cases"].append(case)
         rows.append(case)
         print_case(case)
@@ -496,6 +520,13 @@ def print_table(rows: list[dict], e2e: dict) -> None:
         share_of_floor = paired_ratio(case, "pack1", "floor")
         print(f"{'':<16}ratios (paired medians): pack1 is {versus_naive:.2f}x the naive loop, "
               f"at {share_of_floor:.0%} of the decode floor")
+    print("\nchange detection, ms per original to fingerprint its bytes (share of pack1):")
+    for case in rows:
+        if case["size"] != 512:
+            continue
+        pack_ms = case["pack1"]["seconds_per_image"] * 1000
+        print(f"  {case['kind']:<8}" + "   ".join(
+            f"{name} {ms:.2f} ms ({ms / pack_ms:.1%})" for name, ms in case["digest_ms"].items()))
     p1, pn = e2e["pack1"], e2e["packN"]
     print(f"\nend to end, {e2e['images']} JPEG originals -> 512px shards:")
     print(f"  pack --workers 1       {1 / p1['seconds_per_image']:6.2f} images/s  "

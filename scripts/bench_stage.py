@@ -45,7 +45,9 @@ def make_dataset(root: Path, shards: int, shard_bytes: int) -> int:
     (root / "samples.jsonl").write_bytes(b"")
     manifest = {
         "schema_version": 1, "format": "webdataset", "fingerprint": "bench", "classes": [],
-        "totals": {}, "rejects": [], "shards": entries, "splits": {"train": {}},
+        "totals": {"seen": shards, "packed": shards, "rejected": 0, "excluded": 0,
+                   "bytes_in": 0, "bytes_out": sum(entry["bytes"] for entry in entries)},
+        "rejects": [], "shards": entries, "splits": {"train": {}},
         "samples_index": {"name": "samples.jsonl", "samples": 0, "bytes": 0,
                           "sha256": hashlib.sha256(b"").hexdigest()},
     }
