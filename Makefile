@@ -25,7 +25,7 @@ $(CORE): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $(CORE)
 
-# The test extras on top: pytest, TensorFlow, torch, dask, ruff (about 2.6 GB).
+# The test extras on top: pytest, TensorFlow, torch, DALI (CPU here), dask, ruff (about 3.6 GB).
 $(DEV): pyproject.toml | $(BIN)/python
 	# The CPU build of torch first: an unpinned install would pull a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
@@ -34,7 +34,7 @@ $(DEV): pyproject.toml | $(BIN)/python
 
 install: $(CORE)  ## .venv with shardsmith alone (editable): enough to pack, stage and inspect
 
-install-dev: $(DEV)  ## .venv with the test tools too (TensorFlow, torch, dask, ruff: ~2.6 GB)
+install-dev: $(DEV)  ## .venv with the test tools too (TensorFlow, torch, DALI, dask: ~3.6 GB)
 
 test: $(DEV)  ## run the test suite
 	$(BIN)/python -m pytest -q
@@ -68,11 +68,12 @@ retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it
 	$(BIN)/shardsmith pack --config $(CONFIG)
 	$(BIN)/shardsmith stage --config $(CONFIG)
 
-bench: $(DEV)  ## image path + pack and stage benchmarks (tables, ratios, build/bench/*.json)
+bench: $(DEV)  ## image path, pack, stage, readers, big trees (tables, ratios, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_stage.py
 	$(BIN)/python scripts/bench_nightly.py
 	$(BIN)/python scripts/bench_read.py
+	$(BIN)/python scripts/bench_scale.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)
