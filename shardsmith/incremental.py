@@ -36,6 +36,7 @@ from .manifest import (
     SampleRecord,
     ShardEntry,
     VersionEntry,
+    files_intact,
     iter_sample_index,
     shard_number,
 )
@@ -62,17 +63,6 @@ class Base:
         return self.previous.version if self.previous is not None else 0
 
 
-def shard_intact(directory: Path, shard: ShardEntry) -> bool:
-    """The files of ``shard`` are there at their listed sizes (a stat each: cheap)."""
-    for entry in shard.files():
-        try:
-            if (directory / entry.name).stat().st_size != entry.bytes:
-                return False
-        except OSError:
-            return False
-    return True
-
-
 def prepare_base(output: Path, previous: Manifest | None, plan: Plan,
                  classes: tuple[str, ...]) -> Base:
     """Compare the previous version with the current plan: what to process, what leaves."""
@@ -80,7 +70,8 @@ def prepare_base(output: Path, previous: Manifest | None, plan: Plan,
         return Base(None, plan)
     _check_classes(output, previous.classes, classes)
     base = Base(previous, [])
-    base.damaged = [shard for shard in previous.shards if not shard_intact(output, shard)]
+    base.damaged = [shard for shard in previous.shards
+                    if not files_intact(output, shard.files())]
     damaged = {shard.name for shard in base.damaged}
     table, plan_position = plan.table, plan.position_of()
 

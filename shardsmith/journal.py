@@ -19,7 +19,7 @@ from typing import Any
 from .atomic import fsync_directory, naming, write_bytes_atomic
 from .errors import ManifestError
 from .jsonmodel import parse, to_json
-from .manifest import STATE_DIR, RejectEntry, ShardEntry, sample_line
+from .manifest import STATE_DIR, RejectEntry, ShardEntry, files_intact, sample_line
 
 JOURNAL_NAME = "journal.jsonl"
 SAMPLES_NAME = "samples.jsonl"
@@ -85,8 +85,8 @@ class Journal:
                 else:
                     try:
                         shard = entry["shard"]
-                        if shard is not None and not _published_intact(
-                                self.output, parse(ShardEntry, shard, "journal")):
+                        if shard is not None and not files_intact(
+                                self.output, parse(ShardEntry, shard, "journal").files()):
                             break
                         state.apply(entry)
                     except (KeyError, TypeError, ManifestError):
@@ -163,14 +163,3 @@ class Journal:
         self.path.unlink(missing_ok=True)
         self.samples_path.unlink(missing_ok=True)
         fsync_directory(self.path.parent)
-
-
-def _published_intact(output: Path, shard: ShardEntry) -> bool:
-    """Cheap check that a journalled shard (and its index) is still there at its size."""
-    for entry in shard.files():
-        try:
-            if (output / entry.name).stat().st_size != entry.bytes:
-                return False
-        except OSError:
-            return False
-    return True

@@ -416,6 +416,17 @@ def sources_fingerprint(entries: Iterable[tuple[str, int, int]]) -> str:
     return digest.hexdigest()
 
 
+def files_intact(directory: Path, entries: Iterable[FileEntry]) -> bool:
+    """Every file is there at its listed size (a stat each: cheap, no reading)."""
+    for entry in entries:
+        try:
+            if (directory / entry.name).stat().st_size != entry.bytes:
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def remove_unnamed(directory: Path, keep: Iterable[str]) -> list[str]:
     """Remove dataset files (our name patterns only) that ``keep`` does not name."""
     keep = set(keep)

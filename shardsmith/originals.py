@@ -41,16 +41,18 @@ def read_original(path: str, follow_symlinks: bool) -> tuple[bytes, os.stat_resu
     """All bytes of a regular file, read through one descriptor."""
     fd, info = open_regular(path, follow_symlinks)
     try:
-        chunks, remaining = [], info.st_size
-        while True:  # to EOF: a file that grew since fstat is read whole
-            chunk = os.read(fd, max(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
+        return _read_all(fd, info.st_size), info
     finally:
         os.close(fd)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks), info
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """To EOF (a file that grew since its stat is read whole), in as few reads as its size."""
+    chunks, remaining = [], size
+    while chunk := os.read(fd, max(remaining, 1 << 20)):
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_edges(path: str, follow_symlinks: bool) -> tuple[int, bytes, bytes, int]:
@@ -115,13 +117,6 @@ def read_under_root(root: str, relpath: str, max_bytes: int) -> bytes:
     try:
         if info.st_size > max_bytes:
             raise BadImage("too_large", f"{info.st_size:,} bytes: not read")
-        chunks, remaining = [], info.st_size
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 24))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
+        return _read_all(fd, info.st_size)[:max_bytes]
     finally:
         os.close(fd)
-    return b"".join(chunks)

@@ -29,7 +29,6 @@ from .incremental import (
     prepare_base,
     rewrite,
     settle,
-    shard_intact,
 )
 from .journal import Journal, JournalState
 from .lock import DirectoryLock
@@ -45,6 +44,7 @@ from .manifest import (
     SplitTotals,
     Totals,
     commit,
+    files_intact,
     is_dataset_file,
     is_shard_list,
     no_longer_named,
@@ -167,12 +167,10 @@ def _up_to_date(output: Path, previous: Manifest, plan_fingerprint: str) -> bool
     """Nothing to do: same sources, this schema, and every listed file there at its size."""
     if not previous.current or previous.sources_fingerprint != plan_fingerprint:
         return False
-    damaged = [shard.name for shard in previous.shards if not shard_intact(output, shard)]
+    damaged = [shard.name for shard in previous.shards
+               if not files_intact(output, shard.files())]
     index = previous.samples_index
-    try:
-        index_ok = (output / index.name).stat().st_size == index.bytes
-    except OSError:
-        index_ok = False
+    index_ok = files_intact(output, [index.file])
     if damaged:
         log.warning("%d listed shards are missing or damaged (%s): their samples are packed "
                     "again", len(damaged), ", ".join(damaged[:3]))

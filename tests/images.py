@@ -113,6 +113,20 @@ def samples_of(dataset: Path) -> list[dict]:
     return [json.loads(line) for line in (dataset / name).read_text().splitlines()]
 
 
+def dataset_bytes(output: Path) -> dict[str, bytes]:
+    """Every file of a dataset, the manifest without its timing fields."""
+    import json
+
+    files = {p.name: p.read_bytes() for p in sorted(output.iterdir()) if p.is_file()}
+    manifest = json.loads(files.pop("manifest.json"))
+    for volatile in ("created", "run"):
+        manifest.pop(volatile)
+    for version in manifest["history"]:
+        version.pop("created")
+    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
+    return files
+
+
 def write(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)

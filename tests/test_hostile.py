@@ -36,7 +36,7 @@ from click.testing import CliRunner, Result
 from shardsmith.cli import main
 
 import images
-from images import manifest_of, samples_of
+from images import dataset_bytes, manifest_of, samples_of
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -172,18 +172,6 @@ def files_outside(root: Path, inside: Path) -> dict[str, tuple[int, int, int]]:
         found[str(path.relative_to(root))] = (stat.S_IFMT(info.st_mode), info.st_size,
                                               info.st_mtime_ns)
     return found
-
-
-def dataset_bytes(output: Path) -> dict[str, bytes]:
-    """Every file of a dataset, the manifest without its timing fields."""
-    files = {p.name: p.read_bytes() for p in sorted(output.iterdir()) if p.is_file()}
-    manifest = json.loads(files.pop("manifest.json"))
-    for volatile in ("created", "run"):
-        manifest.pop(volatile)
-    for version in manifest["history"]:
-        version.pop("created")
-    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
-    return files
 
 
 def staged_version(directory: Path) -> int:

@@ -156,9 +156,9 @@ def test_log_lists_the_versions(tmp_path):
 
 
 def test_an_interrupted_increment_resumes_to_the_same_result(tmp_path, monkeypatch):
-    from test_pack_e2e import dataset_bytes
-
     from shardsmith.formats import ShardWriter
+
+    from images import dataset_bytes
 
     source = tree(tmp_path / "source")
     clean, resumed = tmp_path / "clean", tmp_path / "resumed"

@@ -29,19 +29,7 @@ def run_pack(*args: str, expect: int = 0) -> str:
     return result.output
 
 
-from images import manifest_of, samples_of  # noqa: E402
-
-
-def dataset_bytes(output: Path) -> dict[str, bytes]:
-    """Every file of a dataset, the manifest without its timing fields."""
-    files = {p.name: p.read_bytes() for p in sorted(output.iterdir()) if p.is_file()}
-    manifest = json.loads(files.pop("manifest.json"))
-    for volatile in ("created", "run"):
-        manifest.pop(volatile)
-    for version in manifest["history"]:
-        version.pop("created")
-    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
-    return files
+from images import dataset_bytes, manifest_of, samples_of  # noqa: E402
 
 
 def check_manifest_accounts_for_everything(output: Path, expected: dict[str, str]) -> dict:
