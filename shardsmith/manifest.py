@@ -242,6 +242,7 @@ class Manifest:
     run: dict[str, Any] = field(default_factory=dict)
     next_shard_numbers: dict[str, int] = field(default_factory=dict)
     staged: dict[str, Any] | None = None
+    shard_lists: tuple[str, ...] = ()  # derived from ``shards``, replaced after each commit
 
     def check(self, where: str) -> None:
         if self.schema_version not in READABLE_SCHEMAS:
@@ -252,6 +253,8 @@ class Manifest:
                                 f"{', '.join(FORMATS)}")
         for split in self.splits:
             _plain_name(split, SPLIT_NAME, "splits", "split")
+        for name in self.shard_lists:
+            _plain_name(name, SHARD_LIST_NAME, "shard_lists", "shard list")
         names: set[str] = set()
         for number, shard in enumerate(self.shards):
             where_shard = f"shards[{number}]"
@@ -279,7 +282,9 @@ class Manifest:
     def only_split(self, split: str) -> Manifest:
         """The same dataset restricted to one split (``stage --split``)."""
         return replace(self, shards=tuple(s for s in self.shards if s.split == split),
-                       splits={split: self.splits[split]})
+                       splits={split: self.splits[split]},
+                       shard_lists=tuple(name for name in self.shard_lists
+                                         if name.startswith(f"{split}-")))
 
     def with_content_fingerprint(self) -> Manifest:
         listing = [(shard.name, shard.sha256) for shard in self.shards]
@@ -438,7 +443,7 @@ def remove_unnamed(directory: Path, keep: Iterable[str]) -> list[str]:
     return removed
 
 
-def shard_lists(manifest: Manifest) -> dict[str, bytes]:
+def shard_list_contents(manifest: Manifest) -> dict[str, bytes]:
     """The content of every shard list of ``manifest``: name -> bytes.
 
     Names in them are relative to the dataset directory (wids resolves them against the JSON
@@ -466,7 +471,7 @@ def commit(directory: Path, manifest: Manifest, obsolete: Iterable[str] = ()) ->
     stable names) are replaced right after it, naming only files that exist; then the
     ``obsolete`` files, which the new manifest does not name, are removed."""
     write_manifest(directory, manifest)
-    for name, content in shard_lists(manifest).items():
+    for name, content in shard_list_contents(manifest).items():
         path = directory / name
         try:
             unchanged = path.read_bytes() == content
@@ -478,6 +483,10 @@ def commit(directory: Path, manifest: Manifest, obsolete: Iterable[str] = ()) ->
     for name in obsolete:
         if name not in named:
             (directory / name).unlink(missing_ok=True)
+    if manifest.shard_lists:  # lists of splits this version does not hold name nothing of it
+        for entry in os.scandir(directory):
+            if is_shard_list(entry.name) and entry.name not in manifest.shard_lists:
+                os.unlink(entry.path)
     fsync_directory(directory)
 
 

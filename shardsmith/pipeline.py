@@ -50,6 +50,7 @@ from .manifest import (
     no_longer_named,
     read_manifest,
     samples_index_name,
+    shard_list_names,
     sources_fingerprint,
     write_sample_index,
 )
@@ -348,6 +349,8 @@ def _build_manifest(
             "workers": config.run.worker_count,
         },
         next_shard_numbers=dict(sorted(numbers.items())),
+        shard_lists=tuple(name for split, _ in config.splits
+                          for name in shard_list_names(split, config.output.format)),
     )
 
 

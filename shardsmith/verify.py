@@ -32,7 +32,7 @@ from .manifest import (
     is_shard_file,
     iter_sample_index,
     read_manifest,
-    shard_lists,
+    shard_list_contents,
 )
 from .report import plural
 
@@ -93,7 +93,7 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
             report.samples += shard.samples
             report.bytes += shard.bytes
 
-    for name, content in (shard_lists(manifest).items() if manifest.current else ()):
+    for name, content in (shard_list_contents(manifest).items() if manifest.current else ()):
         try:
             if (directory / name).read_bytes() != content:
                 report.problems.append(f"{name}: does not list the manifest's shards")

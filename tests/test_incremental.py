@@ -129,6 +129,34 @@ def test_stage_after_an_increment_copies_only_new_and_rewritten_shards(tmp_path)
     assert verify(tmp_path / "nvme", decode=True).ok
 
 
+def test_shard_lists_name_the_current_shards_after_every_version_and_stage(tmp_path):
+    source, output, staged = tree(tmp_path / "source"), tmp_path / "out", tmp_path / "nvme"
+
+    def listed(directory: Path, split: str) -> list[str]:
+        return (directory / f"{split}-shards.txt").read_text().split()
+
+    def shards(directory: Path, split: str) -> list[str]:
+        return [s["name"] for s in manifest_of(directory)["shards"] if s["split"] == split]
+
+    pack(source, output, "--split", "train=0.7,val=0.3")
+    (source / "b" / "01.jpg").unlink()  # the increment rewrites or drops a shard
+    images.write(source / "c" / "new.jpg", images.jpeg(100, 100, 7))
+    pack(source, output, "--split", "train=0.7,val=0.3")
+    for split in ("train", "val"):
+        assert listed(output, split) == shards(output, split)
+        assert all((output / name).exists() for name in listed(output, split))
+    wids = json.loads((output / "train-shards.json").read_text())
+    assert [entry["url"] for entry in wids["shardlist"]] == shards(output, "train")
+    assert sum(entry["nsamples"] for entry in wids["shardlist"]) == \
+        manifest_of(output)["splits"]["train"]["samples"]
+
+    stage(output, staged, quiet=True, split="train")
+    stage(output, staged, quiet=True, split="val", prune=True)
+    assert not (staged / "train-shards.txt").exists()  # the train shards were pruned
+    assert listed(staged, "val") == shards(staged, "val")
+    assert verify(staged).ok
+
+
 def test_a_new_class_folder_that_would_shift_labels_is_refused(tmp_path):
     source, output = tree(tmp_path / "source"), tmp_path / "out"
     pack(source, output)
