@@ -26,7 +26,12 @@ from .jsonmodel import cut, shown
 FORMATS = ("webdataset", "tfrecord")
 RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
 COLOR_MODES = ("rgb", "gray", "keep")
-LABEL_MODES = ("folders", "none")
+LABEL_MODES = ("folders", "none", "file")
+ANNOTATION_FILES = ("", "yolo", "voc", "labelme")
+ANNOTATION_PRESETS = ("", "mvtec")
+COORDINATES = ("stored", "upright")
+MASK_VALUES = ("binary", "index")
+TILE_KEEP = ("annotated", "all")
 SUBSAMPLING = ("420", "422", "444")
 DEFAULT_EXTENSIONS = ("jpg", "jpeg", "png", "tif", "tiff", "bmp", "webp")
 BACKENDS = ("local", "dask")
@@ -44,6 +49,48 @@ def since_v2(default: Any) -> Any:
     return field(default=default, metadata={"fingerprint": "unless_default"})
 
 
+def since_v2_section(factory: type) -> Any:
+    """A section added after datasets were first written: left out of the fingerprint while
+    every setting in it is at its default."""
+    return field(default_factory=factory, metadata={"fingerprint": "unless_default"})
+
+
+@dataclass(frozen=True)
+class AnnotationConfig:
+    """Where each original's annotations come from (YAML ``source.annotations``).
+
+    Paths are relative to ``source.path`` unless absolute.  Every input is optional; an image
+    without an annotation has no objects (a background image).
+    """
+
+    preset: str = ""  # "mvtec": the MVTec AD layout (labels, masks and splits from folders)
+    labels: str = ""  # CSV or JSON Lines file of (path, label), read with source.labels: file
+    files: str = ""  # per-image files with the image's stem: yolo (.txt), voc (.xml), labelme
+    files_dir: str = ""  # "" beside the image, else a tree mirroring the source tree
+    coco: str = ""  # one COCO instances JSON: boxes, polygons, RLE
+    coco_root: str = ""  # the folder under source.path that COCO file_name values start from
+    masks: str = ""  # "" none, "beside" (with mask_suffix), or a tree mirroring the source tree
+    mask_suffix: str = ""  # added to the image's stem: "_mask" -> x_mask.png
+    mask_values: str = "binary"  # binary: non-zero = the image's class; index: k = classes[k-1]
+    classes: tuple[str, ...] = ()  # object classes in id order (1, 2, ...): YOLO ids, masks
+    coordinates: str = "stored"  # stored: as the file's pixels are stored; upright: after EXIF
+    min_visible: float = 0.25  # objects with less of them left in a crop or tile are dropped
+
+    @property
+    def enabled(self) -> bool:
+        return self != AnnotationConfig()
+
+    @property
+    def has_objects(self) -> bool:
+        """Boxes, polygons or masks are read (not only image labels)."""
+        return bool(self.preset or self.files or self.coco or self.masks)
+
+    @property
+    def has_masks(self) -> bool:
+        """Every sample carries a class mask (``KEY.mask.png``)."""
+        return bool(self.preset or self.masks or self.coco or self.files == "labelme")
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     """Where the originals are and which of them to take."""
@@ -54,6 +101,23 @@ class SourceConfig:
     exclude: tuple[str, ...] = ()
     labels: str = "folders"
     follow_symlinks: bool = False
+    annotations: AnnotationConfig = since_v2_section(AnnotationConfig)
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Cut each original into tiles at (near) full resolution instead of resizing it
+    (YAML ``image.tiles``; off while ``size`` is 0)."""
+
+    size: int = 0  # tile side in pixels; 0 = no tiling
+    overlap: int = 0  # pixels shared by neighbouring tiles
+    scale: float = 1.0  # the original is scaled by this before it is cut (0 < scale <= 1)
+    keep: str = "annotated"  # annotated: tiles holding an annotation + background_fraction
+    background_fraction: float = 0.1  # of the tiles without one, kept at random (seeded)
+
+    @property
+    def enabled(self) -> bool:
+        return self.size > 0
 
 
 @dataclass(frozen=True)
@@ -70,6 +134,7 @@ class ImageConfig:
     pad_color: tuple[int, int, int] = (0, 0, 0)
     max_pixels: int = 300_000_000
     max_decoded_mb: int = since_v2(1024)
+    tiles: TileConfig = since_v2_section(TileConfig)
 
 
 @dataclass(frozen=True)
@@ -128,6 +193,9 @@ class Config:
     # YAML ``splits.group``: a regular expression on the relative path whose match (or named
     # group ``group``) names a part, lot or camera session; a group goes to one split.
     split_group: str = field(default="", metadata={"yaml": "splits.group"})
+    # YAML ``splits.folder``: the top folder of a path names its split (train/, test/), and the
+    # class folder is the one below it; the fractions are not used.
+    split_folder: bool = field(default=False, metadata={"yaml": "splits.folder"})
     seed: int = 0
     run: RunConfig = field(default_factory=RunConfig)
     stage: StageConfig = field(default_factory=StageConfig)
@@ -141,8 +209,9 @@ class Config:
             "source": _settings(self.source, skip="path"),
             "output": _settings(self.output, skip="path"),
             "image": _settings(self.image),
-            "splits": dict(self.splits) | ({"group": self.split_group} if self.split_group
-                                           else {}),
+            "splits": dict(self.splits)
+            | ({"group": self.split_group} if self.split_group else {})
+            | ({"folder": True} if self.split_folder else {}),
             "seed": self.seed,
         }
 
@@ -158,10 +227,19 @@ def _settings(section: Any, skip: str = "") -> dict[str, Any]:
         value = getattr(section, item.name)
         if item.name == skip:
             continue
-        if item.metadata.get("fingerprint") == "unless_default" and value == item.default:
+        if item.metadata.get("fingerprint") == "unless_default" and value == _default(item):
+            continue
+        if dataclasses.is_dataclass(value):
+            out[item.name] = _settings(value)
             continue
         out[item.name] = _plain(value)
     return out
+
+
+def _default(item: dataclasses.Field) -> Any:
+    if item.default_factory is not dataclasses.MISSING:
+        return item.default_factory()
+    return item.default
 
 
 def _plain(obj: Any) -> Any:
@@ -188,8 +266,9 @@ def load_config(
         if dotted == "splits":  # --split replaces the fractions, not the file's splits.group
             value = _split_mapping(value, "splits")
             previous = raw.get("splits")
-            if isinstance(previous, dict) and "group" in previous and "group" not in value:
-                value["group"] = previous["group"]
+            for kept in ("group", "folder"):
+                if isinstance(previous, dict) and kept in previous and kept not in value:
+                    value[kept] = previous[kept]
         node = raw
         *parents, leaf = dotted.split(".")
         for part in parents:
@@ -277,9 +356,11 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         if dataclasses.is_dataclass(default):
             values[name] = _build(type(default), value, key + ".")
         elif name == "splits":
-            values[name], group = _splits(value, key)
+            values[name], group, folder = _splits(value, key)
             if group:
                 values["split_group"] = group
+            if folder:
+                values["split_folder"] = True
         else:
             values[name] = _coerce(value, default, fields[name].type, key)
     return cls(**values)
@@ -348,16 +429,19 @@ def _split_mapping(value: Any, key: str) -> Any:
     return pairs
 
 
-def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str]:
+def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str, bool]:
     """Accept ``{train: 0.9, val: 0.1, group: REGEX}`` or the CLI form ``"train=0.9,val=0.1"``.
 
-    Returns the fractions in order (``train: 1`` when only a group is given) and the group
-    pattern ("" for none).
+    Returns the fractions in order (``train: 1`` when only a group is given), the group
+    pattern ("" for none) and whether the top folder names the split (``folder: true``).
     """
     value = _split_mapping(value, key)
     if not isinstance(value, dict) or not value:
         raise ConfigError(f"{key}: expected a mapping of split name to fraction")
     group = _group_pattern(value.pop("group"), f"{key}.group") if "group" in value else ""
+    folder = value.pop("folder", False)
+    if not isinstance(folder, bool):
+        raise ConfigError(f"{key}.folder: expected true or false, got {shown(folder)}")
     splits = []
     for name, fraction in value.items():
         if not isinstance(name, str) or not SPLIT_NAME.match(name):
@@ -369,11 +453,11 @@ def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str]:
             raise ConfigError(f"{key}.{name}: fraction must be in (0, 1], got {fraction}")
         splits.append((name, float(fraction)))
     if not splits:
-        return DEFAULT_SPLITS, group
+        return DEFAULT_SPLITS, group, folder
     total = sum(fraction for _, fraction in splits)
-    if abs(total - 1.0) > 1e-6:
+    if abs(total - 1.0) > 1e-6 and not folder:
         raise ConfigError(f"{key}: fractions must add up to 1, they add up to {total:g}")
-    return tuple(splits), group
+    return tuple(splits), group, folder
 
 
 def _group_pattern(value: Any, key: str) -> str:
@@ -423,7 +507,79 @@ def _validate(config: Config) -> Config:
         raise ConfigError(
             f"run.max_reject_fraction: expected 0..1, got {run.max_reject_fraction}"
         )
+    _validate_tiles(img.tiles)
+    config = _validate_annotations(config)
+    src = config.source
     return dataclasses.replace(config, source=dataclasses.replace(src, extensions=extensions))
+
+
+def _validate_tiles(tiles: TileConfig) -> None:
+    if not tiles.enabled:
+        if tiles.size < 0:
+            raise ConfigError(f"image.tiles.size: expected 0 (no tiles) or 16..16384, got "
+                              f"{tiles.size}")
+        return
+    if not 16 <= tiles.size <= 16384:
+        raise ConfigError(f"image.tiles.size: expected 16..16384 pixels, got {tiles.size}")
+    if not 0 <= tiles.overlap < tiles.size:
+        raise ConfigError(f"image.tiles.overlap: expected 0..{tiles.size - 1} (less than the "
+                          f"tile), got {tiles.overlap}")
+    if not 0 < tiles.scale <= 1:
+        raise ConfigError(f"image.tiles.scale: expected more than 0 and at most 1, got "
+                          f"{tiles.scale:g}")
+    _one_of("image.tiles.keep", tiles.keep, TILE_KEEP)
+    if not 0 <= tiles.background_fraction <= 1:
+        raise ConfigError(f"image.tiles.background_fraction: expected 0..1, got "
+                          f"{tiles.background_fraction:g}")
+
+
+def _validate_annotations(config: Config) -> Config:
+    """Check ``source.annotations`` and resolve its preset into the settings it implies."""
+    src = config.source
+    notes = src.annotations
+    _one_of("source.annotations.preset", notes.preset, ANNOTATION_PRESETS)
+    _one_of("source.annotations.files", notes.files, ANNOTATION_FILES)
+    _one_of("source.annotations.coordinates", notes.coordinates, COORDINATES)
+    _one_of("source.annotations.mask_values", notes.mask_values, MASK_VALUES)
+    if not 0 <= notes.min_visible <= 1:
+        raise ConfigError(f"source.annotations.min_visible: expected 0..1, got "
+                          f"{notes.min_visible:g}")
+    if (src.labels == "file") != bool(notes.labels):
+        raise ConfigError("source.labels: file reads the labels from source.annotations.labels "
+                          "(a CSV or JSON Lines file of path,label): set both or neither")
+    if notes.files_dir and not notes.files:
+        raise ConfigError("source.annotations.files_dir: set source.annotations.files (yolo, "
+                          "voc or labelme) too")
+    if notes.coco_root and not notes.coco:
+        raise ConfigError("source.annotations.coco_root: set source.annotations.coco too")
+    if notes.mask_suffix and not notes.masks:
+        raise ConfigError("source.annotations.mask_suffix: set source.annotations.masks too "
+                          "(beside, or a folder mirroring the source tree)")
+    if notes.masks == "beside" and not notes.mask_suffix:
+        raise ConfigError("source.annotations.masks: beside needs a mask_suffix (e.g. _mask): "
+                          "the mask of x.jpg is then x_mask.png, never scanned as an image")
+    if notes.files == "yolo" and not notes.classes:
+        raise ConfigError("source.annotations.classes: YOLO files give class ids; list their "
+                          "names in id order (as in the dataset's data.yaml)")
+    if notes.mask_values == "index" and not notes.classes:
+        raise ConfigError("source.annotations.classes: index masks give class ids; list their "
+                          "names in id order (pixel value 1 is the first)")
+    if len(set(notes.classes)) != len(notes.classes) or "" in notes.classes:
+        raise ConfigError("source.annotations.classes: names must be distinct and not empty")
+    if notes.preset != "mvtec":
+        return config
+    if notes.masks or notes.files or notes.coco or notes.labels:
+        raise ConfigError("source.annotations.preset: mvtec reads labels and masks from the "
+                          "MVTec AD layout; leave masks, files, coco and labels unset")
+    if src.labels != "folders":
+        raise ConfigError("source.annotations.preset: mvtec takes the labels from the defect "
+                          "folders; leave source.labels at folders")
+    splits = config.splits if config.splits != DEFAULT_SPLITS else (("train", 0.5),
+                                                                     ("test", 0.5))
+    if {"train", "test"} - {name for name, _ in splits}:
+        raise ConfigError("splits: the mvtec preset keeps MVTec's own train/ and test/ "
+                          "folders as splits; name both (or leave splits unset)")
+    return dataclasses.replace(config, splits=splits, split_folder=True)
 
 
 def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import cv2
 import numpy as np
 import simplejpeg
 
+from .annotations.geometry import Placement, decode_scale
 from .config import ImageConfig
 from .decoders import decode_peak_bytes, decode_pixels, open_header, orientation
 from .errors import BadImage
@@ -73,17 +75,11 @@ def process(item: PlanItem, root: str, config: ImageConfig, follow_symlinks: boo
     read for that check.
     """
     relpath = item.source.relpath
-    path = os.path.join(root, relpath)
-    expected = item.expected_digest
     try:
-        if expected and not expected.startswith(CONTENT_PREFIX) and digest_kind == "edges":
-            size, head, tail, mtime_ns = read_edges(path, follow_symlinks)
-            if edges_digest_of(size, head, tail) == expected:
-                return Unchanged(relpath, expected, size, mtime_ns)
-        data, info = read_original(path, follow_symlinks)
-        digest = content_digest(data) if digest_kind == "content" else edges_digest(data)
-        if expected and digest_as(expected, data) == expected:
-            return Unchanged(relpath, digest, info.st_size, info.st_mtime_ns)
+        read = read_source(item, root, follow_symlinks, digest_kind)
+        if isinstance(read, Unchanged):
+            return read
+        data, info, digest = read
         encoded = convert(data, config)
     except BadImage as exc:
         return Reject(relpath, exc.reason, exc.detail)
@@ -99,6 +95,24 @@ def process(item: PlanItem, root: str, config: ImageConfig, follow_symlinks: boo
         source_digest=digest,
         **encoded._asdict(),
     )
+
+
+def read_source(item: PlanItem, root: str, follow_symlinks: bool,
+                digest_kind: str) -> tuple[bytes, os.stat_result, str] | Unchanged:
+    """The original's bytes, stat and digest; ``Unchanged`` when the item carries the digest
+    of its packed sample and the content still has it.  Raises BadImage or OSError."""
+    relpath = item.source.relpath
+    path = os.path.join(root, relpath)
+    expected = item.expected_digest
+    if expected and not expected.startswith(CONTENT_PREFIX) and digest_kind == "edges":
+        size, head, tail, mtime_ns = read_edges(path, follow_symlinks)
+        if edges_digest_of(size, head, tail) == expected:
+            return Unchanged(relpath, expected, size, mtime_ns)
+    data, info = read_original(path, follow_symlinks)
+    digest = content_digest(data) if digest_kind == "content" else edges_digest(data)
+    if expected and digest_as(expected, data) == expected:
+        return Unchanged(relpath, digest, info.st_size, info.st_mtime_ns)
+    return data, info, digest
 
 
 def convert(data: bytes, config: ImageConfig) -> Encoded:
@@ -117,6 +131,62 @@ def decode(data: bytes, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int
 
     Returns the pixels and (upright width, upright height, mode, format) of the original.
     """
+    pixels, header, _ = decode_placed(data, config)
+    return pixels, header
+
+
+class Upright(NamedTuple):
+    """An original decoded (maybe at a reduced DCT scale) and turned upright.
+
+    ``scale`` is decoded pixels per original pixel (x, y); ``stored`` the file's own size and
+    ``rotation`` its EXIF orientation.
+    """
+
+    pixels: np.ndarray
+    bgr: bool
+    header: tuple[int, int, str, str]
+    rotation: int
+    stored: tuple[int, int]
+    scale: tuple[float, float]
+
+
+def decode_placed(data: bytes, config: ImageConfig,
+                  extra_bytes: int = 0) -> tuple[np.ndarray, tuple[int, int, str, str], Placement]:
+    """``decode``, and where the upright original lands in the result (``Placement``: the
+    map annotations follow).  ``extra_bytes``: memory the caller needs beside the decode."""
+
+    def needed(width: int, height: int) -> tuple[int, int]:
+        geometry = plan_geometry(width, height, config)
+        crop_w, crop_h = geometry.crop[2:]
+        return (math.ceil(geometry.size[0] * width / crop_w),
+                math.ceil(geometry.size[1] * height / crop_h))
+
+    upright = decode_upright(data, config, needed, extra_bytes)
+    width, height = upright.header[:2]
+    geometry = plan_geometry(width, height, config)
+    # OpenCV decodes colour as BGR(A); the channel swap waits for the small image.
+    background = config.background[::-1] if upright.bgr else config.background
+    pixels, used = _resize(upright.pixels, geometry, width, height, background)
+    pixels = _to_output_color(pixels, upright.bgr, config)
+    left = top = 0
+    if geometry.canvas is not None:
+        pixels, (left, top) = _letterbox(pixels, geometry.canvas, config)
+    x0, y0, used_w, used_h = used
+    content_w, content_h = geometry.size
+    scale_x, scale_y = content_w / used_w, content_h / used_h
+    placement = Placement(
+        upright.scale[0] * scale_x, upright.scale[1] * scale_y,
+        left - x0 * scale_x, top - y0 * scale_y,
+        (float(left), float(top), float(left + content_w), float(top + content_h)),
+        (pixels.shape[1], pixels.shape[0]))
+    return np.ascontiguousarray(pixels), upright.header, placement
+
+
+def decode_upright(data: bytes, config: ImageConfig,
+                   needed: Callable[[int, int], tuple[int, int]],
+                   extra_bytes: int = 0) -> Upright:
+    """Decode ``data`` upright at the smallest size covering ``needed(width, height)`` (of the
+    upright original); raises BadImage for bombs, over-budget and damaged files."""
     with open_header(data) as image:
         stored_width, stored_height = image.size
         if stored_width * stored_height > config.max_pixels:
@@ -128,14 +198,11 @@ def decode(data: bytes, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int
         rotation = orientation(image)
         transposed = rotation in TRANSPOSING_ORIENTATIONS
         width, height = (stored_height, stored_width) if transposed else image.size
-        geometry = plan_geometry(width, height, config)
         # Smallest decode that still covers the target after cropping, in stored orientation.
-        crop_x, crop_y, crop_w, crop_h = geometry.crop
-        need_w = math.ceil(geometry.size[0] * width / crop_w)
-        need_h = math.ceil(geometry.size[1] * height / crop_h)
+        need_w, need_h = needed(width, height)
         if transposed:
             need_w, need_h = need_h, need_w
-        peak = decode_peak_bytes(image, data, need_w, need_h, rotation != 1)
+        peak = decode_peak_bytes(image, data, need_w, need_h, rotation != 1) + extra_bytes
         if peak > config.max_decoded_mb * 2**20:
             raise BadImage(
                 "too_large",
@@ -151,14 +218,11 @@ def decode(data: bytes, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int
             raise BadImage("too_large", "not enough memory to decode") from None
         header = (width, height, image.mode, image.format or "unknown")
 
+    decoded_stored = (pixels.shape[1], pixels.shape[0])
+    scale = decode_scale((stored_width, stored_height), decoded_stored)
     pixels = _apply_orientation(pixels, rotation)
-    # OpenCV decodes colour as BGR(A); the channel swap waits for the small image.
-    background = config.background[::-1] if bgr else config.background
-    pixels = _resize(pixels, geometry, width, height, background)
-    pixels = _to_output_color(pixels, bgr, config)
-    if geometry.canvas is not None:
-        pixels = _letterbox(pixels, geometry.canvas, config)
-    return np.ascontiguousarray(pixels), header
+    return Upright(pixels, bgr, header, rotation, (stored_width, stored_height),
+                   scale[::-1] if transposed else scale)
 
 
 def plan_geometry(width: int, height: int, config: ImageConfig) -> Geometry:
@@ -213,25 +277,30 @@ def _resize(
     width: int,
     height: int,
     background: tuple[int, int, int],
-) -> np.ndarray:
-    """Crop (scaled to the decoded size), premultiply alpha, resize; returns uint8 or uint16."""
+) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """Crop (scaled to the decoded size), premultiply alpha, resize; returns uint8 or uint16,
+    and the decoded pixels the result shows exactly: (x, y, width, height)."""
     decoded_h, decoded_w = pixels.shape[:2]
     crop_x, crop_y, crop_w, crop_h = geometry.crop
+    x0 = y0 = 0
     if (crop_w, crop_h) != (width, height):
         scale_x, scale_y = decoded_w / width, decoded_h / height
         x0, y0 = round(crop_x * scale_x), round(crop_y * scale_y)
         x1 = min(decoded_w, x0 + max(1, round(crop_w * scale_x)))
         y1 = min(decoded_h, y0 + max(1, round(crop_h * scale_y)))
         pixels = pixels[y0:y1, x0:x1]
+    trim_x, trim_y, used_w, used_h = _area_source(pixels.shape[1], pixels.shape[0],
+                                                  geometry.size)
+    used = (x0 + trim_x, y0 + trim_y, used_w, used_h)
     has_alpha = pixels.ndim == 3 and pixels.shape[2] in (2, 4)
     if has_alpha:
         pixels = _premultiply(pixels)
     pixels = _resize_to(pixels, geometry.size)
     if has_alpha:
-        return _composite(pixels, background)
+        return _composite(pixels, background), used
     if pixels.dtype == np.uint16:
-        return _to_8bit(pixels)
-    return pixels
+        return _to_8bit(pixels), used
+    return pixels, used
 
 
 def _resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -249,15 +318,27 @@ def _resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         return cv2.resize(np.ascontiguousarray(pixels), size, interpolation=cv2.INTER_CUBIC)
     factor = min(width // target_w, height // target_h)
     if factor >= 2:
-        trim_x, trim_y = width % factor, height % factor
-        block = pixels[trim_y // 2 : height - (trim_y - trim_y // 2),
-                       trim_x // 2 : width - (trim_x - trim_x // 2)]
+        left, top, used_w, used_h = _area_source(width, height, size)
+        block = pixels[top : top + used_h, left : left + used_w]
         # A trimmed view, not a copy: OpenCV reads row-strided arrays as they are.
         pixels = cv2.resize(block, (width // factor, height // factor),
                             interpolation=cv2.INTER_AREA)
     if pixels.shape[1::-1] != (target_w, target_h):
         pixels = cv2.resize(pixels, size, interpolation=cv2.INTER_AREA)
     return pixels
+
+
+def _area_source(width: int, height: int, size: tuple[int, int]) -> tuple[int, int, int, int]:
+    """The part (x, y, width, height) of a ``width`` x ``height`` image that ``_resize_to``
+    maps onto ``size``: all of it, less the pixels the integer-factor step trims."""
+    target_w, target_h = size
+    if target_w > width or target_h > height or (width, height) == size:
+        return 0, 0, width, height
+    factor = min(width // target_w, height // target_h)
+    if factor < 2:
+        return 0, 0, width, height
+    trim_x, trim_y = width % factor, height % factor
+    return trim_x // 2, trim_y // 2, width - trim_x, height - trim_y
 
 
 def _premultiply(pixels: np.ndarray) -> np.ndarray:
@@ -311,7 +392,9 @@ def _to_output_color(pixels: np.ndarray, bgr: bool, config: ImageConfig) -> np.n
     return pixels
 
 
-def _letterbox(pixels: np.ndarray, canvas: tuple[int, int], config: ImageConfig) -> np.ndarray:
+def _letterbox(pixels: np.ndarray, canvas: tuple[int, int],
+               config: ImageConfig) -> tuple[np.ndarray, tuple[int, int]]:
+    """``pixels`` centred on a ``canvas`` of the pad colour; returns it and the offset."""
     canvas_w, canvas_h = canvas
     height, width = pixels.shape[:2]
     fill = config.pad_color if pixels.ndim == 3 else round(_luma(config.pad_color))
@@ -320,7 +403,7 @@ def _letterbox(pixels: np.ndarray, canvas: tuple[int, int], config: ImageConfig)
     out[...] = fill
     top, left = (canvas_h - height) // 2, (canvas_w - width) // 2
     out[top : top + height, left : left + width] = pixels
-    return out
+    return out, (left, top)
 
 
 def encode_jpeg(pixels: np.ndarray, config: ImageConfig) -> bytes:

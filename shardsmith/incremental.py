@@ -41,6 +41,7 @@ from .manifest import (
     shard_number,
 )
 from .plan import Plan, PlanItem
+from .scan import SourceTable
 
 
 @dataclass
@@ -53,7 +54,9 @@ class Base:
     damaged: list[ShardEntry] = field(default_factory=list)
     stale_keys: set[str] = field(default_factory=set)  # previous samples that leave
     stale_shards: set[str] = field(default_factory=set)
-    maybe_shard: dict[str, str] = field(default_factory=dict)  # relpath -> shard (stat changed)
+    # relpath -> (key, shard) of each sample of a source whose stat changed (a tiled original
+    # has several)
+    maybe: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     added_paths: set[str] = field(default_factory=set)  # new sources (unless a first pack)
     next_numbers: Counter = field(default_factory=Counter)
     changes: Counter = field(default_factory=Counter)
@@ -64,8 +67,13 @@ class Base:
 
 
 def prepare_base(output: Path, previous: Manifest | None, plan: Plan,
-                 classes: tuple[str, ...]) -> Base:
-    """Compare the previous version with the current plan: what to process, what leaves."""
+                 classes: tuple[str, ...], annotation_digests: np.ndarray | None = None,
+                 compare_labels: bool = False) -> Base:
+    """Compare the previous version with the current plan: what to process, what leaves.
+
+    ``annotation_digests`` (per table position) and ``compare_labels`` (labels from a file):
+    a source whose annotations or label changed is processed again, though its bytes did not.
+    """
     if previous is None:
         return Base(None, plan)
     _check_classes(output, previous.classes, classes)
@@ -82,6 +90,17 @@ def prepare_base(output: Path, previous: Manifest | None, plan: Plan,
     todo: dict[int, str | None] = {}  # plan position -> expected digest (None: decode)
     seen = bytearray(len(plan))
     changes = base.changes
+    relabelled: set[str] = set()
+
+    def annotations_changed(record: SampleRecord, at: int) -> bool:
+        if compare_labels and record.label != int(table.labels[at]):
+            return True
+        if annotation_digests is None:
+            return False
+        try:
+            return int(record.annotation_digest or "", 16) != int(annotation_digests[at])
+        except ValueError:
+            return True
 
     for record in iter_sample_index(output, previous):
         number = position(record.path)
@@ -98,10 +117,17 @@ def prepare_base(output: Path, previous: Manifest | None, plan: Plan,
             changes["removed"] += 1
         else:
             at = int(plan.order[number])
-            if (record.source_size, record.source_mtime_ns) != (int(table.sizes[at]),
-                                                                 int(table.mtimes[at])):
+            if annotations_changed(record, at):  # its samples go; it is processed again
+                todo[number] = None
+                base.stale_keys.add(record.key)
+                base.stale_shards.add(record.shard)
+                if record.path not in relabelled:
+                    relabelled.add(record.path)
+                    changes["changed"] += 1
+            elif (record.source_size, record.source_mtime_ns) != (int(table.sizes[at]),
+                                                                   int(table.mtimes[at])):
                 todo[number] = record.source_digest or None
-                base.maybe_shard[record.path] = record.shard
+                base.maybe.setdefault(record.path, []).append((record.key, record.shard))
     for reject in previous.rejects:
         if reject.source_size is None:
             continue  # found by the scan (a folder it could not list): the scan judges again
@@ -136,7 +162,7 @@ def settle(base: Base, state: JournalState) -> None:
     """After processing: count what was added and rejected; sources whose stat changed either
     kept their content (touched) or changed, which makes their previous sample stale."""
     if base.previous is None:
-        base.changes.update(added=state.packed, rejected=len(state.rejects))
+        base.changes.update(added=state.sources, rejected=len(state.rejects))
         return
     rejected = sum(1 for reject in state.rejects if reject.path in base.added_paths)
     base.changes.update(added=len(base.added_paths) - rejected, rejected=rejected)
@@ -148,8 +174,9 @@ def settle(base: Base, state: JournalState) -> None:
             base.changes["touched"] += 1
         else:
             base.changes["changed"] += 1
-            base.stale_keys.add(item.key)
-            base.stale_shards.add(base.maybe_shard[relpath])
+            for key, shard in base.maybe[relpath]:
+                base.stale_keys.add(key)
+                base.stale_shards.add(shard)
 
 
 def rewrite(base: Base, shards: list[ShardEntry], output: Path, roller: ShardRoller,
@@ -226,13 +253,22 @@ def history_entry(base: Base, version: int, created: str, shards: list[ShardEntr
     )
 
 
+def append_classes(files: SourceTable, before: tuple[str, ...],
+                   now: tuple[str, ...]) -> tuple[str, ...]:
+    """The class list of a new version: the previous one, then classes new in this scan
+    (sorted); the labels of ``files`` are changed in place to index it.  A label, once
+    given, keeps its meaning, also when its class has no images left."""
+    merged = tuple(before) + tuple(sorted(set(now) - set(before)))
+    if merged[: len(now)] != tuple(now):
+        position = {name: number for number, name in enumerate(merged)}
+        table = np.array([position[name] for name in now], np.int32)
+        labelled = files.labels >= 0
+        files.labels[labelled] = table[files.labels[labelled]]
+    return merged
+
+
 def _check_classes(output: Path, before: tuple[str, ...], now: tuple[str, ...]) -> None:
     """Labels are indices into the class list: existing ones must keep their meaning."""
     if tuple(now[: len(before)]) != tuple(before):
-        gone = sorted(set(before) - set(now))
-        new = sorted(set(now) - set(before))
-        raise OutputStateError(
-            f"{output}: the class folders changed (new: {', '.join(new) or 'none'}; gone: "
-            f"{', '.join(gone) or 'none'}) so existing labels would change meaning; pass "
-            "--overwrite to rebuild, or choose a new output directory"
-        )
+        raise OutputStateError(f"{output}: the class list of this version does not begin "
+                               "with the previous one's; pass --overwrite to rebuild")

@@ -30,15 +30,21 @@ class JournalState:
     """Where a run stands: plan position reached, shards, rejects and unchanged sources."""
 
     next_index: int = 0
+    next_part: int = 0  # samples of the image at next_index already published (its tiles)
     shards: list[ShardEntry] = field(default_factory=list)
     rejects: list[RejectEntry] = field(default_factory=list)
     unchanged: dict[str, list] = field(default_factory=dict)  # relpath: [digest, size, mtime]
     packed: int = 0
+    sources: int = 0  # originals packed (more samples than that when tiled)
     bytes_in: int = 0
     samples_end: int = 0  # bytes of the samples file that checkpoints account for
+    object_classes: list[str] = field(default_factory=list)  # as the writer had them
 
     def apply(self, entry: dict[str, Any]) -> None:
         self.next_index = entry["next"]
+        self.next_part = entry.get("part", 0)
+        self.sources += entry.get("sources", entry["packed"])
+        self.object_classes = entry.get("object_classes", self.object_classes)
         if entry["shard"] is not None:
             self.shards.append(parse(ShardEntry, entry["shard"], "journal"))
         self.rejects += [parse(RejectEntry, reject, "journal") for reject in entry["rejects"]]
@@ -63,7 +69,7 @@ class Journal:
         self.samples_path = output / STATE_DIR / SAMPLES_NAME
         self.identity = identity
         self._spool = None
-        self._pending = (0, 0)  # samples and source bytes since the last checkpoint
+        self._pending = (0, 0, 0)  # samples, originals, source bytes since the last checkpoint
 
     def load(self) -> JournalState | None:
         """The state to resume from, or None when there is no journal of this same run."""
@@ -115,30 +121,40 @@ class Journal:
     def _open_spool(self) -> None:
         self._spool = open(self.samples_path, "ab")
 
-    def add_sample(self, record: dict[str, Any]) -> None:
-        """Record a sample written to the open shard (made durable by the next checkpoint)."""
+    def add_sample(self, record: dict[str, Any], first: bool = True) -> None:
+        """Record a sample written to the open shard (made durable by the next checkpoint);
+        ``first``: the first sample of its original (the others are more tiles of it)."""
         with naming(self.samples_path):
             self._spool.write(sample_line(record))
-        samples, source_bytes = self._pending
-        self._pending = (samples + 1, source_bytes + record["source_size"])
+        samples, sources, source_bytes = self._pending
+        self._pending = (samples + 1, sources + first,
+                         source_bytes + (record["source_size"] if first else 0))
 
     def checkpoint(self, state: JournalState, next_index: int, shard: ShardEntry | None,
-                   rejects: list[RejectEntry], unchanged: dict[str, list]) -> None:
-        """Durably record a published shard (or only rejects), then advance ``state``."""
+                   rejects: list[RejectEntry], unchanged: dict[str, list], part: int = 0,
+                   object_classes: list[str] | None = None) -> None:
+        """Durably record a published shard (or only rejects), then advance ``state``.
+
+        ``part``: samples of the image at ``next_index`` the shard already holds (tiles);
+        ``object_classes``: the writer's object classes so far (a resume keeps their ids)."""
         with naming(self.samples_path):
             self._spool.flush()
             os.fsync(self._spool.fileno())
-        samples, source_bytes = self._pending
+        samples, sources, source_bytes = self._pending
         entry = {"next": next_index, "shard": to_json(shard) if shard else None,
                  "rejects": to_json(rejects), "unchanged": unchanged, "packed": samples,
                  "bytes_in": source_bytes, "samples_end": self._spool.tell()}
+        if samples != sources or part:
+            entry.update(sources=sources, part=part)
+        if object_classes is not None:
+            entry["object_classes"] = object_classes
         line = json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n"
         with naming(self.path), open(self.path, "a", encoding="ascii") as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
         state.apply(json.loads(line))
-        self._pending = (0, 0)
+        self._pending = (0, 0, 0)
 
     def samples(self, end: int) -> Iterator[dict[str, Any]]:
         """Every sample record of the checkpointed shards, in order, streamed."""

@@ -47,6 +47,7 @@ SHARD_NAME = re.compile(r"(?P<split>[a-z][a-z0-9_]{0,63})-(?P<number>\d{6,9})"
                         r"\.(?P<ext>tar|tfrecord|idx)")
 SAMPLES_INDEX_NAME = re.compile(r"samples(-v\d{1,9}(-[a-z][a-z0-9_]{0,63})?)?\.jsonl")
 SHARD_LIST_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}-shards\.(txt|json)")
+LABEL_MAP_NAME = "label_map.pbtxt"  # TFRecord datasets with objects: the OD API's class ids
 SAMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -77,6 +78,11 @@ def is_dataset_file(name: str) -> bool:
 def is_shard_list(name: str) -> bool:
     """True for the per-split shard lists (derived from the manifest, stable names)."""
     return SHARD_LIST_NAME.fullmatch(name) is not None
+
+
+def is_derived_file(name: str) -> bool:
+    """True for files derived from the manifest under stable names: shard lists, label map."""
+    return is_shard_list(name) or name == LABEL_MAP_NAME
 
 
 def shard_list_names(split: str, fmt: str) -> tuple[str, ...]:
@@ -188,12 +194,16 @@ class RejectEntry:
 
 @dataclass(frozen=True)
 class Totals:
+    """``seen`` = originals packed + rejected + excluded; ``packed`` counts samples, which are
+    the packed originals unless they were cut into tiles (then ``sources`` counts those)."""
+
     seen: int
     packed: int
     rejected: int
     excluded: int
     bytes_in: int
     bytes_out: int
+    sources: int | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +253,9 @@ class Manifest:
     next_shard_numbers: dict[str, int] = field(default_factory=dict)
     staged: dict[str, Any] | None = None
     shard_lists: tuple[str, ...] = ()  # derived from ``shards``, replaced after each commit
+    # Classes of annotated objects (boxes, polygons, masks): id k is object_classes[k - 1],
+    # 0 is the background.  Only appended to, so an id keeps its meaning across versions.
+    object_classes: tuple[str, ...] | None = None
 
     def check(self, where: str) -> None:
         if self.schema_version not in READABLE_SCHEMAS:
@@ -344,6 +357,7 @@ class SampleRecord:
     source_mtime_ns: int
     source_digest: str = ""
     group: str | None = None  # the group id under ``splits.group``, when it matched
+    annotation_digest: str | None = None  # of the annotations it was made from
 
     def check(self, where: str) -> None:
         if SAMPLE_KEY.fullmatch(self.key) is None:
@@ -412,12 +426,12 @@ def write_sample_index(directory: Path, name: str,
     return SampleIndexEntry(name, index.bytes_written, sha256, count)
 
 
-def sources_fingerprint(entries: Iterable[tuple[str, int, int]]) -> str:
-    """Hash of (relpath, size, mtime_ns) of every candidate source, in path order: equal
+def sources_fingerprint(entries: Iterable[tuple]) -> str:
+    """Hash of (relpath, size, mtime_ns, ...) of every candidate source, in path order: equal
     means unchanged."""
     digest = hashlib.sha256()
-    for relpath, size, mtime_ns in entries:
-        digest.update(os.fsencode(f"{relpath}\0{size}\0{mtime_ns}\n"))
+    for entry in entries:
+        digest.update(os.fsencode("\0".join(str(value) for value in entry) + "\n"))
     return digest.hexdigest()
 
 
@@ -466,12 +480,31 @@ def shard_list_contents(manifest: Manifest) -> dict[str, bytes]:
     return lists
 
 
+def label_map(object_classes: tuple[str, ...]) -> bytes:
+    """The TensorFlow Object Detection API's ``label_map.pbtxt``: an item per class, ids from
+    1 (0 is the background), names quoted as protobuf text strings."""
+    items = []
+    for number, name in enumerate(object_classes, 1):
+        quoted = json.dumps(name, ensure_ascii=True)  # a valid protobuf text string literal
+        items.append(f"item {{\n  id: {number}\n  name: {quoted}\n}}\n")
+    return "".join(items).encode("ascii")
+
+
+def derived_contents(manifest: Manifest) -> dict[str, bytes]:
+    """Every file derived from ``manifest`` under a stable name: its shard lists, and for
+    TFRecord datasets with objects the label map."""
+    contents = shard_list_contents(manifest)
+    if manifest.format == "tfrecord" and manifest.object_classes is not None:
+        contents[LABEL_MAP_NAME] = label_map(manifest.object_classes)
+    return contents
+
+
 def commit(directory: Path, manifest: Manifest, obsolete: Iterable[str] = ()) -> None:
-    """Publish a version: the manifest rename is the commit point; the shard lists (derived,
-    stable names) are replaced right after it, naming only files that exist; then the
-    ``obsolete`` files, which the new manifest does not name, are removed."""
+    """Publish a version: the manifest rename is the commit point; the shard lists and label
+    map (derived, stable names) are replaced right after it, naming only files that exist;
+    then the ``obsolete`` files, which the new manifest does not name, are removed."""
     write_manifest(directory, manifest)
-    for name, content in shard_list_contents(manifest).items():
+    for name, content in derived_contents(manifest).items():
         path = directory / name
         try:
             unchanged = path.read_bytes() == content

@@ -12,18 +12,24 @@ import os
 import shutil
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import __version__
+from .annotations.model import ObjectClasses, Vocabulary
+from .annotations.prepare import Prepared, prepare
 from .atomic import remove_stale_tmp
 from .config import Config, check_paths
 from .errors import OutputStateError, ShardsmithError
 from .formats import ShardLimits, ShardRoller, shard_format, write_index
 from .incremental import (
     Base,
+    append_classes,
     history_entry,
     kept_samples,
     prepare_base,
@@ -46,7 +52,7 @@ from .manifest import (
     commit,
     files_intact,
     is_dataset_file,
-    is_shard_list,
+    is_derived_file,
     no_longer_named,
     read_manifest,
     samples_index_name,
@@ -59,7 +65,7 @@ from .plan import Plan, PlanItem, make_plan
 from .progress import Progress
 from .readahead import ReadAhead
 from .records import Reject, Sample, Unchanged
-from .scan import ScanResult, scan
+from .scan import ScanResult, SourceTable, scan
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +101,9 @@ def pack(config: Config) -> PackResult:
     source, output = check_paths(config)
     with DirectoryLock(output / STATE_DIR / LOCK_NAME, "packed"):
         with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
-            scanned = scan(source, config.source)
+            split_folders = tuple(name for name, _ in config.splits) \
+                if config.split_folder else ()
+            scanned = scan(source, config.source, split_folders=split_folders)
             return _pack_scanned(pool, scanned, config, source, output, started)
 
 
@@ -103,15 +111,21 @@ def _pack_scanned(
     pool: WorkerPool, scanned: ScanResult, config: Config, source: Path, output: Path,
     started: float,
 ) -> PackResult:
-    plan = make_plan(scanned.files, config.splits, config.seed, config.split_group)
-    if not plan:
+    previous = _previous_dataset(output, config)
+    if previous is not None:  # new classes go after the existing ones: labels keep meaning
+        scanned = replace(scanned, classes=append_classes(scanned.files, previous.classes,
+                                                          scanned.classes))
+    if not len(scanned.files):
         reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
         raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
                               + _flat_folder_hint(scanned, config))
+    notes = prepare(scanned.files, scanned.classes, str(source), config,
+                    previous.object_classes if previous is not None else None)
+    plan = make_plan(scanned.files, config.splits, config.seed, config.split_group,
+                     config.split_folder)
+    plan.annotations = notes.records
     table = plan.table  # in path order, as the fingerprint wants
-    plan_fingerprint = sources_fingerprint(zip(table.relpaths, table.sizes, table.mtimes,
-                                               strict=True))
-    previous = _previous_dataset(output, config)
+    plan_fingerprint = sources_fingerprint(_source_entries(table, notes, config))
     if previous is not None and _up_to_date(output, previous, plan_fingerprint):
         return PackResult(previous, output, up_to_date=True)
 
@@ -131,14 +145,22 @@ def _pack_scanned(
         log.info("resuming at image %d", state.next_index)
     remove_stale_tmp(output)
 
-    base = prepare_base(output, previous, plan, scanned.classes)
+    base = prepare_base(output, previous, plan, scanned.classes, notes.digests,
+                        config.source.labels == "file")
     fmt = shard_format(config.output.format)
     limits = ShardLimits(config.output.shard_bytes, config.output.shard_samples)
     numbers = base.next_numbers + Counter(shard.split for shard in state.shards)
     resumed_at = state.next_index
     roller = ShardRoller(fmt, output, limits, numbers)
+    object_classes = ObjectClasses(notes.known + tuple(state.object_classes)) \
+        if config.source.annotations.has_objects else None
+    vocabulary = Vocabulary(scanned.classes, tuple(object_classes.names)
+                            if object_classes is not None else ())
     unchanged = _write_shards(base, state, journal, pool, roller, source, config,
-                              scanned.classes)
+                              scanned.classes, object_classes, vocabulary)
+    if notes.problems:
+        scanned = replace(scanned, bad_annotations=scanned.bad_annotations
+                          + tuple(notes.problems))
 
     settle(base, state)
     before = list(previous.shards) if previous is not None else []
@@ -150,7 +172,9 @@ def _pack_scanned(
               for shard in shards]  # shards of a dataset written before indexes existed
 
     manifest = _build_manifest(config, source, base, state, shards, scanned, plan_fingerprint,
-                               started, resumed_at, numbers, unchanged)
+                               started, resumed_at, numbers, unchanged, len(plan))
+    if object_classes is not None:
+        manifest = replace(manifest, object_classes=tuple(object_classes.names))
     samples = itertools.chain(
         kept_samples(output, base, moved, state),
         (dict(s, shard=moved.get(s["key"], s["shard"]))
@@ -162,6 +186,15 @@ def _pack_scanned(
     commit(output, manifest, no_longer_named(previous, manifest) + merged_away)
     journal.remove()
     return PackResult(manifest, output, resumed_at=resumed_at)
+
+
+def _source_entries(table: SourceTable, notes: Prepared, config: Config) -> Iterator[tuple]:
+    """What the sources fingerprint hashes per file: path, size, mtime; with annotations also
+    the annotation digest and the label (a labels file can change one without the other)."""
+    if notes.digests is None and config.source.labels != "file":
+        return zip(table.relpaths, table.sizes, table.mtimes, strict=True)
+    digests = notes.digests if notes.digests is not None else np.zeros(len(table), np.uint64)
+    return zip(table.relpaths, table.sizes, table.mtimes, digests, table.labels, strict=True)
 
 
 def _up_to_date(output: Path, previous: Manifest, plan_fingerprint: str) -> bool:
@@ -192,38 +225,52 @@ def _write_shards(
     source: Path,
     config: Config,
     classes: tuple[str, ...],
+    object_classes: ObjectClasses | None = None,
+    vocabulary: Vocabulary | None = None,
 ) -> int:
     """Stream processed images, in plan order, into shards; checkpoint each published shard.
 
+    An image may give several samples (its tiles); a shard can close between two of them,
+    so a checkpoint records how many of the next image's samples are already published.
     Returns how many sources were read but found unchanged (not decoded).
     """
     plan = base.work
     pending_rejects: list[RejectEntry] = []
     pending_unchanged: dict[str, list] = {}
 
-    def checkpoint(next_index: int, shard: ShardEntry | None) -> None:
+    def checkpoint(next_index: int, shard: ShardEntry | None, part: int = 0) -> None:
         if shard is not None or pending_rejects or pending_unchanged:
-            journal.checkpoint(state, next_index, shard, pending_rejects, pending_unchanged)
+            journal.checkpoint(state, next_index, shard, pending_rejects, pending_unchanged,
+                               part, list(object_classes.names) if object_classes else None)
         pending_rejects.clear()
         pending_unchanged.clear()
 
-    remaining = plan[state.next_index :]
+    start, published = state.next_index, state.next_part
+    remaining = plan[start:]
     # Read-ahead warms this machine's page cache: it helps local workers only.
     local = config.run.backend == "local"
     window = 4 * config.run.worker_count if config.run.readahead and local else 0
     readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks)
     results = pool.map_ordered(process_item, remaining, str(source), config,
-                               batch_size=_batch_size(plan))
-    progress = Progress(len(plan), state.next_index, "img", "pack", config.run.quiet)
+                               vocabulary or Vocabulary(classes), batch_size=_batch_size(plan))
+    progress = Progress(len(plan), start, "img", "pack", config.run.quiet)
     unchanged = 0
     try:
         paired = zip(remaining, results, strict=True)
-        for index, (item, result) in enumerate(paired, state.next_index):
+        for index, (item, result) in enumerate(paired, start):
             if isinstance(result, Sample):
-                shard, closed = roller.add(item.split, roller.fmt.encode(result, classes))
-                if closed is not None:
-                    checkpoint(index, closed)
-                journal.add_sample(_sample_record(result, shard, item.group))
+                result = (result,)
+            if isinstance(result, tuple):
+                for part, sample in enumerate(result):
+                    if index == start and part < published:
+                        continue  # in a shard published before the run was interrupted
+                    if object_classes is not None and sample.objects is not None:
+                        sample = replace(sample, objects=object_classes.resolve(sample.objects))
+                    record = roller.fmt.encode(sample, classes, object_classes)
+                    shard, closed = roller.add(item.split, record)
+                    if closed is not None:
+                        checkpoint(index, closed, part)
+                    journal.add_sample(_sample_record(sample, shard, item.group), part == 0)
             elif isinstance(result, Reject):
                 pending_rejects.append(_reject_record(result, item))
                 progress.note(rejected=len(state.rejects) + len(pending_rejects))
@@ -232,7 +279,7 @@ def _write_shards(
                                                      result.source_mtime_ns]
                 unchanged += 1
             progress.update(1)
-            readahead.consumed(index + 1 - state.next_index)
+            readahead.consumed(index + 1 - start)
         checkpoint(len(plan), roller.close())
     finally:
         readahead.close()
@@ -253,8 +300,13 @@ def _batch_size(work) -> int:
     return max(1, min(64, int(TASK_BYTES // max(mean, 1.0))))
 
 
-def process_item(item: PlanItem, root: str, config: Config) -> Sample | Reject | Unchanged:
+def process_item(item: PlanItem, root: str, config: Config, vocabulary: Vocabulary
+                 ) -> Sample | tuple[Sample, ...] | Reject | Unchanged:
     """The per-image work, as the worker pool runs it."""
+    if config.source.annotations.has_objects or config.image.tiles.enabled:
+        from .annotated import process_annotated
+
+        return process_annotated(item, root, config, vocabulary)
     from .imaging import process
 
     return process(item, root, config.image, config.source.follow_symlinks,
@@ -275,7 +327,11 @@ def _sample_record(sample: Sample, shard: str, group: str | None) -> dict[str, A
         "source_mtime_ns": sample.source_mtime_ns,
         "source_digest": sample.source_digest,
     }
-    return record if group is None else record | {"group": group}
+    if group is not None:
+        record["group"] = group
+    if sample.annotation_digest is not None:
+        record["annotation_digest"] = sample.annotation_digest
+    return record
 
 
 def _reject_record(reject: Reject, item: PlanItem) -> RejectEntry:
@@ -295,9 +351,12 @@ def _build_manifest(
     resumed_at: int,
     numbers: Counter,
     unchanged: int,
+    planned: int,
 ) -> Manifest:
     """The new version's manifest, less its sample index (written next, from the records)."""
     scan_rejects = [RejectEntry(path, "unreadable", detail) for path, detail in scanned.unreadable]
+    scan_rejects += [RejectEntry(path, "bad_annotation", detail)
+                     for path, detail in scanned.bad_annotations]
     rejects = scan_rejects + base.kept_rejects + state.rejects
     seconds = time.monotonic() - started
     splits = {name: SplitTotals() for name, _ in config.splits}
@@ -307,6 +366,9 @@ def _build_manifest(
                                           totals.bytes + shard.bytes)
     packed = sum(shard.samples for shard in shards)
     excluded = sum(scanned.excluded.values())
+    # Tiles: many samples an original; every planned original is packed or rejected.
+    sources = planned - len(base.kept_rejects) - len(state.rejects) \
+        if config.image.tiles.enabled else None
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     version = base.version + 1
     upgrade = None if base.previous is None or base.previous.current else \
@@ -332,12 +394,13 @@ def _build_manifest(
         excluded=dict(sorted(scanned.excluded.items())),
         excluded_paths={reason: tuple(paths) for reason, paths in scanned.excluded_paths.items()},
         totals=Totals(
-            seen=packed + len(rejects) + excluded,
+            seen=(packed if sources is None else sources) + len(rejects) + excluded,
             packed=packed,
             rejected=len(rejects),
             excluded=excluded,
             bytes_in=_bytes_in(base, state),
             bytes_out=sum(shard.bytes for shard in shards),
+            sources=sources,
         ),
         history=(*(base.previous.history if base.previous else ()),
                  history_entry(base, version, created, shards, upgrade)),
@@ -429,7 +492,7 @@ def _clear_previous_output(output: Path) -> None:
         name = entry.name
         if name == STATE_DIR:
             continue  # holds our lock; the journal in it is started afresh
-        if name == MANIFEST_NAME or is_dataset_file(name) or is_shard_list(name):
+        if name == MANIFEST_NAME or is_dataset_file(name) or is_derived_file(name):
             ours.append(entry)
         elif name.startswith(".") and name.endswith(".tmp"):
             ours.append(entry)

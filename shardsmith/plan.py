@@ -29,13 +29,15 @@ class PlanItem:
 
     ``expected_digest`` is set for a file already packed whose stat changed: the worker
     decodes it only if its content differs.  ``group`` is its group id (``splits.group``),
-    None when there is no grouping or its path does not match.
+    None when there is no grouping or its path does not match.  ``annotation`` is the image's
+    record from the shared annotation files (COCO), None without one.
     """
 
     source: SourceFile
     split: str
     expected_digest: str | None = None
     group: str | None = None
+    annotation: bytes | None = None
 
     @property
     def key(self) -> str:
@@ -88,11 +90,13 @@ class Plan(Sequence[PlanItem]):
     """The order of work over a ``SourceTable``: split by split, each split shuffled."""
 
     def __init__(self, table: SourceTable, split_names: tuple[str, ...],
-                 split_of: np.ndarray, order: np.ndarray, group: re.Pattern[str] | None = None):
+                 split_of: np.ndarray, order: np.ndarray, group: re.Pattern[str] | None = None,
+                 annotations: dict[str, bytes] | None = None):
         self.table, self.split_names = table, split_names
         self.split_of = split_of  # uint8 per table position
         self.order = order  # int32: plan position -> table position
         self.group = group  # group ids are derived from the path when an item is made
+        self.annotations = annotations  # relpath -> record, for images that have one
 
     def __len__(self) -> int:
         return len(self.order)
@@ -100,11 +104,13 @@ class Plan(Sequence[PlanItem]):
     def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
             return Plan(self.table, self.split_names, self.split_of, self.order[index],
-                        self.group)
+                        self.group, self.annotations)
         position = int(self.order[index])
         source = self.table[position]
         return PlanItem(source, self.split_names[self.split_of[position]],
-                        group=group_of(source.relpath, self.group) if self.group else None)
+                        group=group_of(source.relpath, self.group) if self.group else None,
+                        annotation=self.annotations.get(source.relpath)
+                        if self.annotations else None)
 
     def __iter__(self) -> Iterator[PlanItem]:
         return (self[index] for index in range(len(self)))
@@ -123,17 +129,20 @@ class Plan(Sequence[PlanItem]):
 
 
 def make_plan(files: SourceTable, splits: tuple[tuple[str, float], ...], seed: int,
-              group: str = "") -> Plan:
+              group: str = "", folder: bool = False) -> Plan:
     """Order of work: split by split (config order), each split shuffled with ``seed``.
 
     With ``group`` (``splits.group``), a file whose path matches goes to its group's split;
     a file that does not match is a group of its own (split by its path, as without one).
+    With ``folder`` (``splits.folder``), the top folder of a path is its split.
     """
     pattern = re.compile(group) if group else None
     names = tuple(name for name, _ in splits)
     number_of = {name: number for number, name in enumerate(names)}
 
     def split(relpath: str) -> int:
+        if folder and relpath.split("/", 1)[0] in number_of:
+            return number_of[relpath.split("/", 1)[0]]
         group_id = group_of(relpath, pattern) if pattern is not None else None
         name = assign_split(relpath, splits) if group_id is None \
             else assign_group_split(group_id, splits)

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import xxhash
+
+from .annotations.model import Objects
 
 EDGE_BYTES = 64 * 1024
 CONTENT_PREFIX = "xxh3:"
@@ -33,6 +36,9 @@ class Sample:
     source_size: int
     source_mtime_ns: int
     source_digest: str
+    objects: Objects | None = None  # with box, polygon or mask annotations
+    tile: dict[str, Any] | None = None  # where a tile lies in its original (image.tiles)
+    annotation_digest: str | None = None  # of the annotations the sample was made from
 
 
 @dataclass(frozen=True, slots=True)

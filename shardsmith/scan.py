@@ -15,6 +15,7 @@ import bisect
 import collections
 import fnmatch
 import functools
+import logging
 import os
 import stat
 from array import array
@@ -27,7 +28,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .annotations.sources import annotation_reason, read_labels, read_shared
 from .config import SourceConfig
+
+log = logging.getLogger(__name__)
 
 SCAN_THREADS = 16
 STAT_BATCH = 256
@@ -87,6 +91,9 @@ class ScanResult:
     excluded: Counter = field(default_factory=Counter)
     unreadable: tuple[tuple[str, str], ...] = ()
     excluded_paths: dict[str, list[str]] = field(default_factory=dict)
+    # (path, detail) of images whose row in the labels file is malformed, and of rows that
+    # name no image (under the labels file's name): rejected with ``bad_annotation``.
+    bad_annotations: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +107,9 @@ class _Walk:
     """The state of one scan.  Threads only list and stat; this object is updated by the
     calling thread alone, from their results."""
 
-    def __init__(self, config: SourceConfig):
+    def __init__(self, config: SourceConfig, split_folders: tuple[str, ...] = ()):
         self.config = config
+        self.split_folders = set(split_folders)
         self.extensions = {"." + ext for ext in config.extensions}
         self.relpaths: list[str] = []
         self.sizes, self.mtimes = array("q"), array("q")
@@ -136,6 +144,14 @@ class _Walk:
                 continue
             if kind in b"lFD" and not self.config.follow_symlinks:
                 self.exclude("symlink", relpath)
+                continue
+            reason = annotation_reason(relpath, kind in b"dD", self.config.annotations)
+            if reason is not None:
+                self.exclude(reason, relpath)
+                continue
+            if self.split_folders and not directory.relpath and kind in b"dD" and \
+                    name not in self.split_folders:
+                self.exclude("not in a split folder", relpath)
                 continue
             if kind in b"dD":
                 subdirectories.append(_Directory(os.path.join(directory.path, name), relpath,
@@ -172,15 +188,18 @@ class _Walk:
         return _Directory(directory.path, directory.relpath, directory.ancestors | {identity})
 
 
-def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS) -> ScanResult:
+def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS,
+         split_folders: tuple[str, ...] = ()) -> ScanResult:
     """List the image files under ``root`` that the config selects.
 
-    Hidden entries are skipped; symlinks are skipped unless ``follow_symlinks``.  Files
-    that do not match the extension or glob filters are counted in ``excluded`` by reason
-    (with the first paths of each reason), files and directories that cannot be read are
-    returned in ``unreadable``.
+    Hidden entries are skipped; symlinks are skipped unless ``follow_symlinks``; annotation
+    files and mask trees are left out (``annotation``).  Files that do not match the extension
+    or glob filters are counted in ``excluded`` by reason (with the first paths of each
+    reason), files and directories that cannot be read are returned in ``unreadable``.
+    With ``split_folders`` (``splits.folder``), the top folder is a split and the class
+    folder is the one below it.  With ``labels: file``, the labels come from the labels file.
     """
-    walk = _Walk(config)
+    walk = _Walk(config, split_folders)
     root_info = os.stat(root)
     level = [_Directory(str(root), "", frozenset({(root_info.st_dev, root_info.st_ino)}))]
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-scan") as pool:
@@ -202,24 +221,58 @@ def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS) -> ScanR
                 subdirectories = [directory for directory in entered if directory is not None]
             level = subdirectories
 
-    table = _table(walk, config)
-    classes = tuple(sorted({path.split("/", 1)[0] for path in table.relpaths})) \
-        if config.labels == "folders" else ()
-    if classes:
-        label_of = {name: index for index, name in enumerate(classes)}
-        table.labels[:] = [label_of[path.split("/", 1)[0]] for path in table.relpaths]
+    depth = 1 if split_folders else 0
+    table = _table(walk, config, depth)
+    bad: list[tuple[str, str]] = []
+    if config.labels == "file":
+        table, classes, bad = _labels_from_file(table, walk, root, config)
+    else:
+        classes = tuple(sorted({path.split("/")[depth] for path in table.relpaths})) \
+            if config.labels == "folders" else ()
+        if classes:
+            label_of = {name: index for index, name in enumerate(classes)}
+            table.labels[:] = [label_of[path.split("/")[depth]] for path in table.relpaths]
     paths = {reason: sorted(kept) for reason, kept in sorted(walk.excluded_paths.items())}
-    return ScanResult(table, classes, +walk.excluded, tuple(sorted(walk.unreadable)), paths)
+    return ScanResult(table, classes, +walk.excluded, tuple(sorted(walk.unreadable)), paths,
+                      tuple(bad))
 
 
-def _table(walk: _Walk, config: SourceConfig) -> SourceTable:
-    """The found files as sorted columns (files outside class folders left out, with why)."""
+def _labels_from_file(table: SourceTable, walk: _Walk, root: Path, config: SourceConfig
+                      ) -> tuple[SourceTable, tuple[str, ...], list[tuple[str, str]]]:
+    """Labels from the labels file: images it does not name are left out (``not in the labels
+    file``), images whose row is malformed are rejected; classes sorted by name."""
+    where = config.annotations.labels
+    rows = read_labels(read_shared(str(root), where), where)
+    keep = np.zeros(len(table), bool)
+    bad = [(where, problem) for problem in rows.problems]
+    for at, relpath in enumerate(table.relpaths):
+        if relpath in rows.labels:
+            keep[at] = True
+        elif relpath in rows.bad:
+            bad.append((relpath, rows.bad[relpath]))
+        else:
+            walk.exclude("not in the labels file", relpath)
+    present = set(table.relpaths)
+    missing = sum(1 for relpath in rows.labels if relpath not in present)
+    if missing:
+        log.info("%s: %d rows name no image the scan selected (left out)", where, missing)
+    relpaths = [relpath for relpath, taken in zip(table.relpaths, keep, strict=True) if taken]
+    classes = tuple(sorted({rows.labels[relpath] for relpath in relpaths}))
+    label_of = {name: index for index, name in enumerate(classes)}
+    labels = np.array([label_of[rows.labels[relpath]] for relpath in relpaths], np.int32)
+    return SourceTable(relpaths, table.sizes[keep], table.mtimes[keep], labels), classes, bad
+
+
+def _table(walk: _Walk, config: SourceConfig, depth: int = 0) -> SourceTable:
+    """The found files as sorted columns (files outside class folders left out, with why);
+    ``depth`` is the number of folders above the class folder (1 under split folders)."""
     order = np.argsort(np.array(walk.relpaths, dtype=object), kind="stable")
     relpaths = [walk.relpaths[index] for index in order]
     sizes = np.frombuffer(walk.sizes, np.int64)[order] if len(order) else np.zeros(0, np.int64)
     mtimes = np.frombuffer(walk.mtimes, np.int64)[order] if len(order) else sizes.copy()
     if config.labels == "folders":
-        nested = np.fromiter(("/" in path for path in relpaths), bool, len(relpaths))
+        nested = np.fromiter((path.count("/") > depth for path in relpaths), bool,
+                             len(relpaths))
         for path in (path for path, keep in zip(relpaths, nested, strict=True) if not keep):
             walk.exclude("not in a class folder", path)
         relpaths = [path for path, keep in zip(relpaths, nested, strict=True) if keep]

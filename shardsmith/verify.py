@@ -25,14 +25,15 @@ from .errors import ManifestError, ShardFormatError
 from .formats import Placed, index_bytes, shard_format
 from .journal import JOURNAL_NAME
 from .manifest import (
+    LABEL_MAP_NAME,
     STATE_DIR,
     FileEntry,
     Manifest,
     ShardEntry,
+    derived_contents,
     is_shard_file,
     iter_sample_index,
     read_manifest,
-    shard_list_contents,
 )
 from .report import plural
 
@@ -93,10 +94,11 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
             report.samples += shard.samples
             report.bytes += shard.bytes
 
-    for name, content in (shard_list_contents(manifest).items() if manifest.current else ()):
+    for name, content in (derived_contents(manifest).items() if manifest.current else ()):
         try:
             if (directory / name).read_bytes() != content:
-                report.problems.append(f"{name}: does not list the manifest's shards")
+                report.problems.append(f"{name}: does not list the manifest's " + (
+                    "object classes" if name == LABEL_MAP_NAME else "shards"))
         except OSError:
             report.problems.append(f"{name}: missing")
 

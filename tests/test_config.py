@@ -90,7 +90,8 @@ def test_cli_reports_a_bad_config_in_one_line_before_any_work(tmp_path):
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         "shardsmith: error: image.qualty: unknown key (known here: background, color, "
-        "max_decoded_mb, max_pixels, pad_color, quality, resize, size, subsampling, upscale)"
+        "max_decoded_mb, max_pixels, pad_color, quality, resize, size, subsampling, tiles, "
+        "upscale)"
     ]
     assert not (tmp_path / "out").exists()
 
@@ -139,7 +140,8 @@ def test_example_config_documents_every_key():
     from shardsmith.config import Config
 
     tree = yaml.safe_load(EXAMPLE.read_text())
-    documented = _leaf_keys(tree) | {f"splits.{key}" for key in tree["splits"] if key == "group"}
+    documented = _leaf_keys(tree) | {f"splits.{key}" for key in tree["splits"]
+                                     if key in ("group", "folder")}
     assert documented == _config_keys(Config)
 
 

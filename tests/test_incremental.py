@@ -157,17 +157,22 @@ def test_shard_lists_name_the_current_shards_after_every_version_and_stage(tmp_p
     assert verify(staged).ok
 
 
-def test_a_new_class_folder_that_would_shift_labels_is_refused(tmp_path):
+def test_a_new_class_is_appended_and_existing_labels_keep_their_meaning(tmp_path):
     source, output = tree(tmp_path / "source"), tmp_path / "out"
     pack(source, output)
+    before = {path: sample["label"] for path, sample in samples_of(output).items()}
     images.write(source / "Aa_first" / "x.jpg", images.jpeg(100, 100, 1))
-    refused = pack(source, output, expect=2)
-    assert "class folders changed (new: Aa_first; gone: none)" in refused
-    images.write(source / "zz_last" / "y.jpg", images.jpeg(100, 100, 2))
+    pack(source, output)  # sorted, it would come first and shift every label: it goes last
+    assert manifest_of(output)["classes"] == ["a", "b", "c", "Aa_first"]
+    after = samples_of(output)
+    assert {path: after[path]["label"] for path in before} == before
+    assert after["Aa_first/x.jpg"]["label"] == 3
     (source / "Aa_first" / "x.jpg").unlink()
     (source / "Aa_first").rmdir()
-    pack(source, output)  # a class sorted after the others keeps existing labels: allowed
-    assert manifest_of(output)["classes"] == ["a", "b", "c", "zz_last"]
+    images.write(source / "zz_last" / "y.jpg", images.jpeg(100, 100, 2))
+    pack(source, output)  # a class without images keeps its place, and so its label
+    assert manifest_of(output)["classes"] == ["a", "b", "c", "Aa_first", "zz_last"]
+    assert samples_of(output)["zz_last/y.jpg"]["label"] == 4
 
 
 def test_log_lists_the_versions(tmp_path):

@@ -20,6 +20,7 @@ from ..atomic import HashingFile
 from ..manifest import FORMATS, FileEntry, ShardEntry, index_name, shard_name
 
 if TYPE_CHECKING:
+    from ..annotations.model import ObjectClasses
     from ..records import Sample
 
 
@@ -56,7 +57,8 @@ class ShardFormat(Protocol):
     name: str
     extension: str
 
-    def encode(self, sample: Sample, classes: tuple[str, ...]) -> Record: ...
+    def encode(self, sample: Sample, classes: tuple[str, ...],
+               object_classes: ObjectClasses | None = None) -> Record: ...
 
     def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]: ...
 
@@ -211,9 +213,13 @@ def class_name(classes: tuple[str, ...], label: int) -> str:
     return classes[label] if 0 <= label < len(classes) else ""
 
 
-def sample_metadata(sample: Sample, class_name: str) -> dict:
-    """The per-sample metadata stored next to the image (WebDataset ``KEY.json``)."""
-    return {
+def sample_metadata(sample: Sample, class_name: str,
+                    object_classes: ObjectClasses | None = None) -> dict:
+    """The per-sample metadata stored next to the image (WebDataset ``KEY.json``): with
+    annotations, also the objects (``boxes`` x0, y0, x1, y1 in the sample's pixels, ``labels``
+    as object class ids, ``label_names``, ``polygons`` as flat x, y rings, ``rle`` the instance
+    masks as uncompressed COCO RLE or null), and for a tile where it lies in its original."""
+    metadata = {
         "path": sample.relpath,
         "label": sample.label,
         "class": class_name,
@@ -229,3 +235,19 @@ def sample_metadata(sample: Sample, class_name: str) -> dict:
             "bytes": sample.source_size,
         },
     }
+    objects = sample.objects
+    if objects is not None and object_classes is not None:
+        metadata.update(
+            boxes=[list(box) for box in objects.boxes],
+            labels=[object_classes.id(name) for name in objects.names],
+            label_names=list(objects.names),
+            polygons=[[list(ring) for ring in rings] for rings in objects.polygons],
+            rle=[None if counts is None else {"size": [sample.height, sample.width],
+                                              "counts": list(counts)}
+                 for counts in objects.rles],
+        )
+        if objects.mask_png is not None:
+            metadata["mask"] = "mask.png"
+    if sample.tile is not None:
+        metadata["tile"] = sample.tile
+    return metadata

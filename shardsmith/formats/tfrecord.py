@@ -21,6 +21,7 @@ from ..errors import ShardFormatError
 from . import Placed, Record, class_name
 
 if TYPE_CHECKING:
+    from ..annotations.model import ObjectClasses
     from ..records import Sample
 
 _MASK_DELTA = 0xA282EAD8
@@ -57,22 +58,49 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def encode_example(features: dict[str, bytes | int]) -> bytes:
-    """Serialise a ``tf.train.Example`` whose features are single bytes or int64 values."""
+class Floats(tuple):
+    """A ``float_list`` feature (float32) of any length."""
+
+
+class Ints(tuple):
+    """An ``int64_list`` feature of any length."""
+
+
+class ByteStrings(tuple):
+    """A ``bytes_list`` feature of any length."""
+
+
+Feature = bytes | int | Floats | Ints | ByteStrings
+
+
+def encode_example(features: dict[str, Feature]) -> bytes:
+    """Serialise a ``tf.train.Example``: single bytes or int64 values, or lists of floats,
+    int64s or byte strings (``Floats``, ``Ints``, ``ByteStrings``)."""
     entries = []
     for name in sorted(features):  # sorted: same features → same bytes
         value = features[name]
         if isinstance(value, bytes):
             feature = _field(1, _field(1, value))  # Feature.bytes_list{value}
+        elif isinstance(value, ByteStrings):
+            feature = _field(1, b"".join(_field(1, item) for item in value))
+        elif isinstance(value, Floats):  # Feature.float_list{packed value}
+            packed = struct.pack(f"<{len(value)}f", *value)
+            feature = _field(2, _field(1, packed) if value else b"")
+        elif isinstance(value, Ints):  # Feature.int64_list{packed value}
+            packed = b"".join(_varint(item) for item in value)
+            feature = _field(3, _field(1, packed) if value else b"")
         else:
             feature = _field(3, _field(1, _varint(value)))  # Feature.int64_list{packed value}
         entries.append(_field(1, _field(1, name.encode()) + _field(2, feature)))
     return _field(1, b"".join(entries))  # Example.features{feature map}
 
 
-def example_features(sample: Sample, classes: tuple[str, ...]) -> dict[str, bytes | int]:
-    """The common image-classification feature keys."""
-    return {
+def example_features(sample: Sample, classes: tuple[str, ...],
+                     object_classes: ObjectClasses | None = None) -> dict[str, Feature]:
+    """The common image-classification feature keys; with annotations also the TensorFlow
+    Object Detection API's (boxes normalised to 0..1, class ids from 1, the class mask as PNG),
+    and for a tile where it lies in its original."""
+    features: dict[str, Feature] = {
         "image/encoded": sample.jpeg,
         "image/format": b"jpeg",
         "image/class/label": sample.label,
@@ -83,6 +111,26 @@ def example_features(sample: Sample, classes: tuple[str, ...]) -> dict[str, byte
         "image/filename": os.fsencode(sample.relpath),
         "image/key": sample.key.encode(),
     }
+    objects = sample.objects
+    if objects is not None and object_classes is not None:
+        width, height = sample.width, sample.height
+        features.update({
+            "image/object/bbox/xmin": Floats(box[0] / width for box in objects.boxes),
+            "image/object/bbox/ymin": Floats(box[1] / height for box in objects.boxes),
+            "image/object/bbox/xmax": Floats(box[2] / width for box in objects.boxes),
+            "image/object/bbox/ymax": Floats(box[3] / height for box in objects.boxes),
+            "image/object/class/label": Ints(object_classes.id(name) for name in objects.names),
+            "image/object/class/text": ByteStrings(name.encode() for name in objects.names),
+        })
+        if objects.mask_png is not None:
+            features["image/segmentation/class/encoded"] = objects.mask_png
+            features["image/segmentation/class/format"] = b"png"
+    if sample.tile is not None:
+        tile = sample.tile
+        features.update({"image/tile/row": tile["row"], "image/tile/column": tile["column"],
+                         "image/tile/x": tile["x"], "image/tile/y": tile["y"],
+                         "image/tile/scale": Floats((tile["scale"],))})
+    return features
 
 
 def iter_records(path: Path, size: int | None = None) -> Iterator[tuple[int, bytes]]:
@@ -165,8 +213,10 @@ class TFRecordFormat:
     name = "tfrecord"
     extension = ".tfrecord"
 
-    def encode(self, sample: Sample, classes: tuple[str, ...]) -> Record:
-        return Record(sample.key, frame_record(encode_example(example_features(sample, classes))))
+    def encode(self, sample: Sample, classes: tuple[str, ...],
+               object_classes: ObjectClasses | None = None) -> Record:
+        features = example_features(sample, classes, object_classes)
+        return Record(sample.key, frame_record(encode_example(features)))
 
     def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]:
         """(offset, record) of each framed record, unchanged, with its ``image/key``."""

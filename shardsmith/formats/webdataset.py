@@ -1,4 +1,5 @@
-"""WebDataset shards: plain POSIX tar, members ``KEY.jpg``, ``KEY.cls``, ``KEY.json``.
+"""WebDataset shards: plain POSIX tar, members ``KEY.jpg``, ``KEY.cls``, ``KEY.json`` and, with
+mask annotations, ``KEY.mask.png`` (the class mask, lossless).
 
 Headers are built with the standard library's ``tarfile`` (``import webdataset`` would pull in
 torch where it is installed) with fixed fields, so equal input gives equal bytes.  Beside each
@@ -18,11 +19,13 @@ from ..errors import ShardFormatError
 from . import Member, Placed, Record, class_name, sample_metadata
 
 if TYPE_CHECKING:
+    from ..annotations.model import ObjectClasses
     from ..records import Sample
 
 BLOCK = tarfile.BLOCKSIZE
 RECORD_SIZE = tarfile.RECORDSIZE
-MEMBER_EXTENSIONS = ("jpg", "cls", "json")
+MEMBER_EXTENSIONS = ("jpg", "cls", "json")  # every sample has these, in this order
+OPTIONAL_EXTENSIONS = ("mask.png",)  # after them, when the sample has one
 INDEX_VERSION = "v1.2"
 
 
@@ -54,13 +57,17 @@ class WebDatasetFormat:
     name = "webdataset"
     extension = ".tar"
 
-    def encode(self, sample: Sample, classes: tuple[str, ...]) -> Record:
-        metadata = sample_metadata(sample, class_name(classes, sample.label))
-        return _record(sample.key, {
+    def encode(self, sample: Sample, classes: tuple[str, ...],
+               object_classes: ObjectClasses | None = None) -> Record:
+        metadata = sample_metadata(sample, class_name(classes, sample.label), object_classes)
+        payloads = {
             "jpg": sample.jpeg,
             "cls": str(sample.label).encode("ascii"),
             "json": json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode(),
-        })
+        }
+        if sample.objects is not None and sample.objects.mask_png is not None:
+            payloads["mask.png"] = sample.objects.mask_png
+        return _record(sample.key, payloads)
 
     def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]:
         """(offset, sample) of each sample of a tar, as raw bytes (headers and padded data)."""
@@ -101,7 +108,7 @@ class WebDatasetFormat:
 
 def _record(key: str, payloads: dict[str, bytes]) -> Record:
     parts, members, position = [], [], 0
-    for extension in MEMBER_EXTENSIONS:
+    for extension in MEMBER_EXTENSIONS + tuple(e for e in OPTIONAL_EXTENSIONS if e in payloads):
         payload = payloads[extension]
         header = member_header(f"{key}.{extension}", len(payload))
         parts += [header, payload, bytes(_padded(len(payload)) - len(payload))]

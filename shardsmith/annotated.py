@@ -1,0 +1,341 @@
+"""The per-image path when annotations or tiles are configured.  Runs in the worker processes.
+
+One original is read once and decoded once (at the smallest DCT scale that still covers the
+target), its annotations are read once, and from that come one sample (a resize mode) or all
+its tiles.  Annotations are carried by the same numbers the pixels were cropped and resized
+with (``imaging.decode_placed``), then clipped to each sample: an object of which less than
+``source.annotations.min_visible`` shows is dropped.  Masks are reduced once for the whole
+(scaled) original and cut per tile.
+
+Like ``imaging.process``, ``process_annotated`` never raises for a bad file: it returns a
+``Reject`` with a reason (``bad_annotation`` for a malformed annotation, naming its file and
+line), else a tuple of ``Sample``s in grid order.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any
+
+import cv2
+import numpy as np
+
+from .annotations.geometry import (
+    Placement,
+    place,
+    rounded_box,
+    rounded_ring,
+    to_upright,
+    upright_size,
+)
+from .annotations.masks import (
+    binary_patch,
+    class_mask,
+    mask_png,
+    polygon_patch,
+    reduce_patch,
+    rle_encode,
+)
+from .annotations.model import ImageAnnotations, Objects, Shape, Vocabulary
+from .annotations.read import read_annotations
+from .config import Config
+from .decoders import open_header, orientation
+from .errors import BadImage
+from .imaging import (
+    Geometry,
+    _apply_orientation,
+    _resize,
+    _to_output_color,
+    decode_placed,
+    decode_upright,
+    encode_jpeg,
+    read_source,
+)
+from .plan import PlanItem
+from .records import Reject, Sample, Unchanged
+from .tiling import Tile, grid, kept
+
+MASK_BYTES_PER_PIXEL = 6  # the class mask, a label image of a region, a comparison
+
+
+@dataclass
+class _Instance:
+    """An object in the upright original, with its pixels when it has a mask."""
+
+    shape: Shape
+    patch: np.ndarray | None = None
+    origin: tuple[int, int] = (0, 0)
+
+
+def process_annotated(item: PlanItem, root: str, config: Config,
+                      vocabulary: Vocabulary) -> tuple[Sample, ...] | Reject | Unchanged:
+    """One original → its sample (or its tiles), annotations carried through; or a Reject."""
+    relpath = item.source.relpath
+    try:
+        read = read_source(item, root, config.source.follow_symlinks, config.run.change_detection)
+        if isinstance(read, Unchanged):
+            return read
+        data, info, digest = read
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Pillow's warnings on damaged files: we reject
+            samples = _samples(item, root, data, config, vocabulary)
+    except BadImage as exc:
+        return Reject(relpath, exc.reason, exc.detail)
+    except OSError as exc:
+        return Reject(relpath, "unreadable", f"cannot read file: {exc.strerror or exc}")
+    return tuple(replace(sample, source_size=info.st_size, source_mtime_ns=info.st_mtime_ns,
+                         source_digest=digest) for sample in samples)
+
+
+def _samples(item: PlanItem, root: str, data: bytes, config: Config,
+             vocabulary: Vocabulary) -> list[Sample]:
+    notes, image = config.source.annotations, config.image
+    with open_header(data) as header:
+        stored, rotation = header.size, orientation(header)
+    upright = upright_size(*stored, rotation)
+    extra = upright[0] * upright[1] * MASK_BYTES_PER_PIXEL if notes.has_masks else 0
+    tiles = image.tiles
+    if tiles.enabled:
+        pixels, original, placement = _decode_scaled(data, config, extra)
+    else:
+        pixels, original, placement = decode_placed(data, image, extra)
+    label = item.source.label
+    image_class = vocabulary.image_classes[label] \
+        if 0 <= label < len(vocabulary.image_classes) else ""
+    annotations = None
+    if notes.has_objects:
+        frame = stored if notes.coordinates == "stored" else upright
+        annotations = read_annotations(item.source.relpath, item.annotation, root, notes,
+                                       config.source.follow_symlinks, frame, image_class,
+                                       notes.coco)
+    cut = _Cutter(annotations, notes.coordinates == "stored", rotation, stored, upright,
+                  placement, vocabulary, notes.has_masks)
+    base = Sample(key=item.key, relpath=item.source.relpath, split=item.split, label=label,
+                  jpeg=b"", width=0, height=0, channels=1 if pixels.ndim == 2 else 3,
+                  original_width=original[0], original_height=original[1],
+                  original_mode=original[2], original_format=original[3], source_size=0,
+                  source_mtime_ns=0, source_digest="",
+                  annotation_digest=annotations.digest if annotations is not None else None)
+    if not tiles.enabled:
+        objects = cut.objects((0, 0, placement.size[0], placement.size[1]), placement,
+                              notes.min_visible) if notes.has_objects else None
+        return [replace(base, jpeg=encode_jpeg(pixels, image), width=pixels.shape[1],
+                        height=pixels.shape[0], objects=objects)]
+    return _tiles(base, pixels, placement, cut, config)
+
+
+def _decode_scaled(data: bytes, config: Config,
+                   extra: int) -> tuple[np.ndarray, tuple[int, int, str, str], Placement]:
+    """The upright original at ``tiles.scale`` (decoded at the smallest DCT scale covering it),
+    in the output colour mode, and where the original lands in it."""
+    scale = config.image.tiles.scale
+
+    def needed(width: int, height: int) -> tuple[int, int]:
+        return math.ceil(width * scale), math.ceil(height * scale)
+
+    upright = decode_upright(data, config.image, needed, extra)
+    width, height = upright.header[:2]
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    background = config.image.background[::-1] if upright.bgr else config.image.background
+    pixels, used = _resize(upright.pixels, Geometry((0, 0, width, height), size, None), width,
+                           height, background)
+    pixels = np.ascontiguousarray(_to_output_color(pixels, upright.bgr, config.image))
+    x0, y0, used_w, used_h = used
+    scale_x, scale_y = size[0] / used_w, size[1] / used_h
+    placement = Placement(upright.scale[0] * scale_x, upright.scale[1] * scale_y,
+                          -x0 * scale_x, -y0 * scale_y, (0.0, 0.0, float(size[0]),
+                                                         float(size[1])), size)
+    return pixels, upright.header, placement
+
+
+class _Cutter:
+    """The annotations of one original in the frame of its decoded (scaled) pixels, cut into
+    the objects of each sample taken from them."""
+
+    def __init__(self, annotations: ImageAnnotations | None, stored_frame: bool, rotation: int,
+                 stored: tuple[int, int], upright: tuple[int, int], placement: Placement,
+                 vocabulary: Vocabulary, with_mask: bool):
+        self.placement, self.upright = placement, upright
+        self.names = list(vocabulary.object_classes)
+        self.instances: list[_Instance] = []
+        full_mask = None
+        if annotations is not None:
+            full_mask = self._upright_mask(annotations, stored_frame, rotation) \
+                if with_mask else None
+            components = self._components(annotations, full_mask) \
+                if full_mask is not None else []
+            for shape in annotations.shapes:
+                shape = to_upright(shape, rotation, stored) if stored_frame else shape
+                self.instances.append(self._instance(shape, rotation, stored_frame))
+            if full_mask is not None:
+                self._paint(full_mask)
+            self.instances += components
+        self.mask = None
+        if with_mask:
+            if full_mask is None:
+                full_mask = np.zeros(upright[::-1], np.uint8)
+            self.mask = class_mask(full_mask, placement)
+        # Instance pixels in the frame of the decoded pixels, once; cut per sample below.
+        self.reduced = [reduce_patch(instance.patch, instance.origin, placement, upright)
+                        if instance.patch is not None else None for instance in self.instances]
+
+    def id_of(self, name: str) -> int:
+        if name not in self.names:
+            self.names.append(name)
+        number = self.names.index(name) + 1
+        if number > 255:
+            raise BadImage("bad_annotation", "more than 255 object classes: a class mask has "
+                           "one byte a pixel")
+        return number
+
+    def _upright_mask(self, annotations: ImageAnnotations, stored_frame: bool,
+                      rotation: int) -> np.ndarray | None:
+        """The PNG mask, upright, with this run's class ids (None without one)."""
+        if annotations.mask is None:
+            return None
+        table = np.zeros(256, np.uint8)
+        for value, name in enumerate(annotations.mask_names, 1):
+            table[value] = self.id_of(name)
+        mask = table[annotations.mask]
+        return np.ascontiguousarray(_apply_orientation(mask, rotation)) if stored_frame \
+            else mask
+
+    def _instance(self, shape: Shape, rotation: int, stored_frame: bool) -> _Instance:
+        if shape.polygons:
+            patch, origin = polygon_patch(shape.polygons, self.upright)
+            return _Instance(shape, patch, origin)
+        if shape.rle is not None:
+            found = binary_patch(self._rle_pixels(shape.rle, rotation, stored_frame))
+            if found is not None:
+                return _Instance(shape, *found)
+        return _Instance(shape)
+
+    def _rle_pixels(self, rle: dict[str, Any], rotation: int, stored_frame: bool) -> np.ndarray:
+        from pycocotools import mask as coco_mask
+
+        height, width = rle["size"]
+        try:
+            coded = coco_mask.frPyObjects(rle, height, width) if isinstance(
+                rle["counts"], list) else {"size": rle["size"], "counts": rle["counts"].encode()}
+            pixels = coco_mask.decode(coded)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise BadImage("bad_annotation", f"an unreadable RLE ({exc})") from None
+        return _apply_orientation(pixels, rotation) if stored_frame else pixels
+
+    def _paint(self, full_mask: np.ndarray) -> None:
+        """Polygons and RLEs into the class mask, in order (a later object covers an earlier)."""
+        for instance in self.instances:
+            if instance.patch is None:
+                continue
+            left, top = instance.origin
+            height, width = instance.patch.shape
+            region = full_mask[top : top + height, left : left + width]
+            region[instance.patch[: region.shape[0], : region.shape[1]] > 0] = \
+                self.id_of(instance.shape.name)
+
+    def _components(self, annotations: ImageAnnotations,
+                    full_mask: np.ndarray) -> list[_Instance]:
+        """The connected regions of each class of the PNG mask, as objects with boxes."""
+        found = []
+        for name in dict.fromkeys(annotations.mask_names):
+            region = binary_patch(full_mask == self.id_of(name))
+            if region is None:
+                continue
+            patch, (left, top) = region
+            count, labels, stats, _ = cv2.connectedComponentsWithStats(patch, connectivity=8)
+            for number in range(1, count):
+                x, y, width, height, _ = stats[number].tolist()
+                piece = (labels[y : y + height, x : x + width] == number).astype(np.uint8)
+                box = (left + x, top + y, left + x + width, top + y + height)
+                found.append(_Instance(Shape(name, box), piece, (left + x, top + y)))
+        return found
+
+    def objects(self, rect: tuple[int, int, int, int], placement: Placement,
+                min_visible: float) -> Objects:
+        """The objects of the sample showing ``rect`` (x, y, width, height) of the decoded
+        pixels, through ``placement`` (the frame shifted to the sample)."""
+        x, y, width, height = rect
+        boxes, names, polygons, rles = [], [], [], []
+        for instance, reduced in zip(self.instances, self.reduced, strict=True):
+            placed = place(instance.shape, placement)
+            if placed is None or placed.visible < min_visible:
+                continue
+            boxes.append(rounded_box(placed.box))
+            names.append(instance.shape.name)
+            polygons.append(tuple(rounded_ring(ring) for ring in placed.polygons))
+            rles.append(None if reduced is None else _instance_rle(reduced, rect))
+        mask = None
+        if self.mask is not None:
+            mask = np.zeros((height, width), np.uint8)
+            part = self.mask[y : y + height, x : x + width]
+            mask[: part.shape[0], : part.shape[1]] = part
+        return Objects(tuple(boxes), tuple(names), tuple(polygons), tuple(rles),
+                       mask_png(mask) if mask is not None else None,
+                       tuple(self.names) if mask is not None else (),
+                       bool(mask is not None and mask.any()))
+
+
+def _instance_rle(reduced: tuple[np.ndarray, tuple[int, int]],
+                  rect: tuple[int, int, int, int]) -> tuple[int, ...]:
+    """An instance's reduced pixels inside ``rect``, as RLE over a rect-sized sample."""
+    counts, (left, top) = reduced
+    x, y, width, height = rect
+    canvas = np.zeros((height, width), np.uint8)
+    x0, y0 = max(x, left), max(y, top)
+    x1, y1 = min(x + width, left + counts.shape[1]), min(y + height, top + counts.shape[0])
+    if x1 > x0 and y1 > y0:
+        canvas[y0 - y : y1 - y, x0 - x : x1 - x] = \
+            counts[y0 - top : y1 - top, x0 - left : x1 - left] > 0
+    return rle_encode(canvas)
+
+
+def _tiles(base: Sample, pixels: np.ndarray, placement: Placement, cut: _Cutter,
+           config: Config) -> list[Sample]:
+    """Every kept tile of the scaled original as a sample (grid order)."""
+    tiles_config, notes = config.image.tiles, config.source.annotations
+    size = tiles_config.size
+    height, width = pixels.shape[:2]
+    layout = grid(width, height, tiles_config)
+    found = [cut.objects((tile.x, tile.y, size, size),
+                         placement.shifted(tile.x, tile.y, (size, size)), notes.min_visible)
+             if notes.has_objects else None for tile in layout]
+    marked = [bool(objects is not None and (len(objects) or objects.marked))
+              for objects in found]
+    keep = kept(layout, marked, tiles_config, config.seed, base.relpath, notes.has_objects)
+    samples = []
+    for tile, objects, chosen in zip(layout, found, keep, strict=True):
+        if not chosen:
+            continue
+        samples.append(replace(
+            base, key=f"{base.key}_r{tile.row:03d}c{tile.column:03d}",
+            jpeg=encode_jpeg(_tile_pixels(pixels, tile, size, config), config.image),
+            width=size, height=size, objects=objects, tile=_tile_record(tile, placement,
+                                                                        tiles_config.scale)))
+    return samples
+
+
+def _tile_pixels(pixels: np.ndarray, tile: Tile, size: int, config: Config) -> np.ndarray:
+    part = pixels[tile.y : tile.y + tile.height, tile.x : tile.x + tile.width]
+    if part.shape[:2] == (size, size):
+        return np.ascontiguousarray(part)
+    fill = config.image.pad_color if part.ndim == 3 else round(
+        0.299 * config.image.pad_color[0] + 0.587 * config.image.pad_color[1]
+        + 0.114 * config.image.pad_color[2])
+    out = np.empty((size, size) + part.shape[2:], np.uint8)
+    out[...] = fill
+    out[: part.shape[0], : part.shape[1]] = part
+    return out
+
+
+def _tile_record(tile: Tile, placement: Placement, scale: float) -> dict[str, Any]:
+    """Where a tile is: grid position, rectangle in the scaled original, the scale, and the
+    rectangle in the upright original's pixels."""
+    x0 = (tile.x - placement.offset_x) / placement.scale_x
+    y0 = (tile.y - placement.offset_y) / placement.scale_y
+    x1 = (tile.x + tile.width - placement.offset_x) / placement.scale_x
+    y1 = (tile.y + tile.height - placement.offset_y) / placement.scale_y
+    return {"row": tile.row, "column": tile.column, "x": tile.x, "y": tile.y,
+            "width": tile.width, "height": tile.height, "scale": scale,
+            "original": list(rounded_box((x0, y0, x1, y1)))}

@@ -1,0 +1,50 @@
+"""What the driver knows of the annotations before any image is processed (one pass)."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import Config
+from ..scan import SourceTable
+from .coco import read_coco
+from .sources import digests, read_shared
+
+
+@dataclass
+class Prepared:
+    """Per image, its record from the COCO file; problems that belong to no image (path of
+    the annotation file, detail); the object classes known before any image is read (their
+    ids first); and per table position the ``annotation_digest`` (uint64)."""
+
+    records: dict[str, bytes] = field(default_factory=dict)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    known: tuple[str, ...] = ()
+    digests: np.ndarray | None = None
+
+
+def prepare(table: SourceTable, image_classes: tuple[str, ...], root: str, config: Config,
+            previous: tuple[str, ...] | None) -> Prepared:
+    """Read the shared annotation files, stat every image's own files, list the known object
+    classes: the previous version's (ids never change), the configured ones, the COCO
+    categories, the MVTec defect folders."""
+    notes = config.source.annotations
+    prepared = Prepared()
+    if not notes.has_objects:
+        return prepared
+    known = list(previous or ()) + list(notes.classes)
+    if notes.coco:
+        coco = read_coco(read_shared(root, notes.coco), notes.coco,
+                         posixpath.normpath(notes.coco_root) if notes.coco_root else "",
+                         lambda relpath: table.index_of(relpath) is not None)
+        prepared.records = coco.records
+        prepared.problems = [(notes.coco, problem) for problem in coco.problems]
+        known += coco.categories
+    if notes.preset == "mvtec":
+        known += [name for name in image_classes if name != "good"]
+    prepared.known = tuple(dict.fromkeys(known))
+    prepared.digests = digests(table.relpaths, prepared.records, root, notes,
+                               config.source.follow_symlinks)
+    return prepared

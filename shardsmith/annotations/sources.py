@@ -1,0 +1,230 @@
+"""Where annotations are, and what the driver reads of them before any image is processed.
+
+* Which paths hold annotations (``annotation_reason``): the scan leaves them out with the
+  reason ``annotation`` instead of taking a mask for an image.
+* The files next to each image (``own_files``): YOLO, VOC or LabelMe files with its stem, its
+  PNG mask; workers read them, the driver only stats them (``digests``).
+* The files shared by all images, read once here: the labels file (CSV or JSON Lines of path
+  and label) and the COCO file, kept as one compact JSON record per image that has entries
+  (what the worker needs, nothing else).
+* ``annotation_digest``: per image, a digest of its record and of the size and mtime of its own
+  files.  Stored with each sample, it tells the next version which images' annotations changed:
+  an edit to one image's entries in a COCO file re-encodes that image only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import posixpath
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from ..config import AnnotationConfig
+from ..jsonmodel import shown
+from .model import AnnotationError
+
+MAX_ANNOTATION_BYTES = 256 * 1024 * 1024  # one image's file (LabelMe may embed the image)
+MAX_SHARED_BYTES = 4 * 1024 * 1024 * 1024  # a COCO or labels file
+FILE_EXTENSIONS = {"yolo": ".txt", "voc": ".xml", "labelme": ".json"}
+MVTEC_MASKS = "ground_truth"
+STAT_THREADS = 16
+
+
+def _relative_dir(path: str) -> str | None:
+    """A config folder inside the source tree, as a relative POSIX path (None: outside)."""
+    if not path or os.path.isabs(path):
+        return None
+    normal = posixpath.normpath(path.replace(os.sep, "/"))
+    return None if normal.startswith("..") or normal == "." else normal
+
+
+def annotation_reason(relpath: str, is_dir: bool, config: AnnotationConfig) -> str | None:
+    """``annotation`` when ``relpath`` (under the source root) holds annotations, not images:
+    a mask or annotation tree, an annotation file beside an image, the COCO or labels file."""
+    if not config.enabled:
+        return None
+    folders = [_relative_dir(config.files_dir) if config.files else None,
+               _relative_dir(config.masks) if config.masks not in ("", "beside") else None,
+               MVTEC_MASKS if config.preset == "mvtec" else None]
+    for folder in filter(None, folders):
+        if relpath == folder or relpath.startswith(folder + "/"):
+            return "annotation"
+    if is_dir:
+        return None
+    if relpath in {_relative_dir(config.coco), _relative_dir(config.labels)}:
+        return "annotation"
+    stem, extension = posixpath.splitext(relpath)
+    if config.files and not config.files_dir and extension.lower() == FILE_EXTENSIONS[
+            config.files]:
+        return "annotation"
+    if config.mask_suffix and stem.endswith(config.mask_suffix) and extension.lower() == ".png":
+        return "annotation"
+    return None
+
+
+def own_files(relpath: str, config: AnnotationConfig) -> list[tuple[str, str]]:
+    """(kind, path) of the files that annotate the image ``relpath`` alone: ``files`` (YOLO,
+    VOC or LabelMe) and ``mask``; paths relative to the source root unless absolute."""
+    folder, name = posixpath.split(relpath)
+    stem = posixpath.splitext(name)[0]
+    found = []
+    if config.files:
+        base = config.files_dir
+        found.append(("files", posixpath.join(base, folder, stem + FILE_EXTENSIONS[config.files])
+                      if base else posixpath.join(folder, stem + FILE_EXTENSIONS[config.files])))
+    if config.masks:
+        mask_name = f"{stem}{config.mask_suffix}.png"
+        found.append(("mask", posixpath.join(folder, mask_name) if config.masks == "beside"
+                      else posixpath.join(config.masks, folder, mask_name)))
+    if config.preset == "mvtec":
+        parts = relpath.split("/")
+        if len(parts) >= 3:  # SPLIT/DEFECT/NAME -> ground_truth/DEFECT/STEM_mask.png
+            found.append(("mask", posixpath.join(MVTEC_MASKS, *parts[1:-1],
+                                                 f"{stem}_mask.png")))
+    return found
+
+
+def annotation_digest(record: bytes | None,
+                      files: list[tuple[str, int | None, int | None]]) -> str:
+    """The digest of an image's annotations: its shared-file record and the (path, size,
+    mtime) of its own files (None for a file that is not there)."""
+    digest = xxhash.xxh3_64(record or b"")
+    for path, size, mtime_ns in files:
+        digest.update(os.fsencode(f"\0{path}\0{size}\0{mtime_ns}"))
+    return digest.hexdigest()
+
+
+def resolved(root: str, path: str) -> str:
+    return path if os.path.isabs(path) else os.path.join(root, path)
+
+
+def file_stat(root: str, path: str, follow_symlinks: bool) -> tuple[str, int | None,
+                                                                       int | None]:
+    try:
+        info = os.stat(resolved(root, path), follow_symlinks=follow_symlinks)
+    except OSError:
+        return path, None, None
+    return path, info.st_size, info.st_mtime_ns
+
+
+def has_own_files(config: AnnotationConfig) -> bool:
+    return bool(config.files or config.masks or config.preset == "mvtec")
+
+
+def digests(relpaths: list[str], records: dict[str, bytes], root: str,
+            config: AnnotationConfig, follow_symlinks: bool) -> np.ndarray:
+    """``annotation_digest`` of every image as uint64 (8 bytes a file), its own files statted
+    on a pool of threads (a NAS answers many at once)."""
+
+    def one(relpath: str) -> int:
+        files = [file_stat(root, path, follow_symlinks) for _, path in own_files(relpath, config)]
+        return int(annotation_digest(records.get(relpath), files), 16)
+
+    if not has_own_files(config):
+        return np.fromiter((int(annotation_digest(records.get(relpath), []), 16)
+                            for relpath in relpaths), np.uint64, len(relpaths))
+    with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="shardsmith-annotations") as pool:
+        return np.fromiter(pool.map(one, relpaths, chunksize=256), np.uint64, len(relpaths))
+
+
+def read_shared(root: str, path: str) -> bytes:
+    """A labels or COCO file, whole; AnnotationError when it cannot be read."""
+    full = resolved(root, path)
+    try:
+        with open(full, "rb") as handle:
+            data = handle.read(MAX_SHARED_BYTES + 1)
+    except OSError as exc:
+        raise AnnotationError(f"{path}: cannot read the annotation file: "
+                              f"{exc.strerror or exc}") from None
+    if len(data) > MAX_SHARED_BYTES:
+        raise AnnotationError(f"{path}: over {MAX_SHARED_BYTES // 2**30} GiB: not read")
+    return data
+
+
+def safe_relpath(path: Any) -> str | None:
+    """A path from an annotation file as a relative POSIX path inside the source tree, or None
+    (absolute, a drive, ``..`` out of the tree, NUL, empty)."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        return None
+    path = path.replace("\\", "/")
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        return None
+    normal = posixpath.normpath(path)
+    return None if normal.startswith("../") or normal in (".", "..") else normal
+
+
+@dataclass
+class LabelRows:
+    """What a labels file says: path -> label name; bad rows by path (rejected) and rows that
+    name no image (reported under the file's name)."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    bad: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def read_labels(data: bytes, where: str) -> LabelRows:
+    """A CSV file of ``path,label`` rows (a ``path,label`` header is skipped) or JSON Lines of
+    ``{"path": ..., "label": ...}``, as exported by QC systems."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise AnnotationError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    rows = LabelRows()
+    lines = where.lower().endswith((".jsonl", ".ndjson")) or text.lstrip().startswith("{")
+    seen_at: dict[str, int] = {}
+    for number, path, label in (_json_rows(text, where) if lines else _csv_rows(text, where)):
+        here = f"{where} line {number}"
+        relpath = safe_relpath(path)
+        if relpath is None:
+            rows.problems.append(f"{here}: the path {shown(path)} leads out of the source "
+                                 "tree (refused)")
+            continue
+        if not isinstance(label, str) or not label.strip():
+            rows.bad[relpath] = f"{here}: no label for {relpath}"
+            continue
+        if relpath in seen_at and rows.labels.get(relpath) != label.strip():
+            rows.bad[relpath] = (f"{here}: a second label for {relpath} (line "
+                                 f"{seen_at[relpath]} says {shown(rows.labels.get(relpath))})")
+            continue
+        seen_at[relpath] = number
+        rows.labels[relpath] = label.strip()
+    for relpath in rows.bad:
+        rows.labels.pop(relpath, None)
+    return rows
+
+
+def _csv_rows(text: str, where: str) -> Iterator[tuple[int, Any, Any]]:
+    reader = csv.reader(io.StringIO(text))
+    for row in reader:
+        number = reader.line_num
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) != 2:
+            raise AnnotationError(f"{where} line {number}: expected path,label; got "
+                                  f"{len(row)} fields")
+        if number == 1 and [cell.strip().lower() for cell in row] == ["path", "label"]:
+            continue
+        yield number, row[0].strip(), row[1]
+
+
+def _json_rows(text: str, where: str) -> Iterator[tuple[int, Any, Any]]:
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise AnnotationError(f"{where} line {number}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict) or "path" not in row:
+            raise AnnotationError(f"{where} line {number}: expected an object with path and "
+                                  "label")
+        yield number, row["path"], row.get("label")

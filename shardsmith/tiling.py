@@ -1,0 +1,69 @@
+"""Tiles: a grid of size x size windows over an original, and which of them to keep.
+
+The grid steps by ``size - overlap``; its last row and column are aligned to the image's
+border (they overlap their neighbour by more), so every pixel is in a tile and no tile hangs
+over the edge.  An image smaller than a tile is one tile, padded at its right and bottom.
+
+Which tiles are kept is decided per tile from a hash of (seed, path, row, column): the same on
+every run and worker, and unchanged for one image when others are added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+from .config import TileConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """One tile: grid position and its rectangle in the scaled original (``width`` and
+    ``height`` are less than the tile size only for an image smaller than a tile)."""
+
+    row: int
+    column: int
+    x: int
+    y: int
+    width: int
+    height: int
+
+
+def starts(length: int, size: int, overlap: int) -> list[int]:
+    """Where the tiles along one axis start; the last one ends at the border."""
+    if length <= size:
+        return [0]
+    stride = size - overlap
+    return list(range(0, length - size, stride)) + [length - size]
+
+
+def grid(width: int, height: int, config: TileConfig) -> list[Tile]:
+    """The tiles of a ``width`` x ``height`` (scaled) image, row by row."""
+    size = config.size
+    return [Tile(row, column, x, y, min(size, width), min(size, height))
+            for row, y in enumerate(starts(height, size, config.overlap))
+            for column, x in enumerate(starts(width, size, config.overlap))]
+
+
+def draw(seed: int, relpath: str, tile: Tile) -> float:
+    """A number in [0, 1) fixed by (seed, path, grid position)."""
+    digest = hashlib.sha256(f"tile:{seed}:{tile.row}:{tile.column}:".encode()
+                            + os.fsencode(relpath)).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def kept(tiles: list[Tile], annotated: list[bool], config: TileConfig, seed: int,
+         relpath: str, has_annotations: bool) -> list[bool]:
+    """Which tiles become samples: all of them (``keep: all``, or a dataset without box or
+    mask annotations); else the annotated ones plus a seeded ``background_fraction`` of the
+    others.  An image keeps at least one tile (the one with the lowest draw), so every packed
+    original has a sample and later versions know it."""
+    if config.keep == "all" or not has_annotations:
+        return [True] * len(tiles)
+    draws = [draw(seed, relpath, tile) for tile in tiles]
+    keep = [marked or value < config.background_fraction
+            for marked, value in zip(annotated, draws, strict=True)]
+    if not any(keep):
+        keep[min(range(len(tiles)), key=draws.__getitem__)] = True
+    return keep
