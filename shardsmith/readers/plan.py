@@ -3,8 +3,9 @@
 Framework-free (NumPy only), so the torch, DALI and tf readers and the tests share one
 definition of an epoch:
 
-* ``SampleTable`` holds, per sample, its shard and the offsets of its image and label in the
-  shard, read from the per-tar index the pack writes (DALI's ``wds2idx`` format).  An index is
+* ``SampleTable`` holds, per sample, its shard and the offsets of its image, label and
+  metadata (and class mask, when it has one) in the shard, read from the per-tar index the
+  pack writes (DALI's ``wds2idx`` format).  An index is
   untrusted like the manifest: a line whose names could escape a directory or whose offsets
   leave the shard is skipped with a warning naming it.
 * ``epoch_order`` is one global order per (seed, epoch): each shard is cut into blocks of
@@ -40,7 +41,8 @@ OPEN_SHARDS = 64  # descriptors a reader keeps open (a dataset may have thousand
 
 @dataclass(frozen=True)
 class SampleTable:
-    """Per-sample locations: shard number, image offset and size, label offset and size."""
+    """Per-sample locations: shard number, offset and size of the image, the label, the
+    metadata (``KEY.json``) and the class mask (``KEY.mask.png``; offset -1 without one)."""
 
     paths: tuple[str, ...]
     shard: np.ndarray  # int32
@@ -48,6 +50,10 @@ class SampleTable:
     image_size: np.ndarray  # int64
     label_offset: np.ndarray  # int64
     label_size: np.ndarray  # int64
+    meta_offset: np.ndarray  # int64
+    meta_size: np.ndarray  # int64
+    mask_offset: np.ndarray  # int64
+    mask_size: np.ndarray  # int64
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -61,7 +67,7 @@ class SampleTable:
 def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
     """The sample table of ``shards`` from their indexes (or, for tars packed before indexes
     existed, from their headers, with a warning)."""
-    columns: list[list[int]] = [[], [], [], [], []]
+    columns: list[list[int]] = [[] for _ in range(9)]
     paths = []
     legacy = [shard.name for shard in shards if shard.index is None]
     if legacy:
@@ -72,15 +78,18 @@ def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
         path = directory / shard.name
         paths.append(str(path))
         rows = _index_rows(directory, shard) if shard.index else _scan_rows(path, shard)
-        for image_offset, image_size, label_offset, label_size in rows:
-            for column, value in zip(columns, (number, image_offset, image_size, label_offset,
-                                               label_size), strict=True):
+        for row in rows:
+            columns[0].append(number)
+            for column, value in zip(columns[1:], row, strict=True):
                 column.append(value)
     shard_of, *rest = (np.asarray(column, np.int64) for column in columns)
     return SampleTable(tuple(paths), shard_of.astype(np.int32), *rest)
 
 
-def _index_rows(directory: Path, shard: ShardEntry) -> list[tuple[int, int, int, int]]:
+Row = tuple[int, int, int, int, int, int, int, int]  # image, label, meta, mask: offset, size
+
+
+def _index_rows(directory: Path, shard: ShardEntry) -> list[Row]:
     """Rows of a wds2idx index, each member checked; the file checked against the manifest."""
     entry = shard.index
     try:
@@ -106,8 +115,9 @@ def _index_rows(directory: Path, shard: ShardEntry) -> list[tuple[int, int, int,
     return rows
 
 
-def _members_row(fields: list[str], shard_bytes: int) -> tuple[int, int, int, int]:
-    """(image offset, size, label offset, size) of one index line: EXT OFFSET SIZE NAME ..."""
+def _members_row(fields: list[str], shard_bytes: int) -> Row:
+    """(offset, size) of image, label, metadata and mask of one index line: EXT OFFSET SIZE
+    NAME ... (-1, 0 for a member the sample does not have)."""
     if len(fields) % 4:
         raise ValueError("fields do not come in fours")
     found = {}
@@ -120,19 +130,23 @@ def _members_row(fields: list[str], shard_bytes: int) -> tuple[int, int, int, in
         found[extension] = (offset, size)
     if "jpg" not in found or "cls" not in found:
         raise ValueError("a sample without .jpg or .cls")
-    (image_offset, image_size), (label_offset, label_size) = found["jpg"], found["cls"]
-    if label_offset < image_offset:
+    if found["cls"][0] < found["jpg"][0]:
         raise ValueError(".cls before .jpg")
-    return image_offset, image_size, label_offset, label_size
+    return _row(found)
 
 
-def _scan_rows(path: Path, shard: ShardEntry) -> list[tuple[int, int, int, int]]:
+def _row(found: dict[str, tuple[int, int]]) -> Row:
+    absent = (-1, 0)
+    return (*found["jpg"], *found["cls"], *found.get("json", absent),
+            *found.get("mask.png", absent))
+
+
+def _scan_rows(path: Path, shard: ShardEntry) -> list[Row]:
     rows = []
     try:
         for _, members in iter_members(path, shard.bytes):
-            by_extension = {member.extension: member for member in members}
-            image, label = by_extension["jpg"], by_extension["cls"]
-            rows.append((image.data, image.size, label.data, label.size))
+            rows.append(_row({member.extension: (member.data, member.size)
+                              for member in members}))
     except ShardFormatError as exc:
         log.warning("%s: %s; its samples after that point are skipped", shard.name, exc)
     return rows

@@ -22,11 +22,22 @@ worker can make batch counts differ, which is why DDP training should use batch 
 
 A corrupt sample is named (shard and key) and, by default, replaced by another sample of the
 same batch, so batch counts stay equal; ``on_corrupt="raise"`` raises ``CorruptSampleError``.
+
+Detection (``targets=True``, a dataset packed with box or mask annotations): each image comes
+with torchvision's target dict instead of its label: ``boxes`` float N×4 (x0, y0, x1, y1 in
+the sample's pixels), ``labels`` int64 N (object class ids from 1, ``object_classes[id - 1]``)
+and, when the dataset has masks, ``masks`` uint8 N×H×W::
+
+    data = dataset(path, split="train", targets=True)
+    loader = DataLoader(data, batch_size=8, collate_fn=detection_collate, num_workers=4)
+    for images, targets in loader:
+        losses = model([image.float() / 255 for image in images], targets)
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 import multiprocessing
@@ -57,6 +68,7 @@ from .plan import (
     rank_share,
     read_span,
 )
+from .targets import detection_target
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +96,7 @@ class ShardDataset(IterableDataset):
         channels: int = 3,
         on_corrupt: str = "replace",
         block: int = DEFAULT_BLOCK,
+        targets: bool = False,
     ):
         super().__init__()
         if channels not in (1, 3):
@@ -101,6 +114,12 @@ class ShardDataset(IterableDataset):
         self.batch_size, self.drop_last, self.pad = batch_size, drop_last, pad
         self.transform, self.batch_transform = transform, batch_transform
         self.decode, self.channels, self.on_corrupt = decode, channels, on_corrupt
+        self.targets = targets
+        self.object_classes: list[str] = list(self.manifest.object_classes or ())
+        self.with_masks = bool(len(self.table) and (self.table.mask_offset >= 0).any())
+        if targets and self.manifest.object_classes is None:
+            raise ConfigError(f"{directory} has no box or mask annotations (packed without "
+                              "source.annotations): targets=True needs them")
         if rank is None or world_size is None:
             distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = torch.distributed.get_rank() if distributed else 0
@@ -240,6 +259,30 @@ class ShardDataset(IterableDataset):
             raise self._named(index, f"unreadable ({exc})") from None
         return data[: int(table.image_size[index])], label
 
+    def _read_meta(self, index: int) -> tuple[memoryview, int, Any]:
+        """The JPEG bytes, label and metadata (``KEY.json``) of sample ``index``: one read."""
+        table = self.table
+        shard, offset = int(table.shard[index]), int(table.image_offset[index])
+        label_at, meta_at = (int(table.label_offset[index]) - offset,
+                             int(table.meta_offset[index]) - offset)
+        if meta_at < 0:
+            raise self._named(index, "has no .json")
+        span = meta_at + int(table.meta_size[index])
+        try:
+            data = memoryview(read_span(self._descriptors, table.paths, shard, offset, span))
+            label = int(bytes(data[label_at : label_at + int(table.label_size[index])]))
+            meta = json.loads(bytes(data[meta_at:span]))
+        except (OSError, ShardFormatError, ValueError, RecursionError) as exc:
+            raise self._named(index, f"unreadable ({exc})") from None
+        return data[: int(table.image_size[index])], label, meta
+
+    def _target(self, index: int, meta: Any, height: int, width: int) -> dict[str, Any]:
+        try:
+            target = detection_target(meta, height, width, self.with_masks)
+        except ValueError as exc:
+            raise self._named(index, f"bad annotations ({exc})") from None
+        return {key: torch.from_numpy(value) for key, value in target.items()}
+
     def _where(self, index: int) -> str:
         """``SHARD: sample KEY`` for messages."""
         table = self.table
@@ -250,8 +293,15 @@ class ShardDataset(IterableDataset):
     def _named(self, index: int, problem: str) -> CorruptSampleError:
         return CorruptSampleError(f"{self._where(index)}: {problem}")
 
-    def _read_sample(self, index: int) -> tuple[Any, int]:
-        jpeg, label = self._read(index)
+    def _read_sample(self, index: int) -> tuple[Any, Any]:
+        if self.targets:
+            jpeg, _, meta = self._read_meta(index)
+        else:
+            jpeg, label = self._read(index)
+        if self.targets and not self.decode:
+            height, width = self._jpeg_shape(index, jpeg)
+            return (torch.frombuffer(bytearray(jpeg), dtype=torch.uint8),
+                    self._target(index, meta, height, width))
         if not self.decode:
             return torch.frombuffer(bytearray(jpeg), dtype=torch.uint8), label
         try:
@@ -260,9 +310,17 @@ class ShardDataset(IterableDataset):
         except ValueError as exc:
             raise self._named(index, f"does not decode ({exc})") from None
         image = torch.from_numpy(pixels).permute(2, 0, 1)
+        if self.targets:
+            label = self._target(index, meta, pixels.shape[0], pixels.shape[1])
         if self.transform is not None:
             image = self.transform(image)
         return image, label
+
+    def _jpeg_shape(self, index: int, jpeg: memoryview) -> tuple[int, int]:
+        try:
+            return simplejpeg.decode_jpeg_header(jpeg)[:2]
+        except ValueError as exc:
+            raise self._named(index, f"does not decode ({exc})") from None
 
     def _read_batch(self, indices: np.ndarray, corrupt: list[str], worker: int = 0) -> Any:
         height, width = self.image_size
@@ -273,11 +331,16 @@ class ShardDataset(IterableDataset):
         else:
             images = np.empty((len(indices), height, width, self.channels), np.uint8)
         labels = np.empty(len(indices), np.int64)
+        targets: list[Any] = [None] * len(indices)
         colorspace = "RGB" if self.channels == 3 else "GRAY"
         bad = []
         for slot, index in enumerate(indices):
             try:
-                jpeg, labels[slot] = self._read(int(index))
+                if self.targets:
+                    jpeg, labels[slot], meta = self._read_meta(int(index))
+                    targets[slot] = self._target(int(index), meta, height, width)
+                else:
+                    jpeg, labels[slot] = self._read(int(index))
                 try:
                     pixels = simplejpeg.decode_jpeg(jpeg, colorspace=colorspace,
                                                     buffer=images[slot])
@@ -294,15 +357,17 @@ class ShardDataset(IterableDataset):
             if not good:
                 raise CorruptSampleError(f"every sample of a batch is corrupt: {corrupt[-1]}")
             for number, slot in enumerate(bad):
-                images[slot], labels[slot] = images[good[number % len(good)]], \
-                    labels[good[number % len(good)]]
+                other = good[number % len(good)]
+                images[slot], labels[slot], targets[slot] = images[other], labels[other], \
+                    targets[other]
+        second = targets if self.targets else torch.from_numpy(labels)
         if ring is not None:
-            return RingBatch(ring_slot, len(indices)), torch.from_numpy(labels)
+            return RingBatch(ring_slot, len(indices)), second
         # N×H×W×C memory seen as N×C×H×W: PyTorch's channels_last, no copy.
         batch = torch.from_numpy(images).permute(0, 3, 1, 2)
         if self.batch_transform is not None:
             batch = self.batch_transform(batch)
-        return batch, torch.from_numpy(labels)
+        return batch, second
 
     def _check_size(self, index: int, jpeg: memoryview) -> None:
         """Raise ConfigError if sample ``index`` is an image of another size than the batch."""
@@ -316,8 +381,11 @@ class ShardDataset(IterableDataset):
                 f"{self.image_size[1]}x{self.image_size[0]}: batch_size= needs equal image "
                 f"sizes; {RESIZE_HINT}")
 
-    def _raw_batch(self, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _raw_batch(self, indices: np.ndarray) -> tuple[list[torch.Tensor], Any]:
         """JPEG bytes, for decoding on the GPU (``torchvision.io.decode_jpeg(device="cuda")``)."""
+        if self.targets:
+            samples = [self._read_sample(int(index)) for index in indices]
+            return [jpeg for jpeg, _ in samples], [target for _, target in samples]
         jpegs, labels = [], np.empty(len(indices), np.int64)
         for slot, index in enumerate(indices):
             jpeg, labels[slot] = self._read(int(index))
@@ -411,6 +479,13 @@ class ShardLoader(torch.utils.data.DataLoader):
                 self.ring.release(held)
 
 
+def detection_collate(samples: list[tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
+    """``collate_fn`` for per-sample mode with ``targets=True``: a list of images and a list
+    of target dicts, as torchvision's detection models take them (images of different sizes
+    and targets of different lengths do not stack)."""
+    return [image for image, _ in samples], [target for _, target in samples]
+
+
 def dataset(path: str | Path, split: str | None = None, shuffle: bool = True,
             **options: Any) -> ShardDataset:
     """An ``IterableDataset`` over a packed or staged dataset; see ``ShardDataset``.
@@ -418,6 +493,7 @@ def dataset(path: str | Path, split: str | None = None, shuffle: bool = True,
     Options: ``batch_size`` (batch mode), ``seed``, ``transform`` / ``batch_transform``,
     ``rank`` / ``world_size`` (default: torch.distributed), ``pad`` (False for evaluation),
     ``drop_last``, ``decode`` (False: JPEG bytes for GPU decoding), ``channels`` (3 or 1),
-    ``on_corrupt`` ("replace" or "raise"), ``block`` (samples read together).
+    ``on_corrupt`` ("replace" or "raise"), ``block`` (samples read together), ``targets``
+    (True: torchvision's detection targets instead of labels, see ``detection_collate``).
     """
     return ShardDataset(path, split, shuffle, **options)

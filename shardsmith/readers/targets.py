@@ -1,0 +1,59 @@
+"""Detection targets from a sample's metadata (``KEY.json``), framework-free (NumPy).
+
+torchvision's detection models take, per image, ``boxes`` (float N×4, x0 y0 x1 y1 in pixels),
+``labels`` (int64 N; 0 is the background, so object class ids start at 1) and, for Mask
+R-CNN, ``masks`` (uint8 N×H×W).  An instance's mask comes from its RLE (made at pack time,
+from its polygon or RLE, by the same area rule as the class mask); an object annotated with a
+box only gets its box filled.  The metadata is untrusted: anything malformed raises
+``ValueError`` with what is wrong, which the readers report as a corrupt sample.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..annotations.masks import rle_decode
+
+
+def detection_target(meta: Any, height: int, width: int,
+                     with_masks: bool) -> dict[str, np.ndarray]:
+    """``boxes``, ``labels`` and (``with_masks``) ``masks`` of one sample."""
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not an object")
+    boxes_in, labels_in = meta.get("boxes", []), meta.get("labels", [])
+    if not isinstance(boxes_in, list) or not isinstance(labels_in, list) or \
+            len(boxes_in) != len(labels_in):
+        raise ValueError("boxes and labels are not two lists of one length")
+    try:
+        boxes = np.asarray(boxes_in, np.float32).reshape(-1, 4)
+        labels = np.asarray(labels_in, np.int64).reshape(-1)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"boxes or labels are malformed ({exc})") from None
+    if not np.isfinite(boxes).all():
+        raise ValueError("a box is not finite")
+    target = {"boxes": boxes, "labels": labels}
+    if with_masks:
+        target["masks"] = _instance_masks(meta.get("rle"), boxes, height, width)
+    return target
+
+
+def _instance_masks(rles: Any, boxes: np.ndarray, height: int, width: int) -> np.ndarray:
+    masks = np.zeros((len(boxes), height, width), np.uint8)
+    if rles is None:
+        rles = [None] * len(boxes)
+    if not isinstance(rles, list) or len(rles) != len(boxes):
+        raise ValueError("rle is not a list with an entry per box")
+    for number, (rle, box) in enumerate(zip(rles, boxes, strict=True)):
+        if rle is None:
+            x0, y0 = max(0, math.floor(box[0])), max(0, math.floor(box[1]))
+            x1, y1 = min(width, math.ceil(box[2])), min(height, math.ceil(box[3]))
+            masks[number, y0:y1, x0:x1] = 1
+            continue
+        if not isinstance(rle, dict) or rle.get("size") != [height, width] or \
+                not isinstance(rle.get("counts"), list):
+            raise ValueError(f"object {number}: an RLE not of this {width}x{height} image")
+        masks[number] = rle_decode(rle["counts"], height, width)
+    return masks
