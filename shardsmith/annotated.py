@@ -160,23 +160,19 @@ class _Cutter:
         self.placement, self.upright = placement, upright
         self.names = list(vocabulary.object_classes)
         self.instances: list[_Instance] = []
-        full_mask = None
+        full_mask = np.zeros(upright[::-1], np.uint8) if with_mask else None
         if annotations is not None:
-            full_mask = self._upright_mask(annotations, stored_frame, rotation) \
-                if with_mask else None
-            components = self._components(annotations, full_mask) \
-                if full_mask is not None else []
+            components = []
+            if annotations.mask is not None:
+                full_mask = self._upright_mask(annotations, stored_frame, rotation)
+                components = self._components(annotations, full_mask)
             for shape in annotations.shapes:
                 shape = to_upright(shape, rotation, stored) if stored_frame else shape
                 self.instances.append(self._instance(shape, rotation, stored_frame))
             if full_mask is not None:
                 self._paint(full_mask)
             self.instances += components
-        self.mask = None
-        if with_mask:
-            if full_mask is None:
-                full_mask = np.zeros(upright[::-1], np.uint8)
-            self.mask = class_mask(full_mask, placement)
+        self.mask = class_mask(full_mask, placement) if full_mask is not None else None
         # Instance pixels in the frame of the decoded pixels, once; cut per sample below.
         self.reduced = [reduce_patch(instance.patch, instance.origin, placement, upright)
                         if instance.patch is not None else None for instance in self.instances]
@@ -191,10 +187,8 @@ class _Cutter:
         return number
 
     def _upright_mask(self, annotations: ImageAnnotations, stored_frame: bool,
-                      rotation: int) -> np.ndarray | None:
-        """The PNG mask, upright, with this run's class ids (None without one)."""
-        if annotations.mask is None:
-            return None
+                      rotation: int) -> np.ndarray:
+        """The PNG mask, upright, with this run's class ids."""
         table = np.zeros(256, np.uint8)
         for value, name in enumerate(annotations.mask_names, 1):
             table[value] = self.id_of(name)

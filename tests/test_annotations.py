@@ -1,0 +1,98 @@
+"""Defect annotations carried through every pixel operation, in every input format.
+
+Originals with defects drawn at known coordinates (``defects.py``) are annotated in each input
+format, packed with each resize mode, eight EXIF orientations each, and read back with the
+torch reader's detection targets: every box encloses its drawn defect within 1 px, and every
+mask overlaps it with IoU >= 0.9.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from shardsmith import load_config, pack
+from shardsmith.cli import main
+from shardsmith.readers.torch import dataset
+
+import defects
+import images
+
+RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
+
+
+def pack_with(source: Path, output: Path, overrides: dict, **more) -> dict:
+    pack(load_config(None, {"source.path": str(source), "output.path": str(output),
+                            "run.quiet": True, "run.workers": 1, **overrides, **more}))
+    return images.manifest_of(output)
+
+
+def members(output: Path) -> dict[str, dict[str, bytes]]:
+    """Every sample of a WebDataset dataset: key -> {extension: bytes}."""
+    found: dict[str, dict[str, bytes]] = {}
+    for shard in images.manifest_of(output)["shards"]:
+        with tarfile.open(output / shard["name"]) as tar:
+            for member in tar:
+                key, extension = member.name.split(".", 1)
+                found.setdefault(key, {})[extension] = tar.extractfile(member).read()
+    return found
+
+
+def orientation_tree(source: Path, fmt: str) -> dict:
+    relpaths = [f"parts/o{orientation}.jpg" for orientation in range(1, 9)]
+    for orientation, relpath in enumerate(relpaths, 1):
+        images.write(source / relpath, defects.original(orientation))
+    return defects.write_annotations(source, relpaths, fmt)
+
+
+def masked(fmt: str, name: str) -> bool:
+    """Whether ``fmt`` annotates defect ``name`` with a mask (else with a box only)."""
+    return fmt in ("coco", "mask") or name == "dent"
+
+
+@pytest.mark.parametrize("fmt", defects.FORMATS)
+def test_boxes_and_masks_follow_every_resize_mode_and_exif_orientation(tmp_path, fmt):
+    import simplejpeg
+
+    source = tmp_path / "source"
+    overrides = orientation_tree(source, fmt)
+    worst_box, worst_iou = 0.0, 1.0
+    for mode in RESIZE_MODES:
+        output = tmp_path / mode
+        manifest = pack_with(source, output, overrides, **{
+            "image.size": 256, "image.resize": mode, "image.pad_color": [128, 128, 128]})
+        assert manifest["totals"]["packed"] == 8 and not manifest["rejects"]
+        names = manifest["object_classes"]
+        data = dataset(output, targets=True, shuffle=False)
+        assert data.object_classes == names and len(data) == 8
+        for image, target in data:  # the consumer's view: torchvision targets
+            shown = defects.seen(image.permute(1, 2, 0).numpy())
+            labels = target["labels"].tolist()
+            assert sorted(names[label - 1] for label in labels) == sorted(defects.CLASSES)
+            for number, label in enumerate(labels):
+                name = names[label - 1]
+                box, drawn = target["boxes"][number].tolist(), defects.extent(shown[name])
+                worst_box = max(worst_box, *(abs(a - b) for a, b in zip(box, drawn,
+                                                                        strict=True)))
+                if "masks" in target and masked(fmt, name):
+                    instance = target["masks"][number].numpy().astype(bool)
+                    worst_iou = min(worst_iou, defects.iou(instance, shown[name]))
+        for files in members(output).values():  # the stored class masks
+            assert ("mask.png" in files) == (fmt in defects.WITH_MASKS)
+            if "mask.png" not in files:
+                continue
+            shown = defects.seen(simplejpeg.decode_jpeg(files["jpg"], colorspace="GRAY"))
+            mask = cv2.imdecode(np.frombuffer(files["mask.png"], np.uint8), cv2.IMREAD_UNCHANGED)
+            for name in defects.CLASSES:
+                if masked(fmt, name):
+                    worst_iou = min(worst_iou, defects.iou(mask == names.index(name) + 1,
+                                                           shown[name]))
+    assert worst_box <= 1.0, f"{fmt}: a box is {worst_box:.3f} px off its drawn defect"
+    assert worst_iou >= 0.9, f"{fmt}: a mask overlaps its drawn defect with IoU {worst_iou:.3f}"
