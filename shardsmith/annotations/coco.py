@@ -146,7 +146,7 @@ def _object(annotation: dict[str, Any], names: dict[Any, str],
             raise _Bad("bbox must be [x, y, width, height]")
         x, y, width, height = (_finite(value, "a bbox value") for value in bbox)
         if width <= 0 or height <= 0:
-            raise _Bad(f"bbox {shown(bbox)} is empty")
+            raise _Bad(f"bbox [{x:g}, {y:g}, {width:g}, {height:g}] is empty")
         item["box"] = [x, y, x + width, y + height]
     elif "polygons" in item:
         xs = [value for ring in item["polygons"] for value in ring[0::2]]
