@@ -11,10 +11,13 @@ contrast.
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from shardsmith import load_config, pack
 
 import images
 
@@ -155,3 +158,21 @@ def _write_coco(source: Path, relpaths: list[str]) -> dict[str, object]:
     (source / "annotations").mkdir(parents=True, exist_ok=True)
     (source / "annotations" / "instances.json").write_text(json.dumps(document))
     return {"source.annotations.coco": "annotations/instances.json"}
+
+
+def pack_with(source: Path, output: Path, overrides: dict, **more) -> dict:
+    """Pack in-process, one worker, quietly; returns the manifest."""
+    pack(load_config(None, {"source.path": str(source), "output.path": str(output),
+                            "run.quiet": True, "run.workers": 1, **overrides, **more}))
+    return images.manifest_of(output)
+
+
+def members(output: Path) -> dict[str, dict[str, bytes]]:
+    """Every sample of a WebDataset dataset: key -> {extension: bytes}."""
+    found: dict[str, dict[str, bytes]] = {}
+    for shard in images.manifest_of(output)["shards"]:
+        with tarfile.open(output / shard["name"]) as tar:
+            for member in tar:
+                key, extension = member.name.split(".", 1)
+                found.setdefault(key, {})[extension] = tar.extractfile(member).read()
+    return found

@@ -8,41 +8,18 @@ mask overlaps it with IoU >= 0.9.
 
 from __future__ import annotations
 
-import json
-import tarfile
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-import torch
-from click.testing import CliRunner
 
-from shardsmith import load_config, pack
-from shardsmith.cli import main
 from shardsmith.readers.torch import dataset
 
 import defects
 import images
 
 RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
-
-
-def pack_with(source: Path, output: Path, overrides: dict, **more) -> dict:
-    pack(load_config(None, {"source.path": str(source), "output.path": str(output),
-                            "run.quiet": True, "run.workers": 1, **overrides, **more}))
-    return images.manifest_of(output)
-
-
-def members(output: Path) -> dict[str, dict[str, bytes]]:
-    """Every sample of a WebDataset dataset: key -> {extension: bytes}."""
-    found: dict[str, dict[str, bytes]] = {}
-    for shard in images.manifest_of(output)["shards"]:
-        with tarfile.open(output / shard["name"]) as tar:
-            for member in tar:
-                key, extension = member.name.split(".", 1)
-                found.setdefault(key, {})[extension] = tar.extractfile(member).read()
-    return found
 
 
 def orientation_tree(source: Path, fmt: str) -> dict:
@@ -66,7 +43,7 @@ def test_boxes_and_masks_follow_every_resize_mode_and_exif_orientation(tmp_path,
     worst_box, worst_iou = 0.0, 1.0
     for mode in RESIZE_MODES:
         output = tmp_path / mode
-        manifest = pack_with(source, output, overrides, **{
+        manifest = defects.pack_with(source, output, overrides, **{
             "image.size": 256, "image.resize": mode, "image.pad_color": [128, 128, 128]})
         assert manifest["totals"]["packed"] == 8 and not manifest["rejects"]
         names = manifest["object_classes"]
@@ -84,7 +61,7 @@ def test_boxes_and_masks_follow_every_resize_mode_and_exif_orientation(tmp_path,
                 if "masks" in target and masked(fmt, name):
                     instance = target["masks"][number].numpy().astype(bool)
                     worst_iou = min(worst_iou, defects.iou(instance, shown[name]))
-        for files in members(output).values():  # the stored class masks
+        for files in defects.members(output).values():  # the stored class masks
             assert ("mask.png" in files) == (fmt in defects.WITH_MASKS)
             if "mask.png" not in files:
                 continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from PIL import Image
 from shardsmith.tiling import grid, starts
 
 import images
-from test_annotations import members, pack_with
+from defects import members, pack_with
 
 WIDTH, HEIGHT = 1600, 1200
 TILE, OVERLAP = 256, 64
