@@ -68,12 +68,13 @@ retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it
 	$(BIN)/shardsmith pack --config $(CONFIG)
 	$(BIN)/shardsmith stage --config $(CONFIG)
 
-bench: $(DEV)  ## image path, pack, stage, readers, big trees (tables, ratios, build/bench/*.json)
+bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ratios, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_stage.py
 	$(BIN)/python scripts/bench_nightly.py
 	$(BIN)/python scripts/bench_read.py
 	$(BIN)/python scripts/bench_scale.py
+	$(BIN)/python scripts/bench_tiles.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)

@@ -350,7 +350,7 @@ def profile_one(path: Path, size: int, reps: int = 5) -> dict[str, float]:
         started = lap("header + orientation + plan", started)
         pixels, bgr = decoders.decode_pixels(data, image, *geometry.size)
         started = lap(f"decode (to {pixels.shape[1]}x{pixels.shape[0]})", started)
-        pixels = imaging._resize(pixels, geometry, width, height, config.background)
+        pixels, _ = imaging._resize(pixels, geometry, width, height, config.background)
         pixels = imaging._to_output_color(pixels, bgr, config)
         started = lap("resize + colour", started)
         imaging.encode_jpeg(np.ascontiguousarray(pixels), config)

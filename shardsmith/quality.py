@@ -36,7 +36,7 @@ from PIL import Image
 from .census import packed_config
 from .config import ImageConfig
 from .decoders import decode_pixels, open_header, orientation
-from .errors import BadImage
+from .errors import BadImage, ConfigError
 from .imaging import TRANSPOSING_ORIENTATIONS, Geometry, plan_geometry
 from .manifest import Manifest, SampleRecord
 from .originals import read_under_root, source_root
@@ -113,6 +113,10 @@ def measure_quality(directory: Path, manifest: Manifest, count: int, seed: int,
     """
     started = time.monotonic()
     image_config = packed_config(manifest).image
+    if image_config.tiles.enabled:
+        raise ConfigError("--quality compares resized samples with their originals; this "
+                          "dataset is cut into tiles (image.tiles), whose pixels are the "
+                          "original's own")
     root = source_root(manifest.source)
     chosen = interleave(pick_per_class(directory, manifest, count, seed, split), count)
     packed = read_packed(directory, manifest, chosen)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Benchmark of tiling at full resolution, for `make bench`: tiles/s against the decode floor.
+
+    scripts/bench_tiles.py [--originals N] [--tile 1024] [--overlap 128] [--reps R]
+
+On the cached 8000x6000 JPEG corpus of bench_pack.py (q95, ~19 MB each) it measures, one
+worker:
+  floor      a full-resolution decode of each original (libjpeg-turbo through simplejpeg, the
+             decoder the pack uses): nothing that cuts tiles from all the pixels is faster;
+             as tiles/s, the grid's tiles per original over the decode time
+  all        `shardsmith pack` with image.tiles (keep: all): every tile encoded
+  annotated  the same with YOLO boxes (8 small defects an original) and keep: annotated with
+             background_fraction 0.1: the tiles holding a defect plus a tenth of the rest
+Each pack is in-process, end to end (scan, shards, manifest), the median of --reps runs.
+Prints a table and writes the numbers as JSON (build/bench/tiles.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench_pack import ensure_corpus, files_of  # noqa: E402
+
+
+def floor(originals: list[Path], reps: int) -> float:
+    """Seconds per original of a full-resolution decode (the median of ``reps`` passes)."""
+    import simplejpeg
+
+    passes = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        for path in originals:
+            simplejpeg.decode_jpeg(path.read_bytes(), colorspace="RGB")
+        passes.append((time.perf_counter() - started) / len(originals))
+    return statistics.median(passes)
+
+
+def annotate(source: Path, count: int = 8) -> None:
+    """YOLO files with ``count`` small (40x24 px) defects at seeded places, per original."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for path in files_of(source):
+        lines = [f"0 {x:.6f} {y:.6f} {40 / 8000:.6f} {24 / 6000:.6f}"
+                 for x, y in rng.uniform(0.01, 0.99, (count, 2))]
+        path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+
+
+def pack_tiles(source: Path, tile: int, overlap: int, reps: int,
+               extra: dict) -> tuple[float, int]:
+    """Seconds per pack (median) and tiles packed."""
+    from shardsmith import load_config, pack
+
+    times, tiles = [], 0
+    for _ in range(reps):
+        output = Path(tempfile.mkdtemp(prefix="shardsmith-bench-tiles-"))
+        try:
+            started = time.perf_counter()
+            result = pack(load_config(None, {
+                "source.path": str(source), "output.path": str(output), "run.workers": 1,
+                "run.quiet": True, "image.tiles.size": tile, "image.tiles.overlap": overlap,
+                **extra}))
+            times.append(time.perf_counter() - started)
+            tiles = result.manifest.totals.packed
+        finally:
+            shutil.rmtree(output, ignore_errors=True)
+    return statistics.median(times), tiles
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--originals", type=int, default=4)
+    parser.add_argument("--tile", type=int, default=1024)
+    parser.add_argument("--overlap", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")
+    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "tiles.json")
+    args = parser.parse_args()
+
+    from shardsmith.tiling import starts
+
+    corpus = ensure_corpus(args.cache, "jpeg", args.originals)
+    work = Path(tempfile.mkdtemp(prefix="shardsmith-bench-corpus-"))
+    try:
+        (work / "a").mkdir()
+        for path in files_of(corpus)[: args.originals]:
+            os.symlink(path, work / "a" / path.name)
+        originals = files_of(work)
+        grid = len(starts(8000, args.tile, args.overlap)) * len(starts(6000, args.tile,
+                                                                         args.overlap))
+        decode = floor(originals, args.reps)
+        rows = [{"name": "floor (full decode)", "seconds_per_original": decode,
+                 "tiles_per_second": grid / decode}]
+        follow = {"source.follow_symlinks": True}
+        seconds, tiles = pack_tiles(work, args.tile, args.overlap, args.reps,
+                                    {**follow, "image.tiles.keep": "all"})
+        rows.append({"name": "pack, keep all", "seconds_per_original": seconds / len(originals),
+                     "tiles_per_second": tiles / seconds, "tiles": tiles})
+        annotate(work)
+        seconds, tiles = pack_tiles(work, args.tile, args.overlap, args.reps, {
+            **follow, "source.annotations.files": "yolo",
+            "source.annotations.classes": ["defect"]})
+        rows.append({"name": "pack, annotated + 10%", "seconds_per_original":
+                     seconds / len(originals), "tiles_per_second": tiles / seconds,
+                     "tiles": tiles})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"tiles of {args.tile} px (overlap {args.overlap}) from {len(originals)} 8000x6000 "
+          f"JPEGs, one worker; the grid has {grid} tiles an original")
+    print(f"  {'':24} {'s/original':>10} {'tiles/s':>9} {'vs floor':>9}")
+    for row in rows:
+        ratio = row["tiles_per_second"] / rows[0]["tiles_per_second"]
+        print(f"  {row['name']:24} {row['seconds_per_original']:10.3f} "
+              f"{row['tiles_per_second']:9.1f} {ratio:9.2f}")
+        row["vs_floor"] = round(ratio, 3)
+    print("  (tiles/s of the floor: the grid's tiles per decode; a pack also encodes each "
+          "kept tile as JPEG)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"tile": args.tile, "overlap": args.overlap,
+                                     "originals": len(originals), "grid": grid,
+                                     "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
