@@ -160,19 +160,24 @@ class _Cutter:
         self.placement, self.upright = placement, upright
         self.names = list(vocabulary.object_classes)
         self.instances: list[_Instance] = []
-        full_mask = np.zeros(upright[::-1], np.uint8) if with_mask else None
+        full_mask = None  # the class mask at the original's resolution, when there are pixels
         if annotations is not None:
-            components = []
-            if annotations.mask is not None:
+            if annotations.mask is not None and with_mask:
                 full_mask = self._upright_mask(annotations, stored_frame, rotation)
-                components = self._components(annotations, full_mask)
-            for shape in annotations.shapes:
-                shape = to_upright(shape, rotation, stored) if stored_frame else shape
-                self.instances.append(self._instance(shape, rotation, stored_frame))
-            if full_mask is not None:
-                self._paint(full_mask)
-            self.instances += components
-        self.mask = class_mask(full_mask, placement) if full_mask is not None else None
+                self.instances += self._components(annotations, full_mask)
+            shapes = [self._instance(to_upright(shape, rotation, stored) if stored_frame
+                                     else shape, rotation, stored_frame)
+                      for shape in annotations.shapes]
+            if with_mask and any(instance.patch is not None for instance in shapes):
+                if full_mask is None:
+                    full_mask = np.zeros(upright[::-1], np.uint8)
+                self._paint(full_mask, shapes)
+            self.instances = shapes + self.instances
+        self.mask = None  # in the frame of the decoded pixels
+        if full_mask is not None:
+            self.mask = class_mask(full_mask, placement)
+        elif with_mask:  # nothing to reduce: an image without mask pixels
+            self.mask = np.zeros(placement.size[::-1], np.uint8)
         # Instance pixels in the frame of the decoded pixels, once; cut per sample below.
         self.reduced = [reduce_patch(instance.patch, instance.origin, placement, upright)
                         if instance.patch is not None else None for instance in self.instances]
@@ -218,9 +223,9 @@ class _Cutter:
             raise BadImage("bad_annotation", f"an unreadable RLE ({exc})") from None
         return _apply_orientation(pixels, rotation) if stored_frame else pixels
 
-    def _paint(self, full_mask: np.ndarray) -> None:
+    def _paint(self, full_mask: np.ndarray, instances: list[_Instance]) -> None:
         """Polygons and RLEs into the class mask, in order (a later object covers an earlier)."""
-        for instance in self.instances:
+        for instance in instances:
             if instance.patch is None:
                 continue
             left, top = instance.origin

@@ -84,8 +84,9 @@ class PackResult:
 
     @property
     def reject_fraction(self) -> float:
-        totals = self.manifest.totals
-        candidates = totals.packed + totals.rejected
+        totals = self.manifest.totals  # originals, also when they were cut into tiles
+        candidates = (totals.packed if totals.sources is None else totals.sources) \
+            + totals.rejected
         return totals.rejected / candidates if candidates else 0.0
 
 

@@ -60,7 +60,9 @@ def pack_summary(result: PackResult) -> str:
         f"  files seen   {totals.seen:>9,}   excluded {totals.excluded:,}"
         + _excluded_detail(manifest.excluded),
         f"  packed       {totals.packed:>9,}   "
-        + ", ".join(f"{name}: {split.samples:,}" for name, split in manifest.splits.items()),
+        + ", ".join(f"{name}: {split.samples:,}" for name, split in manifest.splits.items())
+        + (f" (tiles of {plural(totals.sources, 'original')})"
+           if totals.sources is not None else ""),
         f"  rejected     {totals.rejected:>9,}" + _reject_detail(manifest.rejects),
     ]
     ratio = f" ({totals.bytes_in / totals.bytes_out:,.1f}x smaller)" if totals.bytes_out else ""
@@ -81,7 +83,7 @@ def reject_budget_exceeded(result: PackResult, allowed: float) -> str:
     """Why a pack exits with code 3: the dataset is there and complete, but more images were
     rejected than allowed; what to look at and which option changes the budget."""
     totals = result.manifest.totals
-    candidates = totals.packed + totals.rejected
+    candidates = (totals.packed if totals.sources is None else totals.sources) + totals.rejected
     state = ("nothing to do: the dataset is unchanged and complete" if result.up_to_date
              else "the dataset was written and is complete")
     needed = math.ceil(result.reject_fraction * 1000) / 1000

@@ -36,6 +36,7 @@ MAX_SHARED_BYTES = 4 * 1024 * 1024 * 1024  # a COCO or labels file
 FILE_EXTENSIONS = {"yolo": ".txt", "voc": ".xml", "labelme": ".json"}
 MVTEC_MASKS = "ground_truth"
 STAT_THREADS = 16
+STAT_BATCH = 256
 
 
 def _relative_dir(path: str) -> str | None:
@@ -122,17 +123,30 @@ def has_own_files(config: AnnotationConfig) -> bool:
 def digests(relpaths: list[str], records: dict[str, bytes], root: str,
             config: AnnotationConfig, follow_symlinks: bool) -> np.ndarray:
     """``annotation_digest`` of every image as uint64 (8 bytes a file), its own files statted
-    on a pool of threads (a NAS answers many at once)."""
+    in batches on a pool of threads (a NAS answers many at once), a bounded number of batches
+    in flight."""
+    out = np.empty(len(relpaths), np.uint64)
 
-    def one(relpath: str) -> int:
-        files = [file_stat(root, path, follow_symlinks) for _, path in own_files(relpath, config)]
-        return int(annotation_digest(records.get(relpath), files), 16)
+    def batch(start: int) -> None:
+        for at in range(start, min(start + STAT_BATCH, len(relpaths))):
+            relpath = relpaths[at]
+            files = [file_stat(root, path, follow_symlinks)
+                     for _, path in own_files(relpath, config)]
+            out[at] = int(annotation_digest(records.get(relpath), files), 16)
 
     if not has_own_files(config):
-        return np.fromiter((int(annotation_digest(records.get(relpath), []), 16)
-                            for relpath in relpaths), np.uint64, len(relpaths))
+        for at, relpath in enumerate(relpaths):
+            out[at] = int(annotation_digest(records.get(relpath), []), 16)
+        return out
     with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="shardsmith-annotations") as pool:
-        return np.fromiter(pool.map(one, relpaths, chunksize=256), np.uint64, len(relpaths))
+        window: list = []
+        for start in range(0, len(relpaths), STAT_BATCH):
+            window.append(pool.submit(batch, start))
+            if len(window) >= 2 * STAT_THREADS:
+                window.pop(0).result()
+        for future in window:
+            future.result()
+    return out
 
 
 def read_shared(root: str, path: str) -> bytes:
