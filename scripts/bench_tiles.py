@@ -29,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO))  # this checkout's shardsmith, also where another is installed
 
 from bench_pack import ensure_corpus, files_of  # noqa: E402
 

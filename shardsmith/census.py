@@ -136,13 +136,15 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None,
     several: set[str] = set()
     groups: dict[str, set[str]] = defaultdict(set)
     ungrouped: Counter = Counter()
+    previous_path = None
     for record in iter_sample_index(directory, manifest):
         prefix = _digest_prefix(record)
         if prefix is None:
             if split is None or record.split == split:
                 undigested += 1
-        elif duplicates:
+        elif duplicates and record.path != previous_path:  # the tiles of one original: once
             prefixes.append(prefix)
+        previous_path = record.path
         if record.group is not None:
             first = group_split.setdefault(record.group, record.split)
             if first != record.split:
@@ -217,8 +219,8 @@ def _duplicates(directory: Path, manifest: Manifest, prefixes: array,
     for record in iter_sample_index(directory, manifest):
         if _digest_prefix(record) in repeated:
             copies[record.source_digest].append((record.split, record.path))
-    sets = [DuplicateSet(digest, tuple(sorted(found))) for digest, found in copies.items()
-            if len(found) > 1]
+    sets = [DuplicateSet(digest, tuple(sorted(set(found)))) for digest, found in copies.items()
+            if len(set(found)) > 1]  # set: the tiles of an original are one copy
     if split is not None:
         sets = [duplicate for duplicate in sets if split in duplicate.splits]
     return tuple(sorted(sets, key=lambda d: (not d.leaks, d.copies)))
