@@ -110,6 +110,7 @@ class _Walk:
     def __init__(self, config: SourceConfig, split_folders: tuple[str, ...] = ()):
         self.config = config
         self.split_folders = set(split_folders)
+        self.annotations = config.annotations if config.annotations.enabled else None
         self.extensions = {"." + ext for ext in config.extensions}
         self.relpaths: list[str] = []
         self.sizes, self.mtimes = array("q"), array("q")
@@ -145,7 +146,8 @@ class _Walk:
             if kind in b"lFD" and not self.config.follow_symlinks:
                 self.exclude("symlink", relpath)
                 continue
-            reason = annotation_reason(relpath, kind in b"dD", self.config.annotations)
+            reason = None if self.annotations is None else annotation_reason(
+                relpath, kind in b"dD", self.annotations)
             if reason is not None:
                 self.exclude(reason, relpath)
                 continue

@@ -51,10 +51,6 @@ class ImageAnnotations:
     mask_names: tuple[str, ...] = ()
     digest: str = ""
 
-    @property
-    def empty(self) -> bool:
-        return not self.shapes and (self.mask is None or not self.mask.any())
-
 
 @dataclass(frozen=True, slots=True)
 class Objects:
