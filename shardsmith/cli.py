@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import signal
 import sys
@@ -20,7 +21,7 @@ import click
 
 from . import __version__
 from .atomic import write_json_atomic
-from .config import FORMATS, LABEL_MODES, RESIZE_MODES, load_config
+from .config import FORMATS, LABEL_MODES, RESIZE_MODES, Config, load_config
 from .errors import ConfigError, ShardsmithError, Terminated, TooManyRejectsError
 from .report import (
     pack_report,
@@ -135,10 +136,16 @@ def main(verbose: int) -> None:
               help="No progress output (without a terminal, progress is a log line a minute).")
 @click.option("--report", "report_file", type=click.Path(dir_okay=False),
               help="Also write a machine-readable summary (JSON) here, on success or failure.")
+@click.option("--dry-run", is_flag=True,
+              help="Scan and plan only: counts per class and split, bytes in, expected shards. "
+              "Writes nothing (the output directory is not even created).")
+@click.option("--probe", "with_probe", is_flag=True,
+              help="With --dry-run: also measure the storage and the CPU on a sample "
+              "(as `shardsmith probe`) and estimate the time.")
 @_fail_cleanly
 def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb, shard_samples,
          splits, split_group, labels, seed, workers, backend, scheduler, max_reject_fraction,
-         overwrite, compact, quiet, report_file) -> None:
+         overwrite, compact, quiet, report_file, dry_run, with_probe) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
     SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
@@ -148,6 +155,8 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
     from .inspection import findings_lines, findings_report, pack_findings
     from .pipeline import pack as run_pack
 
+    if with_probe and not dry_run:
+        raise click.UsageError("--probe goes with --dry-run")
     with _report_to(report_file) as report:
         config = load_config(config_file, {
             "source.path": source,
@@ -170,6 +179,9 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
             "run.compact": compact,
             "run.quiet": quiet,
         })
+        if dry_run:
+            report.update(_dry_run(config, with_probe))
+            return
         result = run_pack(config)
         report.update(pack_report(result))
         click.echo(pack_summary(result))
@@ -185,6 +197,56 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
         if result.reject_fraction > config.run.max_reject_fraction:
             raise TooManyRejectsError(
                 reject_budget_exceeded(result, config.run.max_reject_fraction))
+
+
+def _dry_run(config: Config, with_probe: bool) -> dict[str, Any]:
+    from .probe import ProbeOptions
+    from .probe.dryrun import dry_run
+    from .probe.text import dry_run_json, dry_run_table
+
+    result = dry_run(config, ProbeOptions() if with_probe else None,
+                     None if config.run.quiet else _say)
+    click.echo(dry_run_table(result))
+    return {"dry_run": dry_run_json(result)}
+
+
+def _say(line: str) -> None:
+    click.echo(f"shardsmith: {line} ...", err=True)
+
+
+@main.command()
+@click.argument("source", required=False, type=click.Path(file_okay=False))
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="The job's YAML config: its source, image settings, format and splits.")
+@click.option("--sample", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Originals to read and convert (a seeded random sample, seed = the job's).")
+@click.option("--workers", type=click.IntRange(min=0),
+              help="Cores to predict for; 0 = all cores of this machine.  [default: the "
+              "job's run.workers]")
+@click.option("--gpu-demand", type=click.FloatRange(min=0, min_open=True),
+              help="Images/s the training GPU consumes: adds its expected utilisation.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@_fail_cleanly
+def probe(source, config_file, sample, workers, gpu_demand, as_json, quiet) -> None:
+    """Measure the storage and this machine on a sample of SOURCE, and predict the pack.
+
+    Listing rate (serial and parallel), cold read throughput at 1, 2, 4, ... readers, the
+    image path per format, the single writer; then the pack's images/s, which of the three
+    binds, its time and output for the whole tree, the --workers to use, and what a training
+    DataLoader gets from the originals against the shards.
+    """
+    from .probe import ProbeOptions
+    from .probe import probe as run_probe
+    from .probe.text import probe_json, probe_table
+
+    config = load_config(config_file, {"source.path": source, "run.workers": workers})
+    result = run_probe(config, ProbeOptions(sample=sample, gpu_demand=gpu_demand),
+                       None if quiet else _say)
+    if as_json:
+        click.echo(json.dumps(probe_json(result), indent=1))
+    else:
+        click.echo(probe_table(result))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,105 @@
+"""``pack --dry-run``: what a pack of this job would do, without writing anything.
+
+It scans and splits the tree exactly as a pack would (the same scan, the same path hash for
+the split) and counts per class and split; it never creates, locks or changes the output
+directory, and only reads its manifest when there is one.  Expected shards come from the
+output bytes per sample measured by the probe (``--probe``), or else from a stated assumption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import Config, check_paths
+from ..errors import ManifestError, ShardsmithError
+from ..manifest import MANIFEST_NAME, read_manifest
+from ..scan import ScanResult, scan
+from . import ProbeOptions, ProbeReport, Say, probe_tree
+from .predict import ShardEstimate, TreeCounts, count_tree, estimate_shards
+
+# Without --probe: a baseline JPEG of a textured camera image at quality ~90 takes ~2.5 bits
+# per pixel (the 8000x6000 benchmark originals at 512 px: ~60 kB for 512x384).
+ASSUMED_BITS_PER_PIXEL = 2.5
+ASSUMED_ASPECT = 4 / 3
+ASSUMED_FRAMING_BYTES = 2048  # tar headers / TFRecord framing and the per-sample metadata
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a pack would take, in which splits, and what it would write."""
+
+    source: str
+    output: str
+    tree: TreeCounts
+    excluded: dict[str, int]
+    unreadable: int
+    shards: ShardEstimate
+    existing: str
+    probe: ProbeReport | None = None
+
+
+def dry_run(config: Config, probe_options: ProbeOptions | None = None,
+            say: Say | None = None) -> DryRun:
+    """Scan and plan the pack of ``config`` without writing; with ``probe_options`` also
+    measure (``probe``) and estimate its time."""
+    source, output = check_paths(config)
+    report = None
+    if probe_options is not None:
+        report, scanned = probe_tree(config, probe_options, say)
+    else:
+        if say is not None:
+            say(f"scanning {source}")
+        scanned = scan(source, config.source)
+    if not scanned.files:
+        raise ShardsmithError(f"no image files to pack under {source} (left out: "
+                              f"{_left_out(scanned) or 'none'})")
+    if report is not None:
+        tree, shards = report.tree, report.prediction.output
+    else:
+        tree = count_tree(scanned.files, scanned.classes, config)
+        shards = estimate_shards(tree, config, assumed_bytes_per_sample(config),
+                                 assumption(config))
+    return DryRun(str(source), str(output), tree, dict(sorted(scanned.excluded.items())),
+                  len(scanned.unreadable), shards, existing_output(output, config), report)
+
+
+def assumed_bytes_per_sample(config: Config) -> float:
+    """A sample's bytes in a shard, assumed (not measured) from the target size."""
+    size = config.image.size
+    if config.image.resize == "fit":
+        pixels = size * size / ASSUMED_ASPECT
+    elif config.image.resize == "shorter":
+        pixels = size * size * ASSUMED_ASPECT
+    else:
+        pixels = size * size
+    return pixels * ASSUMED_BITS_PER_PIXEL / 8 + ASSUMED_FRAMING_BYTES
+
+
+def assumption(config: Config) -> str:
+    return (f"assumed, not measured: {ASSUMED_BITS_PER_PIXEL:g} bits per output pixel, "
+            f"4:3 originals ({config.image.size} px {config.image.resize}); "
+            "--probe measures it")
+
+
+def existing_output(output: Path, config: Config) -> str:
+    """What the output directory holds, and what a pack would therefore do with it."""
+    if not output.exists():
+        return "does not exist yet: a pack creates it"
+    if not (output / MANIFEST_NAME).exists():
+        return "holds no finished dataset: a pack starts (or resumes) there"
+    try:
+        manifest = read_manifest(output)
+    except ManifestError as exc:
+        return f"has a manifest a pack cannot read: {exc}"
+    if manifest.fingerprint != config.fingerprint() and not config.run.overwrite:
+        return (f"holds version {manifest.version} packed with other settings: a pack refuses "
+                "without --overwrite")
+    if config.run.overwrite:
+        return f"holds version {manifest.version}: --overwrite replaces it with a fresh pack"
+    return (f"holds version {manifest.version} ({manifest.totals.packed:,} samples) with these "
+            "settings: a pack only adds what changed (the counts above are the whole tree)")
+
+
+def _left_out(scanned: ScanResult) -> str:
+    return ", ".join(f"{count} {why}" for why, count in scanned.excluded.most_common())

@@ -1,0 +1,203 @@
+"""`shardsmith probe` and `pack --dry-run`: what they measure and say, and that a dry run
+writes nothing.  Behaviour only: the timings themselves are checked by `make bench`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from shardsmith.cli import main
+
+import images
+from images import manifest_of, samples_of
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from slowfs import fuse_available, slow_mount  # noqa: E402
+
+
+def shardsmith(*args: str, expect: int = 0) -> str:
+    """Run the CLI; its standard output (progress lines go to stderr)."""
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == expect, result.output
+    return result.stdout
+
+
+def probe_json(source: Path, *args: str) -> dict:
+    return json.loads(shardsmith("probe", str(source), "--json", "--quiet", *args))
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """Three class folders of small JPEG and PNG originals, nothing broken."""
+    root = tmp_path_factory.mktemp("probe") / "source"
+    for number in range(15):
+        kind = images.jpeg if number % 3 else images.png
+        images.write(root / ("dent", "ok", "scratch")[number % 3]
+                     / f"{number:02d}.{'jpg' if number % 3 else 'png'}",
+                     kind(480, 360, number))
+    return root
+
+
+def test_probe_json_has_listing_reads_image_path_writer_prediction_and_training(tree):
+    report = probe_json(tree, "--sample", "6", "--gpu-demand", "2000")
+
+    assert report["files"] == 15
+    assert report["classes"] == ["dent", "ok", "scratch"]
+    for walk in ("serial", "parallel"):
+        assert report["listing"][walk]["files"] == 15
+        assert report["listing"][walk]["complete"]
+    reads = report["reads"]
+    assert [level["readers"] for level in reads["levels"]][:3] == [1, 2, 4]
+    for level in reads["levels"]:
+        assert level["files"] == 6 and level["mb_per_second"] > 0
+        assert 0 < level["p50_ms"] <= level["p99_ms"]
+    assert isinstance(reads["cold"], bool) and reads["note"]
+    assert report["image_path"]["images"] == 6
+    assert set(report["image_path"]["formats"]) <= {"JPEG", "PNG"}
+    assert report["image_path"]["record_bytes_per_sample"] > \
+        report["image_path"]["jpeg_bytes_per_sample"] > 0
+    assert report["writer"]["samples_per_second"] > 0
+
+    prediction = report["prediction"]
+    bounds = {"read-bound": "read", "CPU-bound": "cpu", "writer-bound": "writer"}
+    assert prediction["images_per_second"] == min(
+        value for value in prediction["bounds"].values() if value is not None)
+    assert prediction["bounds"][bounds[prediction["binding"]]] == \
+        prediction["images_per_second"]
+    assert prediction["seconds"] > 15 / prediction["images_per_second"]
+    assert 1 <= prediction["workers"] <= report["cores"]
+    assert sum(prediction["shards"].values()) >= 1 and prediction["output_bytes"] > 0
+
+    training = report["training"]
+    assert training["shards_images_per_second"] > training["originals_images_per_second"] > 0
+    assert set(training["gpu_utilisation"]) == {"originals", "shards"}
+
+
+def test_probe_sample_is_seeded_by_the_job(tree, tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("seed: 7\n")
+
+    first = probe_json(tree, "--sample", "4", "--config", str(config))["sample"]
+    again = probe_json(tree, "--sample", "4", "--config", str(config))["sample"]
+
+    assert first == again and first["seed"] == 7 and len(first["paths"]) == 4
+
+
+def test_probe_table_says_which_stage_binds_and_the_workers_to_use(tree):
+    table = shardsmith("probe", str(tree), "--sample", "3", "--workers", "2", "--quiet")
+
+    assert "parallel scan" in table and "serial walk" in table
+    assert "cold reads of the sample" in table
+    assert "prediction for the whole tree on 2 cores" in table
+    assert "<- binds" in table and "--workers" in table
+    assert "from staged shards" in table
+
+
+def test_probe_of_a_tree_without_images_fails_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(main, ["probe", str(tmp_path / "empty"), "--quiet"])
+
+    assert result.exit_code == 1
+    assert result.stderr.startswith("shardsmith: error: no image files under")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")
+def test_probe_says_reads_are_not_cold_when_the_files_live_in_memory(tmp_path):
+    """tmpfs keeps every page in memory: dropping them from the page cache cannot work."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+        images.write(Path(shm) / "a" / "x.jpg", images.jpeg(320, 240))
+        reads = probe_json(Path(shm), "--sample", "1")["reads"]
+
+    assert reads["cold"] is False
+    assert reads["note"].startswith("not cold")
+
+
+def test_dry_run_creates_no_output_directory(tree, tmp_path):
+    output = tmp_path / "out"
+
+    table = shardsmith("pack", str(tree), str(output), "--dry-run", "--quiet")
+
+    assert not output.exists()
+    assert "nothing written" in table and "15 originals to pack" in table
+    assert "assumed, not measured" in table
+
+
+def test_dry_run_with_probe_estimates_the_time_and_writes_nothing(tree, tmp_path):
+    output = tmp_path / "out"
+
+    table = shardsmith("pack", str(tree), str(output), "--dry-run", "--probe", "--quiet")
+
+    assert not output.exists()
+    assert "measured on" in table and "prediction for the whole tree" in table
+
+
+def test_probe_option_needs_dry_run(tree, tmp_path):
+    result = CliRunner().invoke(main, ["pack", str(tree), str(tmp_path / "out"), "--probe"])
+
+    assert result.exit_code == 2 and "--dry-run" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_counts_equal_what_the_pack_then_packs(tree, tmp_path):
+    output, report = tmp_path / "out", tmp_path / "dry.json"
+    options = ["--split", "train=0.6,val=0.4", "--shard-samples", "2", "--size", "64"]
+    shardsmith("pack", str(tree), str(output), *options, "--dry-run", "--quiet",
+               "--report", str(report))
+    dry = json.loads(report.read_text())["dry_run"]
+
+    shardsmith("pack", str(tree), str(output), *options, "--quiet", "--workers", "1")
+
+    manifest = manifest_of(output)
+    packed: dict[str, dict[str, int]] = {}
+    for sample in samples_of(output):
+        by_class = packed.setdefault(sample["split"], {})
+        name = manifest["classes"][sample["label"]]
+        by_class[name] = by_class.get(name, 0) + 1
+    assert dry["counts"] == {split: dict(sorted(c.items())) for split, c in packed.items()}
+    assert dry["splits"] == {name: split["samples"] for name, split in manifest["splits"].items()}
+    assert dry["bytes_in"] == manifest["totals"]["bytes_in"]
+    assert dry["shards"] == {name: split["shards"] for name, split in manifest["splits"].items()}
+
+
+# -- through a slow mount -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slow_probe(tmp_path_factory):
+    """One probe of a tree behind a slow mount: 1 ms per metadata operation, reads capped at
+    0.3 MB/s, planned for 64 cores (many, relative to that bandwidth)."""
+    reason = fuse_available()
+    if reason is not None:
+        pytest.skip(reason)
+    base = tmp_path_factory.mktemp("slow")
+    data = images.jpeg(400, 300, quality=95)
+    for folder in range(12):  # 768 files: three batches of the scan's parallel stat
+        for number in range(64):
+            images.write(base / "backing" / f"c{folder:02d}" / f"{number:03d}.jpg", data)
+    with slow_mount(base / "backing", base / "mnt", latency=0.001, bandwidth=0.3e6) as fs:
+        report = probe_json(fs.mountpoint, "--sample", "4", "--workers", "64")
+    return report
+
+
+def test_probe_behind_a_slow_mount_says_read_bound(slow_probe):
+    prediction = slow_probe["prediction"]
+
+    assert prediction["binding"] == "read-bound"
+    assert prediction["workers"] < 64
+    assert slow_probe["reads"]["cold"]
+
+
+def test_parallel_listing_beats_the_serial_one_behind_a_slow_mount(slow_probe):
+    listing = slow_probe["listing"]
+
+    assert listing["serial"]["files"] == listing["parallel"]["files"] == 768
+    assert listing["parallel"]["files_per_second"] > listing["serial"]["files_per_second"]
