@@ -98,7 +98,7 @@ def probe_tree(config: Config, options: ProbeOptions, say: Say | None = None
     if say is not None:
         say("measuring the shard writer")
     writer = measure_writer(measured.samples, config, scanned.classes)
-    prediction = predict(tree, listing.parallel.seconds, reads.best, measured.image_path,
+    prediction = predict(tree, listing.parallel.seconds, reads.levels, measured.image_path,
                          writer, cores, config)
     feed = training_feed(tree, reads.best, measured.loader, cores, options.gpu_demand)
     report = ProbeReport(

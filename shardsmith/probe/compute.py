@@ -1,10 +1,12 @@
 """What this machine's CPU does with the sampled originals: the image path, the single writer,
 and what a training loader would pay per image.
 
-* Image path: each sampled original, read once (one reader: the first round of the cold read
-  measurement), then hashed and converted exactly as a pack worker does (``content_digest`` +
-  ``imaging.convert`` at the job's settings); wall time per image on one core, per format of
-  the original.
+* Image path: each sampled original is read once (one reader: the first round of the cold
+  read measurement) and handed to worker processes, one per core the job uses (at most the
+  cores here), which hash and convert it exactly as a pack worker does (``content_digest`` +
+  ``imaging.convert`` at the job's settings).  The wall time per image, per format of the
+  original, is therefore a core's share with every core busy, as during a pack: it includes
+  what sibling workers and any other load on the machine take from it.
 * Writer: the converted samples, encoded in the job's shard format and appended through the
   real ``ShardRoller`` (framing, sha256, fsync at each shard) in a temporary directory, until
   ``WRITER_BYTES`` or ``WRITER_SECONDS``: the driver's limit, which no worker count lifts.
@@ -20,23 +22,27 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..config import Config
+from ..config import Config, ImageConfig
 from ..errors import BadImage
 from ..formats import ShardLimits, ShardRoller, shard_format
 from ..originals import read_original
 from ..plan import sample_key
 from ..records import Sample, content_digest
+from ..report import plural
 from ..scan import SourceFile
 from .storage import ReadLevel, level_of
+
+if TYPE_CHECKING:
+    from ..imaging import Encoded
 
 WRITER_BYTES = 64 * 2**20
 WRITER_SECONDS = 1.0
 WRITER_SHARD_BYTES = 32 * 2**20  # at least two shards closed (and fsynced) in the measurement
-NAIVE_SECONDS = 3.0  # a naive full decode of a 48 MP original takes ~1.2 s: a few suffice
 SHARD_DECODE_SECONDS = 0.2
 
 
@@ -59,6 +65,7 @@ class ImagePath:
     original_bytes_per_image: float
     jpeg_bytes_per_sample: float
     record_bytes_per_sample: float
+    processes: int  # converting at once while measured (all cores busy, as in a pack)
 
     @property
     def reject_share(self) -> float:
@@ -106,56 +113,101 @@ class SampleMeasurement:
 def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
                    classes: tuple[str, ...], say: Callable[[str], None] | None = None
                    ) -> SampleMeasurement:
-    """Read each sampled original (one reader, as a worker does), convert it, and time both
-    separately.  The caller drops the files from the page cache first."""
-    from ..imaging import convert
+    """Read the sampled originals one at a time (as one worker does) while worker processes
+    convert them, all cores busy as in a pack; reads and conversions are timed separately.
+    The caller drops the files from the page cache first."""
+    from joblib import Parallel, delayed
 
+    processes = max(1, min(config.run.worker_count, available_cores()))
     if say is not None:
-        say(f"reading {len(sample)} originals cold with 1 reader and converting them "
+        say(f"reading {len(sample)} originals cold with 1 reader while "
+            f"{plural(processes, 'process', 'processes')} convert them "
             f"({config.image.size} px, quality {config.image.quality})")
+    reads: list[tuple[int, float]] = []
+    unreadable: list[tuple[str, str]] = []
+    read_in_order: list[SourceFile] = []
+
+    def originals() -> Iterator[tuple[int, bytes]]:
+        for index, source in enumerate(sample):
+            started = time.perf_counter()
+            try:
+                data, _ = read_original(os.path.join(root, source.relpath),
+                                        config.source.follow_symlinks)
+            except BadImage as exc:
+                unreadable.append((source.relpath, exc.detail))
+                continue
+            except OSError as exc:
+                unreadable.append((source.relpath, f"cannot read file: {exc.strerror or exc}"))
+                continue
+            reads.append((len(data), time.perf_counter() - started))
+            read_in_order.append(source)
+            yield index, data
+
+    naive_images = 2 * processes
+    parallel = Parallel(n_jobs=processes, backend="loky", return_as="generator",
+                        pre_dispatch="2*n_jobs")
+    converted = list(parallel(delayed(convert_timed)(data, config.image, index < naive_images)
+                              for index, data in originals()))
     split = config.splits[0][0]
-    reads, samples, unreadable = [], [], []
     costs: dict[str, list[float]] = {}
     rejected: Counter = Counter()
-    naive: list[float] = []
-    read_seconds = 0.0
-    for source in sample:
-        path = os.path.join(root, source.relpath)
-        try:
-            read_started = time.perf_counter()
-            data, _ = read_original(path, config.source.follow_symlinks)
-            elapsed = time.perf_counter() - read_started
-        except BadImage as exc:
-            unreadable.append((source.relpath, exc.detail))
+    samples: list[Sample] = []
+    naive = [result.naive_seconds for result in converted if result.naive_seconds is not None]
+    for source, result in zip(read_in_order, converted, strict=True):
+        if isinstance(result.outcome, str):
+            costs.setdefault("rejected", []).append(result.seconds)
+            rejected[result.outcome] += 1
             continue
-        except OSError as exc:
-            unreadable.append((source.relpath, f"cannot read file: {exc.strerror or exc}"))
-            continue
-        count = len(data)
-        reads.append((count, elapsed))
-        read_seconds += elapsed
-        convert_started = time.perf_counter()
-        try:
-            digest = content_digest(data)
-            encoded = convert(data, config.image)
-        except BadImage as exc:
-            costs.setdefault("rejected", []).append(time.perf_counter() - convert_started)
-            rejected[exc.reason] += 1
-            continue
-        costs.setdefault(encoded.original_format, []).append(
-            time.perf_counter() - convert_started)
+        encoded = result.outcome
+        costs.setdefault(encoded.original_format, []).append(result.seconds)
         samples.append(Sample(sample_key(source.relpath), source.relpath, split, source.label,
-                              source_size=count, source_mtime_ns=source.mtime_ns,
-                              source_digest=digest, **encoded._asdict()))
-        if sum(naive) < NAIVE_SECONDS:
-            naive += _naive_load(data, config.image.size)
-    level = level_of(1, reads, read_seconds)
-    return SampleMeasurement(level, _image_path(costs, rejected, reads, samples, config, classes),
-                             _loader_costs(naive, samples), tuple(samples), tuple(unreadable))
+                              source_size=result.size, source_mtime_ns=source.mtime_ns,
+                              source_digest=result.digest, **encoded._asdict()))
+    level = level_of(1, reads, sum(seconds for _, seconds in reads))
+    path = _image_path(costs, rejected, reads, samples, config, classes, processes)
+    return SampleMeasurement(level, path, _loader_costs(naive, samples), tuple(samples),
+                             tuple(unreadable))
+
+
+@dataclass(frozen=True)
+class Converted:
+    """One original through the image path in a worker: seconds of hashing and converting,
+    the result (or the reject reason), and the seconds of a naive load when asked for."""
+
+    seconds: float
+    outcome: Encoded | str
+    size: int
+    digest: str
+    naive_seconds: float | None
+
+
+def convert_timed(data: bytes, image: ImageConfig, with_naive: bool) -> Converted:
+    """The per-image work of a pack worker on bytes already read, timed (runs in a worker)."""
+    from ..imaging import convert
+
+    started = time.perf_counter()
+    digest = content_digest(data)
+    try:
+        outcome: Encoded | str = convert(data, image)
+    except BadImage as exc:
+        outcome = exc.reason
+    seconds = time.perf_counter() - started
+    naive = _naive_load(data, image.size) if with_naive and not isinstance(outcome, str) \
+        else None
+    return Converted(seconds, outcome, len(data), digest, naive)
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def _image_path(costs: dict[str, list[float]], rejected: Counter, reads: list,
-                samples: list[Sample], config: Config, classes: tuple[str, ...]) -> ImagePath:
+                samples: list[Sample], config: Config, classes: tuple[str, ...],
+                processes: int) -> ImagePath:
     timings = [seconds for values in costs.values() for seconds in values]
     fmt = shard_format(config.output.format)
     records = [len(fmt.encode(sample, classes).data) for sample in samples]
@@ -168,11 +220,12 @@ def _image_path(costs: dict[str, list[float]], rejected: Counter, reads: list,
         original_bytes_per_image=_mean([count for count, _ in reads]),
         jpeg_bytes_per_sample=_mean([len(sample.jpeg) for sample in samples]),
         record_bytes_per_sample=_mean(records),
+        processes=processes,
     )
 
 
-def _naive_load(data: bytes, size: int) -> list[float]:
-    """Seconds of one naive load (full decode, RGB, bilinear resize); none if it fails."""
+def _naive_load(data: bytes, size: int) -> float | None:
+    """Seconds of one naive load (full decode, RGB, bilinear resize); None if it fails."""
     from PIL import Image
 
     started = time.perf_counter()
@@ -185,8 +238,8 @@ def _naive_load(data: bytes, size: int) -> list[float]:
                 image.resize((max(1, round(image.width * scale)),
                               max(1, round(image.height * scale))), Image.BILINEAR)
     except (OSError, ValueError, SyntaxError):
-        return []
-    return [time.perf_counter() - started]
+        return None
+    return time.perf_counter() - started
 
 
 def _loader_costs(naive: list[float], samples: list[Sample]) -> LoaderCosts:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..config import Config
@@ -27,6 +27,7 @@ from .compute import ImagePath, LoaderCosts, WriterRate
 from .storage import ReadLevel
 
 READ, CPU, WRITER = "read-bound", "CPU-bound", "writer-bound"
+WORKERS_SHARE = 0.95  # the workers to use: the fewest that reach 95% of the best rate
 
 
 @dataclass(frozen=True)
@@ -109,35 +110,37 @@ def estimate_shards(tree: TreeCounts, config: Config, bytes_per_sample: float,
     return ShardEstimate(shards, round(output), bytes_per_sample, basis)
 
 
-def predict(tree: TreeCounts, scan_seconds: float, best_read: ReadLevel | None,
+def predict(tree: TreeCounts, scan_seconds: float, reads: Sequence[ReadLevel],
             image_path: ImagePath, writer: WriterRate, cores: int, config: Config
             ) -> Prediction:
-    """The pack of the whole tree on ``cores`` worker cores."""
+    """The pack of the whole tree with ``cores`` workers on as many cores."""
     mean_size = tree.bytes / tree.files if tree.files else 0.0
-    read_bound = None
-    if best_read is not None and best_read.files:
-        read_bound = (best_read.mb_per_second * 1e6 / mean_size if mean_size > 0
-                      else best_read.files_per_second)
-    per_core = 1000.0 / image_path.ms_per_image if image_path.ms_per_image > 0 else math.inf
-    bounds = {CPU: cores * per_core, WRITER: writer.samples_per_second or math.inf}
-    if read_bound is not None:
-        bounds[READ] = read_bound
-    binding = min(bounds, key=lambda name: bounds[name])
-    rate = bounds[binding]
-    fill = image_path.ms_per_image / 1000.0
-    seconds = scan_seconds + (fill + tree.files / rate if tree.files and rate > 0 else 0.0)
-    if binding == CPU:
-        workers = cores
-    else:
-        workers = max(1, min(cores, math.ceil(rate / per_core))) if per_core < math.inf else 1
+    read_rate = storage_rate(reads, mean_size)
+    convert_seconds = image_path.ms_per_image / 1000.0
+    most_workers = 2 * cores
+    rates = pipeline_rates(most_workers, read_rate, convert_seconds, cores)
+    read_bound = max((read_rate(level.readers) for level in reads), default=None)
+    cpu_bound = cores / convert_seconds if convert_seconds > 0 else math.inf
+    writer_bound = writer.samples_per_second or math.inf
+    rate = min(rates[cores - 1], writer_bound)
+    bounds = {READ: read_bound if read_bound is not None else math.inf, CPU: cpu_bound,
+              WRITER: writer_bound}
+    binding = max(bounds, key=lambda name: rate / bounds[name] if bounds[name] > 0 else 0.0)
+    best = min(rates[-1], writer_bound)
+    workers = next(count for count, value in enumerate(rates, 1)
+                   if min(value, writer_bound) >= WORKERS_SHARE * best)
+    first_image = (1.0 / read_rate(1) if reads else 0.0) + convert_seconds
+    seconds = scan_seconds + (first_image + tree.files / rate if tree.files and rate > 0
+                              else 0.0)
     output = estimate_shards(tree, config, image_path.record_bytes_per_sample,
                              f"measured on {image_path.images} sampled originals",
                              image_path.reject_share)
+    best_read = max(reads, key=lambda level: level.mb_per_second, default=None)
     return Prediction(
         cores=cores,
         read_bound=read_bound,
-        cpu_bound=bounds[CPU],
-        writer_bound=bounds[WRITER],
+        cpu_bound=cpu_bound,
+        writer_bound=writer_bound,
         binding=binding,
         images_per_second=rate,
         scan_seconds=scan_seconds,
@@ -146,6 +149,63 @@ def predict(tree: TreeCounts, scan_seconds: float, best_read: ReadLevel | None,
         best_readers=best_read.readers if best_read is not None else None,
         output=output,
     )
+
+
+def storage_rate(reads: Sequence[ReadLevel], mean_size: float) -> Callable[[int], float]:
+    """Originals per second with ``n`` concurrent readers: the measured levels (MB/s over the
+    tree's mean file size), interpolated between them and flat past the last one."""
+    points = sorted((level.readers, level.mb_per_second * 1e6 / mean_size if mean_size > 0
+                     else level.files_per_second) for level in reads)
+
+    def rate(readers: int) -> float:
+        if not points:
+            return math.inf
+        below = [point for point in points if point[0] <= readers] or points[:1]
+        above = [point for point in points if point[0] >= readers] or points[-1:]
+        (low, low_rate), (high, high_rate) = below[-1], above[0]
+        if high == low:
+            return low_rate
+        return low_rate + (high_rate - low_rate) * (readers - low) / (high - low)
+
+    return rate
+
+
+def pipeline_rates(workers: int, read_rate: Callable[[int], float], convert_seconds: float,
+                   cores: int) -> list[float]:
+    """Images/s with 1..``workers`` workers that each read an original, then convert it.
+
+    A closed network of two stations: the storage, whose throughput with ``n`` concurrent
+    readers is ``read_rate(n)`` (what the probe measured), and the cores, ``min(n, cores)``
+    images at a time, ``convert_seconds`` each.  Solved exactly for such load-dependent
+    stations by mean value analysis (Reiser and Lavenberg): the rate lies below the smallest
+    bound whenever two bounds are close, because a worker waiting on a read is not converting.
+    """
+
+    def cpu_rate(busy: int) -> float:
+        return min(busy, cores) / convert_seconds if convert_seconds > 0 else math.inf
+
+    stations = (read_rate, cpu_rate)
+    marginals = [[1.0] for _ in stations]  # P(j workers at the station) for n - 1 workers
+    rates = []
+    for population in range(1, workers + 1):
+        residences = [
+            sum(count / rate(count) * marginal[count - 1]
+                for count in range(1, population + 1) if rate(count) > 0 and
+                rate(count) < math.inf)
+            for rate, marginal in zip(stations, marginals, strict=True)
+        ]
+        total = sum(residences)
+        throughput = population / total if total > 0 else math.inf
+        rates.append(throughput)
+        if math.isinf(throughput):
+            continue
+        for index, rate in enumerate(stations):
+            previous = marginals[index]
+            current = [0.0] + [throughput / rate(count) * previous[count - 1]
+                               for count in range(1, population + 1)]
+            current[0] = max(0.0, 1.0 - sum(current[1:]))
+            marginals[index] = current
+    return rates
 
 
 def training_feed(tree: TreeCounts, best_read: ReadLevel | None, loader: LoaderCosts,

@@ -57,7 +57,8 @@ def probe_table(report: ProbeReport) -> str:
     if reads.unreadable:
         lines.append(f"  {plural(len(reads.unreadable), 'sampled file')} could not be read, "
                      f"e.g. {printable(reads.unreadable[0][0])}: {reads.unreadable[0][1]}")
-    lines += ["", f"image path, one core ({settings['size']} px, quality {settings['quality']})",
+    lines += ["", f"image path per core, {plural(path.processes, 'process', 'processes')} "
+              f"converting at once ({settings['size']} px, quality {settings['quality']})",
               f"  {'original':<10}{'images':>8}{'ms/image':>10}{'images/s':>10}"]
     for name, cost in path.formats.items():
         lines.append(f"  {name:<10}{cost.images:>8}{cost.ms_per_image:>10,.1f}"
@@ -85,7 +86,8 @@ def prediction_lines(report: ProbeReport) -> list[str]:
     per_core = _per_second(path.ms_per_image)
     best = next((level for level in report.reads.levels
                  if level.readers == p.best_readers), None)
-    lines = [f"prediction for the whole tree on {plural(p.cores, 'core')}: {p.binding}"]
+    lines = [f"prediction for the whole tree, {plural(p.cores, 'worker')} on as many cores: "
+             f"{p.binding}"]
     if p.read_bound is not None and best is not None:
         lines.append(f"  {'read bound':<14}{p.read_bound:>10,.1f} images/s  "
                      f"({best.mb_per_second:,.1f} MB/s with {plural(best.readers, 'reader')})"
@@ -95,8 +97,10 @@ def prediction_lines(report: ProbeReport) -> list[str]:
         "per core)" + ("  <- binds" if p.binding == CPU else ""),
         f"  {'writer bound':<14}{p.writer_bound:>10,.1f} images/s  (one driver)"
         + ("  <- binds" if p.binding == WRITER else ""),
-        f"  {'pack':<14}{p.images_per_second:>10,.1f} images/s: {duration(p.seconds)} "
-        f"(scan {duration(p.scan_seconds)}), " + shard_line(p.output),
+        f"  {'pack':<14}{p.images_per_second:>10,.1f} images/s  (each worker reads, then "
+        "converts)",
+        f"  {'time':<14}{duration(p.seconds):>10}  (scan {duration(p.scan_seconds)}), "
+        + shard_line(p.output),
         f"  {'workers':<14}" + _workers_advice(report),
     ]
     if not report.reads.cold:
@@ -105,29 +109,33 @@ def prediction_lines(report: ProbeReport) -> list[str]:
         "",
         f"training, a DataLoader with {plural(feed.cores, 'worker')} on this machine",
         f"  {'from the originals':<22}{feed.originals_per_second:>10,.1f} images/s  "
-        f"(full decode {report.loader.originals_ms_per_image:,.0f} ms/image/core, "
-        "bounded by the reads)",
+        f"(full decode {report.loader.originals_ms_per_image:,.0f} ms/image/core; "
+        + (f"reads allow {p.read_bound:,.1f})" if p.read_bound is not None else "no reads)"),
         f"  {'from staged shards':<22}{feed.shards_per_second:>10,.1f} images/s  "
         f"(decode {report.loader.shards_ms_per_image:,.2f} ms/image/core, local disk)",
     ]
     if feed.gpu_demand:
         lines.append(f"  a GPU consuming {feed.gpu_demand:,.0f} images/s would be busy "
-                     f"{feed.originals_gpu_utilisation:.1%} of the time from the originals, "
-                     f"{feed.shards_gpu_utilisation:.1%} from the shards")
+                     f"{_share(feed.originals_gpu_utilisation)} of the time from the "
+                     f"originals, {_share(feed.shards_gpu_utilisation)} from the shards")
     return lines
+
+
+def _share(fraction: float | None) -> str:
+    if fraction is None:
+        return "-"
+    return f"{fraction:.2%}" if fraction < 0.01 else f"{fraction:.0%}"
 
 
 def _workers_advice(report: ProbeReport) -> str:
     p = report.prediction
-    per_core = _per_second(report.image_path.ms_per_image)
-    if p.binding == CPU:
-        other = min(p.writer_bound, p.read_bound if p.read_bound is not None else math.inf)
-        keeps_up = math.floor(other / per_core) if per_core else p.cores
-        return (f"--workers {p.cores} (all of them: CPU-bound; the "
-                + ("writer" if other == p.writer_bound else "reads")
-                + f" would keep up with ~{keeps_up:,} cores)")
-    bound = "reads" if p.binding == READ else "single writer"
-    return (f"--workers {p.workers} (enough to keep up with the {bound}; more would wait)")
+    if p.workers > p.cores:
+        return (f"--workers {p.workers}: more workers than cores, so that more reads are in "
+                "flight")
+    if p.workers == p.cores:
+        return f"--workers {p.workers} (all of them)"
+    waits = {READ: "the reads", CPU: "the cores", WRITER: "the single writer"}[p.binding]
+    return f"--workers {p.workers}: enough to keep up with {waits}; more would wait"
 
 
 def shard_line(output: ShardEstimate) -> str:
@@ -181,6 +189,7 @@ def probe_json(report: ProbeReport) -> dict[str, Any]:
         "image_path": {
             "images": path.images,
             "ms_per_image": round(path.ms_per_image, 3),
+            "processes": path.processes,
             "formats": {name: {"images": cost.images, "ms_per_image": round(cost.ms_per_image, 3)}
                         for name, cost in path.formats.items()},
             "rejected": path.rejected,
