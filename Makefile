@@ -70,6 +70,7 @@ retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it
 
 bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ratios, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
+	$(BIN)/python scripts/bench_nas.py
 	$(BIN)/python scripts/bench_stage.py
 	$(BIN)/python scripts/bench_nightly.py
 	$(BIN)/python scripts/bench_read.py

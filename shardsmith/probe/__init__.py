@@ -5,7 +5,8 @@
     reads    → storage.measure_reads     cold reads at 1, 2, 4, ... concurrent readers
     CPU      → compute.measure_sample    the image path per format; a training loader's costs
                compute.measure_writer    the single writer's samples/s
-    predict  → predict.predict           rate = min(reads, cores x per-core, writer), time, size
+    predict  → predict.predict           bounds (reads, cores x per-core, writer), which binds,
+                                         the rate of W workers, time, output, workers to use
 
 Nothing is written outside a temporary directory (the writer measurement).  ``dry_run`` (the
 ``pack --dry-run`` of a job) lives in ``dryrun``.

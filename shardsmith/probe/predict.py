@@ -1,16 +1,19 @@
 """From the measurements to a prediction: pure arithmetic, no I/O.
 
-A pack moves every original through three stages that run at the same time: reading (the
-NAS), converting (the workers' cores) and writing (the driver's one writer).  Its rate is the
-slowest of the three:
+A pack moves every original through three stages at once: reading (the storage), converting
+(the workers' cores) and writing (the driver's one writer).  Each has a bound:
 
-    images/s = min(read bound at the best concurrency,
-                   cores x images/s of one core,
-                   the single writer's samples/s)
+    read bound    the best read throughput the probe measured (1, 2, 4, ... readers)
+    CPU bound     cores x images/s of one core (measured with every core converting)
+    writer bound  the single writer's samples/s
 
-and its time is the parallel scan, plus one image to fill the pipeline, plus the files at that
-rate.  The training side compares a DataLoader decoding the originals (bounded by the same
-reads) with one decoding packed samples from local disk.
+and the stage whose bound is closest to the pack's rate binds.  The rate itself is below the
+smallest bound when two are close: a pack worker reads an original, then converts it, and
+while it waits for its read it does not convert.  ``pipeline_rates`` solves exactly that
+(W workers cycling between the storage and the cores) by mean value analysis.  The time is
+the parallel scan, one image through read and convert, then the tree at that rate.  The
+training side compares a DataLoader decoding the originals (bounded by the same reads) with
+one decoding packed samples from local disk.
 """
 
 from __future__ import annotations
