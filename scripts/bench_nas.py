@@ -191,9 +191,12 @@ def make_tiny_tree(root: Path, files: int, folders: int) -> None:
 def serial_noop(source: Path, output: Path) -> float:
     """The no-op rerun with the scan on one thread (a child process; see --child-serial)."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--child-serial", str(source), str(output)],
-                   cwd=REPO, check=True, capture_output=True)
-    return time.perf_counter() - started
+    done = subprocess.run([sys.executable, __file__, "--child-serial", str(source),
+                           str(output)], cwd=REPO, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0 or "up to date" not in done.stdout:
+        raise SystemExit(f"the serial no-op rerun failed: {done.stdout}{done.stderr}")
+    return seconds
 
 
 def child_serial(source: str, output: str) -> None:
@@ -205,7 +208,7 @@ def child_serial(source: str, output: str) -> None:
     if getattr(pipeline, "scan", None) is not scan.scan:
         raise SystemExit("shardsmith.pipeline no longer calls scan.scan: update this benchmark")
     pipeline.scan = functools.partial(scan.scan, threads=1)
-    main(["pack", source, output, "--quiet", "--size", "64"], standalone_mode=True)
+    main(["pack", source, output, "--quiet", "--size", "64"])
 
 
 def timed_scan(root: Path, threads: int) -> float:

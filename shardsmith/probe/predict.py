@@ -129,8 +129,10 @@ def predict(tree: TreeCounts, scan_seconds: float, reads: Sequence[ReadLevel],
     bounds = {READ: read_bound if read_bound is not None else math.inf, CPU: cpu_bound,
               WRITER: writer_bound}
     binding = max(bounds, key=lambda name: rate / bounds[name] if bounds[name] > 0 else 0.0)
-    best = min(rates[-1], writer_bound)
-    workers = next(count for count, value in enumerate(rates, 1)
+    # More workers than cores only pay when the reads bind: more of them are then in flight.
+    candidates = rates if binding == READ else rates[:cores]
+    best = min(max(candidates), writer_bound)
+    workers = next(count for count, value in enumerate(candidates, 1)
                    if min(value, writer_bound) >= WORKERS_SHARE * best)
     first_image = (1.0 / read_rate(1) if reads else 0.0) + convert_seconds
     seconds = scan_seconds + (first_image + tree.files / rate if tree.files and rate > 0
