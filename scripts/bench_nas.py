@@ -2,7 +2,8 @@
 """Benchmark of `shardsmith probe`'s prediction, and of the scan behind a slow NAS mount.
 
     scripts/bench_nas.py [--images N] [--reps R] [--slow-images N] [--bandwidth-mbps B]
-                         [--tree-files N] [--tree-folders N] [--parts local,slow,nightly]
+                         [--tree-files N] [--tree-folders N]
+                         [--parts local,writer,slow,nightly]
                          [--json FILE]
 
 local    On the cached 8000x6000 JPEG corpus of bench_pack.py, `shardsmith probe` predicts the
@@ -10,6 +11,8 @@ local    On the cached 8000x6000 JPEG corpus of bench_pack.py, `shardsmith probe
          process on a fresh output, every original dropped from the page cache first (cold, as
          the probe assumes).  Rounds interleave probe and pack; medians and the per-round ratio
          predicted / measured (target: within ±25%).
+writer   The single writer's samples/s and MB/s per shard format (tar, TFRecord), in-process
+         on samples converted from the corpus: the limit no worker count lifts.
 slow     The same through scripts/slowfs.py (1 ms per metadata operation, read bandwidth
          capped so that the reads bind): the probe must say read-bound and predict within
          ±25%.  The mount's counters give the metadata round trips and bytes read per packed
@@ -38,6 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_pack import REPO, ensure_corpus, files_of, link_subset  # noqa: E402
 from slowfs import fuse_available, slow_mount  # noqa: E402
+
+sys.path.insert(0, str(REPO))  # in-process measurements use this checkout, like the CLI runs
 
 TOLERANCE = 0.25
 NIGHTLY_TARGET = 5.0
@@ -173,6 +178,41 @@ def format_ops(ops: dict) -> str:
     return ", ".join(f"{name} {count:g}" for name, count in ops.items())
 
 
+def part_writer(args: argparse.Namespace, scratch: Path) -> dict:
+    """The single writer's limit per shard format, on samples converted from the corpus."""
+    from shardsmith.config import load_config
+    from shardsmith.imaging import convert
+    from shardsmith.plan import sample_key
+    from shardsmith.probe.compute import measure_writer
+    from shardsmith.records import Sample
+
+    source = args.cache / "subsets" / f"jpeg-{args.images}"
+    link_subset(ensure_corpus(args.cache, "jpeg", args.images), source, args.images)
+    config = load_config(None, {})
+    samples = []
+    for path in files_of(source)[:16]:
+        data = path.read_bytes()
+        encoded = convert(data, config.image)
+        samples.append(Sample(sample_key(path.name), path.name, "train", 0, source_size=len(data),
+                              source_mtime_ns=0, source_digest="", **encoded._asdict()))
+    rows: dict[str, list] = {"webdataset": [], "tfrecord": []}
+    for _ in range(max(5, args.reps)):
+        for fmt in rows:
+            job = load_config(None, {"output.format": fmt})
+            rows[fmt].append(measure_writer(samples, job, ("a",), directory=str(scratch)))
+    result = {}
+    print(f"\nsingle writer (framing, sha256, fsync per shard), {len(samples)} samples of "
+          f"~{statistics.mean(len(s.jpeg) for s in samples) / 1e3:.0f} kB cycled, medians of "
+          f"{len(rows['webdataset'])}:")
+    for fmt, runs in rows.items():
+        result[fmt] = {"mb_per_second": statistics.median(r.mb_per_second for r in runs),
+                       "samples_per_second": statistics.median(r.samples_per_second
+                                                               for r in runs)}
+        print(f"  {fmt:<12}{result[fmt]['mb_per_second']:>8,.0f} MB/s"
+              f"{result[fmt]['samples_per_second']:>10,.0f} samples/s")
+    return result
+
+
 def make_tiny_tree(root: Path, files: int, folders: int) -> None:
     import io
 
@@ -295,7 +335,7 @@ def main() -> None:
     parser.add_argument("--tree-files", type=int, default=20_000)
     parser.add_argument("--tree-folders", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--parts", default="local,slow,nightly")
+    parser.add_argument("--parts", default="local,writer,slow,nightly")
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")
     parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "nas.json")
     parser.add_argument("--child-serial", nargs=2, help=argparse.SUPPRESS)
@@ -312,6 +352,9 @@ def main() -> None:
         scratch = Path(scratch)
         if "local" in parts:
             results["local"] = part_local(args, scratch / "local")
+        if "writer" in parts:
+            (scratch / "writer").mkdir()
+            results["writer"] = part_writer(args, scratch / "writer")
         for name, run in (("slow", part_slow), ("nightly", part_nightly)):
             if name not in parts:
                 continue
