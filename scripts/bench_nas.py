@@ -118,13 +118,12 @@ def prediction_rounds(source: Path, scratch: Path, reps: int, probe_args: list[s
 def print_prediction(title: str, result: dict) -> None:
     last = result["rounds"][-1]
     print(f"\n{title}")
-    internal = statistics.median(r["pack_internal_seconds"] for r in result["rounds"])
-    print(f"  predicted {result['predicted_seconds']:.1f} s, measured "
-          f"{result['measured_seconds']:.1f} s (medians of {len(result['rounds'])}; the "
-          f"command's wall time, of which `pack` itself {internal:.1f} s)")
-    print(f"  ratio predicted / measured: {result['ratio']:.2f} (per round: "
-          + ", ".join(f"{r['ratio']:.2f}" for r in result["rounds"]) + "); binds: "
-          + ", ".join(result["bindings"]))
+    print(f"  {'round':>7}{'predicted':>11}{'measured':>10}{'(pack)':>9}{'ratio':>8}  binds")
+    for number, r in enumerate(result["rounds"], 1):
+        print(f"  {number:>7}{r['predicted_seconds']:>10.1f}s{r['measured_seconds']:>9.1f}s"
+              f"{r['pack_internal_seconds']:>8.1f}s{r['ratio']:>8.2f}  {r['binding']}")
+    print(f"  median ratio predicted / measured: {result['ratio']:.2f} (measured: the "
+          "command's wall time; (pack): the time `pack` reports itself)")
     print(f"  output bytes predicted {last['predicted_bytes_out'] / 1e6:.1f} MB, written "
           f"{last['bytes_out'] / 1e6:.1f} MB")
     print(f"  single writer (probe): {result['writer_mb_per_second']:,.0f} MB/s, "
@@ -156,7 +155,7 @@ def part_slow(args: argparse.Namespace, scratch: Path) -> dict:
     print(f"slow: probe vs pack through slowfs, 1 ms per operation, {args.bandwidth_mbps:g} "
           f"MB/s, {args.slow_images} originals, {args.reps} rounds", file=sys.stderr)
     with slow_mount(source, scratch / "mnt", latency=0.001, bandwidth=bandwidth) as fs:
-        result = prediction_rounds(fs.mountpoint, scratch, args.reps, ["--sample", "12"],
+        result = prediction_rounds(fs.mountpoint, scratch, args.reps, ["--sample", "8"],
                                    before_pack=fs.reset)
         ops = fs.stats()  # the last pack's, since the reset before it
     bytes_in = sum(p.stat().st_size for p in files_of(source))
@@ -330,8 +329,8 @@ def part_nightly(args: argparse.Namespace, scratch: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=96)
-    parser.add_argument("--slow-images", type=int, default=48)
-    parser.add_argument("--bandwidth-mbps", type=float, default=40.0)
+    parser.add_argument("--slow-images", type=int, default=32)
+    parser.add_argument("--bandwidth-mbps", type=float, default=25.0)
     parser.add_argument("--tree-files", type=int, default=20_000)
     parser.add_argument("--tree-folders", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)

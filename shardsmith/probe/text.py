@@ -38,8 +38,9 @@ def probe_table(report: ProbeReport) -> str:
         "",
         f"{'listing':<30}{'folders/s':>11}{'files/s':>11}{'seconds':>10}",
     ]
-    for name, rate in ((f"serial walk ({rate_threads(listing.serial.threads)})", listing.serial),
-                       (f"parallel scan ({rate_threads(listing.parallel.threads)})",
+    for name, rate in ((f"serial walk ({plural(listing.serial.threads, 'thread')})",
+                        listing.serial),
+                       (f"parallel scan ({plural(listing.parallel.threads, 'thread')})",
                         listing.parallel)):
         note = ""
         if not rate.complete and rate.files_per_second > 0:
@@ -74,10 +75,6 @@ def probe_table(report: ProbeReport) -> str:
               f"sha256, fsync; written in {printable(writer.directory)})", ""]
     lines += prediction_lines(report)
     return "\n".join(lines)
-
-
-def rate_threads(threads: int) -> str:
-    return plural(threads, "thread")
 
 
 def prediction_lines(report: ProbeReport) -> list[str]:
