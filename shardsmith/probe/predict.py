@@ -19,13 +19,14 @@ one decoding packed samples from local disk.
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import Config
-from ..plan import assign_split
-from ..scan import SourceFile
+from ..plan import make_plan
+from ..scan import SourceTable
 from .compute import ImagePath, LoaderCosts, WriterRate
 from .storage import ReadLevel
 
@@ -85,18 +86,17 @@ class TrainingFeed:
     shards_gpu_utilisation: float | None
 
 
-def count_tree(files: Iterable[SourceFile], classes: tuple[str, ...], config: Config
-               ) -> TreeCounts:
-    """Files per split and class, by the same path hash as the plan of a pack."""
-    counts: dict[str, Counter] = {name: Counter() for name, _ in config.splits}
-    total_files = total_bytes = 0
-    for source in files:
-        label = classes[source.label] if 0 <= source.label < len(classes) else ""
-        counts[assign_split(source.relpath, config.splits)][label] += 1
-        total_files += 1
-        total_bytes += source.size
-    return TreeCounts(total_files, total_bytes,
-                      {split: dict(sorted(counter.items())) for split, counter in counts.items()})
+def count_tree(files: SourceTable, classes: tuple[str, ...], config: Config) -> TreeCounts:
+    """Files per split and class, split by the plan a pack makes (``plan.make_plan``)."""
+    plan = make_plan(files, config.splits, config.seed, config.split_group)
+    columns = len(classes) + 1  # column 0: no class
+    cells = plan.split_of.astype(np.int64) * columns + (files.labels.astype(np.int64) + 1)
+    counts = np.bincount(cells, minlength=len(plan.split_names) * columns)
+    names = ("", *classes)
+    by_split = {split: {names[column]: int(counts[row * columns + column])
+                        for column in range(columns) if counts[row * columns + column]}
+                for row, split in enumerate(plan.split_names)}
+    return TreeCounts(len(files), int(files.sizes.sum()), by_split)
 
 
 def estimate_shards(tree: TreeCounts, config: Config, bytes_per_sample: float,

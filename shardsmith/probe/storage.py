@@ -108,7 +108,7 @@ def measure_listing(root: Path, config: SourceConfig, serial_seconds: float
     started = time.perf_counter()
     scanned = scan(root, config)
     parallel_seconds = time.perf_counter() - started
-    folders = {relpath.rpartition("/")[0] for relpath in (f.relpath for f in scanned.files)}
+    folders = {relpath.rpartition("/")[0] for relpath in scanned.files.relpaths}
     parallel = ListingRate(len(folders), len(scanned.files), parallel_seconds, SCAN_THREADS)
     return Listing(serial_walk(root, config, serial_seconds), parallel), scanned
 
