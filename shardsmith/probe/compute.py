@@ -16,6 +16,7 @@ and what a training loader would pay per image.
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import tempfile
@@ -31,6 +32,7 @@ from ..config import Config, ImageConfig
 from ..errors import BadImage
 from ..formats import ShardLimits, ShardRoller, shard_format
 from ..originals import read_original
+from ..parallel import IDLE_WORKER_SECONDS
 from ..plan import sample_key
 from ..records import Sample, content_digest
 from ..report import plural
@@ -116,8 +118,6 @@ def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
     """Read the sampled originals one at a time (as one worker does) while worker processes
     convert them, all cores busy as in a pack; reads and conversions are timed separately.
     The caller drops the files from the page cache first."""
-    from joblib import Parallel, delayed
-
     processes = max(1, min(config.run.worker_count, available_cores()))
     if say is not None:
         say(f"reading {len(sample)} originals cold with 1 reader while "
@@ -144,10 +144,9 @@ def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
             yield index, data
 
     naive_images = 2 * processes
-    parallel = Parallel(n_jobs=processes, backend="loky", return_as="generator",
-                        pre_dispatch="2*n_jobs")
-    converted = list(parallel(delayed(convert_timed)(data, config.image, index < naive_images)
-                              for index, data in originals()))
+    tasks = ((convert_timed, data, config.image, index < naive_images)
+             for index, data in originals())
+    converted = list(_run_ordered(tasks, processes))
     split = config.splits[0][0]
     costs: dict[str, list[float]] = {}
     rejected: Counter = Counter()
@@ -167,6 +166,28 @@ def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
     path = _image_path(costs, rejected, reads, samples, config, classes, processes)
     return SampleMeasurement(level, path, _loader_costs(naive, samples), tuple(samples),
                              tuple(unreadable))
+
+
+def _run_ordered(tasks: Iterator[tuple], processes: int) -> Iterator:
+    """``function(*args)`` for each ``(function, *args)``, in order, on the loky process pool
+    a pack uses, at most ``2 x processes`` submitted at a time (one process: in this one)."""
+    if processes == 1:
+        yield from (function(*args) for function, *args in tasks)
+        return
+    from joblib.externals.loky import get_reusable_executor
+
+    executor = get_reusable_executor(max_workers=processes, timeout=IDLE_WORKER_SECONDS)
+    window: collections.deque = collections.deque()
+    try:
+        for function, *args in tasks:
+            window.append(executor.submit(function, *args))
+            if len(window) >= 2 * processes:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+    finally:
+        for future in window:
+            future.cancel()
 
 
 @dataclass(frozen=True)
