@@ -106,6 +106,16 @@ def test_probe_of_a_tree_without_images_fails_in_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_probe_of_a_tiled_job_says_its_image_path_is_not_measured(tree, tmp_path):
+    config = tmp_path / "tiles.yaml"
+    config.write_text("image:\n  tiles:\n    size: 256\n    keep: all\n")
+
+    result = CliRunner().invoke(main, ["probe", str(tree), "--config", str(config), "--quiet"])
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith("shardsmith: error: probe: the image path of image.tiles")
+
+
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")
 def test_probe_says_reads_are_not_cold_when_the_files_live_in_memory(tmp_path):
     """tmpfs keeps every page in memory: dropping them from the page cache cannot work."""

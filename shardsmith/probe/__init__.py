@@ -73,10 +73,15 @@ def probe_tree(config: Config, options: ProbeOptions, say: Say | None = None
     if options.gpu_demand is not None and options.gpu_demand <= 0:
         raise ConfigError(f"--gpu-demand: images/s must be positive, got {options.gpu_demand}")
     root = source_root(config)
+    if config.image.tiles.enabled or config.source.annotations.has_objects:
+        raise ConfigError("probe: the image path of image.tiles and of source.annotations "
+                          "objects is not measured yet (it makes several samples an original "
+                          "and reads the annotations); probe the job without them for the "
+                          "storage and the whole-image path")
     if say is not None:
         say(f"listing {root} (parallel scan, then a serial walk of at most "
             f"{options.serial_listing_seconds:g} s)")
-    listing, scanned = measure_listing(root, config.source, options.serial_listing_seconds)
+    listing, scanned = measure_listing(root, config, options.serial_listing_seconds)
     if not scanned.files:
         raise ShardsmithError(f"no image files under {root} (extensions: "
                               f"{', '.join(config.source.extensions)})")

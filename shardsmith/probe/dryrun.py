@@ -14,9 +14,10 @@ from pathlib import Path
 from ..config import Config, check_paths
 from ..errors import ManifestError, ShardsmithError
 from ..manifest import MANIFEST_NAME, read_manifest
-from ..scan import ScanResult, scan
+from ..scan import ScanResult
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .predict import ShardEstimate, TreeCounts, count_tree, estimate_shards
+from .storage import scan_as_pack
 
 # Without --probe: a baseline JPEG of a textured camera image at quality ~90 takes ~2.5 bits
 # per pixel (the 8000x6000 benchmark originals at 512 px: ~60 kB for 512x384).
@@ -50,7 +51,7 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
     else:
         if say is not None:
             say(f"scanning {source}")
-        scanned = scan(source, config.source)
+        scanned = scan_as_pack(source, config)
     if not scanned.files:
         raise ShardsmithError(f"no image files to pack under {source} (left out: "
                               f"{_left_out(scanned) or 'none'})")
@@ -58,8 +59,12 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
         tree, shards = report.tree, report.prediction.output
     else:
         tree = count_tree(scanned.files, scanned.classes, config)
-        shards = estimate_shards(tree, config, assumed_bytes_per_sample(config),
-                                 assumption(config))
+        if config.image.tiles.enabled:
+            shards = ShardEstimate({}, 0, 0.0, "not estimated: image.tiles cuts a number of "
+                                   "samples from each original that only decoding tells")
+        else:
+            shards = estimate_shards(tree, config, assumed_bytes_per_sample(config),
+                                     assumption(config))
     return DryRun(str(source), str(output), tree, dict(sorted(scanned.excluded.items())),
                   len(scanned.unreadable), shards, existing_output(output, config), report)
 

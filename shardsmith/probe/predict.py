@@ -88,7 +88,8 @@ class TrainingFeed:
 
 def count_tree(files: SourceTable, classes: tuple[str, ...], config: Config) -> TreeCounts:
     """Files per split and class, split by the plan a pack makes (``plan.make_plan``)."""
-    plan = make_plan(files, config.splits, config.seed, config.split_group)
+    plan = make_plan(files, config.splits, config.seed, config.split_group,
+                     config.split_folder)
     columns = len(classes) + 1  # column 0: no class
     cells = plan.split_of.astype(np.int64) * columns + (files.labels.astype(np.int64) + 1)
     counts = np.bincount(cells, minlength=len(plan.split_names) * columns)

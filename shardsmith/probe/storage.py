@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import SourceConfig
+from ..config import Config, SourceConfig
 from ..errors import BadImage
 from ..originals import open_regular
 from ..scan import SCAN_THREADS, ScanResult, scan
@@ -102,15 +102,22 @@ class ColdReads:
         return max(self.levels, key=lambda level: level.mb_per_second, default=None)
 
 
-def measure_listing(root: Path, config: SourceConfig, serial_seconds: float
+def measure_listing(root: Path, config: Config, serial_seconds: float
                     ) -> tuple[Listing, ScanResult]:
-    """Time ``scan`` over the whole tree, then a serial walk for at most ``serial_seconds``."""
+    """Time the scan of a pack over the whole tree, then a serial walk for at most
+    ``serial_seconds``."""
     started = time.perf_counter()
-    scanned = scan(root, config)
+    scanned = scan_as_pack(root, config)
     parallel_seconds = time.perf_counter() - started
     folders = {relpath.rpartition("/")[0] for relpath in scanned.files.relpaths}
     parallel = ListingRate(len(folders), len(scanned.files), parallel_seconds, SCAN_THREADS)
-    return Listing(serial_walk(root, config, serial_seconds), parallel), scanned
+    return Listing(serial_walk(root, config.source, serial_seconds), parallel), scanned
+
+
+def scan_as_pack(root: Path, config: Config) -> ScanResult:
+    """The scan ``pipeline.pack`` makes of the tree (split folders when ``splits.folder``)."""
+    split_folders = tuple(name for name, _ in config.splits) if config.split_folder else ()
+    return scan(root, config.source, split_folders=split_folders)
 
 
 def serial_walk(root: Path, config: SourceConfig, budget_seconds: float) -> ListingRate:

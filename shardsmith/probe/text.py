@@ -250,9 +250,11 @@ def dry_run_table(result: DryRun) -> str:
     totals = tree.split_totals()
     lines += [f"  {'total':<24}" + "".join(f"{totals[split]:>12,}" for split in splits)
               + f"{tree.files:>12,}", "",
-              f"  shards: {shard_line(result.shards)}",
-              f"          at {human_bytes(result.shards.bytes_per_sample)} per sample, "
-              f"{result.shards.basis}"]
+              f"  shards: {shard_line(result.shards)}" if result.shards.shards else
+              f"  shards: {result.shards.basis}"]
+    if result.shards.shards:
+        lines.append(f"          at {human_bytes(result.shards.bytes_per_sample)} per sample, "
+                     f"{result.shards.basis}")
     if result.existing:
         lines.append(f"  output: {result.existing}")
     if result.probe is not None:
