@@ -158,7 +158,7 @@ class RunConfig:
     workers: int = 0
     backend: str = "local"
     scheduler: str = ""
-    readahead: bool = True
+    readahead: bool = False
     max_reject_fraction: float = 0.01
     quiet: bool = False
     overwrite: bool = False
