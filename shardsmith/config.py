@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -18,10 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import ConfigError
-from .jsonmodel import cut, shown
 
 FORMATS = ("webdataset", "tfrecord")
 RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
@@ -257,14 +253,16 @@ def load_config(
 
     Raises ConfigError naming the key for unknown keys, wrong types and bad values.
     """
+    from .config_parse import build, read_yaml, split_mapping
+
     raw: dict[str, Any] = {}
     if path is not None:
-        raw = _read_yaml(Path(path))
+        raw = read_yaml(Path(path))
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
         if dotted == "splits":  # --split replaces the fractions, not the file's splits.group
-            value = _split_mapping(value, "splits")
+            value = split_mapping(value, "splits")
             previous = raw.get("splits")
             for kept in ("group", "folder"):
                 if isinstance(previous, dict) and kept in previous and kept not in value:
@@ -274,317 +272,20 @@ def load_config(
         for part in parents:
             child = node.setdefault(part, {})
             if part == "splits" and isinstance(child, str):
-                child = node[part] = _split_mapping(child, "splits")
+                child = node[part] = split_mapping(child, "splits")
             if not isinstance(child, dict):
                 raise ConfigError(f"{part}: expected a mapping, got {type(child).__name__}")
             node = child
         node[leaf] = value
-    return _validate(_build(Config, raw, ""))
+    return build(raw)
 
 
 def config_from_settings(settings: Mapping[str, Any]) -> Config:
     """The config a dataset was packed with, from the settings its manifest records
     (``Config.dataset_settings``); raises ConfigError when they do not validate."""
-    return _validate(_build(Config, dict(settings), ""))
+    from .config_parse import build
 
-
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML that refuses a key given twice (the second would silently win)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                raise ConfigError(f"line {key_node.start_mark.line + 1}: the key {shown(key)} "
-                                  "is given twice")
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: over {MAX_CONFIG_BYTES // 1024} KiB: not a job config")
-    try:
-        data = yaml.load(raw.decode("utf-8"), Loader=_StrictLoader)  # noqa: S506 (safe loader)
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {shown(str(exc), 200)}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    if _count_values(data, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
-        raise ConfigError(f"{path}: expands to more than {MAX_CONFIG_VALUES:,} values "
-                          "(YAML aliases?): not a job config")
-    return data
-
-
-def _count_values(node: Any, budget: int) -> int:
-    """Values in ``node`` with aliases expanded, counting no further than ``budget``."""
-    count, stack = 0, [node]
-    while stack and count <= budget:
-        item = stack.pop()
-        count += 1
-        if isinstance(item, dict):
-            stack += list(item.keys()) + list(item.values())
-        elif isinstance(item, list):
-            stack += item
-    return count
-
-
-def _build(cls: type, raw: Any, prefix: str) -> Any:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if "yaml" not in f.metadata}
-    unknown = sorted(str(key) for key in set(raw) - set(fields))
-    if unknown:
-        raise ConfigError(f"{cut(prefix + unknown[0])}: unknown key (known here: "
-                          f"{', '.join(sorted(fields))})")
-    values = {}
-    for name, value in raw.items():
-        key = f"{prefix}{name}"
-        default = getattr(cls(), name)
-        if dataclasses.is_dataclass(default):
-            values[name] = _build(type(default), value, key + ".")
-        elif name == "splits":
-            values[name], group, folder = _splits(value, key)
-            if group:
-                values["split_group"] = group
-            if folder:
-                values["split_folder"] = True
-        else:
-            values[name] = _coerce(value, default, fields[name].type, key)
-    return cls(**values)
-
-
-def _coerce(value: Any, default: Any, annotation: Any, key: str) -> Any:
-    """Check one leaf value against the type of its default (the annotation for ``None``)."""
-    if default is None:
-        if value is None:
-            return None
-        default = 0 if "int" in str(annotation) else ""
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true or false, got {shown(value)}")
-    if isinstance(default, tuple):
-        return _coerce_list(value, default, key)
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if is_number and not math.isfinite(value):
-        raise ConfigError(f"{key}: expected a finite number, got {shown(value)}")
-    if isinstance(default, float):
-        if is_number:
-            return float(value)
-        raise ConfigError(f"{key}: expected a number, got {shown(value)}")
-    if isinstance(default, int):
-        if is_number and value == int(value):
-            return int(value)
-        raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
-    if isinstance(value, str) or is_number:
-        return str(value)
-    raise ConfigError(f"{key}: expected a string, got {shown(value)}")
-
-
-def _coerce_list(value: Any, default: tuple, key: str) -> tuple:
-    """Lists of strings (comma-separated strings accepted) or fixed-length colour triples."""
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{key}: expected a list, got {shown(value)}")
-    if default and isinstance(default[0], int):
-        if len(value) != len(default) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value
-        ):
-            raise ConfigError(f"{key}: expected {len(default)} integers 0-255, got "
-                              f"{shown(value)}")
-        return tuple(value)
-    if not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{key}: expected a list of strings, got {shown(value)}")
-    return tuple(value)
-
-
-def _split_mapping(value: Any, key: str) -> Any:
-    """The CLI form ``"train=0.9,val=0.1"`` as a mapping; anything else as it is."""
-    if not isinstance(value, str):
-        return dict(value) if isinstance(value, dict) else value
-    pairs: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in value.split(","))):
-        name, sep, fraction = part.partition("=")
-        if not sep:
-            raise ConfigError(f"{key}: expected NAME=FRACTION, got {part!r}")
-        try:
-            pairs[name.strip()] = float(fraction)
-        except ValueError:
-            raise ConfigError(f"{key}.{cut(name.strip())}: not a number: "
-                              f"{shown(fraction)}") from None
-    return pairs
-
-
-def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str, bool]:
-    """Accept ``{train: 0.9, val: 0.1, group: REGEX}`` or the CLI form ``"train=0.9,val=0.1"``.
-
-    Returns the fractions in order (``train: 1`` when only a group is given), the group
-    pattern ("" for none) and whether the top folder names the split (``folder: true``).
-    """
-    value = _split_mapping(value, key)
-    if not isinstance(value, dict) or not value:
-        raise ConfigError(f"{key}: expected a mapping of split name to fraction")
-    group = _group_pattern(value.pop("group"), f"{key}.group") if "group" in value else ""
-    folder = value.pop("folder", False)
-    if not isinstance(folder, bool):
-        raise ConfigError(f"{key}.folder: expected true or false, got {shown(folder)}")
-    splits = []
-    for name, fraction in value.items():
-        if not isinstance(name, str) or not SPLIT_NAME.match(name):
-            raise ConfigError(f"{key}.{cut(str(name))}: split names are lower-case words "
-                              "(a-z, 0-9, _; at most 64)")
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-            raise ConfigError(f"{key}.{name}: expected a fraction, got {shown(fraction)}")
-        if not 0 < fraction <= 1:
-            raise ConfigError(f"{key}.{name}: fraction must be in (0, 1], got {fraction}")
-        splits.append((name, float(fraction)))
-    if not splits:
-        return DEFAULT_SPLITS, group, folder
-    total = sum(fraction for _, fraction in splits)
-    if abs(total - 1.0) > 1e-6 and not folder:
-        raise ConfigError(f"{key}: fractions must add up to 1, they add up to {total:g}")
-    return tuple(splits), group, folder
-
-
-def _group_pattern(value: Any, key: str) -> str:
-    """Check ``splits.group``: a regular expression (the name ``group`` is not a split)."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}: expected a regular expression on the relative path (the "
-                          f"name group is reserved for it, not a split), got {shown(value)}")
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ConfigError(f"{key}: not a valid regular expression: {exc}") from None
-    return value
-
-
-def _validate(config: Config) -> Config:
-    """Value checks that need more than a type (paths are checked by ``check_paths``)."""
-    src, img, out, run = config.source, config.image, config.output, config.run
-    _one_of("source.labels", src.labels, LABEL_MODES)
-    _one_of("output.format", out.format, FORMATS)
-    _one_of("image.resize", img.resize, RESIZE_MODES)
-    _one_of("image.color", img.color, COLOR_MODES)
-    _one_of("image.subsampling", img.subsampling, SUBSAMPLING)
-    if not src.extensions:
-        raise ConfigError("source.extensions: at least one extension is needed")
-    extensions = tuple(sorted({e.lower().lstrip(".") for e in src.extensions}))
-    if not 16 <= img.size <= 16384:
-        raise ConfigError(f"image.size: expected 16..16384 pixels, got {img.size}")
-    if not 1 <= img.quality <= 100:
-        raise ConfigError(f"image.quality: expected 1..100, got {img.quality}")
-    if img.max_pixels <= 0:
-        raise ConfigError(f"image.max_pixels: must be positive, got {img.max_pixels}")
-    if img.max_decoded_mb <= 0:
-        raise ConfigError(f"image.max_decoded_mb: must be positive, got {img.max_decoded_mb}")
-    if not 0 < out.shard_size_mb <= MAX_SHARD_MB:
-        raise ConfigError(f"output.shard_size_mb: expected more than 0 and at most "
-                          f"{MAX_SHARD_MB:,} (1 TiB), got {out.shard_size_mb:g}")
-    if out.shard_samples is not None and out.shard_samples <= 0:
-        raise ConfigError(f"output.shard_samples: must be positive, got {out.shard_samples}")
-    _one_of("run.backend", run.backend, BACKENDS)
-    _one_of("run.change_detection", run.change_detection, CHANGE_DETECTION)
-    if run.backend == "dask" and not run.scheduler:
-        raise ConfigError("run.scheduler: the dask backend needs a scheduler address, "
-                          "e.g. tcp://scheduler-host:8786")
-    if run.workers < 0:
-        raise ConfigError(f"run.workers: must be 0 (all cores) or more, got {run.workers}")
-    if not 0 <= run.max_reject_fraction <= 1:
-        raise ConfigError(
-            f"run.max_reject_fraction: expected 0..1, got {run.max_reject_fraction}"
-        )
-    _validate_tiles(img.tiles)
-    config = _validate_annotations(config)
-    src = config.source
-    return dataclasses.replace(config, source=dataclasses.replace(src, extensions=extensions))
-
-
-def _validate_tiles(tiles: TileConfig) -> None:
-    if not tiles.enabled:
-        if tiles.size < 0:
-            raise ConfigError(f"image.tiles.size: expected 0 (no tiles) or 16..16384, got "
-                              f"{tiles.size}")
-        return
-    if not 16 <= tiles.size <= 16384:
-        raise ConfigError(f"image.tiles.size: expected 16..16384 pixels, got {tiles.size}")
-    if not 0 <= tiles.overlap < tiles.size:
-        raise ConfigError(f"image.tiles.overlap: expected 0..{tiles.size - 1} (less than the "
-                          f"tile), got {tiles.overlap}")
-    if not 0 < tiles.scale <= 1:
-        raise ConfigError(f"image.tiles.scale: expected more than 0 and at most 1, got "
-                          f"{tiles.scale:g}")
-    _one_of("image.tiles.keep", tiles.keep, TILE_KEEP)
-    if not 0 <= tiles.background_fraction <= 1:
-        raise ConfigError(f"image.tiles.background_fraction: expected 0..1, got "
-                          f"{tiles.background_fraction:g}")
-
-
-def _validate_annotations(config: Config) -> Config:
-    """Check ``source.annotations`` and resolve its preset into the settings it implies."""
-    src = config.source
-    notes = src.annotations
-    _one_of("source.annotations.preset", notes.preset, ANNOTATION_PRESETS)
-    _one_of("source.annotations.files", notes.files, ANNOTATION_FILES)
-    _one_of("source.annotations.coordinates", notes.coordinates, COORDINATES)
-    _one_of("source.annotations.mask_values", notes.mask_values, MASK_VALUES)
-    if not 0 <= notes.min_visible <= 1:
-        raise ConfigError(f"source.annotations.min_visible: expected 0..1, got "
-                          f"{notes.min_visible:g}")
-    if (src.labels == "file") != bool(notes.labels):
-        raise ConfigError("source.labels: file reads the labels from source.annotations.labels "
-                          "(a CSV or JSON Lines file of path,label): set both or neither")
-    if notes.files_dir and not notes.files:
-        raise ConfigError("source.annotations.files_dir: set source.annotations.files (yolo, "
-                          "voc or labelme) too")
-    if notes.coco_root and not notes.coco:
-        raise ConfigError("source.annotations.coco_root: set source.annotations.coco too")
-    if notes.mask_suffix and not notes.masks:
-        raise ConfigError("source.annotations.mask_suffix: set source.annotations.masks too "
-                          "(beside, or a folder mirroring the source tree)")
-    if notes.masks == "beside" and not notes.mask_suffix:
-        raise ConfigError("source.annotations.masks: beside needs a mask_suffix (e.g. _mask): "
-                          "the mask of x.jpg is then x_mask.png, never scanned as an image")
-    if notes.files == "yolo" and not notes.classes:
-        raise ConfigError("source.annotations.classes: YOLO files give class ids; list their "
-                          "names in id order (as in the dataset's data.yaml)")
-    if notes.mask_values == "index" and not notes.classes:
-        raise ConfigError("source.annotations.classes: index masks give class ids; list their "
-                          "names in id order (pixel value 1 is the first)")
-    if len(set(notes.classes)) != len(notes.classes) or "" in notes.classes:
-        raise ConfigError("source.annotations.classes: names must be distinct and not empty")
-    if notes.preset != "mvtec":
-        return config
-    if notes.masks or notes.files or notes.coco or notes.labels:
-        raise ConfigError("source.annotations.preset: mvtec reads labels and masks from the "
-                          "MVTec AD layout; leave masks, files, coco and labels unset")
-    if src.labels != "folders":
-        raise ConfigError("source.annotations.preset: mvtec takes the labels from the defect "
-                          "folders; leave source.labels at folders")
-    splits = config.splits if config.splits != DEFAULT_SPLITS else (("train", 0.5),
-                                                                     ("test", 0.5))
-    if {"train", "test"} - {name for name, _ in splits}:
-        raise ConfigError("splits: the mvtec preset keeps MVTec's own train/ and test/ "
-                          "folders as splits; name both (or leave splits unset)")
-    return dataclasses.replace(config, splits=splits, split_folder=True)
-
-
-def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(value)}")
+    return build(dict(settings))
 
 
 def check_paths(config: Config) -> tuple[Path, Path]:

@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import __version__
 from .annotations.model import ObjectClasses, Vocabulary
 from .annotations.prepare import Prepared, prepare
 from .atomic import remove_stale_tmp
@@ -30,7 +26,6 @@ from .formats import ShardLimits, ShardRoller, shard_format, write_index
 from .incremental import (
     Base,
     append_classes,
-    history_entry,
     kept_samples,
     prepare_base,
     rewrite,
@@ -40,32 +35,26 @@ from .journal import Journal, JournalState
 from .lock import DirectoryLock
 from .manifest import (
     LOCK_NAME,
-    MANIFEST_NAME,
-    SCHEMA_VERSION,
     STATE_DIR,
     Manifest,
     RejectEntry,
-    SampleIndexEntry,
     ShardEntry,
-    SplitTotals,
-    Totals,
     commit,
     files_intact,
-    is_dataset_file,
-    is_derived_file,
     no_longer_named,
-    read_manifest,
+    remove_unnamed,
     samples_index_name,
-    shard_list_names,
     sources_fingerprint,
     write_sample_index,
 )
+from .outputdir import clear_previous_output, previous_dataset
 from .parallel import WorkerPool
 from .plan import Plan, PlanItem, make_plan
 from .progress import Progress
 from .readahead import ReadAhead
 from .records import Reject, Sample, Unchanged
 from .scan import ScanResult, SourceTable, scan
+from .version import version_manifest
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +101,7 @@ def _pack_scanned(
     pool: WorkerPool, scanned: ScanResult, config: Config, source: Path, output: Path,
     started: float,
 ) -> PackResult:
-    previous = _previous_dataset(output, config)
+    previous = previous_dataset(output, config)
     if previous is not None:  # new classes go after the existing ones: labels keep meaning
         scanned = replace(scanned, classes=append_classes(scanned.files, previous.classes,
                                                           scanned.classes))
@@ -138,9 +127,9 @@ def _pack_scanned(
     state = journal.load()
     if state is None:
         if previous is None:
-            _clear_previous_output(output)
+            clear_previous_output(output)
         else:  # files of an unfinished version: the manifest does not name them
-            _remove_unnamed(output, previous)
+            remove_unnamed(output, {entry.name for entry in previous.files()})
         state = journal.start()
     else:
         log.info("resuming at image %d", state.next_index)
@@ -172,7 +161,7 @@ def _pack_scanned(
     shards = [shard if shard.index is not None else write_index(fmt, output, shard)
               for shard in shards]  # shards of a dataset written before indexes existed
 
-    manifest = _build_manifest(config, source, base, state, shards, scanned, plan_fingerprint,
+    manifest = version_manifest(config, source, base, state, shards, scanned, plan_fingerprint,
                                started, resumed_at, numbers, unchanged, len(plan))
     if object_classes is not None:
         manifest = replace(manifest, object_classes=tuple(object_classes.names))
@@ -340,174 +329,8 @@ def _reject_record(reject: Reject, item: PlanItem) -> RejectEntry:
                        item.source.mtime_ns)
 
 
-def _build_manifest(
-    config: Config,
-    source: Path,
-    base: Base,
-    state: JournalState,
-    shards: list[ShardEntry],
-    scanned: ScanResult,
-    plan_fingerprint: str,
-    started: float,
-    resumed_at: int,
-    numbers: Counter,
-    unchanged: int,
-    planned: int,
-) -> Manifest:
-    """The new version's manifest, less its sample index (written next, from the records)."""
-    scan_rejects = [RejectEntry(path, "unreadable", detail) for path, detail in scanned.unreadable]
-    scan_rejects += [RejectEntry(path, "bad_annotation", detail)
-                     for path, detail in scanned.bad_annotations]
-    rejects = scan_rejects + base.kept_rejects + state.rejects
-    seconds = time.monotonic() - started
-    splits = {name: SplitTotals() for name, _ in config.splits}
-    for shard in shards:
-        totals = splits[shard.split]
-        splits[shard.split] = SplitTotals(totals.samples + shard.samples, totals.shards + 1,
-                                          totals.bytes + shard.bytes)
-    packed = sum(shard.samples for shard in shards)
-    excluded = sum(scanned.excluded.values())
-    # Tiles: many samples an original; every planned original is packed or rejected.
-    sources = planned - len(base.kept_rejects) - len(state.rejects) \
-        if config.image.tiles.enabled else None
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    version = base.version + 1
-    upgrade = None if base.previous is None or base.previous.current else \
-        f"upgraded from schema {base.previous.schema_version}"
-    decoded = state.next_index - resumed_at - unchanged
-    return Manifest(
-        schema_version=SCHEMA_VERSION,
-        version=version,
-        created=created,
-        tool={"name": "shardsmith", "version": __version__, "libraries": _library_versions()},
-        source=str(source),
-        config=config.dataset_settings(),
-        fingerprint=config.fingerprint(),
-        sources_fingerprint=plan_fingerprint,
-        previous_content_fingerprint=(base.previous.content_fingerprint
-                                      if base.previous else None),
-        format=config.output.format,
-        classes=scanned.classes,
-        splits=splits,
-        shards=tuple(shards),
-        samples_index=_placeholder_index(),
-        rejects=tuple(rejects),
-        excluded=dict(sorted(scanned.excluded.items())),
-        excluded_paths={reason: tuple(paths) for reason, paths in scanned.excluded_paths.items()},
-        totals=Totals(
-            seen=(packed if sources is None else sources) + len(rejects) + excluded,
-            packed=packed,
-            rejected=len(rejects),
-            excluded=excluded,
-            bytes_in=_bytes_in(base, state),
-            bytes_out=sum(shard.bytes for shard in shards),
-            sources=sources,
-        ),
-        history=(*(base.previous.history if base.previous else ()),
-                 history_entry(base, version, created, shards, upgrade)),
-        run={
-            "seconds": round(seconds, 3),
-            "images_per_second": round(decoded / max(seconds, 1e-9), 2),
-            "decoded": decoded,
-            "resumed_at": resumed_at,
-            "workers": config.run.worker_count,
-        },
-        next_shard_numbers=dict(sorted(numbers.items())),
-        shard_lists=tuple(name for split, _ in config.splits
-                          for name in shard_list_names(split, config.output.format)),
-    )
-
-
-def _placeholder_index() -> SampleIndexEntry:
-    return SampleIndexEntry("samples.jsonl", 0, PLACEHOLDER)  # replaced before the commit
-
-
-def _bytes_in(base: Base, state: JournalState) -> int:
-    return state.bytes_in + (base.previous.totals.bytes_in if base.previous else 0)
-
-
-def _library_versions() -> dict[str, str]:
-    import cv2
-    import numpy
-    import PIL
-    import simplejpeg
-
-    return {
-        "pillow": PIL.__version__,
-        "opencv": cv2.__version__,
-        "simplejpeg": simplejpeg.__version__,
-        "numpy": numpy.__version__,
-    }
-
-
-def _previous_dataset(output: Path, config: Config) -> Manifest | None:
-    """The finished dataset in ``output`` to build on, or None for a fresh build.
-
-    Raises OutputStateError when it was packed with other settings (unless --overwrite).
-    """
-    if config.run.overwrite or not (output / MANIFEST_NAME).exists():
-        return None
-    manifest = read_manifest(output)
-    if manifest.fingerprint != config.fingerprint():
-        changed = ", ".join(_changed_keys(manifest.config, config.dataset_settings()))
-        raise OutputStateError(
-            f"{output} holds a dataset packed with different settings ({changed or 'version'}); "
-            "pass --overwrite to replace it, or choose a new output directory"
-        )
-    if manifest.format != config.output.format:
-        raise OutputStateError(f"{output} holds {manifest.format} shards; pass --overwrite "
-                               "to replace them")
-    return manifest
-
-
-def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two settings trees."""
-    changed = []
-    for key in sorted(set(old) | set(new)):
-        before, after = old.get(key), new.get(key)
-        if isinstance(before, dict) and isinstance(after, dict) and key != "splits":
-            changed += _changed_keys(before, after, f"{prefix}{key}.")
-        elif before != after:
-            changed.append(f"{prefix}{key}")
-    return changed
-
-
-def _remove_unnamed(output: Path, manifest: Manifest) -> None:
-    keep = {entry.name for entry in manifest.files()}
-    for entry in os.scandir(output):
-        if is_dataset_file(entry.name) and entry.name not in keep:
-            os.unlink(entry.path)
-
-
 def _flat_folder_hint(scanned: ScanResult, config: Config) -> str:
     if config.source.labels == "folders" and scanned.excluded.get("not in a class folder"):
         return ("; the images are not in class folders: pass --labels none (source.labels: "
                 "none) to pack them without labels")
     return ""
-
-
-def _clear_previous_output(output: Path) -> None:
-    """Remove an earlier dataset's files (ours only) before a fresh run; refuse foreign files."""
-    ours, foreign = [], []
-    for entry in sorted(output.iterdir()):
-        name = entry.name
-        if name == STATE_DIR:
-            continue  # holds our lock; the journal in it is started afresh
-        if name == MANIFEST_NAME or is_dataset_file(name) or is_derived_file(name):
-            ours.append(entry)
-        elif name.startswith(".") and name.endswith(".tmp"):
-            ours.append(entry)
-        else:
-            foreign.append(name)
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
-        raise OutputStateError(
-            f"{output} is not empty and holds files shardsmith did not write ({shown}); "
-            "choose an empty or new output directory"
-        )
-    (output / MANIFEST_NAME).unlink(missing_ok=True)  # first: the directory stops being one
-    for entry in ours:
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink(missing_ok=True)

@@ -97,11 +97,18 @@ def run(*args: object, hook: str = "", timeout: float = 60, **options) -> \
 
 def start(argv: list[str], logs: Path) -> subprocess.Popen:
     """Start ``argv`` in its own process group (a terminal's foreground job), its output going
-    to files in ``logs``: a pipe would also wait for any orphan still holding it."""
+    to files in ``logs``: a pipe would also wait for any orphan still holding it.
+
+    SIGINT gets its default handling back first: a test run started in the background (``&``,
+    ``nohup``) ignores it, and a child inherits that, as Python keeps an ignored SIGINT."""
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / "stdout", "w") as stdout, open(logs / "stderr", "w") as stderr:
         return subprocess.Popen(argv, cwd=REPO, stdout=stdout, stderr=stderr,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finish(process: subprocess.Popen, logs: Path, timeout: float = 30) -> str:

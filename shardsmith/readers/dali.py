@@ -37,6 +37,7 @@ import torch
 
 from ..errors import ConfigError
 from . import equal_image_size, select_shards
+from .torch import distributed_rank
 
 READER = "shardsmith"
 
@@ -57,10 +58,7 @@ class DaliLoader:
         if manifest.format == "webdataset" and any(s.index is None for _, s in selected):
             raise ConfigError(f"{directory}: shards without an index (an older pack): run "
                               "`shardsmith pack` (or stage a packed copy) to add them")
-        if rank is None or world_size is None:
-            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-            rank = torch.distributed.get_rank() if distributed else 0
-            world_size = torch.distributed.get_world_size() if distributed else 1
+        rank, world_size = distributed_rank(rank, world_size)
         self.height, self.width = equal_image_size(directory, manifest, split)
         if device == "gpu" and device_id is None:
             device_id = torch.cuda.current_device() if torch.cuda.is_available() else 0

@@ -36,15 +36,12 @@ and, when the dataset has masks, ``masks`` uint8 N×H×W::
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
-import math
 import multiprocessing
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 try:
     import torch
@@ -68,7 +65,10 @@ from .plan import (
     rank_share,
     read_span,
 )
+from .ring import BatchRing, RingBatch, ShardLoader
 from .targets import detection_target
+
+__all__ = ["ShardDataset", "ShardLoader", "dataset", "detection_collate", "distributed_rank"]
 
 log = logging.getLogger(__name__)
 
@@ -120,12 +120,7 @@ class ShardDataset(IterableDataset):
         if targets and self.manifest.object_classes is None:
             raise ConfigError(f"{directory} has no box or mask annotations (packed without "
                               "source.annotations): targets=True needs them")
-        if rank is None or world_size is None:
-            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-            rank = torch.distributed.get_rank() if distributed else 0
-            world_size = torch.distributed.get_world_size() if distributed else 1
-        if not 0 <= rank < world_size:
-            raise ConfigError(f"rank {rank} is not in a world of {world_size}")
+        rank, world_size = distributed_rank(rank, world_size)
         self.rank, self.world_size = rank, world_size
         self.image_size = equal_image_size(directory, self.manifest, split) \
             if batch_size is not None and decode else None
@@ -398,85 +393,15 @@ class ShardDataset(IterableDataset):
         return state
 
 
-class RingBatch(NamedTuple):
-    """What a worker sends instead of a batch of images: which ring slot holds them."""
-
-    slot: int
-    count: int
-
-
-class BatchRing:
-    """Batch buffers in memory shared with the DataLoader workers and reused in turn.
-
-    A fresh batch tensor in shared memory costs a new mapping and a page fault per 4 KiB
-    (measured here: 10 ms for 64 images of 224 px, as long as decoding them); a slot written
-    again costs nothing but the writes.  Worker ``w`` owns slots ``[w*k, (w+1)*k)``; a slot is
-    busy from the moment a worker takes it until the loader has moved past its batch.
-    """
-
-    def __init__(self, workers: int, per_worker: int, shape: tuple[int, int, int, int]):
-        self.per_worker, self.shape = per_worker, shape
-        self.slot_bytes = math.prod(shape)
-        slots = max(1, workers) * per_worker
-        self._memory = multiprocessing.RawArray("B", slots * self.slot_bytes)
-        self._busy = multiprocessing.RawArray("b", slots)
-
-    def view(self, slot: int) -> np.ndarray:
-        return np.frombuffer(self._memory, np.uint8, count=self.slot_bytes,
-                             offset=slot * self.slot_bytes).reshape(self.shape)
-
-    def acquire(self, worker: int, timeout: float = 600.0) -> int:
-        first = worker * self.per_worker
-        deadline = time.monotonic() + timeout
-        while True:
-            for slot in range(first, first + self.per_worker):
-                if not self._busy[slot]:
-                    self._busy[slot] = 1
-                    return slot
-            if time.monotonic() > deadline:
-                raise RuntimeError("no free batch buffer: is the loader still being read?")
-            time.sleep(0.0005)
-
-    def release(self, slot: int) -> None:
-        self._busy[slot] = 0
-
-
-class ShardLoader(torch.utils.data.DataLoader):
-    """A ``DataLoader`` for a batch-mode ``ShardDataset`` whose workers decode straight into
-    buffers shared with this process, reused in turn: no per-batch copy or new mapping.
-
-    A batch is valid until the next one is taken from the loader (as with DALI's iterators):
-    move it to the GPU, or ``.clone()`` what you keep.  Everything else is a DataLoader with
-    ``batch_size=None`` and, by default, persistent workers.
-    """
-
-    def __init__(self, data: ShardDataset, num_workers: int = 1, prefetch_factor: int = 2,
-                 persistent_workers: bool = True, **options: Any):
-        if data.batch_size is None or not data.decode or data.batch_transform is not None:
-            raise ConfigError("ShardLoader needs a dataset with batch_size=, decode=True and "
-                              "no batch_transform; use torch.utils.data.DataLoader otherwise")
-        height, width = data.image_size
-        self.ring = BatchRing(num_workers, prefetch_factor + 2,
-                              (data.batch_size, height, width, data.channels))
-        shared = copy.copy(data)  # shares the table and the epoch counters, not the ring
-        shared._ring = self.ring
-        extra = {"prefetch_factor": prefetch_factor} if num_workers else {}
-        super().__init__(shared, batch_size=None, num_workers=num_workers,
-                         persistent_workers=persistent_workers and num_workers > 0,
-                         **extra, **options)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        held = None
-        try:
-            for marker, labels in super().__iter__():
-                if held is not None:
-                    self.ring.release(held)
-                held = marker.slot
-                images = self.ring.view(marker.slot)[: marker.count]
-                yield torch.from_numpy(images).permute(0, 3, 1, 2), labels
-        finally:
-            if held is not None:
-                self.ring.release(held)
+def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world size): as given, else torch.distributed's, else a single process."""
+    if rank is None or world_size is None:
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        rank = torch.distributed.get_rank() if distributed else 0
+        world_size = torch.distributed.get_world_size() if distributed else 1
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"rank {rank} is not in a world of {world_size}")
+    return rank, world_size
 
 
 def detection_collate(samples: list[tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
