@@ -8,6 +8,7 @@ rerun the same command to resume.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -67,9 +68,9 @@ def storage_error(exc: OSError) -> str:
     """One line for a file system error: the file, what went wrong, what to do."""
     where = f"{exc.filename}: " if exc.filename else ""
     reason = exc.strerror or str(exc)
-    hint = {28: "free some space and rerun: finished work is kept",
-            122: "free some space and rerun: finished work is kept",
-            13: "check the permissions", 30: "the file system is read-only"}.get(exc.errno, "")
+    full = "free some space and rerun: finished work is kept"
+    hint = {errno.ENOSPC: full, errno.EDQUOT: full, errno.EACCES: "check the permissions",
+            errno.EROFS: "the file system is read-only"}.get(exc.errno, "")
     return f"{where}{reason}" + (f" ({hint})" if hint else "")
 
 
