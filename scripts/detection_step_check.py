@@ -4,8 +4,9 @@
     python scripts/detection_step_check.py [--device cuda] [--work DIR]
 
 Needs torch and torchvision that load together (PyPI's torchvision does not load with the
-CPU-only torch wheel: ``operator torchvision::nms does not exist``; a CUDA machine with the
-matching pair, or a conda environment, has them).  ``make test`` checks the reader's targets
+CPU-only torch wheel: ``operator torchvision::nms does not exist``).  A venv of its own with
+``pip install torch==2.14.1 torchvision==0.29.1`` and ``pip install -e .`` has them; their
+CUDA builds run the check on the CPU too (``--device cpu``).  ``make test`` checks the reader's targets
 against torchvision's documented contract in plain torch; this script is the proof with the
 real consumer:
 
