@@ -6,9 +6,9 @@
 Needs torch and torchvision that load together (PyPI's torchvision does not load with the
 CPU-only torch wheel: ``operator torchvision::nms does not exist``).  A venv of its own with
 ``pip install torch==2.14.1 torchvision==0.29.1`` and ``pip install -e .`` has them; their
-CUDA builds run the check on the CPU too (``--device cpu``).  ``make test`` checks the reader's targets
-against torchvision's documented contract in plain torch; this script is the proof with the
-real consumer:
+CUDA builds run the check on the CPU too (``--device cpu``).  ``make test`` checks the
+reader's targets against torchvision's documented contract in plain torch; this script is the
+proof with the real consumer:
 
 1. makes a small tree of originals with drawn defects (EXIF-rotated too) and a COCO file
    (boxes, a polygon and an RLE per image), and packs it with ``image.resize: center_crop``;
