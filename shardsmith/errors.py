@@ -47,10 +47,6 @@ class StageError(ShardsmithError):
     """A copy that could not be verified, a full disk, or a dataset that changed meanwhile."""
 
 
-class StorageError(ShardsmithError):
-    """The file system refused a write or read we need (full disk, read-only, permissions)."""
-
-
 class SourceUnavailableError(ShardsmithError):
     """The originals a dataset was packed from cannot be reached (the NAS is not mounted)."""
 

@@ -58,7 +58,6 @@ from .version import version_manifest
 
 log = logging.getLogger(__name__)
 
-PLACEHOLDER = "0" * 64
 TASK_BYTES = 1_000_000
 
 

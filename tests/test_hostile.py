@@ -199,6 +199,26 @@ def used_bytes(path: Path) -> int:
     return (info.f_blocks - info.f_bfree) * info.f_frsize
 
 
+def refill(disk: Path, first: Path, target: Path, free_pages: int) -> None:
+    """``target`` a fresh copy of ``first`` on ``disk``, with ``free_pages`` pages left free."""
+    shutil.rmtree(target, ignore_errors=True)
+    resize(disk, 8 * MiB)
+    shutil.copytree(first, target)
+    resize(disk, used_bytes(disk) + free_pages * PAGE)
+
+
+def full_disk_problem(result: Result, target: Path, where: str) -> str | None:
+    """What is wrong with a run that hit a full disk: it must say so in one line (exit 1),
+    naming a file under ``target``, with no traceback; None when all of that holds."""
+    lines, trace = result.output.strip().splitlines(), crashed(result)
+    if trace or result.exit_code != 1 or len(lines) != 1 or \
+            "No space left on device" not in lines[0]:
+        return f"{where}: exit {result.exit_code}: {result.output!r} {trace}"
+    if str(target) not in lines[0]:
+        return f"{where}: the line names no file: {lines[0]}"
+    return None
+
+
 def resize(mount_point: Path, size: int) -> None:
     subprocess.run(["mount", "-o", f"remount,size={size}", str(mount_point)], check=True,
                    capture_output=True)
@@ -502,23 +522,17 @@ def test_a_full_disk_at_any_point_of_an_increment_leaves_a_dataset_that_verifies
     problems: list[str] = []
     failure_points: set[str] = set()
     for free_pages in range(64):
-        shutil.rmtree(output, ignore_errors=True)
-        resize(disk, 8 * MiB)
-        shutil.copytree(first, output)
-        resize(disk, used_bytes(disk) + free_pages * PAGE)
+        refill(disk, first, output, free_pages)
         report.unlink(missing_ok=True)
         result = pack_cli(source, output, "--max-reject-fraction", "1", "--report", report)
         if result.exit_code == 0:
             break
         where = f"{free_pages} pages free"
-        lines, trace = result.output.strip().splitlines(), crashed(result)
-        if trace or result.exit_code != 1 or len(lines) != 1 or \
-                "No space left on device" not in lines[0]:
-            problems.append(f"{where}: exit {result.exit_code}: {result.output!r} {trace}")
-        elif str(output) not in lines[0]:
-            problems.append(f"{where}: the line names no file: {lines[0]}")
+        problem = full_disk_problem(result, output, where)
+        if problem:
+            problems.append(problem)
         else:
-            failure_points.add(lines[0].replace(str(output), "OUTPUT"))
+            failure_points.add(result.output.strip().replace(str(output), "OUTPUT"))
         written = json.loads(report.read_text()) if report.exists() else {}
         if written.get("exit_code") != 1 or not written.get("error"):
             problems.append(f"{where}: report {written}")
@@ -583,20 +597,14 @@ def test_a_full_destination_at_any_point_of_a_restage_keeps_the_old_staged_versi
     assert pack_cli(tmp_path / "source", dataset).exit_code == 0
     problems: list[str] = []
     for free_pages in range(64):
-        shutil.rmtree(destination, ignore_errors=True)
-        resize(disk, 8 * MiB)
-        shutil.copytree(first, destination)
-        resize(disk, used_bytes(disk) + free_pages * PAGE)
+        refill(disk, first, destination, free_pages)
         result = cli("stage", dataset, "--to", destination, "--quiet")
         if result.exit_code == 0:
             break
         where = f"{free_pages} pages free"
-        lines, trace = result.output.strip().splitlines(), crashed(result)
-        if trace or result.exit_code != 1 or len(lines) != 1 or \
-                "No space left on device" not in lines[0]:
-            problems.append(f"{where}: exit {result.exit_code}: {result.output!r} {trace}")
-        elif str(destination) not in lines[0]:
-            problems.append(f"{where}: the line names no file: {lines[0]}")
+        problem = full_disk_problem(result, destination, where)
+        if problem:
+            problems.append(problem)
         del result
         gc.collect()
         if no_temporaries(destination):

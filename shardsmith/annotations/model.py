@@ -32,10 +32,6 @@ class Shape:
     polygons: tuple[tuple[float, ...], ...] = ()
     rle: dict[str, Any] | None = None
 
-    @property
-    def has_mask(self) -> bool:
-        return bool(self.polygons) or self.rle is not None
-
 
 @dataclass
 class ImageAnnotations:
