@@ -110,8 +110,10 @@ def read_source(item: PlanItem, root: str, follow_symlinks: bool,
             return Unchanged(relpath, expected, size, mtime_ns)
     data, info = read_original(path, follow_symlinks)
     digest = content_digest(data) if digest_kind == "content" else edges_digest(data)
-    if expected and digest_as(expected, data) == expected:
-        return Unchanged(relpath, digest, info.st_size, info.st_mtime_ns)
+    if expected:  # the digest just made serves when it is of the expected kind
+        same_kind = expected.startswith(CONTENT_PREFIX) == digest.startswith(CONTENT_PREFIX)
+        if (digest if same_kind else digest_as(expected, data)) == expected:
+            return Unchanged(relpath, digest, info.st_size, info.st_mtime_ns)
     return data, info, digest
 
 
