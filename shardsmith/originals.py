@@ -9,72 +9,60 @@ hashed and decoded, so a rewrite between two opens cannot pair new pixels with a
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 
+from .door import OpenFile, Refused, open_file
 from .errors import BadImage, ManifestError, SourceUnavailableError
 from .jsonmodel import shown
 from .records import EDGE_BYTES
 
+UNCAPPED = 1 << 62
+
+
+def open_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED) -> OpenFile:
+    """Open an original through the door; raises BadImage (``not_a_file``, ``too_large``) or
+    OSError."""
+    try:
+        return open_file(path, cap, follow_symlinks=follow_symlinks)
+    except Refused as exc:
+        raise _as_bad_image(exc) from None
+
 
 def open_regular(path: str, follow_symlinks: bool) -> tuple[int, os.stat_result]:
-    """Open ``path`` for reading; returns (fd, its stat).  Raises BadImage or OSError."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    if not follow_symlinks:
-        flags |= os.O_NOFOLLOW
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP and not follow_symlinks:
-            raise BadImage("not_a_file", "is a symbolic link now (source.follow_symlinks is "
-                           "false)") from None
-        raise
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise BadImage("not_a_file", f"is not a regular file now ({_kind(info.st_mode)})")
-    return fd, info
+    """(fd, its stat) of a regular file opened through the door; the caller closes the fd."""
+    handle = open_original(path, follow_symlinks)
+    fd, handle.fd = handle.fd, -1
+    return fd, handle.info
 
 
-def read_original(path: str, follow_symlinks: bool) -> tuple[bytes, os.stat_result]:
+def _as_bad_image(exc: Refused) -> BadImage:
+    if exc.reason == "link":
+        return BadImage("not_a_file", "is a symbolic link now (source.follow_symlinks is false)")
+    if exc.reason == "changed":
+        return BadImage("unreadable", exc.detail)
+    if exc.reason == "too_large":
+        return BadImage("too_large", exc.detail)
+    return BadImage("not_a_file", exc.detail)
+
+
+def read_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED
+                  ) -> tuple[bytes, os.stat_result]:
     """All bytes of a regular file, read through one descriptor."""
-    fd, info = open_regular(path, follow_symlinks)
-    try:
-        return _read_all(fd, info.st_size), info
-    finally:
-        os.close(fd)
-
-
-def _read_all(fd: int, size: int) -> bytes:
-    """To EOF (a file that grew since its stat is read whole), in as few reads as its size."""
-    chunks, remaining = [], size
-    while chunk := os.read(fd, max(remaining, 1 << 20)):
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    with open_original(path, follow_symlinks, cap) as handle:
+        try:
+            return handle.read(), handle.info
+        except Refused as exc:
+            raise _as_bad_image(exc) from None
 
 
 def read_edges(path: str, follow_symlinks: bool) -> tuple[int, bytes, bytes, int]:
     """(size, first 64 KiB, last 64 KiB, mtime_ns): the parts ``edges_digest_of`` takes."""
-    fd, info = open_regular(path, follow_symlinks)
-    try:
-        size = info.st_size
-        head = os.pread(fd, EDGE_BYTES, 0)
-        tail = os.pread(fd, EDGE_BYTES, max(EDGE_BYTES, size - EDGE_BYTES)) \
+    with open_original(path, follow_symlinks) as handle:
+        size = handle.size
+        head = os.pread(handle.fd, EDGE_BYTES, 0)
+        tail = os.pread(handle.fd, EDGE_BYTES, max(EDGE_BYTES, size - EDGE_BYTES)) \
             if size > EDGE_BYTES else b""
-    finally:
-        os.close(fd)
-    return size, head, tail, info.st_mtime_ns
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
+        return size, head, tail, handle.info.st_mtime_ns
 
 
 def source_root(recorded: str) -> str:
@@ -113,10 +101,5 @@ def read_under_root(root: str, relpath: str, max_bytes: int) -> bytes:
     The checked real path is opened without following a link swapped in meanwhile; raises
     BadImage (not a regular file, larger than ``max_bytes``) or OSError.
     """
-    fd, info = open_regular(original_path(root, relpath), follow_symlinks=False)
-    try:
-        if info.st_size > max_bytes:
-            raise BadImage("too_large", f"{info.st_size:,} bytes: not read")
-        return _read_all(fd, info.st_size)[:max_bytes]
-    finally:
-        os.close(fd)
+    data, _ = read_original(original_path(root, relpath), False, max_bytes)
+    return data
