@@ -39,7 +39,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_pack import REPO, ensure_corpus, files_of, link_subset  # noqa: E402
+from benchkit import (  # noqa: E402
+    REPO,
+    ensure_corpus,
+    files_of,
+    link_subset,
+    parser,
+    scratch_root,
+    write_report,
+)
 from slowfs import fuse_available, slow_mount  # noqa: E402
 
 sys.path.insert(0, str(REPO))  # in-process measurements use this checkout, like the CLI runs
@@ -327,18 +335,15 @@ def part_nightly(args: argparse.Namespace, scratch: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=96)
-    parser.add_argument("--slow-images", type=int, default=32)
-    parser.add_argument("--bandwidth-mbps", type=float, default=25.0)
-    parser.add_argument("--tree-files", type=int, default=20_000)
-    parser.add_argument("--tree-folders", type=int, default=200)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--parts", default="local,writer,slow,nightly")
-    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")
-    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "nas.json")
-    parser.add_argument("--child-serial", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    arguments = parser(__doc__, "nas", cache=True)
+    arguments.add_argument("--images", type=int, default=96)
+    arguments.add_argument("--slow-images", type=int, default=32)
+    arguments.add_argument("--bandwidth-mbps", type=float, default=25.0)
+    arguments.add_argument("--tree-files", type=int, default=20_000)
+    arguments.add_argument("--tree-folders", type=int, default=200)
+    arguments.add_argument("--parts", default="local,writer,slow,nightly")
+    arguments.add_argument("--child-serial", nargs=2, help=argparse.SUPPRESS)
+    args = arguments.parse_args()
     if args.child_serial:
         child_serial(*args.child_serial)
         return
@@ -346,8 +351,7 @@ def main() -> None:
     parts = set(args.parts.split(","))
     results: dict = {"cores": os.cpu_count()}
     reason = fuse_available()
-    (REPO / "build").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=REPO / "build", prefix="bench-nas-") as scratch:
+    with tempfile.TemporaryDirectory(dir=scratch_root(), prefix="bench-nas-") as scratch:
         scratch = Path(scratch)
         if "local" in parts:
             results["local"] = part_local(args, scratch / "local")
@@ -367,9 +371,8 @@ def main() -> None:
         for item in results.get(part, {}).get("rounds", []):
             item["report"] = {key: item["report"][key]
                               for key in ("prediction", "reads", "image_path", "writer")}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    print(f"\nwritten: {args.json}")
+    print()
+    write_report(args.json, results)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ medians of --reps rounds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_pack import REPO, ensure_corpus, files_of  # noqa: E402
+from benchkit import ensure_corpus, files_of, parser, scratch_root, write_report  # noqa: E402
 
 
 def run_pack(source: Path, output: Path) -> tuple[float, dict]:
@@ -36,19 +35,16 @@ def run_pack(source: Path, output: Path) -> tuple[float, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=96)
-    parser.add_argument("--new-percent", type=float, default=5.0)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")
-    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "nightly.json")
-    args = parser.parse_args()
+    arguments = parser(__doc__, "nightly", cache=True)
+    arguments.add_argument("--images", type=int, default=96)
+    arguments.add_argument("--new-percent", type=float, default=5.0)
+    args = arguments.parse_args()
 
     originals = files_of(ensure_corpus(args.cache, "jpeg", args.images))[: args.images]
     new = max(1, round(args.images * args.new_percent / (100 + args.new_percent)))
     increment_s, full_s, decoded = [], [], []
     for _ in range(args.reps):
-        with tempfile.TemporaryDirectory(dir=REPO / "build") as scratch:
+        with tempfile.TemporaryDirectory(dir=scratch_root()) as scratch:
             scratch = Path(scratch)
             (scratch / "source" / "a").mkdir(parents=True)
             for path in originals[: args.images - new]:
@@ -68,12 +64,9 @@ def main() -> None:
     print(f"{'increment':<22}{increment:>10.2f}{statistics.median(decoded):>10.0f}")
     print(f"{'full rebuild':<22}{full:>10.2f}{args.images:>10}")
     print(f"increment is {full / increment:.1f}x faster than a full rebuild")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"images": args.images, "new": new,
-                                     "increment_seconds": increment_s, "full_seconds": full_s,
-                                     "decoded": decoded, "ratio": full / increment},
-                                    indent=1) + "\n")
-    print(f"written: {args.json}")
+    write_report(args.json, {"images": args.images, "new": new,
+                             "increment_seconds": increment_s, "full_seconds": full_s,
+                             "decoded": decoded, "ratio": full / increment})
 
 
 if __name__ == "__main__":

@@ -29,40 +29,18 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS_KINDS = {  # name: (make_sample_tree kind, width, height)
-    "jpeg": ("jpg", 8000, 6000),
-    "tiff16": ("gray_tif16", 3200, 3200),
-    "png": ("png", 3000, 2400),
-    "bmp": ("bmp", 3000, 2300),
-}
-
-
-# ----------------------------------------------------------------------------- corpus
-
-
-def ensure_corpus(cache: Path, kind: str, count: int) -> Path:
-    """Generate (once) ``count`` originals of ``kind`` under ``cache/kind/a``."""
-    sample_kind, width, height = CORPUS_KINDS[kind]
-    root = cache / f"{kind}-{width}x{height}"
-    present = len(list((root / "a").glob("*"))) if (root / "a").is_dir() else 0
-    if present < count:
-        print(f"generating {count - present} {kind} originals in {root} ...", file=sys.stderr)
-        subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "make_sample_tree.py"), str(root),
-             "--count", str(count), "--width", str(width), "--height", str(height),
-             "--kinds", sample_kind, "--classes", "a", "--seed", "7"],
-            check=True, stdout=subprocess.DEVNULL,
-        )
-    return root
-
+sys.path.insert(0, str(Path(__file__).parent))
+from benchkit import (  # noqa: E402
+    CORPUS_KINDS,
+    ensure_corpus,
+    files_of,
+    link_subset,
+    parser,
+    write_report,
+)
 
 # ----------------------------------------------------------------------------- methods
 # Each runs in a child process: `bench_pack.py --child METHOD SOURCE SIZE REPS WORKERS`.
-
-
-def files_of(source: Path) -> list[Path]:
-    return sorted(p for p in (source / "a").iterdir() if p.is_file())
 
 
 def naive(path: Path, size: int) -> bytes:
@@ -425,16 +403,13 @@ def library_versions() -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jpegs", type=int, default=8, help="JPEG originals per measurement")
-    parser.add_argument("--others", type=int, default=4, help="TIFF/PNG/BMP originals each")
-    parser.add_argument("--e2e-jpegs", type=int, default=96,
-                        help="JPEG originals for the all-cores end-to-end run")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")
-    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "pack.json")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    arguments = parser(__doc__, "pack", cache=True)
+    arguments.add_argument("--jpegs", type=int, default=8, help="JPEG originals per measurement")
+    arguments.add_argument("--others", type=int, default=4, help="TIFF/PNG/BMP originals each")
+    arguments.add_argument("--e2e-jpegs", type=int, default=96,
+                           help="JPEG originals for the all-cores end-to-end run")
+    arguments.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = arguments.parse_args()
     if args.child:
         method, source, size, reps, workers = args.child
         print(json.dumps(child(method, Path(source), int(size), int(reps), int(workers))))
@@ -471,23 +446,8 @@ def main() -> None:
     for name, milliseconds in results["profile_jpeg_512"].items():
         print(f"  {name:<36}{milliseconds:>8.1f} ms")
     results["targets"] = check_targets(rows, results["end_to_end"])
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nlibraries: {json.dumps(results['libraries'])}")
-    print(f"written: {args.json}")
-
-
-def link_subset(full: Path, subset: Path, count: int) -> None:
-    """A source tree of the first ``count`` cached originals (hard links, no copies)."""
-    target = subset / "a"
-    wanted = files_of(full)[:count]
-    if target.is_dir() and sorted(p.name for p in target.iterdir()) == [p.name for p in wanted]:
-        return
-    target.mkdir(parents=True, exist_ok=True)
-    for stale in target.iterdir():
-        stale.unlink()
-    for path in wanted:
-        os.link(path, target / path.name)
+    write_report(args.json, results)
 
 
 def print_case(case: dict) -> None:

@@ -15,7 +15,6 @@ against the originals, in one run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -24,7 +23,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_pack import REPO, ensure_corpus, link_subset  # noqa: E402
+from benchkit import (  # noqa: E402
+    BUILD,
+    CACHE,
+    REPO,
+    ensure_corpus,
+    link_subset,
+    parser,
+    write_report,
+)
 
 SHARDSMITH = [sys.executable, "-m", "shardsmith.cli"]
 QUIET_TF = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -51,20 +58,19 @@ def pack(source: Path, output: Path, fmt: str) -> Path:
 
 
 def bench_read(*args: str, seconds: float) -> list[dict]:
-    out = REPO / "build" / "bench" / "read-round.json"
+    out = BUILD / "read-round.json"
     subprocess.run([*SHARDSMITH, "bench-read", *args, "--seconds", str(seconds), "--json",
                     str(out)], check=True, env=QUIET_TF, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=2400)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "read.json")
-    options = parser.parse_args()
-    cache, build = REPO / ".cache" / "bench", REPO / "build" / "bench"
+    arguments = parser(__doc__, "read", reps=None)
+    arguments.add_argument("--samples", type=int, default=2400)
+    arguments.add_argument("--rounds", type=int, default=3)
+    arguments.add_argument("--seconds", type=float, default=6.0)
+    options = arguments.parse_args()
+    cache, build = CACHE, BUILD
 
     source = ensure_read_corpus(cache, options.samples)
     wds = pack(source, build / "read-wds", "webdataset")
@@ -110,7 +116,7 @@ def main() -> None:
         share = statistics.median(rows[name]["shares"])
         print(f"  {name}: {share:.0%} of the floor (target {target:.0%}): "
               f"{'met' if share >= target else 'NOT met'}")
-    options.json.write_text(json.dumps({"rounds": rounds, "originals": originals}, indent=1))
+    write_report(options.json, {"rounds": rounds, "originals": originals})
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ and peak RSS per run, bytes per file above the base, and the projection to 10 mi
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -23,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import simplejpeg
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from benchkit import BUILD, CACHE, REPO, parser, write_report  # noqa: E402
+
 PER_FOLDER = 3000
 TARGET_BYTES_PER_FILE = 300
 
@@ -72,11 +73,10 @@ def ensure_tree(root: Path, files: int) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=1_000_000)
-    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "scale.json")
-    options = parser.parse_args()
-    cache, build = REPO / ".cache" / "bench", REPO / "build" / "bench" / "scale"
+    arguments = parser(__doc__, "scale", reps=None)
+    arguments.add_argument("--files", type=int, default=1_000_000)
+    options = arguments.parse_args()
+    cache, build = CACHE, BUILD / "scale"
     shutil.rmtree(build, ignore_errors=True)
     rows = {}
     for files in (1000, options.files):
@@ -109,8 +109,7 @@ def main() -> None:
         verdict = "met" if per_file <= TARGET_BYTES_PER_FILE else "NOT met"
         print(f"  {kind:<15} {base + per_file * 1e7 / 2**20:>8,.0f} MB   ({per_file:.0f} B/file; "
               f"target {TARGET_BYTES_PER_FILE}: {verdict})")
-    options.json.parent.mkdir(parents=True, exist_ok=True)
-    options.json.write_text(json.dumps(report, indent=1))
+    write_report(options.json, report)
 
 
 if __name__ == "__main__":

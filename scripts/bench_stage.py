@@ -11,7 +11,6 @@ shard, only at sizes and hashes, so content does not change the cost).  Rounds i
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -23,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from benchkit import parser, scratch_root, write_report  # noqa: E402
 
 
 def make_dataset(root: Path, shards: int, shard_bytes: int) -> int:
@@ -62,15 +62,13 @@ def timed(command: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shards", type=int, default=12)
-    parser.add_argument("--shard-mb", type=int, default=128)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "stage.json")
-    args = parser.parse_args()
+    arguments = parser(__doc__, "stage")
+    arguments.add_argument("--shards", type=int, default=12)
+    arguments.add_argument("--shard-mb", type=int, default=128)
+    args = arguments.parse_args()
 
     shardsmith = [sys.executable, "-m", "shardsmith.cli"]
-    with tempfile.TemporaryDirectory(dir=REPO / "build") as scratch:
+    with tempfile.TemporaryDirectory(dir=scratch_root()) as scratch:
         scratch = Path(scratch)
         total = make_dataset(scratch / "dataset", args.shards, args.shard_mb * 2**20)
         runs: dict[str, list[float]] = {"cp -r": [], "cp -r + sync": [], "stage": [],
@@ -103,11 +101,8 @@ def main() -> None:
     ratio_sync = medians["cp -r + sync"] / medians["stage"]
     print(f"stage throughput vs cp -r: {ratio:.2f}x; vs cp -r + sync: {ratio_sync:.2f}x; "
           f"no-op re-stage {medians['re-stage (no-op)']:.2f}s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"bytes": total, "runs": runs, "medians": medians,
-                                     "stage_vs_cp": ratio, "stage_vs_cp_sync": ratio_sync},
-                                    indent=1) + "\n")
-    print(f"written: {args.json}")
+    write_report(args.json, {"bytes": total, "runs": runs, "medians": medians,
+                             "stage_vs_cp": ratio, "stage_vs_cp_sync": ratio_sync})
 
 
 if __name__ == "__main__":

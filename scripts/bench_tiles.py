@@ -21,8 +21,6 @@ load, CPU time much less.  Prints a table and writes the numbers as JSON
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import statistics
@@ -35,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))  # this checkout's shardsmith, also where another is installed
 
-from bench_pack import ensure_corpus, files_of  # noqa: E402
+from benchkit import ensure_corpus, files_of, parser, write_report  # noqa: E402
 
 
 def floor(originals: list[Path]) -> float:
@@ -95,14 +93,11 @@ def pack_tiles(source: Path, tile: int, overlap: int, extra: dict) -> tuple[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--originals", type=int, default=4)
-    parser.add_argument("--tile", type=int, default=1024)
-    parser.add_argument("--overlap", type=int, default=128)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")
-    parser.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "tiles.json")
-    args = parser.parse_args()
+    arguments = parser(__doc__, "tiles", cache=True)
+    arguments.add_argument("--originals", type=int, default=4)
+    arguments.add_argument("--tile", type=int, default=1024)
+    arguments.add_argument("--overlap", type=int, default=128)
+    args = arguments.parse_args()
 
     from shardsmith.tiling import starts
 
@@ -158,10 +153,8 @@ def main() -> None:
         row["vs_floor"] = round(ratio, 3)
     print("  (tiles/s of the floor: the grid's tiles per decode; a pack also encodes each "
           "kept tile as JPEG)")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"tile": args.tile, "overlap": args.overlap,
-                                     "originals": len(originals), "grid": grid,
-                                     "rows": rows}, indent=1) + "\n")
+    write_report(args.json, {"tile": args.tile, "overlap": args.overlap,
+                             "originals": len(originals), "grid": grid, "rows": rows})
 
 
 if __name__ == "__main__":
