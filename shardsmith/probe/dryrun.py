@@ -4,10 +4,12 @@ It scans and splits the tree exactly as a pack would (the same scan, the same pa
 the split) and counts per class and split; it never creates, locks or changes the output
 directory, and only reads its manifest when there is one.  Expected shards come from the
 output bytes per sample measured by the probe (``--probe``), or else from a stated assumption.
+The worst-case memory of the pack's processes comes from ``memory.worst_case_memory``.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from ..errors import ManifestError, ShardsmithError
 from ..manifest import MANIFEST_NAME, read_manifest
 from ..scan import ScanResult
 from . import ProbeOptions, ProbeReport, Say, probe_tree
+from .memory import MemoryEstimate, worst_case_memory
 from .predict import ShardEstimate, TreeCounts, count_tree, estimate_shards
 from .storage import scan_as_pack
 
@@ -37,6 +40,7 @@ class DryRun:
     unreadable: int
     shards: ShardEstimate
     existing: str
+    memory: MemoryEstimate
     probe: ProbeReport | None = None
 
 
@@ -65,8 +69,22 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
         else:
             shards = estimate_shards(tree, config, assumed_bytes_per_sample(config),
                                      assumption(config))
+    memory = worst_case_memory(config, tree.files, tree.bytes, _coco_bytes(source, config))
     return DryRun(str(source), str(output), tree, dict(sorted(scanned.excluded.items())),
-                  len(scanned.unreadable), shards, existing_output(output, config), report)
+                  len(scanned.unreadable), shards, existing_output(output, config), memory,
+                  report)
+
+
+def _coco_bytes(source: Path, config: Config) -> int:
+    """The size of the COCO file the driver will parse (0 without one, or when it is not
+    there: the pack says so)."""
+    coco = config.source.annotations.coco
+    if not coco:
+        return 0
+    try:
+        return os.stat(source / coco, follow_symlinks=config.source.follow_symlinks).st_size
+    except OSError:
+        return 0
 
 
 def assumed_bytes_per_sample(config: Config) -> float:

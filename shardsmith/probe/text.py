@@ -11,6 +11,7 @@ from .predict import CPU, READ, WRITER, ShardEstimate
 if TYPE_CHECKING:
     from . import ProbeReport
     from .dryrun import DryRun
+    from .memory import MemoryEstimate, MemoryTerm
 
 
 def duration(seconds: float) -> str:
@@ -257,9 +258,47 @@ def dry_run_table(result: DryRun) -> str:
                      f"{result.shards.basis}")
     if result.existing:
         lines.append(f"  output: {result.existing}")
+    lines += memory_lines(result.memory)
     if result.probe is not None:
         lines += [""] + prediction_lines(result.probe)
     return "\n".join(lines)
+
+
+def memory_lines(memory: MemoryEstimate) -> list[str]:
+    """The worst-case memory of the pack: the total, then each process and its terms."""
+    lines = [f"  memory, worst case: {human_bytes(memory.total_bytes)} for the process tree"]
+    parts = [("driver", memory.driver_bytes, memory.driver)]
+    if memory.workers:
+        parts.append((f"each of {plural(memory.workers, 'worker')}", memory.worker_bytes,
+                      memory.per_worker))
+    if memory.helpers is not None:
+        parts.append((memory.helpers.name, memory.helpers.bytes, (memory.helpers,)))
+    for name, total, terms in parts:
+        lines.append(f"    {name:<22}{human_bytes(total):>10}")
+        lines += [f"      {term.name:<20}{human_bytes(term.bytes):>10}  {term.basis}"
+                  for term in terms]
+    if memory.note:
+        lines.append(f"    {memory.note}")
+    return lines
+
+
+def memory_json(memory: MemoryEstimate) -> dict[str, Any]:
+    """The worst case as numbers, with every term and its basis."""
+
+    def terms(found: tuple[MemoryTerm, ...]) -> list[dict[str, Any]]:
+        return [{"name": term.name, "bytes": term.bytes, "basis": term.basis} for term in found]
+
+    return {
+        "total_bytes": memory.total_bytes,
+        "driver_bytes": memory.driver_bytes,
+        "workers": memory.workers,
+        "worker_bytes": memory.worker_bytes,
+        "helpers_bytes": memory.helpers.bytes if memory.helpers is not None else 0,
+        "driver": terms(memory.driver),
+        "worker": terms(memory.per_worker),
+        "helpers": terms((memory.helpers,)) if memory.helpers is not None else [],
+        "note": memory.note,
+    }
 
 
 def _left_out(excluded: dict[str, int]) -> str:
@@ -282,5 +321,6 @@ def dry_run_json(result: DryRun) -> dict[str, Any]:
         "bytes_per_sample": round(result.shards.bytes_per_sample),
         "shard_estimate_basis": result.shards.basis,
         "existing_output": result.existing,
+        "memory": memory_json(result.memory),
         "probe": probe_json(result.probe) if result.probe is not None else None,
     }

@@ -1,0 +1,166 @@
+"""The worst-case memory of a pack, from its settings and the scanned tree: pure arithmetic.
+
+A pack's process tree is one driver (scan, plan, the single writer), ``run.workers`` loky
+worker processes (each converts one original at a time) and loky's helper processes.  Each
+term below is either a setting that bounds memory (``image.max_decoded_mb``, ``image.
+max_pixels``, the annotation caps) or a number measured on this kind of machine, named with
+the script that measures it.  There is no safety factor: where a term is only an expectation
+(the samples waiting in the driver, at their expected size), its basis says so.
+
+Measured with ``scripts/measure_baselines.py`` (a pack of 6 tiny JPEGs, 2 workers, the
+process tree read from /proc every 20 ms, 3 runs, Python 3.11, numpy 2, opencv-python-headless
+4.x; the largest run, rounded up to the MiB): driver 97.2 MiB (with 1 worker, where the driver
+converts in-process: 91.6 MiB), worker 95.0 MiB, helper 44.4 MiB, at most 2 helpers.  On
+another machine or other library versions, run the script again and update these numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..config import Config
+from ..door import ANNOTATION_CAP
+from ..pipeline import TASK_BYTES
+
+MIB = 2**20
+DRIVER_BASELINE_BYTES = 98 * MIB
+WORKER_BASELINE_BYTES = 95 * MIB
+HELPER_BASELINE_BYTES = 45 * MIB
+HELPERS = 2  # loky's resource trackers, with more than one worker
+# scripts/bench_scale.py on 1,000,000 files (README, Big trees): 155 B a file for a pack,
+# 159 for an increment, 182 for a no-op rerun; the largest.
+DRIVER_BYTES_PER_FILE = 182
+# A COCO file is read whole and parsed in the driver: peak 7.4-7.7x the file's bytes (its
+# bytes plus json.loads' objects; tracemalloc over read_coco on 11 and 24 MB files of boxes
+# and polygons); the records kept afterwards are 0.8x.  Taken as 8x; the same for an image's
+# own annotation file in a worker (JSON, XML or text: parsed into Python objects likewise).
+PARSED_BYTES_PER_FILE_BYTE = 8
+# The largest JPEG a pixel can take: random noise at quality 100, 4:4:4 is 4.11 bytes a pixel
+# (1.37x its raw RGB; 4:2:0 at quality 90 is 0.9 bytes).
+JPEG_WORST_BYTES_PER_PIXEL = 4.2
+RESULT_WINDOW_PER_WORKER = 2  # parallel.WorkerPool keeps 2 x workers batches out
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    """One part of the worst case: its bytes and what they are (a setting or a measurement)."""
+
+    name: str
+    bytes: int
+    basis: str
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The worst case of a pack's process tree: per worker process, the driver, helpers."""
+
+    workers: int  # worker processes (0 when the driver converts in-process or dask does)
+    per_worker: tuple[MemoryTerm, ...]
+    driver: tuple[MemoryTerm, ...]
+    helpers: MemoryTerm | None
+    note: str = ""
+
+    @property
+    def worker_bytes(self) -> int:
+        return sum(term.bytes for term in self.per_worker)
+
+    @property
+    def driver_bytes(self) -> int:
+        return sum(term.bytes for term in self.driver)
+
+    @property
+    def total_bytes(self) -> int:
+        helpers = self.helpers.bytes if self.helpers is not None else 0
+        return self.driver_bytes + self.workers * self.worker_bytes + helpers
+
+
+def worst_case_memory(config: Config, files: int, bytes_in: int,
+                      coco_bytes: int = 0) -> MemoryEstimate:
+    """The most memory the pack of ``files`` originals (``bytes_in`` together) can take.
+
+    Per worker: its baseline (measured), the decode budget (``image.max_decoded_mb``: the
+    original's bytes, its decoded pixels at their depth, the decoder's copies, a mask's
+    canvas; checked from the header before decoding), an image's own annotation file parsed
+    (when configured), and the results of its batch: the samples of ``batch`` originals and
+    their pickled copy.  The driver: its baseline (measured), the per-file state of the tree
+    (measured), a COCO file parsed (when configured), and the results waiting in the ordered
+    map (2 x workers batches, one of them also pickled).  With one worker the driver converts
+    in-process: the decode terms are the driver's, its baseline already holds the image
+    libraries (measured lower than with a pool).
+    """
+    image = config.image
+    budget = image.max_decoded_mb * MIB
+    mean_size = bytes_in / files if files else 1.0
+    batch = max(1, min(64, int(TASK_BYTES // max(mean_size, 1.0))))  # as pipeline._batch_size
+    per_original, per_original_basis = _output_bound(config, budget)
+    local_workers = config.run.worker_count if config.run.backend == "local" else 0
+    in_process = local_workers <= 1 and config.run.backend == "local"
+
+    converting = [MemoryTerm("decode budget", budget,
+                             f"image.max_decoded_mb: {image.max_decoded_mb:,} MiB")]
+    notes = config.source.annotations
+    if notes.files or notes.masks or notes.preset:
+        converting.append(MemoryTerm(
+            "annotation file", ANNOTATION_CAP * PARSED_BYTES_PER_FILE_BYTE,
+            f"an image's own file, up to {ANNOTATION_CAP // MIB} MiB, parsed "
+            f"({PARSED_BYTES_PER_FILE_BYTE}x its bytes)"))
+
+    driver = [
+        MemoryTerm("baseline", DRIVER_BASELINE_BYTES, "measured: scripts/measure_baselines.py"),
+        MemoryTerm("per file", files * DRIVER_BYTES_PER_FILE,
+                   f"{files:,} files x {DRIVER_BYTES_PER_FILE} B, measured: "
+                   "scripts/bench_scale.py"),
+    ]
+    if coco_bytes:
+        driver.append(MemoryTerm("COCO file", coco_bytes * PARSED_BYTES_PER_FILE_BYTE,
+                                 f"{coco_bytes:,} B parsed ({PARSED_BYTES_PER_FILE_BYTE}x)"))
+    if in_process:
+        driver += converting
+        driver.append(MemoryTerm("result", per_original, per_original_basis))
+        return MemoryEstimate(0, (), tuple(driver), None)
+
+    window = RESULT_WINDOW_PER_WORKER * local_workers * batch + batch
+    driver.append(MemoryTerm(
+        "results waiting", window * per_original,
+        f"({RESULT_WINDOW_PER_WORKER} x {local_workers} workers + 1 pickled) batches of "
+        f"{batch} originals; {per_original_basis}"))
+    note = ""
+    if config.run.backend != "local":
+        note = "dask: the workers run on the cluster and are not counted here"
+        return MemoryEstimate(0, (), tuple(driver), None, note)
+    per_worker = (
+        MemoryTerm("baseline", WORKER_BASELINE_BYTES, "measured: scripts/measure_baselines.py"),
+        *converting,
+        MemoryTerm("batch results", 2 * batch * per_original,
+                   f"{batch} originals and their pickled copy; {per_original_basis}"),
+    )
+    helpers = MemoryTerm("loky helpers", HELPERS * HELPER_BASELINE_BYTES,
+                         f"{HELPERS} x {HELPER_BASELINE_BYTES // MIB} MiB, measured: "
+                         "scripts/measure_baselines.py")
+    return MemoryEstimate(local_workers, per_worker, tuple(driver), helpers, note)
+
+
+def _output_bound(config: Config, budget: int) -> tuple[int, str]:
+    """The most bytes the samples of one original take, and how that is found.
+
+    The pixels of a decoded original are at most ``image.max_pixels`` and at most the decode
+    budget (a decoded pixel takes at least a byte).  Resized: ``size`` x ``size`` pixels, or
+    for ``shorter`` the whole original.  Tiled: the scaled original's pixels times the share
+    of them that neighbouring tiles repeat ((size / stride)^2); the padding of an image
+    narrower than a tile is left out (its fill compresses to almost nothing).  Every pixel at
+    the largest JPEG a pixel can take.
+    """
+    image = config.image
+    pixels_decoded = min(image.max_pixels, budget)
+    tiles = image.tiles
+    if tiles.enabled:
+        stride = max(1, tiles.size - tiles.overlap)
+        pixels = pixels_decoded * tiles.scale ** 2 * (tiles.size / stride) ** 2
+        what = f"tiles of {pixels / 1e6:,.0f} MP"
+    elif image.resize == "shorter":
+        pixels, what = pixels_decoded, f"a sample of {pixels_decoded / 1e6:,.0f} MP (shorter)"
+    else:
+        pixels, what = image.size ** 2, f"a sample of {image.size} x {image.size} px"
+    return math.ceil(pixels * JPEG_WORST_BYTES_PER_PIXEL), \
+        f"{what} at {JPEG_WORST_BYTES_PER_PIXEL} B a pixel"

@@ -1,0 +1,159 @@
+"""``pack --dry-run`` prints the worst-case memory of the job, and a real pack stays under it.
+
+The worst case is the driver (its baseline, the per-file state, the results waiting) plus, per
+worker process, its baseline, the decode budget (``image.max_decoded_mb``) and its batch's
+results, plus loky's helpers.  A real pack's process tree (driver, loky workers, helpers),
+sampled from /proc every 20 ms, never takes more than the dry run said.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import pytest
+from click.testing import CliRunner
+
+from shardsmith.cli import main
+
+import images
+
+REPO = Path(__file__).resolve().parents[1]
+MiB = 2**20
+
+
+def pngs(root: Path, count: int) -> Path:
+    """``count`` 1200x900 PNGs in two class folders: ~6.5 MB each to decode (two copies)."""
+    for number in range(count):
+        pixels = images.gradient_rgb(1200, 900)
+        pixels[number % 900, :, :] = number  # distinct contents
+        ok, data = cv2.imencode(".png", pixels, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+        assert ok
+        images.write(root / "ab"[number % 2] / f"{number:03d}.png", data.tobytes())
+    return root
+
+
+def budget_config(tmp_path: Path, max_decoded_mb: int) -> Path:
+    config = tmp_path / "job.yaml"
+    config.write_text(f"image:\n  max_decoded_mb: {max_decoded_mb}\n")
+    return config
+
+
+def dry_run_report(source: Path, output: Path, report: Path, *args: object) -> dict:
+    result = CliRunner().invoke(main, ["pack", str(source), str(output), "--dry-run",
+                                       "--report", str(report), *map(str, args)])
+    assert result.exit_code == 0, result.output
+    assert not output.exists()
+    return json.loads(report.read_text())["dry_run"]["memory"]
+
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of ``pid`` from /proc; 0 once it has gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(child) for child in (task / "children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return found
+
+
+def tree_rss(pid: int) -> tuple[int, int]:
+    """The RSS of ``pid`` and all its descendants together, and how many processes that is."""
+    total, count, stack = 0, 0, [pid]
+    while stack:
+        current = stack.pop()
+        stack += children(current)
+        total += rss_bytes(current)
+        count += 1
+    return total, count
+
+
+def peak_of_pack(*args: object, timeout: float = 300) -> tuple[int, int]:
+    """Run ``shardsmith pack`` in a fresh process, sampling its process tree every 20 ms;
+    returns the largest sum of RSS seen and the most processes seen at once."""
+    process = subprocess.Popen([sys.executable, "-m", "shardsmith", "pack", *map(str, args)],
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak, most = 0, 0
+    deadline = time.monotonic() + timeout
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            total, count = tree_rss(process.pid)
+            peak, most = max(peak, total), max(most, count)
+            time.sleep(0.02)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        stderr = process.communicate()[1].decode()
+    assert process.returncode == 0, stderr
+    return peak, most
+
+
+def test_the_dry_run_prints_the_worst_case_memory_of_driver_and_each_worker(tmp_path):
+    source = pngs(tmp_path / "source", 4)
+    result = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "out"), "--dry-run",
+                                       "--workers", "2", "--quiet", "--config",
+                                       str(budget_config(tmp_path, 16))])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.strip().startswith("memory, worst case:") for line in lines), result.output
+    assert any(line.strip().startswith("driver ") for line in lines), result.output
+    assert any(line.strip().startswith("each of 2 workers ") for line in lines), result.output
+    budget = [line for line in lines if line.strip().startswith("decode budget")]
+    assert len(budget) == 1 and "16.8 MB" in budget[0], result.output
+    assert any(line.strip().startswith("per file") for line in lines), result.output
+
+
+def test_the_dry_run_report_sums_its_memory_terms(tmp_path):
+    source = pngs(tmp_path / "source", 4)
+    memory = dry_run_report(source, tmp_path / "out", tmp_path / "report.json", "--workers", 2,
+                            "--config", budget_config(tmp_path, 16))
+    assert memory["workers"] == 2
+    assert memory["driver_bytes"] == sum(term["bytes"] for term in memory["driver"])
+    assert memory["worker_bytes"] == sum(term["bytes"] for term in memory["worker"])
+    assert memory["total_bytes"] == (memory["driver_bytes"] + 2 * memory["worker_bytes"]
+                                     + memory["helpers_bytes"])
+    terms = {term["name"]: term for term in memory["worker"]}
+    assert terms["decode budget"]["bytes"] == 16 * MiB
+    assert all(term["basis"] for term in memory["driver"] + memory["worker"])
+
+
+def test_one_worker_converts_in_the_driver_and_counts_the_budget_there(tmp_path):
+    source = pngs(tmp_path / "source", 2)
+    memory = dry_run_report(source, tmp_path / "out", tmp_path / "report.json", "--workers", 1,
+                            "--config", budget_config(tmp_path, 16))
+    assert memory["workers"] == 0 and memory["worker"] == [] and memory["helpers_bytes"] == 0
+    assert {term["name"]: term["bytes"] for term in memory["driver"]}["decode budget"] \
+        == 16 * MiB
+    assert memory["total_bytes"] == memory["driver_bytes"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_real_pack_stays_under_the_worst_case_the_dry_run_printed(tmp_path, workers):
+    source = pngs(tmp_path / "source", 16)
+    config = budget_config(tmp_path, 16)
+    output = tmp_path / "out"
+    args = ("--size", "64", "--workers", workers, "--config", config)
+    memory = dry_run_report(source, output, tmp_path / "report.json", *args)
+    peak, processes = peak_of_pack(source, output, *args, "--quiet")
+    manifest = json.loads((output / "manifest.json").read_text())
+    assert manifest["totals"]["packed"] == 16  # every original decoded within the budget
+    if workers > 1:
+        assert processes >= 1 + workers  # the sampling saw the workers
+    assert peak <= memory["total_bytes"], (peak / MiB, memory["total_bytes"] / MiB, memory)
