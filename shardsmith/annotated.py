@@ -53,6 +53,7 @@ from .imaging import (
     encode_jpeg,
     read_source,
 )
+from .originals import original_cap
 from .plan import PlanItem
 from .records import Reject, Sample, Unchanged
 from .tiling import Tile, grid, kept
@@ -74,7 +75,8 @@ def process_annotated(item: PlanItem, root: str, config: Config,
     """One original → its sample (or its tiles), annotations carried through; or a Reject."""
     relpath = item.source.relpath
     try:
-        read = read_source(item, root, config.source.follow_symlinks, config.run.change_detection)
+        read = read_source(item, root, config.source.follow_symlinks, config.run.change_detection,
+                           original_cap(config.image))
         if isinstance(read, Unchanged):
             return read
         data, info, digest = read

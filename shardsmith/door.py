@@ -161,12 +161,13 @@ def open_beneath(root: str, relpath: str, cap: int) -> OpenFile:
                        | getattr(os, "O_CLOEXEC", 0))
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1], 1):
             try:
                 next_fd = os.open(part, directory_flags, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise Refused("link", f"folder {part!r} on its path is a symbolic link "
+                    folder = "/".join(parts[:depth])  # named from the root: unambiguous
+                    raise Refused("link", f"folder {folder!r} on its path is a symbolic link "
                                   "or not a folder (not followed)",
                                   os.path.join(root, relpath)) from None
                 raise

@@ -11,7 +11,9 @@ The path is chosen for speed without losing fidelity:
   compositing at full resolution (area resizing is linear) on a fraction of the pixels.
 
 ``process`` never raises for a bad file: it returns a ``Reject`` with a reason.  Memory is
-bounded per worker by ``image.max_decoded_mb``, checked from the header before decoding.
+bounded per worker by ``image.max_decoded_mb``: an original holding more bytes than that is
+refused before it is read (``originals.original_cap``), the rest is checked from the header
+before decoding.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .annotations.geometry import Placement, decode_scale
 from .config import ImageConfig
 from .decoders import decode_peak_bytes, decode_pixels, open_header, orientation
 from .errors import BadImage
-from .originals import read_edges, read_original
+from .originals import UNCAPPED, open_source, original_cap, read_all, read_edges
 from .plan import PlanItem
 from .records import (
     CONTENT_PREFIX,
@@ -76,7 +78,7 @@ def process(item: PlanItem, root: str, config: ImageConfig, follow_symlinks: boo
     """
     relpath = item.source.relpath
     try:
-        read = read_source(item, root, follow_symlinks, digest_kind)
+        read = read_source(item, root, follow_symlinks, digest_kind, original_cap(config))
         if isinstance(read, Unchanged):
             return read
         data, info, digest = read
@@ -97,18 +99,23 @@ def process(item: PlanItem, root: str, config: ImageConfig, follow_symlinks: boo
     )
 
 
-def read_source(item: PlanItem, root: str, follow_symlinks: bool,
-                digest_kind: str) -> tuple[bytes, os.stat_result, str] | Unchanged:
+def read_source(item: PlanItem, root: str, follow_symlinks: bool, digest_kind: str,
+                cap: int = UNCAPPED) -> tuple[bytes, os.stat_result, str] | Unchanged:
     """The original's bytes, stat and digest; ``Unchanged`` when the item carries the digest
-    of its packed sample and the content still has it.  Raises BadImage or OSError."""
+    of its packed sample and the content still has it.  Raises BadImage or OSError.
+
+    One open (``originals.open_source``: the file the scan saw, never through a link, at most
+    ``cap`` bytes, checked before reading); the edges check and the whole read share it.
+    """
     relpath = item.source.relpath
-    path = os.path.join(root, relpath)
     expected = item.expected_digest
-    if expected and not expected.startswith(CONTENT_PREFIX) and digest_kind == "edges":
-        size, head, tail, mtime_ns = read_edges(path, follow_symlinks)
-        if edges_digest_of(size, head, tail) == expected:
-            return Unchanged(relpath, expected, size, mtime_ns)
-    data, info = read_original(path, follow_symlinks)
+    with open_source(root, relpath, follow_symlinks, cap, item.source.identity) as handle:
+        info = handle.info
+        if expected and not expected.startswith(CONTENT_PREFIX) and digest_kind == "edges":
+            head, tail = read_edges(handle)
+            if edges_digest_of(handle.size, head, tail) == expected:
+                return Unchanged(relpath, expected, handle.size, info.st_mtime_ns)
+        data = read_all(handle)
     digest = content_digest(data) if digest_kind == "content" else edges_digest(data)
     if expected:  # the digest just made serves when it is of the expected kind
         same_kind = expected.startswith(CONTENT_PREFIX) == digest.startswith(CONTENT_PREFIX)

@@ -1,26 +1,87 @@
 """Reading an original: once, as a regular file, never through a link swapped in after the scan.
 
 The scan saw a regular file; by the time a worker opens it, it may be a symlink to somewhere
-outside the source tree, a FIFO (whose ``open`` would block forever) or a device.  Opening with
-``O_NOFOLLOW | O_NONBLOCK`` and checking the open descriptor closes both holes: a link fails to
-open, a FIFO opens at once and is refused by ``fstat``.  The bytes read are the bytes that are
-hashed and decoded, so a rewrite between two opens cannot pair new pixels with an old digest.
+outside the source tree, a FIFO (whose ``open`` would block forever) or a device, or one of the
+folders on its path may have been swapped for a symlink.  Every original comes in through the
+door (``door.open_file``): ``O_NOFOLLOW | O_NONBLOCK`` and checks on the open descriptor, so a
+link fails to open and a FIFO opens at once and is refused by ``fstat``.
+
+``O_NOFOLLOW`` guards the last name only.  For the folders above it, the worker checks that the
+descriptor is the file the scan saw (its inode number and size, ``SourceFile.identity``); only
+when it is not does it walk the path again one folder at a time without following links
+(``door.open_beneath``), and only a refused walk rejects the file.  A walk that opens is a file
+legitimately replaced or edited since the scan: that descriptor is used.  The inode does not
+decide on its own because FUSE mounts without stable inode numbers and CIFS ``noserverino``
+renumber them; ``st_dev`` is not compared at all (it differs between NFS clients, and Dask
+workers on other hosts read the same tree).  The common case costs no extra system call.
+
+Size: an original is refused ``too_large`` before a byte is read when it holds more bytes than
+its decode budget (``image.max_decoded_mb``, ``original_cap``).  That never refuses a file the
+decoder would take: the decode check counts the file's bytes plus its decoded pixels, so a file
+over the budget fails it anyway, only after being read whole (a 1.5 GB sparse ``.jpg`` cost
+1.6 GB of memory, a 2.6 GB one 5.4 GB).  And no supported format packs more pixels into a file
+than it holds decoded (compressed formats hold fewer bytes; BMP and uncompressed TIFF are the
+1:1 cases), so the cap is never the tighter limit on an image that fits the budget.
+
+The bytes read are the bytes that are hashed and decoded, so a rewrite between two opens cannot
+pair new pixels with an old digest.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 
-from .door import OpenFile, Refused, open_file
+from .config import ImageConfig
+from .door import MIB, Identity, OpenFile, Refused, open_beneath, open_file
 from .errors import BadImage, ManifestError, SourceUnavailableError
 from .jsonmodel import shown
 from .records import EDGE_BYTES
 
 UNCAPPED = 1 << 62
+# The fast open found no file (or a non-folder) where the scan saw one: a folder on the way may
+# have been swapped for a link to a folder that lacks it, which the walk names.
+_WALK_AGAIN_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+def original_cap(config: ImageConfig) -> int:
+    """The most bytes an original may hold: its decode budget (see the module docstring)."""
+    return config.max_decoded_mb * MIB
+
+
+def open_source(root: str, relpath: str, follow_symlinks: bool, cap: int = UNCAPPED,
+                expect: Identity | None = None) -> OpenFile:
+    """Open the original ``root/relpath`` that the scan saw as ``expect`` (inode and size).
+
+    Without ``follow_symlinks``, a descriptor that is not that file, or a refusal, has the
+    path walked again folder by folder (``open_beneath``): a symlink on the way rejects it
+    ``not_a_file`` naming the folder; a walk that opens returns that descriptor (the file was
+    replaced or edited).  ``expect`` None (unknown) always walks.  With ``follow_symlinks``
+    links are allowed anywhere and nothing is compared.  ``cap``: ``original_cap``, refused
+    ``too_large`` before reading.  Raises BadImage or OSError.
+    """
+    path = os.path.join(root, relpath)
+    budget = cap if cap != UNCAPPED else 0
+    try:
+        if follow_symlinks:
+            return open_file(path, cap, follow_symlinks=True)
+        if expect is not None:
+            try:
+                return open_file(path, cap, expect=expect)
+            except Refused as exc:
+                if exc.reason == "link":  # the file itself is a link: that is the whole story
+                    raise
+            except OSError as exc:
+                if exc.errno not in _WALK_AGAIN_ERRNOS:
+                    raise
+        return open_beneath(root, relpath, cap)
+    except Refused as exc:
+        raise _as_bad_image(exc, budget) from None
 
 
 def open_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED) -> OpenFile:
-    """Open an original through the door; raises BadImage (``not_a_file``, ``too_large``) or
+    """Open an original through the door, last name only (no identity: ``open_source`` is the
+    guarded open of a scanned file); raises BadImage (``not_a_file``, ``too_large``) or
     OSError."""
     try:
         return open_file(path, cap, follow_symlinks=follow_symlinks)
@@ -35,34 +96,45 @@ def open_regular(path: str, follow_symlinks: bool) -> tuple[int, os.stat_result]
     return fd, handle.info
 
 
-def _as_bad_image(exc: Refused) -> BadImage:
+def _as_bad_image(exc: Refused, budget: int = 0) -> BadImage:
+    """The reject a refusal of the door makes; ``budget``: the cap was ``original_cap``."""
     if exc.reason == "link":
+        if exc.detail.startswith("folder"):  # a folder on the way (``open_beneath``)
+            return BadImage("not_a_file", f"{exc.detail}; source.follow_symlinks is false")
         return BadImage("not_a_file", "is a symbolic link now (source.follow_symlinks is false)")
     if exc.reason == "changed":
         return BadImage("unreadable", exc.detail)
     if exc.reason == "too_large":
+        if budget:
+            return BadImage("too_large", f"holds more bytes than the {budget // MIB:,} MiB a "
+                            "worker may use to decode it (image.max_decoded_mb): not read")
         return BadImage("too_large", exc.detail)
     return BadImage("not_a_file", exc.detail)
+
+
+def read_all(handle: OpenFile) -> bytes:
+    """Every byte of an opened original; BadImage (``unreadable``) when it grew while read."""
+    try:
+        return handle.read()
+    except Refused as exc:
+        raise _as_bad_image(exc) from None
 
 
 def read_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED
                   ) -> tuple[bytes, os.stat_result]:
     """All bytes of a regular file, read through one descriptor."""
     with open_original(path, follow_symlinks, cap) as handle:
-        try:
-            return handle.read(), handle.info
-        except Refused as exc:
-            raise _as_bad_image(exc) from None
+        return read_all(handle), handle.info
 
 
-def read_edges(path: str, follow_symlinks: bool) -> tuple[int, bytes, bytes, int]:
-    """(size, first 64 KiB, last 64 KiB, mtime_ns): the parts ``edges_digest_of`` takes."""
-    with open_original(path, follow_symlinks) as handle:
-        size = handle.size
-        head = os.pread(handle.fd, EDGE_BYTES, 0)
-        tail = os.pread(handle.fd, EDGE_BYTES, max(EDGE_BYTES, size - EDGE_BYTES)) \
-            if size > EDGE_BYTES else b""
-        return size, head, tail, handle.info.st_mtime_ns
+def read_edges(handle: OpenFile) -> tuple[bytes, bytes]:
+    """(first 64 KiB, last 64 KiB) of an opened original: with its size, the parts
+    ``edges_digest_of`` takes."""
+    size = handle.size
+    head = os.pread(handle.fd, EDGE_BYTES, 0)
+    tail = os.pread(handle.fd, EDGE_BYTES, max(EDGE_BYTES, size - EDGE_BYTES)) \
+        if size > EDGE_BYTES else b""
+    return head, tail
 
 
 def source_root(recorded: str) -> str:

@@ -47,6 +47,7 @@ from .manifest import (
     sources_fingerprint,
     write_sample_index,
 )
+from .originals import original_cap
 from .outputdir import clear_previous_output, previous_dataset
 from .parallel import WorkerPool
 from .plan import Plan, PlanItem, make_plan
@@ -239,7 +240,8 @@ def _write_shards(
     # Read-ahead warms this machine's page cache: it helps local workers only.
     local = config.run.backend == "local"
     window = 4 * config.run.worker_count if config.run.readahead and local else 0
-    readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks)
+    readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks,
+                          original_cap(config.image))
     results = pool.map_ordered(process_item, remaining, str(source), config,
                                vocabulary or Vocabulary(classes), batch_size=_batch_size(plan))
     progress = Progress(len(plan), start, "img", "pack", config.run.quiet)

@@ -6,8 +6,11 @@ cores idle.  A driver thread walks the plan a bounded window ahead of the writer
 ``posix_fadvise(WILLNEED)``, which starts asynchronous reads into the page cache (local disks,
 NFS and CIFS alike); the workers' own reads then come from memory.  It is only a hint:
 errors are ignored here and reported by the worker that reads the file.  It opens files the
-way a worker does (no following a link swapped in, no blocking on a FIFO) and never holds up
-the end of a run: ``close`` waits for it briefly, then leaves the daemon thread behind.
+way a worker does (``originals.open_source``: the file the scan saw, never through a link
+swapped in for it or for a folder above it, no blocking on a FIFO, nothing over the decode
+budget, which the worker refuses unread), so it never pulls a file from outside the source into
+the cache, and never holds up the end of a run: ``close`` waits for it briefly, then leaves the
+daemon thread behind.
 
 Off by default (``run.readahead``): it costs a second open (a metadata round trip) per file,
 and more workers than cores overlap reads with decoding without it.
@@ -20,7 +23,7 @@ import threading
 from collections.abc import Sequence
 
 from .errors import BadImage
-from .originals import open_regular
+from .originals import UNCAPPED, open_source
 from .plan import PlanItem
 
 CLOSE_WAIT_SECONDS = 1.0
@@ -31,9 +34,10 @@ class ReadAhead:
     """Keeps the page cache filled ``window`` files ahead of the last consumed result."""
 
     def __init__(self, root: str, items: Sequence[PlanItem], window: int,
-                 follow_symlinks: bool = False):
+                 follow_symlinks: bool = False, cap: int = UNCAPPED):
         self._root = root
         self._follow_symlinks = follow_symlinks
+        self._cap = cap
         self._items = items
         self._window = window
         self._consumed = 0
@@ -66,16 +70,15 @@ class ReadAhead:
                 if self._closed:
                     return
             try:
-                fd, info = open_regular(os.path.join(self._root, item.source.relpath),
-                                        self._follow_symlinks)
+                handle = open_source(self._root, item.source.relpath, self._follow_symlinks,
+                                     self._cap, item.source.identity)
             except (OSError, BadImage):
                 continue
-            try:
-                # One hint per window: the kernel caps each at its read-ahead size (8 MB on
-                # a disk, 128 kB on FUSE), so a single hint covers only a file's start.
-                for offset in range(0, info.st_size, HINT_BYTES):
-                    os.posix_fadvise(fd, offset, HINT_BYTES, os.POSIX_FADV_WILLNEED)
-            except OSError:
-                pass  # not supported on this filesystem: the worker reads as usual
-            finally:
-                os.close(fd)
+            with handle:
+                try:
+                    # One hint per window: the kernel caps each at its read-ahead size (8 MB
+                    # on a disk, 128 kB on FUSE), so a single hint covers only a file's start.
+                    for offset in range(0, handle.size, HINT_BYTES):
+                        os.posix_fadvise(handle.fd, offset, HINT_BYTES, os.POSIX_FADV_WILLNEED)
+                except OSError:
+                    pass  # not supported on this filesystem: the worker reads as usual

@@ -6,7 +6,13 @@ threads: the round trips overlap instead of adding up.  The result is sorted, so
 same whatever finished first.  The walk is iterative: depth is not limited by the stack.
 
 Memory: the result is a ``SourceTable`` of columns (the paths, and NumPy arrays of sizes,
-mtimes and labels), about 100 bytes a file instead of several Python objects per file.
+mtimes, inode numbers and labels), about 100 bytes a file instead of several Python objects
+per file.
+
+Each file's inode number and size travel to the worker that reads it (``SourceFile.identity``):
+the worker opens the path and checks that the descriptor is that file.  A folder on the path
+swapped for a symlink after the scan leads to another file, which fails the check; the worker
+then walks the path again folder by folder without following links (``originals.open_source``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import numpy as np
 
 from .annotations.sources import annotation_reason, read_labels, read_shared
 from .config import SourceConfig
+from .door import Identity
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +47,19 @@ EXCLUDED_PATHS_KEPT = 1000  # per reason; the counts are always complete
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
-    """One original: its path relative to the source root (POSIX form) and what stat said."""
+    """One original: its path relative to the source root (POSIX form) and what stat said
+    (``inode``: -1 when unknown)."""
 
     relpath: str
     size: int
     mtime_ns: int
     label: int = -1
+    inode: int = -1
+
+    @property
+    def identity(self) -> Identity | None:
+        """The inode and size the scan saw, for the worker's open to check; None if unknown."""
+        return Identity(self.inode, self.size) if self.inode >= 0 else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,13 +70,20 @@ class SourceTable:
     sizes: np.ndarray  # int64
     mtimes: np.ndarray  # int64, ns
     labels: np.ndarray  # int32, -1 without labels
+    # int64 (8 bytes a file in the driver); st_dev is left out: it differs between NFS
+    # clients, so a Dask worker on another host would refuse good files.  -1: unknown.
+    inodes: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.inodes is None:
+            object.__setattr__(self, "inodes", np.full(len(self.relpaths), -1, np.int64))
 
     def __len__(self) -> int:
         return len(self.relpaths)
 
     def __getitem__(self, index: int) -> SourceFile:
         return SourceFile(self.relpaths[index], int(self.sizes[index]), int(self.mtimes[index]),
-                          int(self.labels[index]))
+                          int(self.labels[index]), int(self.inodes[index]))
 
     def __iter__(self) -> Iterator[SourceFile]:
         return (self[index] for index in range(len(self)))
@@ -74,7 +95,8 @@ class SourceTable:
         return cls([row.relpath for row in rows],
                    np.array([row.size for row in rows], np.int64),
                    np.array([row.mtime_ns for row in rows], np.int64),
-                   np.array([row.label for row in rows], np.int32))
+                   np.array([row.label for row in rows], np.int32),
+                   np.array([row.inode for row in rows], np.int64))
 
     def index_of(self, relpath: str) -> int | None:
         """Where ``relpath`` is in the table (a binary search: no index to keep)."""
@@ -113,7 +135,7 @@ class _Walk:
         self.annotations = config.annotations if config.annotations.enabled else None
         self.extensions = {"." + ext for ext in config.extensions}
         self.relpaths: list[str] = []
-        self.sizes, self.mtimes = array("q"), array("q")
+        self.sizes, self.mtimes, self.inodes = array("q"), array("q"), array("q")
         self.excluded: Counter = Counter()
         self.excluded_paths: dict[str, list[str]] = {}
         self.unreadable: list[tuple[str, str]] = []
@@ -175,6 +197,7 @@ class _Walk:
                 self.relpaths.append(relpath)
                 self.sizes.append(stats.sizes[at])
                 self.mtimes.append(stats.mtimes[at])
+                self.inodes.append(stats.inodes[at])
             else:
                 self.exclude("not a regular file", relpath)
 
@@ -262,7 +285,8 @@ def _labels_from_file(table: SourceTable, walk: _Walk, root: Path, config: Sourc
     classes = tuple(sorted({rows.labels[relpath] for relpath in relpaths}))
     label_of = {name: index for index, name in enumerate(classes)}
     labels = np.array([label_of[rows.labels[relpath]] for relpath in relpaths], np.int32)
-    return SourceTable(relpaths, table.sizes[keep], table.mtimes[keep], labels), classes, bad
+    return SourceTable(relpaths, table.sizes[keep], table.mtimes[keep], labels,
+                       table.inodes[keep]), classes, bad
 
 
 def _table(walk: _Walk, config: SourceConfig, depth: int = 0) -> SourceTable:
@@ -272,14 +296,15 @@ def _table(walk: _Walk, config: SourceConfig, depth: int = 0) -> SourceTable:
     relpaths = [walk.relpaths[index] for index in order]
     sizes = np.frombuffer(walk.sizes, np.int64)[order] if len(order) else np.zeros(0, np.int64)
     mtimes = np.frombuffer(walk.mtimes, np.int64)[order] if len(order) else sizes.copy()
+    inodes = np.frombuffer(walk.inodes, np.int64)[order] if len(order) else sizes.copy()
     if config.labels == "folders":
         nested = np.fromiter((path.count("/") > depth for path in relpaths), bool,
                              len(relpaths))
         for path in (path for path, keep in zip(relpaths, nested, strict=True) if not keep):
             walk.exclude("not in a class folder", path)
         relpaths = [path for path, keep in zip(relpaths, nested, strict=True) if keep]
-        sizes, mtimes = sizes[nested], mtimes[nested]
-    return SourceTable(relpaths, sizes, mtimes, np.full(len(relpaths), -1, np.int32))
+        sizes, mtimes, inodes = sizes[nested], mtimes[nested], inodes[nested]
+    return SourceTable(relpaths, sizes, mtimes, np.full(len(relpaths), -1, np.int32), inodes)
 
 
 class _Listing(NamedTuple):
@@ -325,17 +350,19 @@ def _stat(path: str) -> os.stat_result | OSError:
 
 
 class _Stats(NamedTuple):
-    """(mode, size, mtime) of a batch of files as compact columns, and the errors by path."""
+    """(mode, size, mtime, inode) of a batch of files as compact columns, and the errors by
+    path."""
 
     modes: array
     sizes: array
     mtimes: array
+    inodes: array
     errors: dict[str, OSError]
 
 
 def _stat_batch(root: str, relpaths: list[str]) -> _Stats:
     """Stat each file; follows a link only if one got this far (``follow_symlinks``)."""
-    stats = _Stats(array("q"), array("q"), array("q"), {})
+    stats = _Stats(array("q"), array("q"), array("q"), array("q"), {})
     for relpath in relpaths:
         try:
             info = os.stat(os.path.join(root, relpath))
@@ -345,6 +372,9 @@ def _stat_batch(root: str, relpaths: list[str]) -> _Stats:
         stats.modes.append(info.st_mode if info else 0)
         stats.sizes.append(info.st_size if info else 0)
         stats.mtimes.append(info.st_mtime_ns if info else 0)
+        # A 64-bit inode number above 2**63 (some FUSE and network mounts) does not fit the
+        # column: kept as unknown, so that file is checked by the walk alone.
+        stats.inodes.append(info.st_ino if info and info.st_ino < 1 << 63 else -1)
     return stats
 
 

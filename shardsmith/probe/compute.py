@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from ..config import Config, ImageConfig
 from ..errors import BadImage
 from ..formats import ShardLimits, ShardRoller, shard_format
-from ..originals import read_original
+from ..originals import open_source, original_cap, read_all
 from ..parallel import IDLE_WORKER_SECONDS
 from ..plan import sample_key
 from ..records import Sample, content_digest
@@ -126,15 +126,23 @@ def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
     reads: list[tuple[int, float]] = []
     unreadable: list[tuple[str, str]] = []
     read_in_order: list[SourceFile] = []
+    rejected: Counter = Counter()
+    cap = original_cap(config.image)
 
     def originals() -> Iterator[tuple[int, bytes]]:
         for index, source in enumerate(sample):
             started = time.perf_counter()
             try:
-                data, _ = read_original(os.path.join(root, source.relpath),
-                                        config.source.follow_symlinks)
+                # As a pack worker opens it: the file the scan saw, refused unread when it is
+                # larger than the decode budget.
+                with open_source(str(root), source.relpath, config.source.follow_symlinks,
+                                 cap, source.identity) as handle:
+                    data = read_all(handle)
             except BadImage as exc:
-                unreadable.append((source.relpath, exc.detail))
+                if exc.reason == "too_large":  # a pack rejects it too, without reading it
+                    rejected[exc.reason] += 1
+                else:
+                    unreadable.append((source.relpath, exc.detail))
                 continue
             except OSError as exc:
                 unreadable.append((source.relpath, f"cannot read file: {exc.strerror or exc}"))
@@ -149,7 +157,6 @@ def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
     converted = list(_run_ordered(tasks, processes))
     split = config.splits[0][0]
     costs: dict[str, list[float]] = {}
-    rejected: Counter = Counter()
     samples: list[Sample] = []
     naive = [result.naive_seconds for result in converted if result.naive_seconds is not None]
     for source, result in zip(read_in_order, converted, strict=True):

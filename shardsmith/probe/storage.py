@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import Config, SourceConfig
 from ..errors import BadImage
-from ..originals import open_regular
+from ..originals import open_regular, open_source
 from ..scan import SCAN_THREADS, ScanResult, scan
 
 READ_CHUNK = 1 << 20
@@ -189,8 +189,8 @@ def measure_reads(root: Path, relpaths: Sequence[str], levels: Sequence[int],
             say(f"reading {len(paths)} originals cold with {readers} "
                 f"reader{'s' if readers > 1 else ''}")
         resident += drop_all(paths, follow_symlinks)
-        level, failed = _read_all(paths, readers, follow_symlinks)
-        unreadable.update((os.path.relpath(p, root), why) for p, why in failed)
+        level, failed = _read_all(str(root), relpaths, readers, follow_symlinks)
+        unreadable.update(failed)
         results.append(level)
     cold, note = _coldness(resident)
     return ColdReads(tuple(results), cold, note, tuple(sorted(unreadable.items())))
@@ -239,29 +239,30 @@ def drop_from_cache(path: str, follow_symlinks: bool) -> float | None:
         os.close(fd)
 
 
-def read_whole(path: str, follow_symlinks: bool, buffer: bytearray) -> int:
-    """Read a file to its end into ``buffer``, reused from its start when full (the bytes are
-    not kept: this is for timing); returns the bytes read."""
-    fd, _ = open_regular(path, follow_symlinks)
-    view = memoryview(buffer)
-    total = offset = 0
-    try:
-        while True:
+def read_whole(root: str, relpath: str, follow_symlinks: bool, buffer: bytearray) -> int:
+    """Read the original ``root/relpath`` to its end into ``buffer``, reused from its start
+    when full (the bytes are not kept: this is for timing); returns the bytes read.  Opened
+    through the door without following a link on any folder of the path (unless asked), and
+    read no further than the size it had when opened."""
+    with open_source(root, relpath, follow_symlinks) as handle:
+        view = memoryview(buffer)
+        total = offset = 0
+        while total < handle.size:
             if offset == len(view):
                 offset = 0
-            count = os.readv(fd, [view[offset:]])
+            count = os.readv(handle.fd, [view[offset : offset + handle.size - total]])
             if not count:
-                return total
+                break
             total += count
             offset += count
-    finally:
-        os.close(fd)
+        return total
 
 
-def timed_read(path: str, follow_symlinks: bool, buffer: bytearray) -> tuple[int, float]:
+def timed_read(root: str, relpath: str, follow_symlinks: bool,
+               buffer: bytearray) -> tuple[int, float]:
     """(bytes, seconds) of reading one file whole, open to close: what a worker waits."""
     started = time.perf_counter()
-    count = read_whole(path, follow_symlinks, buffer)
+    count = read_whole(root, relpath, follow_symlinks, buffer)
     return count, time.perf_counter() - started
 
 
@@ -272,16 +273,16 @@ def level_of(readers: int, reads: Sequence[tuple[int, float]], seconds: float) -
                      percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
 
 
-def _read_all(paths: list[str], readers: int, follow_symlinks: bool
+def _read_all(root: str, relpaths: Sequence[str], readers: int, follow_symlinks: bool
               ) -> tuple[ReadLevel, list[tuple[str, str]]]:
     local = threading.local()
 
-    def one(path: str) -> tuple[int, float] | str:
+    def one(relpath: str) -> tuple[int, float] | str:
         if not hasattr(local, "buffer"):
             local.buffer = bytearray(READ_CHUNK)
         buffer = local.buffer
         try:
-            return timed_read(path, follow_symlinks, buffer)
+            return timed_read(root, relpath, follow_symlinks, buffer)
         except BadImage as exc:
             return exc.detail
         except OSError as exc:
@@ -289,10 +290,10 @@ def _read_all(paths: list[str], readers: int, follow_symlinks: bool
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="shardsmith-probe") as pool:
-        outcomes = list(pool.map(one, paths))
+        outcomes = list(pool.map(one, relpaths))
     seconds = time.perf_counter() - started
     reads = [outcome for outcome in outcomes if not isinstance(outcome, str)]
-    failed = [(path, outcome) for path, outcome in zip(paths, outcomes, strict=True)
+    failed = [(relpath, outcome) for relpath, outcome in zip(relpaths, outcomes, strict=True)
               if isinstance(outcome, str)]
     return level_of(readers, reads, seconds), failed
 
