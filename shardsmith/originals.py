@@ -170,8 +170,13 @@ def original_path(root: str, relpath: str) -> str:
 def read_under_root(root: str, relpath: str, max_bytes: int) -> bytes:
     """The bytes of the original ``relpath`` under ``root`` (checked by ``original_path``).
 
-    The checked real path is opened without following a link swapped in meanwhile; raises
-    BadImage (not a regular file, larger than ``max_bytes``) or OSError.
+    Its real path is opened one folder at a time from ``root`` with no link followed
+    (``door.open_beneath``), so a folder swapped for a link between the check and the open is
+    refused too; raises BadImage (not a regular file, larger than ``max_bytes``) or OSError.
     """
-    data, _ = read_original(original_path(root, relpath), False, max_bytes)
-    return data
+    inside = os.path.relpath(original_path(root, relpath), root)
+    try:
+        with open_beneath(root, inside, max_bytes) as handle:
+            return handle.read()
+    except Refused as exc:
+        raise _as_bad_image(exc) from None
