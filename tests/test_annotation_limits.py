@@ -79,7 +79,9 @@ def test_an_rle_of_a_million_by_a_million_pixels_is_a_reject_not_a_crash(tmp_pat
     (source / "coco.json").write_text(coco(
         [{"id": 1, "file_name": "parts/a.jpg"}, {"id": 2, "file_name": "parts/b.jpg"}],
         [{"id": 5, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5],
-          "segmentation": {"size": [1_000_000, 1_000_000], "counts": [10**12]}}]))
+          # counts that fit 32 bits and add up to height x width: 10**12 pixels
+          "segmentation": {"size": [1_000_000, 1_000_000],
+                           "counts": [0] + [4_000_000_000, 0] * 249 + [4_000_000_000]}}]))
     done = pack_process(tmp_path, source, "source:\n  annotations:\n    coco: coco.json\n"
                         "run:\n  workers: 1\n  max_reject_fraction: 1\n")
     assert done.returncode == 0, done.stderr
