@@ -22,6 +22,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from .annotations import rle
 from .annotations.geometry import (
     Placement,
     place,
@@ -30,6 +31,7 @@ from .annotations.geometry import (
     to_upright,
     upright_size,
 )
+from .annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS, too_many_objects
 from .annotations.masks import (
     binary_patch,
     class_mask,
@@ -56,7 +58,7 @@ from .imaging import (
 from .originals import original_cap
 from .plan import PlanItem
 from .records import Reject, Sample, Unchanged
-from .tiling import Tile, grid, kept
+from .tiling import MAX_TILES, Tile, grid, kept, scaled_size, tile_count
 
 MASK_BYTES_PER_PIXEL = 6  # the class mask, a label image of a region, a comparison
 
@@ -100,6 +102,10 @@ def _samples(item: PlanItem, root: str, data: bytes, config: Config,
     extra = upright[0] * upright[1] * MASK_BYTES_PER_PIXEL if notes.has_masks else 0
     tiles = image.tiles
     if tiles.enabled:
+        count = tile_count(*scaled_size(*upright, tiles.scale), tiles)
+        if count > MAX_TILES:  # known from the header: refused before a pixel is decoded
+            raise BadImage("too_large", f"{upright[0]}x{upright[1]} at image.tiles gives "
+                           f"{count:,} tiles, more than the {MAX_TILES:,} an original may have")
         pixels, original, placement = _decode_scaled(data, config, extra)
     else:
         pixels, original, placement = decode_placed(data, image, extra)
@@ -175,6 +181,8 @@ class _Cutter:
                     full_mask = np.zeros(upright[::-1], np.uint8)
                 self._paint(full_mask, shapes)
             self.instances = shapes + self.instances
+        if len(self.instances) > MAX_OBJECTS:
+            raise BadImage("bad_annotation", too_many_objects(len(self.instances)))
         self.mask = None  # in the frame of the decoded pixels
         if full_mask is not None:
             self.mask = class_mask(full_mask, placement)
@@ -186,12 +194,13 @@ class _Cutter:
 
     def id_of(self, name: str) -> int:
         if name not in self.names:
+            if len(self.names) >= MAX_OBJECT_CLASSES:
+                raise BadImage("bad_annotation", f"object class {name!r} would be class "
+                               f"{len(self.names) + 1}: a class mask holds at most "
+                               f"{MAX_OBJECT_CLASSES} (one byte a pixel, 255 left for "
+                               "\"ignore\")")
             self.names.append(name)
-        number = self.names.index(name) + 1
-        if number > 255:
-            raise BadImage("bad_annotation", "more than 255 object classes: a class mask has "
-                           "one byte a pixel")
-        return number
+        return self.names.index(name) + 1
 
     def _upright_mask(self, annotations: ImageAnnotations, stored_frame: bool,
                       rotation: int) -> np.ndarray:
@@ -213,16 +222,16 @@ class _Cutter:
                 return _Instance(shape, *found)
         return _Instance(shape)
 
-    def _rle_pixels(self, rle: dict[str, Any], rotation: int, stored_frame: bool) -> np.ndarray:
-        from pycocotools import mask as coco_mask
-
-        height, width = rle["size"]
+    def _rle_pixels(self, encoded: dict[str, Any], rotation: int,
+                    stored_frame: bool) -> np.ndarray:
+        """An RLE's pixels; its size is the image's (checked by ``shapes_from_record``) and its
+        counts are checked again before a pixel is written."""
+        height, width = encoded["size"]
         try:
-            coded = coco_mask.frPyObjects(rle, height, width) if isinstance(
-                rle["counts"], list) else {"size": rle["size"], "counts": rle["counts"].encode()}
-            pixels = coco_mask.decode(coded)
-        except (ValueError, TypeError, OverflowError) as exc:
+            runs = rle.checked(rle.counts_of(encoded["counts"], height * width), height, width)
+        except rle.RleError as exc:
             raise BadImage("bad_annotation", f"an unreadable RLE ({exc})") from None
+        pixels = rle.decode(runs, height, width)
         return _apply_orientation(pixels, rotation) if stored_frame else pixels
 
     def _paint(self, full_mask: np.ndarray, instances: list[_Instance]) -> None:
@@ -238,14 +247,20 @@ class _Cutter:
 
     def _components(self, annotations: ImageAnnotations,
                     full_mask: np.ndarray) -> list[_Instance]:
-        """The connected regions of each class of the PNG mask, as objects with boxes."""
-        found = []
+        """The connected regions of each class of the PNG mask, as objects with boxes; a
+        class's regions are counted before any of them is built (a few KB of isolated pixels
+        are 250,000 regions)."""
+        found: list[_Instance] = []
         for name in dict.fromkeys(annotations.mask_names):
             region = binary_patch(full_mask == self.id_of(name))
             if region is None:
                 continue
             patch, (left, top) = region
             count, labels, stats, _ = cv2.connectedComponentsWithStats(patch, connectivity=8)
+            if len(found) + count - 1 > MAX_OBJECTS:
+                raise BadImage("bad_annotation", f"{annotations.mask_file}: "
+                               f"{too_many_objects(len(found) + count - 1)} (a separate "
+                               "region of the mask is an object)")
             for number in range(1, count):
                 x, y, width, height, _ = stats[number].tolist()
                 piece = (labels[y : y + height, x : x + width] == number).astype(np.uint8)

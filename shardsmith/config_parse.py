@@ -38,6 +38,7 @@ from .config import (
 )
 from .errors import ConfigError
 from .jsonmodel import cut, shown
+from .tiling import grid_problem
 
 
 def build(raw: dict[str, Any]) -> Config:
@@ -284,6 +285,8 @@ def _validate_tiles(tiles: TileConfig) -> None:
     if not 0 < tiles.scale <= 1:
         raise ConfigError(f"image.tiles.scale: expected more than 0 and at most 1, got "
                           f"{tiles.scale:g}")
+    if (problem := grid_problem(tiles)) is not None:
+        raise ConfigError(f"image.tiles: {problem}")
     _one_of("image.tiles.keep", tiles.keep, TILE_KEEP)
     if not 0 <= tiles.background_fraction <= 1:
         raise ConfigError(f"image.tiles.background_fraction: expected 0..1, got "

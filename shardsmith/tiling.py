@@ -6,6 +6,13 @@ over the edge.  An image smaller than a tile is one tile, padded at its right an
 
 Which tiles are kept is decided per tile from a hash of (seed, path, row, column): the same on
 every run and worker, and unchanged for one image when others are added.
+
+An original gives at most ``MAX_TILES`` tiles: all of them are held at once (their objects,
+then the kept ones' JPEGs), so a dense grid (tile 16, overlap 15: 148,000 tiles of a 400 x 400
+original) would cost without bound.  The count is known from the original's size before it
+is decoded: an original past it is rejected (``too_large``).  A config whose grid passes it
+already on a one-megapixel original (``REFERENCE_SIDE`` square, before ``scale``) is refused
+when loaded: it would reject nearly every image.
 """
 
 from __future__ import annotations
@@ -15,6 +22,9 @@ import os
 from dataclasses import dataclass
 
 from .config import TileConfig
+
+MAX_TILES = 4096  # tiles an original
+REFERENCE_SIDE = 1024  # the original a config's grid must fit in MAX_TILES
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +46,35 @@ def starts(length: int, size: int, overlap: int) -> list[int]:
         return [0]
     stride = size - overlap
     return list(range(0, length - size, stride)) + [length - size]
+
+
+def count_along(length: int, size: int, overlap: int) -> int:
+    """``len(starts(length, size, overlap))`` without the list."""
+    return 1 if length <= size else -(-(length - size) // (size - overlap)) + 1
+
+
+def tile_count(width: int, height: int, config: TileConfig) -> int:
+    """How many tiles ``grid`` gives a ``width`` x ``height`` (scaled) image."""
+    return (count_along(width, config.size, config.overlap)
+            * count_along(height, config.size, config.overlap))
+
+
+def scaled_size(width: int, height: int, scale: float) -> tuple[int, int]:
+    """The size an upright ``width`` x ``height`` original is cut at."""
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def grid_problem(config: TileConfig) -> str | None:
+    """Why a tile config would reject nearly every image (too many tiles already on a
+    ``REFERENCE_SIDE`` square original), or None."""
+    side = scaled_size(REFERENCE_SIDE, REFERENCE_SIDE, config.scale)[0]
+    count = tile_count(side, side, config)
+    if count <= MAX_TILES:
+        return None
+    return (f"size {config.size} with overlap {config.overlap} (a step of "
+            f"{config.size - config.overlap} pixels) cuts a {REFERENCE_SIDE}x{REFERENCE_SIDE} "
+            f"original into {count:,} tiles, more than the {MAX_TILES:,} an original may "
+            "have: use a smaller overlap or a larger tile")
 
 
 def grid(width: int, height: int, config: TileConfig) -> list[Tile]:

@@ -2,10 +2,14 @@
 
 The document is untrusted: ``file_name`` must stay inside the source tree (``coco_root`` is
 put in front of it), numbers must be numbers, categories must exist, an RLE must have the
-image's size.  An image with a malformed entry gets a record that says so (the worker rejects
-it with ``bad_annotation``, naming the annotation); an entry that names no image of the tree
-is counted; a ``file_name`` that leads out of the tree is refused and reported under the COCO
-file's name.  A file that is not a COCO document at all is an ``AnnotationError``.
+image's size (and at most the pixels the decode budget allows) with counts that cover it
+exactly, an image may have at most ``MAX_OBJECTS`` entries.  An image with a malformed entry
+gets a record that says so (the worker rejects it with ``bad_annotation``, naming the
+annotation), and so do two images with one id and one file listed twice (an entry must never
+land on another image, nor be dropped in silence); an entry that names no image of the tree is
+counted; a ``file_name`` that leads out of the tree is refused and reported under the COCO
+file's name.  A file that is not a COCO document at all, or whose category ids are ambiguous
+(``1`` and ``"1"``), is an ``AnnotationError``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsonmodel import shown
+from . import rle
+from .limits import MAX_OBJECTS, MAX_POINTS, too_many_objects
 from .model import AnnotationError
 from .sources import safe_relpath
 
@@ -40,15 +46,21 @@ class _Bad(Exception):
 
 
 def _finite(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-            value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Bad(f"{what} is not a number: {shown(value)}")
-    return float(value)
+    try:
+        number = float(value)  # an int of 400 digits is no float
+    except OverflowError:
+        raise _Bad(f"{what} is out of range: {shown(value)}") from None
+    if not math.isfinite(number):
+        raise _Bad(f"{what} is not a number: {shown(value)}")
+    return number
 
 
-def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]) -> CocoIndex:
+def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool],
+              max_pixels: int) -> CocoIndex:
     """Read a COCO file; ``root`` is ``coco_root``, ``in_tree(relpath)`` says whether the scan
-    found that image."""
+    found that image; ``max_pixels`` bounds an RLE's declared size (the decode budget)."""
     try:
         document = json.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -62,9 +74,13 @@ def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]
     names = _categories(document.get("categories", []), where)
     index.categories = tuple(names[key] for key in sorted(names))
     images: dict[Any, tuple[str, list[int]]] = {}
+    errors: dict[Any, str] = {}  # per image id: its record says this instead of objects
+    refused: dict[str, str] = {}  # per path: an image whose id is not its own alone
+    first_with_id: dict[str, tuple[int, Any]] = {}
+    id_of_path: dict[str, Any] = {}
     outside = 0
     for number, image in enumerate(document.get("images", [])):
-        if not isinstance(image, dict) or "id" not in image:
+        if not isinstance(image, dict) or _key(image.get("id")) is None:
             index.problems.append(f"{where}: images[{number}] is not an image with an id")
             continue
         name = image.get("file_name")
@@ -74,32 +90,64 @@ def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]
             index.problems.append(f"{where}: image {shown(image['id'])}: file_name "
                                   f"{shown(name)} leads out of the source tree (refused)")
             continue
+        image_id = _key(image["id"])
+        # Two images with one id: their entries could land on either, so both are refused
+        # (compared as text: 7 and "7" are one id to most readers).
+        first, first_path = first_with_id.setdefault(str(image_id), (number, relpath))
+        if first != number:
+            problem = (f"{where}: images[{first}] and images[{number}] have the same id "
+                       f"{shown(image_id)} (which image its annotations are for is unknown)")
+            refused.setdefault(first_path, problem)
+            refused.setdefault(relpath, problem)
         if not in_tree(relpath):
             outside += 1
             continue
-        images[_key(image["id"])] = (relpath, [image.get("width"), image.get("height")])
+        listed = id_of_path.setdefault(relpath, image_id)
+        if listed != image_id:  # the first entry's objects must not vanish behind the second
+            refused.setdefault(relpath, f"{where}: {relpath} is listed twice (images "
+                                        f"{shown(listed)} and {shown(image_id)})")
+        elif image_id not in images:
+            images[image_id] = (relpath, [image.get("width"), image.get("height")])
     by_image: dict[Any, list[dict[str, Any]]] = {}
-    errors: dict[Any, str] = {}
+    entries: dict[Any, int] = {}
+    points: dict[Any, int] = {}
     for number, annotation in enumerate(document.get("annotations", [])):
         image_id = _key(annotation.get("image_id")) if isinstance(annotation, dict) else None
-        if image_id not in images:
+        if image_id not in images or images[image_id][0] in refused:
             continue
+        entries[image_id] = entries.get(image_id, 0) + 1
+        if image_id in errors or entries[image_id] > MAX_OBJECTS:
+            continue  # counted for the message, not kept
         label = annotation.get("id", number)
         try:
-            by_image.setdefault(image_id, []).append(
-                _object(annotation, names, images[image_id][1]))
+            item = _object(annotation, names, images[image_id][1], max_pixels)
+            points[image_id] = points.get(image_id, 0) + sum(
+                len(ring) // 2 for ring in item.get("polygons", ()))
+            if points[image_id] > MAX_POINTS:
+                raise _Bad(f"more than the {MAX_POINTS:,} polygon points an image may have")
+            by_image.setdefault(image_id, []).append(item)
         except _Bad as exc:
-            errors.setdefault(image_id, f"{where}: annotation {shown(label)} (image "
-                                        f"{shown(annotation.get('image_id'))}): {exc}")
+            errors[image_id] = (f"{where}: annotation {shown(label)} (image "
+                                f"{shown(annotation.get('image_id'))}): {exc}")
+            by_image.pop(image_id, None)
+    for image_id, count in entries.items():
+        if count > MAX_OBJECTS:
+            errors.setdefault(image_id, f"{where}: image {shown(image_id)}: "
+                              f"{too_many_objects(count)}")
+            by_image.pop(image_id, None)
     for image_id, (relpath, size) in images.items():
-        if image_id in errors:
-            record: dict[str, Any] = {"error": errors[image_id]}
+        if relpath in refused or image_id in errors:
+            record: dict[str, Any] = {"error": refused.get(relpath) or errors[image_id]}
         else:
             record = {"objects": by_image.get(image_id, [])}
             if all(isinstance(value, int) for value in size):
                 record["size"] = size
         index.records[relpath] = json.dumps(record, sort_keys=True,
                                             separators=(",", ":")).encode()
+    for relpath, problem in refused.items():  # an image with another's id is not in images
+        if relpath not in index.records and in_tree(relpath):
+            index.records[relpath] = json.dumps({"error": problem}, sort_keys=True,
+                                                separators=(",", ":")).encode()
     if outside:
         log.info("%s: %d images are not in the source tree (left out)", where, outside)
     return index
@@ -112,18 +160,24 @@ def _key(value: Any) -> Any:
 
 def _categories(categories: list[Any], where: str) -> dict[Any, str]:
     names: dict[Any, str] = {}
+    first_with_id: dict[str, int] = {}
     for number, category in enumerate(categories):
         if not isinstance(category, dict) or _key(category.get("id")) is None or not \
                 isinstance(category.get("name"), str) or not category["name"]:
             raise AnnotationError(f"{where}: categories[{number}] needs an id and a name")
+        same = first_with_id.setdefault(str(category["id"]), number)
+        if same != number:
+            raise AnnotationError(f"{where}: categories[{same}] and categories[{number}] have "
+                                  f"the same id {shown(category['id'])} (ids 1 and \"1\" are "
+                                  "one id)")
         names[_key(category["id"])] = category["name"]
     if len(set(names.values())) != len(names):
         raise AnnotationError(f"{where}: two categories have the same name")
     return names
 
 
-def _object(annotation: dict[str, Any], names: dict[Any, str],
-            size: list[Any]) -> dict[str, Any]:
+def _object(annotation: dict[str, Any], names: dict[Any, str], size: list[Any],
+            max_pixels: int) -> dict[str, Any]:
     category = _key(annotation.get("category_id"))
     if category not in names:
         raise _Bad(f"category_id {shown(annotation.get('category_id'))} is not a category")
@@ -137,7 +191,7 @@ def _object(annotation: dict[str, Any], names: dict[Any, str],
             rings.append([_finite(value, "a polygon coordinate") for value in ring])
         item["polygons"] = rings
     elif isinstance(segmentation, dict):
-        item["rle"] = _rle(segmentation, size)
+        item["rle"], runs = _rle(segmentation, size, max_pixels)
     elif segmentation not in (None, []):
         raise _Bad("segmentation is neither polygons nor an RLE")
     bbox = annotation.get("bbox")
@@ -153,37 +207,32 @@ def _object(annotation: dict[str, Any], names: dict[Any, str],
         ys = [value for ring in item["polygons"] for value in ring[1::2]]
         item["box"] = [min(xs), min(ys), max(xs), max(ys)]
     elif "rle" in item:
-        item["box"] = _rle_box(item["rle"])
+        try:
+            item["box"] = list(rle.box_of(runs, *item["rle"]["size"]))
+        except rle.RleError as exc:
+            raise _Bad(str(exc)) from None
     else:
         raise _Bad("neither a bbox nor a segmentation")
     return item
 
 
-def _rle(segmentation: dict[str, Any], size: list[Any]) -> dict[str, Any]:
+def _rle(segmentation: dict[str, Any], size: list[Any],
+         max_pixels: int) -> tuple[dict[str, Any], Any]:
+    """The RLE as the record carries it, and its checked runs: its size is the image's (when
+    the COCO file gives one) and within ``max_pixels``; its counts add up to it."""
     rle_size, counts = segmentation.get("size"), segmentation.get("counts")
     if not (isinstance(rle_size, list) and len(rle_size) == 2
-            and all(isinstance(value, int) and value > 0 for value in rle_size)):
+            and all(isinstance(value, int) and not isinstance(value, bool) and value > 0
+                    for value in rle_size)):
         raise _Bad("an RLE needs a size [height, width]")
     if size[0] is not None and rle_size != [size[1], size[0]]:
-        raise _Bad(f"an RLE of size {rle_size} on a {size[0]}x{size[1]} image")
-    if isinstance(counts, list):
-        if not all(isinstance(value, int) and value >= 0 for value in counts) or \
-                sum(counts) != rle_size[0] * rle_size[1]:
-            raise _Bad("RLE counts must be non-negative and add up to height x width")
-    elif not isinstance(counts, str):
-        raise _Bad("RLE counts must be a list or a compressed string")
-    return {"size": rle_size, "counts": counts}
-
-
-def _rle_box(rle: dict[str, Any]) -> list[float]:
-    from pycocotools import mask
-
+        raise _Bad(f"an RLE of size {rle_size} on a {shown(size[0])}x{shown(size[1])} image")
+    height, width = rle_size
+    if height * width > max_pixels:
+        raise _Bad(f"an RLE of {height:,} x {width:,} pixels: more than the {max_pixels:,} "
+                   "the decode budget allows (image.max_pixels, image.max_decoded_mb)")
     try:
-        coded = mask.frPyObjects(rle, *rle["size"]) if isinstance(rle["counts"], list) else \
-            {"size": rle["size"], "counts": rle["counts"].encode()}
-        x, y, width, height = mask.toBbox(coded).tolist()
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise _Bad(f"an unreadable RLE ({exc})") from None
-    if width <= 0 or height <= 0:
-        raise _Bad("an empty RLE")
-    return [x, y, x + width, y + height]
+        runs = rle.checked(rle.counts_of(counts, height * width), height, width)
+    except rle.RleError as exc:
+        raise _Bad(str(exc)) from None
+    return {"size": rle_size, "counts": counts}, runs

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from .limits import MAX_OBJECT_CLASSES
 
 Box = tuple[float, float, float, float]
 
@@ -46,6 +47,7 @@ class ImageAnnotations:
     mask: np.ndarray | None = None
     mask_names: tuple[str, ...] = ()
     digest: str = ""
+    mask_file: str = ""  # the mask's path, for messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +104,27 @@ class ObjectClasses:
 
     def resolve(self, objects: Objects) -> Objects:
         """``objects`` with its class mask holding dataset ids (``mask_names`` = the first
-        names of this list); a mask whose values already are those is kept as it is."""
+        names of this list); a mask whose values already are those is kept as it is.
+
+        With a class mask (one byte a pixel), ids run 1 to ``MAX_OBJECT_CLASSES`` and 255
+        stays free for "ignore": a class past that is an ``AnnotationError`` naming it."""
         mask_ids = [self.id(name) for name in objects.mask_names]
         for name in objects.names:
             self.id(name)
+        if objects.mask_png is not None:
+            self.check_mask_limit()
         if mask_ids == list(range(1, len(mask_ids) + 1)) or objects.mask_png is None:
             return objects
-        from .masks import remap_png
+        from .masks import remap_png  # numpy and OpenCV only where a mask is remapped
 
         png = remap_png(objects.mask_png, mask_ids)
         return replace(objects, mask_png=png, mask_names=tuple(self.names[: max(mask_ids)]))
+
+    def check_mask_limit(self) -> None:
+        """AnnotationError when a class mask could not hold every class's id."""
+        if len(self.names) > MAX_OBJECT_CLASSES:
+            raise AnnotationError(
+                f"object class {self.names[MAX_OBJECT_CLASSES]!r} is class "
+                f"{MAX_OBJECT_CLASSES + 1}: a dataset with class masks has at most "
+                f"{MAX_OBJECT_CLASSES} object classes (one byte a pixel, 255 left for "
+                "\"ignore\")")

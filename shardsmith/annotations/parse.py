@@ -4,7 +4,9 @@ Every parser takes the file's bytes and the name to report it by, and raises
 ``BadImage("bad_annotation", "FILE line N: what is wrong")`` for anything malformed: an
 annotation file is untrusted input.  XML is parsed without DTDs, entities or external
 references (``defusedxml``); LabelMe's embedded ``imageData`` is never decoded and its
-``imagePath`` must stay inside the source tree.
+``imagePath`` must stay inside the source tree.  What a file may hold is bounded
+(``limits``: objects and polygon points an image) before it is built: a YOLO file is read a
+line at a time, XML elements and JSON values are counted before they pile up.
 
 Conventions converted here into continuous pixel coordinates (pixel ``i`` covers
 ``[i, i + 1)``): YOLO's centre/size normalised by the image size; Pascal VOC's 1-based,
@@ -18,6 +20,7 @@ import io
 import json
 import math
 import posixpath
+import re
 from typing import Any
 from xml.etree.ElementTree import Element, ParseError, TreeBuilder
 
@@ -25,11 +28,19 @@ import numpy as np
 
 from ..errors import BadImage
 from ..jsonmodel import shown
+from .limits import MAX_OBJECTS, MAX_POINTS, too_many_objects
 from .model import Shape
 
 Frame = tuple[int, int]  # (width, height) of the pixels the annotations describe
 CIRCLE_VERTICES = 32
 TOLERANCE = 1e-6  # of a normalised coordinate: exporters round 1.0 to 1.000001
+CLASS_ID = re.compile(r"[0-9]{1,9}")  # ASCII digits: str.isdigit takes "²" and "٣"
+FILLED_LINE = re.compile(r"\S[^\r\n]*")  # a line's text from its first non-blank on
+# A VOC object is about ten elements; a LabelMe shape a handful of JSON values plus three a
+# point.  Counted before the tree is built, so a file of a million empty elements is refused
+# before it is a million objects in memory.
+MAX_XML_ELEMENTS = 16 * MAX_OBJECTS + 1024
+MAX_JSON_VALUES = 3 * MAX_POINTS + 32 * MAX_OBJECTS + 1024
 
 
 def bad(where: str, problem: str) -> BadImage:
@@ -43,6 +54,8 @@ def _number(value: Any, where: str, what: str) -> float:
         number = float(value)
     except ValueError:
         raise bad(where, f"{what} is not a number: {shown(value)}") from None
+    except OverflowError:  # an int of 400 digits
+        raise bad(where, f"{what} is out of range: {shown(value)}") from None
     if not math.isfinite(number):
         raise bad(where, f"{what} is not a finite number: {shown(value)}")
     return number
@@ -79,21 +92,32 @@ def parse_yolo(data: bytes, where: str, frame: Frame, names: tuple[str, ...]) ->
     """YOLO: a line per object, ``CLASS CX CY W H`` (a box) or ``CLASS X1 Y1 X2 Y2 ...`` (a
     polygon, the segmentation format), normalised to 0..1; class ids index ``names``."""
     width, height = frame
-    shapes = []
-    for number, line in enumerate(_text(data, where).splitlines(), 1):
-        fields = line.split()
-        if not fields:
-            continue
+    shapes: list[Shape] = []
+    text, vertices = _text(data, where), 0
+    number, counted_to = 1, 0
+    # Blank lines are skipped by the regular expression, not one by one in Python: a file of
+    # 64 MiB of newlines costs one scan, and never a list of its lines.
+    for match in FILLED_LINE.finditer(text):
+        number += text.count("\n", counted_to, match.start())
+        counted_to = match.start()
         here = f"{where} line {number}"
+        if len(shapes) >= MAX_OBJECTS:
+            raise bad(here, too_many_objects(len(shapes) + 1))
+        most = 2 * (MAX_POINTS - vertices) + 1  # fields: the class and the coordinates left
+        fields = match.group().split(maxsplit=most)  # never more strings than that
+        if len(fields) > most:
+            raise bad(here, f"more than the {MAX_POINTS:,} polygon points an image may have")
         if len(fields) != 5 and (len(fields) < 7 or len(fields) % 2 == 0):
             raise bad(here, f"expected CLASS CX CY W H or CLASS X1 Y1 X2 Y2 X3 Y3 ..., got "
                       f"{len(fields)} fields")
-        if not fields[0].isdigit():
-            raise bad(here, f"class {shown(fields[0])} is not a class id")
+        if not CLASS_ID.fullmatch(fields[0]):
+            raise bad(here, f"class {shown(fields[0], 40)} is not a class id")
         class_id = int(fields[0])
         if class_id >= len(names):
             raise bad(here, f"class {class_id} is not in source.annotations.classes "
                       f"({len(names)} names)")
+        if len(fields) > 5:
+            vertices += (len(fields) - 1) // 2
         values = [_number(field, here, "a coordinate") for field in fields[1:]]
         if any(value < -TOLERANCE or value > 1 + TOLERANCE for value in values):
             raise bad(here, "coordinates must be normalised to 0..1")
@@ -124,6 +148,14 @@ def _text(data: bytes, where: str) -> str:
         raise bad(where, f"not UTF-8 text (byte {exc.start})") from None
 
 
+class _TooMany(Exception):
+    """More XML elements than an image's objects can need (raised from inside the parser)."""
+
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
 class _LineBuilder(TreeBuilder):
     """A tree builder that remembers the line each element starts on (for messages)."""
 
@@ -133,6 +165,8 @@ class _LineBuilder(TreeBuilder):
         self.parser: Any = None
 
     def start(self, tag: str, attrs: dict[str, str]) -> Element:
+        if len(self.lines) >= MAX_XML_ELEMENTS:
+            raise _TooMany(self.parser.CurrentLineNumber if self.parser else 0)
         element = super().start(tag, attrs)
         self.lines[id(element)] = self.parser.CurrentLineNumber if self.parser else 0
         return element
@@ -151,6 +185,9 @@ def parse_voc(data: bytes, where: str, frame: Frame) -> list[Shape]:
         root = parser.close()
     except ParseError as exc:
         raise bad(where, f"not well-formed XML ({exc})") from None
+    except _TooMany as exc:
+        raise bad(f"{where} line {exc.line}", f"more than {MAX_XML_ELEMENTS:,} XML elements "
+                  f"(an image may have {MAX_OBJECTS:,} objects)") from None
     except DefusedXmlException as exc:
         raise bad(where, f"refused: {type(exc).__name__} (DTDs and entities are not "
                   "expanded)") from None
@@ -161,8 +198,10 @@ def parse_voc(data: bytes, where: str, frame: Frame) -> list[Shape]:
     size = root.find("size")
     if size is not None:
         _check_frame((size.findtext("width"), size.findtext("height")), frame, line(size))
-    shapes = []
+    shapes: list[Shape] = []
     for element in root.iter("object"):
+        if len(shapes) >= MAX_OBJECTS:
+            raise bad(line(element), too_many_objects(len(root.findall(".//object"))))
         name = (element.findtext("name") or "").strip()
         if not name:
             raise bad(line(element), "an object without a <name>")
@@ -177,17 +216,24 @@ def parse_voc(data: bytes, where: str, frame: Frame) -> list[Shape]:
     return shapes
 
 
-def parse_labelme(data: bytes, where: str, frame: Frame) -> list[Shape]:
+def parse_labelme(data: bytes, where: str, frame: Frame, depth: int = 0) -> list[Shape]:
     """LabelMe JSON: ``shapes`` of polygons, rectangles, circles (as polygons), and lines or
-    points (boxes around them, without a mask).  ``imageData`` is ignored."""
+    points (boxes around them, without a mask).  ``imageData`` is ignored; ``imagePath`` may
+    go up ``depth`` folders (the file's own depth in its tree), not out of the tree."""
+    values = data.count(b"[") + data.count(b"{") + data.count(b",")
+    if values > MAX_JSON_VALUES:
+        raise bad(where, f"about {values:,} JSON values: more than {MAX_POINTS:,} polygon "
+                  f"points and {MAX_OBJECTS:,} objects can need")
     document = _json(data, where)
     if not isinstance(document, dict) or not isinstance(document.get("shapes", []), list):
         raise bad(where, "not a LabelMe file (expected an object with a list of shapes)")
     image_path = document.get("imagePath")
-    if image_path is not None and not _stays_inside(image_path):
+    if image_path is not None and not _stays_inside(image_path, depth):
         raise bad(where, f"imagePath {shown(image_path)} leads out of the source tree "
                   "(refused)")
     _check_frame((document.get("imageWidth"), document.get("imageHeight")), frame, where)
+    if len(document.get("shapes", [])) > MAX_OBJECTS:
+        raise bad(where, too_many_objects(len(document["shapes"])))
     shapes = []
     for number, item in enumerate(document.get("shapes", [])):
         here = f"{where} shape {number}"
@@ -247,15 +293,17 @@ def _json(data: bytes, where: str) -> Any:
         raise bad(where, "not valid JSON (nested too deeply)") from None
 
 
-def _stays_inside(path: Any) -> bool:
-    """A relative path that, from an image's folder, cannot leave the source tree more than
-    the image's own depth allows: no absolute path, no drive, no NUL, no backslash escape."""
+def _stays_inside(path: Any, depth: int) -> bool:
+    """A relative path that, from a folder ``depth`` folders below the top of its tree, stays
+    inside that tree (``../x.jpg`` from one folder down does): no absolute path, no drive, no
+    NUL, no more ``..`` than ``depth`` once resolved; backslashes are separators."""
     if not isinstance(path, str) or not path or "\0" in path:
         return False
     path = path.replace("\\", "/")
     if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
         return False
-    return not posixpath.normpath(path).startswith("../")
+    parts = posixpath.normpath(path).split("/")
+    return parts.count("..") <= depth  # normpath leaves ".." only at the front
 
 
 def shapes_from_record(record: dict[str, Any], where: str, frame: Frame) -> list[Shape]:
@@ -267,8 +315,12 @@ def shapes_from_record(record: dict[str, Any], where: str, frame: Frame) -> list
         _check_frame(tuple(record["size"]), frame, where)
     shapes = []
     for item in record.get("objects", []):
+        here = f"{where} annotation {item.get('id', '?')}"
         box = tuple(item["box"])
-        _check_box(box, frame, f"{where} annotation {item.get('id', '?')}")
+        _check_box(box, frame, here)
+        if "rle" in item and list(item["rle"]["size"]) != [frame[1], frame[0]]:
+            raise bad(here, f"an RLE of size {item['rle']['size']} on a {frame[0]}x{frame[1]} "
+                      "image")
         polygons = tuple(tuple(ring) for ring in item.get("polygons", ()))
         shapes.append(Shape(item["name"], box, polygons, item.get("rle")))
     return shapes

@@ -10,6 +10,8 @@ import numpy as np
 from ..config import Config
 from ..scan import SourceTable
 from .coco import read_coco
+from .limits import COCO_CAP
+from .model import ObjectClasses
 from .sources import digests, read_shared
 
 
@@ -36,15 +38,20 @@ def prepare(table: SourceTable, image_classes: tuple[str, ...], root: str, confi
         return prepared
     known = list(previous or ()) + list(notes.classes)
     if notes.coco:
-        coco = read_coco(read_shared(root, notes.coco), notes.coco,
+        data = read_shared(root, notes.coco, COCO_CAP, config.source.follow_symlinks)
+        coco = read_coco(data, notes.coco,
                          posixpath.normpath(notes.coco_root) if notes.coco_root else "",
-                         lambda relpath: table.index_of(relpath) is not None)
+                         lambda relpath: table.index_of(relpath) is not None,
+                         min(config.image.max_pixels, config.image.max_decoded_mb * 2**20))
+        del data  # the parsed records are all that is kept
         prepared.records = coco.records
         prepared.problems = [(notes.coco, problem) for problem in coco.problems]
         known += coco.categories
     if notes.preset == "mvtec":
         known += [name for name in image_classes if name != "good"]
     prepared.known = tuple(dict.fromkeys(known))
+    if notes.has_masks:  # refused before any image is read, not at the 255th class
+        ObjectClasses(prepared.known).check_mask_limit()
     prepared.digests = digests(table.relpaths, prepared.records, root, notes,
                                config.source.follow_symlinks)
     return prepared

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import errno
 import json
-import os
+import posixpath
 
 from ..config import AnnotationConfig
+from ..door import ANNOTATION_CAP, Refused, open_file
 from ..errors import BadImage
-from ..originals import open_regular
 from .model import ImageAnnotations
 from .parse import (
     Frame,
@@ -20,38 +20,33 @@ from .parse import (
     read_mask,
     shapes_from_record,
 )
-from .sources import MAX_ANNOTATION_BYTES, annotation_digest, own_files, resolved
+from .sources import annotation_digest, own_files, resolved
 
 MISSING = (errno.ENOENT, errno.ENOTDIR)
 
 
 def _read_own(root: str, path: str, follow_symlinks: bool
               ) -> tuple[bytes | None, tuple[str, int | None, int | None]]:
-    """(bytes or None when the file is not there, (path, size, mtime) for the digest)."""
+    """(bytes or None when the file is not there, (path, size, mtime) for the digest), read
+    through the door: a regular file of at most ``door.ANNOTATION_CAP`` bytes."""
     try:
-        fd, info = open_regular(resolved(root, path), follow_symlinks)
-    except BadImage as exc:
+        with open_file(resolved(root, path), ANNOTATION_CAP,
+                       follow_symlinks=follow_symlinks) as handle:
+            return handle.read(), (path, handle.size, handle.info.st_mtime_ns)
+    except Refused as exc:
         raise BadImage("bad_annotation", f"{path}: {exc.detail}") from None
     except OSError as exc:
         if exc.errno in MISSING:
             return None, (path, None, None)
         raise BadImage("unreadable", f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        if info.st_size > MAX_ANNOTATION_BYTES:
-            raise BadImage("bad_annotation", f"{path}: {info.st_size:,} bytes is too large for "
-                           "an annotation file")
-        chunks, size = [], 0
-        while size <= MAX_ANNOTATION_BYTES and (chunk := os.read(fd, 1 << 20)):
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise BadImage("unreadable", f"{path}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_ANNOTATION_BYTES:
-        raise BadImage("bad_annotation", f"{path}: grew past {MAX_ANNOTATION_BYTES:,} bytes "
-                       "while read")
-    return b"".join(chunks), (path, info.st_size, info.st_mtime_ns)
+
+
+def _depth(relpath: str, path: str) -> int:
+    """How many folders up a path written in the annotation file ``path`` may go and stay
+    inside its tree: the file's depth under the source root, or, for a file outside it (an
+    absolute ``files_dir``), the image's depth under the root."""
+    folder = posixpath.dirname(relpath if posixpath.isabs(path) else path)
+    return len(folder.split("/")) if folder else 0
 
 
 def read_annotations(relpath: str, record: bytes | None, root: str, config: AnnotationConfig,
@@ -66,7 +61,7 @@ def read_annotations(relpath: str, record: bytes | None, root: str, config: Anno
         except ValueError:  # made by the driver: not a file a user wrote
             raise BadImage("bad_annotation", f"{coco_name}: a damaged record") from None
         shapes += shapes_from_record(document, coco_name, frame)
-    mask, mask_names, stats = None, (), []
+    mask, mask_names, mask_file, stats = None, (), "", []
     for kind, path in own_files(relpath, config):
         data, stat = _read_own(root, path, follow_symlinks)
         stats.append(stat)
@@ -75,10 +70,12 @@ def read_annotations(relpath: str, record: bytes | None, root: str, config: Anno
         if kind == "mask":
             mask, mask_names = read_mask(data, path, frame, config.mask_values, config.classes,
                                          image_class)
+            mask_file = path
         elif config.files == "yolo":
             shapes += parse_yolo(data, path, frame, config.classes)
         elif config.files == "voc":
             shapes += parse_voc(data, path, frame)
         else:
-            shapes += parse_labelme(data, path, frame)
-    return ImageAnnotations(shapes, mask, mask_names, annotation_digest(record, stats))
+            shapes += parse_labelme(data, path, frame, _depth(relpath, path))
+    return ImageAnnotations(shapes, mask, mask_names, annotation_digest(record, stats),
+                            mask_file)

@@ -28,11 +28,10 @@ import numpy as np
 import xxhash
 
 from ..config import AnnotationConfig
+from ..door import SHARED_ANNOTATION_CAP, Refused, read_file
 from ..jsonmodel import shown
 from .model import AnnotationError
 
-MAX_ANNOTATION_BYTES = 256 * 1024 * 1024  # one image's file (LabelMe may embed the image)
-MAX_SHARED_BYTES = 4 * 1024 * 1024 * 1024  # a COCO or labels file
 FILE_EXTENSIONS = {"yolo": ".txt", "voc": ".xml", "labelme": ".json"}
 MVTEC_MASKS = "ground_truth"
 STAT_THREADS = 16
@@ -149,18 +148,19 @@ def digests(relpaths: list[str], records: dict[str, bytes], root: str,
     return out
 
 
-def read_shared(root: str, path: str) -> bytes:
-    """A labels or COCO file, whole; AnnotationError when it cannot be read."""
-    full = resolved(root, path)
+def read_shared(root: str, path: str, cap: int = SHARED_ANNOTATION_CAP,
+                follow_symlinks: bool = False) -> bytes:
+    """A labels or COCO file, whole, through the door (a regular file of at most ``cap``
+    bytes: a FIFO or a link to ``/dev/zero`` is refused at once, not read); AnnotationError
+    when it cannot be read."""
     try:
-        with open(full, "rb") as handle:
-            data = handle.read(MAX_SHARED_BYTES + 1)
+        return read_file(resolved(root, path), min(cap, SHARED_ANNOTATION_CAP),
+                         follow_symlinks=follow_symlinks)
+    except Refused as exc:
+        raise AnnotationError(f"{path}: {exc.detail}") from None
     except OSError as exc:
         raise AnnotationError(f"{path}: cannot read the annotation file: "
                               f"{exc.strerror or exc}") from None
-    if len(data) > MAX_SHARED_BYTES:
-        raise AnnotationError(f"{path}: over {MAX_SHARED_BYTES // 2**30} GiB: not read")
-    return data
 
 
 def safe_relpath(path: Any) -> str | None:
