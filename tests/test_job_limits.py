@@ -13,10 +13,14 @@ import pytest
 
 from shardsmith.config import LOCAL_WORKERS_PER_CORE, machine_cores
 from shardsmith.errors import ConfigError
+from shardsmith.plan import make_plan
+from shardsmith.scan import SourceFile, SourceTable
 
 import images
 
 REPO = Path(__file__).resolve().parent.parent
+SPLITS = (("train", 0.5), ("val", 0.5))
+BACKTRACKS = r"(a|aa)+$"  # each letter more doubles the work of a plain backtracking matcher
 
 
 def shardsmith(*args: object) -> subprocess.CompletedProcess:
@@ -30,6 +34,10 @@ def small_tree(root: Path, names: tuple[str, ...] = ("a.jpg", "b.jpg")) -> Path:
     for number, name in enumerate(names):
         images.write(root / "ok" / name, images.jpeg(64, 48, number))
     return root
+
+
+def files(paths: list[str]) -> SourceTable:
+    return SourceTable.of(SourceFile(path, 1, 1, 0) for path in paths)
 
 
 # ----------------------------------------------------------------------- worker processes
@@ -87,3 +95,36 @@ def test_probe_may_plan_for_more_cores_than_this_machine_has(tmp_path):
     with pytest.raises(ConfigError, match="run.workers"):
         check_workers(config.run)
     assert config.run.worker_count == 64 * 1024  # the file itself is valid
+
+
+# ------------------------------------------------------------------ splits.group patterns
+
+def test_a_group_pattern_that_backtracks_is_one_line_naming_it_and_the_file(tmp_path):
+    slow_name = "a" * 64 + "b.jpg"
+    source = small_tree(tmp_path / "source", ("c.jpg", slow_name))
+
+    refused = shardsmith("pack", source, tmp_path / "out", "--group", BACKTRACKS,
+                         "--workers", "1", "--size", "64", "--quiet")
+
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardsmith: error: splits.group:"), lines
+    assert BACKTRACKS in lines[0] and f"ok/{slow_name}" in lines[0]
+
+
+def test_a_backtracking_group_pattern_is_a_config_error_in_the_plan():
+    with pytest.raises(ConfigError, match=r"splits\.group: .*ok/a{40}b\.jpg"):
+        make_plan(files(["ok/" + "a" * 40 + "b.jpg"]), SPLITS, 0, BACKTRACKS)
+
+
+def test_a_group_pattern_with_lookarounds_still_names_the_group():
+    plan = make_plan(files(["ok/lot7_part12_shot1.jpg", "ok/lot7_part12_shot2.jpg"]), SPLITS, 0,
+                     r"(?<=_)(?P<group>part\d+)(?=_shot)")
+    assert {item.group for item in plan} == {"part12"}
+
+
+def test_a_group_pattern_with_a_backreference_still_names_the_group():
+    plan = make_plan(files(["ok/cam3/cam3_0001.jpg", "ok/cam3/cam4_0002.jpg"]), SPLITS, 0,
+                     r"(?P<group>cam\d+)/\1_")
+    assert {item.source.relpath: item.group for item in plan} == {
+        "ok/cam3/cam3_0001.jpg": "cam3", "ok/cam3/cam4_0002.jpg": None}
