@@ -9,6 +9,7 @@ million files costs tens of megabytes, not gigabytes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
@@ -84,16 +85,19 @@ def _split_at(digest: bytes, splits: tuple[tuple[str, float], ...]) -> str:
     return splits[-1][0]
 
 
+@functools.cache
 def group_pattern(group: str) -> regex.Pattern[str]:
     """``splits.group`` compiled: the ``regex`` module (``re`` syntax and more: lookarounds,
     backreferences), because it can bound the time of one match."""
     return regex.compile(group)
 
 
-def group_of(relpath: str, pattern: regex.Pattern[str]) -> str | None:
+def group_of(relpath: str, pattern: regex.Pattern[str] | re.Pattern[str]) -> str | None:
     """The group id of a path: the named group ``group`` of the first match of ``pattern``
     (the whole match without one); None when nothing (or only an empty string) matches.
     Raises ConfigError when the match takes more than ``GROUP_MATCH_SECONDS``."""
+    if not isinstance(pattern, regex.Pattern):  # an ``re`` pattern: matched the same way
+        pattern = group_pattern(pattern.pattern)
     try:
         match = pattern.search(relpath, timeout=GROUP_MATCH_SECONDS)
     except TimeoutError:
