@@ -73,8 +73,9 @@ class WorkerPool:
         if self._warmup is not None:
             # Workers may be starting in the background: wait for the executor to exist, so
             # an interrupt during the scan still has workers to stop (the warm-up does not
-            # wait for them to be ready, so this is short).
-            self._warmup.join()
+            # wait for them to be ready, so this is short; bounded all the same, a daemon
+            # thread stuck in loky must not keep an interrupted run from ending).
+            self._warmup.join(STOP_SECONDS)
         if exc_type is not None and self._executor is not None:
             # Interrupted or failed: end the workers now.  Left alone, loky keeps them for
             # 300 s in case of reuse, which after SIGTERM means orphans busy on a NAS.
