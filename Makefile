@@ -56,17 +56,21 @@ demo: $(CORE)  ## generate a small image tree, pack, stage, verify; then what to
 	@echo "  $(BIN)/shardsmith init-config > job.yaml                     # your own job: edit its paths, then"
 	@echo "  $(BIN)/shardsmith pack --config job.yaml"
 
-stage: $(CORE)  ## copy the dataset of CONFIG to its stage.to directory, verified
-	$(BIN)/shardsmith stage --config $(CONFIG)
+stage: $(CORE)  ## copy the dataset of CONFIG to its stage.to directory, verified; old shards removed
+	$(BIN)/shardsmith stage --config $(CONFIG) --prune
 
+# pack exits 3 when more images were rejected than allowed, with the dataset written all the
+# same: verify runs after any exit of pack, and the target fails with pack's code if it failed,
+# else with verify's.
 nightly: $(CORE)  ## for cron: pack CONFIG (a no-op when nothing changed), verify, JSON report
 	@mkdir -p $(dir $(REPORT))
-	$(BIN)/shardsmith pack --config $(CONFIG) --quiet --report $(REPORT)
-	$(BIN)/shardsmith verify --config $(CONFIG) --quiet
+	@$(BIN)/shardsmith pack --config $(CONFIG) --quiet --report $(REPORT); packed=$$?; \
+	$(BIN)/shardsmith verify --config $(CONFIG) --quiet; verified=$$?; \
+	if [ $$packed -ne 0 ]; then exit $$packed; fi; exit $$verified
 
-retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it to local disk
+retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it (old shards removed)
 	$(BIN)/shardsmith pack --config $(CONFIG)
-	$(BIN)/shardsmith stage --config $(CONFIG)
+	$(BIN)/shardsmith stage --config $(CONFIG) --prune
 
 bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ratios, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py

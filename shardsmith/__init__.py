@@ -6,8 +6,6 @@ so ``shardsmith stage`` and ``verify`` start fast and importing the package cost
 
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -22,7 +20,7 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # no typing import: `shardsmith` runs this first
     if name in _LAZY:
         from importlib import import_module
 

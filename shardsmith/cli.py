@@ -60,8 +60,21 @@ def _fail_cleanly(command: Callable) -> Callable:
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"shardsmith: error: {printable(message)}", err=True)
+    _echo(f"shardsmith: error: {printable(message)}", err=True)  # a newline in it, too
     sys.exit(code)
+
+
+def _echo(text: str, err: bool = False, nl: bool = True) -> None:
+    """Print what a command composed: it quotes paths and manifest strings that come from
+    elsewhere, so every control character but our own line breaks is shown escaped."""
+    click.echo(printable(text, keep_newlines=True), err=err, nl=nl)
+
+
+class _PrintableFormatter(logging.Formatter):
+    """Log lines quote paths and manifest strings too: escaped as ``_echo`` does."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), keep_newlines=True)
 
 
 def storage_error(exc: OSError) -> str:
@@ -84,7 +97,9 @@ def _raise_terminated(signum: int, frame: object) -> None:
 def main(verbose: int) -> None:
     """Turn a tree of huge images into training-ready WebDataset or TFRecord shards."""
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     # cron, systemd and Kubernetes stop a job with SIGTERM: clean up as for Ctrl-C.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _raise_terminated)
@@ -185,16 +200,16 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
             return
         result = run_pack(config)
         report.update(pack_report(result))
-        click.echo(pack_summary(result))
+        _echo(pack_summary(result))
         # An unchanged dataset was summed up when it was packed.
         census = None if result.up_to_date else pack_findings(result.output, result.manifest)
         if census is not None:
             report["findings"] = findings_report(census)
             for line in findings_lines(census, result.output):
-                click.echo(line)
+                _echo(line)
         if result.manifest.rejects and not config.run.quiet and not result.up_to_date:
-            click.echo("rejected files:", err=True)
-            click.echo("\n".join(reject_lines(result.manifest.rejects)), err=True)
+            _echo("rejected files:", err=True)
+            _echo("\n".join(reject_lines(result.manifest.rejects)), err=True)
         if result.reject_fraction > config.run.max_reject_fraction:
             raise TooManyRejectsError(
                 reject_budget_exceeded(result, config.run.max_reject_fraction))
@@ -207,12 +222,12 @@ def _dry_run(config: Config, with_probe: bool) -> dict[str, Any]:
 
     result = dry_run(config, ProbeOptions() if with_probe else None,
                      None if config.run.quiet else _say)
-    click.echo(dry_run_table(result))
+    _echo(dry_run_table(result))
     return {"dry_run": dry_run_json(result)}
 
 
 def _say(line: str) -> None:
-    click.echo(f"shardsmith: {line} ...", err=True)
+    _echo(f"shardsmith: {line} ...", err=True)
 
 
 @main.command()
@@ -245,9 +260,9 @@ def probe(source, config_file, sample, workers, gpu_demand, as_json, quiet) -> N
     result = run_probe(config, ProbeOptions(sample=sample, gpu_demand=gpu_demand),
                        None if quiet else _say)
     if as_json:
-        click.echo(json.dumps(probe_json(result), indent=1))
+        _echo(json.dumps(probe_json(result), indent=1))
     else:
-        click.echo(probe_table(result))
+        _echo(probe_table(result))
 
 
 @contextlib.contextmanager
@@ -273,7 +288,7 @@ def _report_to(path: str | None):
             try:
                 write_json_atomic(Path(path), report)
             except OSError as exc:  # the report is a by-product: never fail a pack over it
-                click.echo(f"shardsmith: warning: cannot write the report: "
+                _echo(f"shardsmith: warning: cannot write the report: "
                            f"{storage_error(exc)}", err=True)
 
 
@@ -288,7 +303,7 @@ def init_config() -> None:
     """
     from importlib.resources import files
 
-    click.echo(files("shardsmith").joinpath("example.yaml").read_text(encoding="utf-8"),
+    _echo(files("shardsmith").joinpath("example.yaml").read_text(encoding="utf-8"),
                nl=False)
 
 
@@ -320,9 +335,9 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
     inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
                                  seed=seed, quiet=as_json)
     if as_json:
-        click.echo(json.dumps(inspection_json(inspection), indent=1))
+        _echo(json.dumps(inspection_json(inspection), indent=1))
     else:
-        click.echo(inspection_text(inspection, all_rejects, all_excluded))
+        _echo(inspection_text(inspection, all_rejects, all_excluded))
 
 
 @main.command()
@@ -350,8 +365,8 @@ def sheet(dataset, output, split, per_class, seed, thumb) -> None:
                          thumb)
     drawn.save(Path(output))
     for note in drawn.notes:
-        click.echo(f"note: {printable(note)}", err=True)
-    click.echo(f"{printable(output)}: {drawn.image.width}x{drawn.image.height} px, "
+        _echo(f"note: {printable(note)}", err=True)
+    _echo(f"{printable(output)}: {drawn.image.width}x{drawn.image.height} px, "
                f"{plural(len(drawn.rows), 'class row')}, "
                f"{plural(sum(len(row.thumbnails) for row in drawn.rows), 'sample')}, "
                f"{plural(len(drawn.rejects), 'reject')} ({time.monotonic() - started:.1f}s)")
@@ -364,7 +379,7 @@ def log(dataset) -> None:
     """List the versions of the dataset in DATASET, oldest first."""
     from .manifest import read_manifest
 
-    click.echo(version_log(read_manifest(Path(dataset))))
+    _echo(version_log(read_manifest(Path(dataset))))
 
 
 @main.command()
@@ -398,7 +413,7 @@ def stage(dataset, destination, config_file, split, prune, workers, rehash, quie
         raise ConfigError("stage.to: no destination given (--to or config)")
     result = run_stage(dataset, destination, split=split, prune=prune, workers=workers,
                        quiet=quiet, rehash=rehash)
-    click.echo(stage_summary(result))
+    _echo(stage_summary(result))
 
 
 @main.command()
@@ -420,12 +435,12 @@ def verify(dataset, config_file, decode, workers, quiet) -> None:
 
     report = run_verify(dataset, decode=decode, workers=workers)
     for problem in report.problems:
-        click.echo(problem)
+        _echo(problem)
     if not quiet:
         for note in report.notes:
-            click.echo(f"note: {note}")
+            _echo(f"note: {note}")
     if not quiet or not report.ok:
-        click.echo(verify_summary(report), err=not report.ok)
+        _echo(verify_summary(report), err=not report.ok)
     if not report.ok:
         sys.exit(1)
 
@@ -457,7 +472,7 @@ def bench_read(shards, source, cold, tfrecords, split, workers, batch_size, seco
 
     results = run(shards, source=source, tfrecords=tfrecords, workers=workers,
                   seconds=seconds, split=split, batch_size=batch_size, cold=cold)
-    click.echo(report(results))
+    _echo(report(results))
     if json_file:
         Path(json_file).write_text(as_json(results) + "\n")
 

@@ -37,6 +37,8 @@ MAX_CONFIG_BYTES = 1024 * 1024
 MAX_CONFIG_VALUES = 10_000  # scalars after YAML alias expansion: a job file holds ~50
 MAX_SHARD_MB = 1024 * 1024
 DEFAULT_SPLITS = (("train", 1.0),)
+# Past a few processes a core, more only cost memory (each holds its own image libraries).
+LOCAL_WORKERS_PER_CORE = 4
 
 
 def since_v2(default: Any) -> Any:
@@ -163,12 +165,32 @@ class RunConfig:
 
     @property
     def worker_count(self) -> int:
-        if self.workers > 0:
-            return self.workers
-        try:
-            return len(os.sched_getaffinity(0))  # the cores this process may use
-        except AttributeError:
-            return os.cpu_count() or 1
+        return self.workers if self.workers > 0 else machine_cores()
+
+
+def machine_cores() -> int:
+    """The cores this process may use (its CPU affinity, as a container or taskset sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def check_workers(run: RunConfig) -> None:
+    """Refuse more local worker processes than this machine can hold: each one loads its own
+    image libraries, so ``run.workers: 100000`` would exhaust the memory before any work.
+    A job file may come from a bigger machine, so this is checked where the job runs, not
+    when the file is read.  Dask workers run elsewhere: their number is the cluster's."""
+    if run.backend != "local":
+        return
+    cores = machine_cores()
+    limit = LOCAL_WORKERS_PER_CORE * cores
+    if run.workers > limit:
+        raise ConfigError(
+            f"run.workers: {run.workers:,} worker processes are more than this machine can "
+            f"run ({LOCAL_WORKERS_PER_CORE} per core, {cores} cores: at most {limit}); "
+            "0 starts one per core"
+        )
 
 
 @dataclass(frozen=True)
@@ -289,7 +311,9 @@ def config_from_settings(settings: Mapping[str, Any]) -> Config:
 
 
 def check_paths(config: Config) -> tuple[Path, Path]:
-    """Resolve and check source and output before any work; returns (source, output)."""
+    """Resolve and check source and output (and the local worker count) before any work;
+    returns (source, output)."""
+    check_workers(config.run)
     if not config.source.path:
         raise ConfigError("source.path: no source directory given (argument SOURCE or config)")
     if not config.output.path:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from pathlib import Path
 from typing import Any
 
+import regex
 import yaml
 
 from .config import (
@@ -224,8 +224,8 @@ def _group_pattern(value: Any, key: str) -> str:
         raise ConfigError(f"{key}: expected a regular expression on the relative path (the "
                           f"name group is reserved for it, not a split), got {shown(value)}")
     try:
-        re.compile(value)
-    except re.error as exc:
+        regex.compile(value)  # as the plan compiles it (plan.group_pattern)
+    except regex.error as exc:
         raise ConfigError(f"{key}: not a valid regular expression: {exc}") from None
     return value
 

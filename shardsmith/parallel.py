@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import signal
 import threading
 import warnings
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", category=UserWarning,
                         message=r".*tasks (have been successfully executed|which were still)")
 IDLE_WORKER_SECONDS = 300
+LOKY_TRACKER = "joblib.externals.loky.backend.resource_tracker"
+STOP_SECONDS = 5.0  # what loky gets to tidy its threads after an interrupt
 
 
 def _import_image_libraries() -> None:
@@ -67,10 +70,38 @@ class WorkerPool:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._warmup is not None:
+            # Workers may be starting in the background: wait for the executor to exist, so
+            # an interrupt during the scan still has workers to stop (the warm-up does not
+            # wait for them to be ready, so this is short; bounded all the same, a daemon
+            # thread stuck in loky must not keep an interrupted run from ending).
+            self._warmup.join(STOP_SECONDS)
         if exc_type is not None and self._executor is not None:
             # Interrupted or failed: end the workers now.  Left alone, loky keeps them for
             # 300 s in case of reuse, which after SIGTERM means orphans busy on a NAS.
-            self._executor.shutdown(wait=True, kill_workers=True)
+            self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        """Kill the worker processes, then let loky wind down its threads, for a bounded time.
+
+        The workers are killed from here, not by ``shutdown(kill_workers=True)``: loky's
+        manager thread then drops the queued tasks but not their ids, and dies on a KeyError
+        (a traceback on stderr) with queues and workers left as they were.  Workers that died
+        are a "broken" pool to it instead, a path that fails every task and closes the queues
+        cleanly.  Whatever loky does, no worker outlives this call by more than its join."""
+        executor, self._executor = self._executor, None
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        manager = getattr(executor, "_executor_manager_thread", None)
+        for process in processes:
+            try:
+                os.kill(process.pid, signal.SIGKILL)  # loky's Popen has no kill()
+            except (OSError, TypeError):  # gone already, or not started (no pid)
+                pass
+        executor.shutdown(wait=False)
+        if manager is not None:
+            manager.join(STOP_SECONDS)
+        for process in processes:
+            process.join(STOP_SECONDS)  # reaped: no zombies while the driver finishes
 
     def _start(self) -> None:
         from multiprocessing import resource_tracker
@@ -83,12 +114,18 @@ class WorkerPool:
         # The resource tracker first: starting it unblocks SIGINT in the calling thread.
         resource_tracker.ensure_running()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # Workers killed mid-task (Ctrl-C) leave loky's resource tracker, a process of its
+        # own started with the pool, warning about "leaked" semaphores that are already gone
+        # (FileNotFoundError): lines on stderr that tell the user nothing.
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (
+            os.environ.get("PYTHONWARNINGS"), f"ignore::UserWarning:{LOKY_TRACKER}")))
         try:
             self._executor = get_reusable_executor(max_workers=self.workers,
                                                    timeout=IDLE_WORKER_SECONDS)
-            for future in [self._executor.submit(_import_image_libraries)
-                           for _ in range(self.workers)]:
-                future.result()
+            # Queued, not waited for: the map's first tasks follow them, and ``__exit__``
+            # joins this thread, so it must not wait for the workers to be ready.
+            for _ in range(self.workers):
+                self._executor.submit(_import_image_libraries)
         except Exception as exc:  # noqa: BLE001 - a warm-up only: the real map reports errors
             log.debug("worker warm-up did not finish: %s", exc)
 
@@ -117,16 +154,15 @@ class WorkerPool:
         window: collections.deque = collections.deque()
         batches = ([items[at] for at in range(start, min(start + batch_size, len(items)))]
                    for start in range(0, len(items), batch_size))
-        try:
-            for batch in batches:
-                window.append(self._executor.submit(_run_batch, function, batch, args))
-                if len(window) >= 2 * self.workers:
-                    yield from window.popleft().result()
-            while window:
+        # No future is cancelled when the map stops early (an error, Ctrl-C): loky's manager
+        # thread then fails on setting the result of a cancelled future (InvalidStateError),
+        # and dies without stopping the workers.  ``__exit__`` stops them instead.
+        for batch in batches:
+            window.append(self._executor.submit(_run_batch, function, batch, args))
+            if len(window) >= 2 * self.workers:
                 yield from window.popleft().result()
-        finally:
-            for future in window:
-                future.cancel()
+        while window:
+            yield from window.popleft().result()
 
     def _map_dask(self, function: Callable, items: Sequence, *args: Any) -> Iterator:
         try:

@@ -9,6 +9,7 @@ million files costs tens of megabytes, not gigabytes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
@@ -17,10 +18,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import regex
 
+from .errors import ConfigError
+from .jsonmodel import shown
+from .report import printable
 from .scan import SourceFile, SourceTable
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+# ``splits.group`` is the user's regular expression: a nested repetition such as ``(a|aa)+$``
+# backtracks for hours on one long name.  A match on a path takes microseconds; past this it
+# is one of those.
+GROUP_MATCH_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +85,27 @@ def _split_at(digest: bytes, splits: tuple[tuple[str, float], ...]) -> str:
     return splits[-1][0]
 
 
-def group_of(relpath: str, pattern: re.Pattern[str]) -> str | None:
+@functools.cache
+def group_pattern(group: str) -> regex.Pattern[str]:
+    """``splits.group`` compiled: the ``regex`` module (``re`` syntax and more: lookarounds,
+    backreferences), because it can bound the time of one match."""
+    return regex.compile(group)
+
+
+def group_of(relpath: str, pattern: regex.Pattern[str] | re.Pattern[str]) -> str | None:
     """The group id of a path: the named group ``group`` of the first match of ``pattern``
-    (the whole match without one); None when nothing (or only an empty string) matches."""
-    match = pattern.search(relpath)
+    (the whole match without one); None when nothing (or only an empty string) matches.
+    Raises ConfigError when the match takes more than ``GROUP_MATCH_SECONDS``."""
+    if not isinstance(pattern, regex.Pattern):  # an ``re`` pattern: matched the same way
+        pattern = group_pattern(pattern.pattern)
+    try:
+        match = pattern.search(relpath, timeout=GROUP_MATCH_SECONDS)
+    except TimeoutError:
+        raise ConfigError(
+            f"splits.group: the pattern {shown(pattern.pattern)} took more than "
+            f"{GROUP_MATCH_SECONDS:g} s on one path, {printable(relpath)}: it backtracks "
+            "(a nested repetition such as (a|aa)+ does); simplify it"
+        ) from None
     if match is None:
         return None
     found = match["group"] if "group" in pattern.groupindex else match[0]
@@ -90,7 +116,7 @@ class Plan(Sequence[PlanItem]):
     """The order of work over a ``SourceTable``: split by split, each split shuffled."""
 
     def __init__(self, table: SourceTable, split_names: tuple[str, ...],
-                 split_of: np.ndarray, order: np.ndarray, group: re.Pattern[str] | None = None,
+                 split_of: np.ndarray, order: np.ndarray, group: regex.Pattern[str] | None = None,
                  annotations: dict[str, bytes] | None = None):
         self.table, self.split_names = table, split_names
         self.split_of = split_of  # uint8 per table position
@@ -136,7 +162,7 @@ def make_plan(files: SourceTable, splits: tuple[tuple[str, float], ...], seed: i
     a file that does not match is a group of its own (split by its path, as without one).
     With ``folder`` (``splits.folder``), the top folder of a path is its split.
     """
-    pattern = re.compile(group) if group else None
+    pattern = group_pattern(group) if group else None
     names = tuple(name for name, _ in splits)
     number_of = {name: number for number, name in enumerate(names)}
 

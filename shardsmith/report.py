@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -28,9 +29,30 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"
 
 
-def printable(path: str) -> str:
-    """A path as a terminal can show it: bytes that are not UTF-8 appear as ``\\xNN``."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+# What a terminal acts on instead of showing: C0 and C1 controls (ESC starts a sequence that
+# can clear the screen or set the title; 0x9b is a one-character CSI), DEL, and the marks and
+# overrides that reorder text (a name can look like another one).
+_MARKS = "\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(f"[\x00-\x1f\x7f-\x9f{_MARKS}]")
+_CONTROLS_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_MARKS}]")
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """``text`` (a path, a manifest string, a message quoting them) as a terminal can show it
+    without acting on it: bytes that are not UTF-8 appear as ``\\xNN``, control characters
+    and bidi overrides as ``\\x1b`` or ``\\u202e``.  ``keep_newlines`` leaves the line breaks
+    of a whole text we wrote; a newline inside a name is escaped (it would forge a line).
+    Applying it twice changes nothing."""
+    try:
+        text = os.fsencode(text).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate no file name decodes to (JSON's "\\ud800")
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return (_CONTROLS_BUT_NEWLINE if keep_newlines else _CONTROLS).sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def pack_summary(result: PackResult) -> str:
