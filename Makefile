@@ -80,6 +80,7 @@ bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ra
 	$(BIN)/python scripts/bench_read.py
 	$(BIN)/python scripts/bench_scale.py
 	$(BIN)/python scripts/bench_tiles.py
+	$(BIN)/python scripts/bench_schema.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)
