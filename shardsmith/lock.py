@@ -38,7 +38,7 @@ def describe_holder(raw: bytes) -> str:
         return ""
     if HOLDER.fullmatch(text):
         return text
-    return "a process that left a lock file shardsmith did not write"
+    return "an unknown holder: its lock file holds something shardsmith did not write"
 
 
 class DirectoryLock:
