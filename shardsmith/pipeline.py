@@ -172,7 +172,7 @@ def _pack_scanned(
         manifest = replace(manifest, object_classes=tuple(object_classes.names))
     samples = itertools.chain(
         kept_samples(output, base, moved, state),
-        (dict(s, shard=moved.get(s["key"], s["shard"]))
+        (dict(s, shard=moved.get(s["key"], s.get("shard")))
          for s in journal.samples(state.samples_end)),
     )
     index = write_sample_index(output, samples_index_name(manifest.version), samples)
