@@ -1,4 +1,10 @@
-"""Publish files atomically: write under a temporary name, fsync, rename (DESIGN invariant 2)."""
+"""Publish files atomically: write under a temporary name, fsync, rename (DESIGN invariant 2).
+
+The temporary file is created new (``O_EXCL``, ``O_NOFOLLOW``): a link planted under its name is
+never written through.  A folder where a temporary or final file of ours belongs is someone
+else's: it is refused in one line, never removed, and ``remove_stale_tmp`` removes only regular
+files.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,13 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from .door import kind_of
+from .errors import OutputStateError
 
 TMP_SUFFIX = ".tmp"
 
@@ -27,8 +37,8 @@ class HashingFile:
     def __init__(self, final: Path):
         self.final = final
         self.tmp = tmp_path_for(final)
-        with naming(self.final):
-            self._handle = open(self.tmp, "wb")
+        check_replaceable(final)
+        self._handle = open_new(self.tmp)
         self._sha256 = hashlib.sha256()
         self.bytes_written = 0
 
@@ -71,6 +81,51 @@ def naming(path: Path | str) -> Iterator[None]:
         raise
 
 
+def check_replaceable(final: Path) -> None:
+    """Raise OutputStateError when ``final`` is a folder (a rename onto it would fail, and it is
+    not ours to remove); a file or a link there is replaced by the rename, not written through."""
+    try:
+        info = os.lstat(final)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(final)) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise OutputStateError(f"{final}: a folder where shardsmith writes its file "
+                               f"{final.name}; move it away and rerun (it is not removed)")
+
+
+def open_new(path: Path) -> BinaryIO:
+    """A new file at ``path`` for writing, never a link followed or an existing file reused.
+
+    A regular file already there is a temporary of an earlier run that had the same process id:
+    it is replaced.  Anything else (a folder, a link, a FIFO) raises OutputStateError.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    with naming(path):
+        for _ in range(2):
+            try:
+                return os.fdopen(os.open(path, flags, 0o666), "wb")
+            except FileExistsError:
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode):
+                    raise OutputStateError(
+                        f"{path}: {kind_of(info.st_mode)} where shardsmith writes a temporary "
+                        "file; move it away and rerun (it is not removed)") from None
+                os.unlink(path)
+        return os.fdopen(os.open(path, flags, 0o666), "wb")
+
+
+def discard_tmp(path: Path) -> None:
+    """Remove the temporary file ``path`` if it is a regular file (what ``open_new`` made);
+    anything else under its name is not ours."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def write_bytes_atomic(final: Path, data: bytes) -> str:
     """Write ``data`` to ``final`` atomically; returns its sha256."""
     handle = HashingFile(final)
@@ -103,10 +158,17 @@ def fsync_directory(directory: Path) -> None:
 
 
 def remove_stale_tmp(directory: Path) -> int:
-    """Delete temporary files left by an interrupted run; returns how many were removed."""
+    """Delete temporary files left by an interrupted run; returns how many were removed.
+
+    Only regular files: a folder or a link under such a name is not something we wrote."""
     removed = 0
     if directory.is_dir():
         for path in directory.glob(f".*{TMP_SUFFIX}"):
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
+            except FileNotFoundError:
+                continue
             path.unlink(missing_ok=True)
             removed += 1
     return removed

@@ -5,6 +5,10 @@ each is appended to ``samples.jsonl`` in the state directory as soon as it is wr
 shard.  A checkpoint, written after a shard is published, fsyncs that file and records how far
 it is valid; a resumed run cuts it back to that point.  The records are streamed into the
 sample index when the version is committed.
+
+Both files live in our own state folder and are never followed out of it: they are opened
+without following a link or blocking (``statedir``), read within their size, and cut back on
+the descriptor that was checked, not by name.
 """
 
 from __future__ import annotations
@@ -17,12 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import fsync_directory, naming, write_bytes_atomic
+from .door import MANIFEST_CAP
 from .errors import ManifestError
-from .jsonmodel import parse, to_json
+from .jsonmodel import MAX_EXACT, parse, shown, to_json
 from .manifest import STATE_DIR, RejectEntry, ShardEntry, files_intact, sample_line
+from .statedir import bounded_lines, open_state_file, read_state, state_folder
 
 JOURNAL_NAME = "journal.jsonl"
 SAMPLES_NAME = "samples.jsonl"
+# A checkpoint line per shard, with its rejects and touched sources: of the order of the
+# manifest, which holds the same rejects.  The sample spool is read only up to a checkpoint.
+JOURNAL_CAP = MANIFEST_CAP
+SPOOL_CAP = 1 << 62
 
 
 @dataclass
@@ -41,13 +51,25 @@ class JournalState:
     object_classes: list[str] = field(default_factory=list)  # as the writer had them
 
     def apply(self, entry: dict[str, Any]) -> None:
+        """Advance by one checkpoint; TypeError or KeyError for a line this version did not
+        write (a count that is not a count, a part missing)."""
+        for name in ("next", "packed", "bytes_in", "samples_end", "part", "sources"):
+            value = entry.get(name, 0)
+            if not isinstance(value, int) or isinstance(value, bool) \
+                    or not 0 <= value <= MAX_EXACT:
+                raise TypeError(f"{name}: not a count")
+        if not isinstance(entry["rejects"], list) or not isinstance(entry.get("unchanged", {}),
+                                                                      dict):
+            raise TypeError("rejects or unchanged: not a list or mapping")
+        shard = None if entry["shard"] is None else parse(ShardEntry, entry["shard"], "journal")
+        rejects = [parse(RejectEntry, reject, "journal") for reject in entry["rejects"]]
         self.next_index = entry["next"]
         self.next_part = entry.get("part", 0)
         self.sources += entry.get("sources", entry["packed"])
         self.object_classes = entry.get("object_classes", self.object_classes)
-        if entry["shard"] is not None:
-            self.shards.append(parse(ShardEntry, entry["shard"], "journal"))
-        self.rejects += [parse(RejectEntry, reject, "journal") for reject in entry["rejects"]]
+        if shard is not None:
+            self.shards.append(shard)
+        self.rejects += rejects
         self.unchanged.update(entry.get("unchanged", {}))
         self.packed += entry["packed"]
         self.bytes_in += entry["bytes_in"]
@@ -74,12 +96,12 @@ class Journal:
     def load(self) -> JournalState | None:
         """The state to resume from, or None when there is no journal of this same run."""
         try:
-            handle = open(self.path, "rb")
+            handle = read_state(self.path, JOURNAL_CAP)
         except OSError:
             return None
         state, valid_bytes = None, 0
         with handle:
-            for line in handle:
+            for line in bounded_lines(handle):
                 try:
                     entry = json.loads(line)
                 except ValueError:
@@ -101,25 +123,42 @@ class Journal:
         if state is None:
             return None
         try:
-            if self.samples_path.stat().st_size < state.samples_end:
-                return None  # the records of a checkpointed shard are gone: start afresh
-        except OSError:
+            spool = open_state_file(self.samples_path, create=False)
+        except FileNotFoundError:
             return None
-        os.truncate(self.path, valid_bytes)
-        os.truncate(self.samples_path, state.samples_end)
-        self._open_spool()
+        try:
+            if os.fstat(spool).st_size < state.samples_end:
+                return None  # the records of a checkpointed shard are gone: start afresh
+            journal = open_state_file(self.path, create=False)
+            try:
+                with naming(self.path):
+                    os.ftruncate(journal, valid_bytes)
+            finally:
+                os.close(journal)
+            with naming(self.samples_path):
+                os.ftruncate(spool, state.samples_end)
+        except BaseException:
+            os.close(spool)
+            raise
+        self._open_spool(spool)
         return state
 
     def start(self) -> JournalState:
         """Begin a new journal for this run."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        state_folder(self.path.parent)
         write_bytes_atomic(self.samples_path, b"")
         write_bytes_atomic(self.path, (json.dumps({"run": self.identity}) + "\n").encode())
-        self._open_spool()
+        self._open_spool(open_state_file(self.samples_path, create=False))
         return JournalState()
 
-    def _open_spool(self) -> None:
-        self._spool = open(self.samples_path, "ab")
+    def _open_spool(self, fd: int) -> None:
+        """Append to the spool through ``fd``, checked by ``open_state_file``."""
+        try:
+            os.lseek(fd, 0, os.SEEK_END)
+            self._spool = os.fdopen(fd, "wb")
+        except BaseException:
+            os.close(fd)
+            raise
 
     def add_sample(self, record: dict[str, Any], first: bool = True) -> None:
         """Record a sample written to the open shard (made durable by the next checkpoint);
@@ -149,22 +188,35 @@ class Journal:
         if object_classes is not None:
             entry["object_classes"] = object_classes
         line = json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n"
-        with naming(self.path), open(self.path, "a", encoding="ascii") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = open_state_file(self.path, create=False)
+        try:
+            with naming(self.path):
+                os.lseek(fd, 0, os.SEEK_END)
+                data = line.encode("ascii")
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         state.apply(json.loads(line))
         self._pending = (0, 0, 0)
 
     def samples(self, end: int) -> Iterator[dict[str, Any]]:
-        """Every sample record of the checkpointed shards, in order, streamed."""
-        with open(self.samples_path, "rb") as handle:
-            remaining = end
-            for line in handle:
-                remaining -= len(line)
-                if remaining < 0:
-                    return
-                yield json.loads(line)
+        """Every sample record of the checkpointed shards, in order, streamed (never a byte
+        past ``end``)."""
+        handle = read_state(self.samples_path, SPOOL_CAP)
+        for number, line in enumerate(bounded_lines(handle, min(end, handle.size)), 1):
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise ManifestError(f"{self.samples_path}: line {number}: not valid JSON: "
+                                    f"{shown(str(exc), 80)}") from None
+            # Written by this run's driver, so only its shape is checked here: the sample
+            # index it goes into is validated line by line whenever it is read.
+            if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+                raise ManifestError(f"{self.samples_path}: line {number}: not a sample record "
+                                    "(remove the folder's journal.jsonl to pack afresh)")
+            yield record
 
     def close(self) -> None:
         if self._spool is not None:

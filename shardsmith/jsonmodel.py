@@ -5,6 +5,11 @@ against its annotation (ints, strings, lists of records, optional parts) and rai
 ``ManifestError`` naming where the document goes wrong (``shards[3].bytes: expected an
 integer, got 'abc'``), so no command ever reads a dict by string keys and trips on a
 ``KeyError`` or ``TypeError`` halfway through its work.
+
+Numbers are bounded too: a plain ``int`` field takes what fits a signed 64-bit integer, and a
+field declared ``Annotated[int, Bounds(low, high)]`` (``Count``, ``Size``) only what shardsmith's
+own writer can produce; a manifest that says a split's next shard is number 10**9 or that a
+shard holds -3 samples is refused on reading, not followed into names no pattern accepts.
 """
 
 from __future__ import annotations
@@ -13,12 +18,27 @@ import dataclasses
 import types
 import typing
 from functools import cache
-from typing import Any, TypeVar, Union
+from typing import Annotated, Any, TypeVar, Union
 
 from .errors import ManifestError
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The range (both ends included) an integer field may hold: ``Annotated[int, Bounds(...)]``."""
+
+    low: int
+    high: int
+
+
+# Integers beyond 2**53 lose their value in every JSON reader that decodes numbers as doubles
+# (JavaScript, jq, many dashboards): no count or size of ours ever comes near that.
+MAX_EXACT = 2**53 - 1
+INT64 = Bounds(-(2**63), 2**63 - 1)
+Count = Annotated[int, Bounds(0, MAX_EXACT)]  # samples, shards, files, bytes, versions
 
 
 def parse(cls: type[T], value: Any, where: str) -> T:
@@ -45,13 +65,20 @@ def to_json(obj: Any) -> Any:
 
 @cache
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)
 
 
 def _parse(annotation: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(annotation)
     if annotation is Any:
         return value
+    if origin is Annotated:
+        inner, *extras = typing.get_args(annotation)
+        parsed = _parse(inner, value, where)
+        for extra in extras:
+            if isinstance(extra, Bounds):
+                _check_bounds(parsed, extra, where)
+        return parsed
     if dataclasses.is_dataclass(annotation):
         return _parse_record(annotation, value, where)
     if origin in (Union, types.UnionType):
@@ -77,6 +104,7 @@ def _parse(annotation: Any, value: Any, where: str) -> Any:
     if annotation is int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise _wrong(where, "an integer", value)
+        _check_bounds(value, INT64, where)
         return value
     if annotation is float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -105,6 +133,12 @@ def _parse_record(cls: type, value: Any, where: str) -> Any:
     if check is not None:
         check(where)
     return record
+
+
+def _check_bounds(value: int, bounds: Bounds, where: str) -> None:
+    if not bounds.low <= value <= bounds.high:
+        raise ManifestError(f"{where or 'the document'}: {shown(value, 30)} is out of range "
+                            f"(from {bounds.low} to {bounds.high})")
 
 
 def _wrong(where: str, expected: str, value: Any) -> ManifestError:

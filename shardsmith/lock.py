@@ -3,6 +3,10 @@
 ``flock`` is released by the kernel when the holder dies, however it dies, so a lock left by
 a killed run is taken over at once; the lock file names its holder (pid, host, start time) so a
 refused run can say who holds it.
+
+The lock file lives in our own state folder and is never followed out of it (``statedir``): a
+link, a FIFO or a folder in its place is refused before a byte is written, and what a lock file
+holds is shown only when it is a holder line shardsmith wrote, never raw.
 """
 
 from __future__ import annotations
@@ -10,14 +14,31 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import socket
 from datetime import datetime
 from pathlib import Path
 
 from .atomic import naming
+from .door import STATE_CAP
 from .errors import LockedError
+from .statedir import open_state_file, read_state, state_folder
 
 log = logging.getLogger(__name__)
+
+HOLDER_BYTES = 512  # a holder line is one short line; nothing more of a lock file is read
+HOLDER = re.compile(r"pid \d{1,10} on [\x21-\x7e]{1,255} since [0-9T:+-]{10,40}")
+
+
+def describe_holder(raw: bytes) -> str:
+    """The holder a lock file names, when it holds a holder line shardsmith wrote; '' when
+    empty; otherwise a phrase that quotes none of it (it may be anyone's file)."""
+    text = raw.decode("ascii", "replace").strip()
+    if not text:
+        return ""
+    if HOLDER.fullmatch(text):
+        return text
+    return "an unknown holder: its lock file holds something shardsmith did not write"
 
 
 class DirectoryLock:
@@ -26,18 +47,16 @@ class DirectoryLock:
     def __init__(self, lock_file: Path, activity: str):
         self.path = lock_file
         self.activity = activity
-        self._handle = None
+        self._fd = -1
 
     def __enter__(self) -> DirectoryLock:
-        with naming(self.path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(self.path, "a+")
+        state_folder(self.path.parent)
+        fd = open_state_file(self.path)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip()
-            handle.close()
+            holder = describe_holder(os.pread(fd, HOLDER_BYTES, 0))
+            os.close(fd)
             if not holder:  # shared holders write nothing: a stage reading this dataset
                 raise LockedError(f"{self.path.parent.parent} is being read by another "
                                   "shardsmith process (a stage); rerun when it has finished"
@@ -45,33 +64,33 @@ class DirectoryLock:
             raise LockedError(
                 f"{self.path.parent.parent} is being {self.activity} by {holder}"
             ) from None
+        except BaseException:
+            os.close(fd)
+            raise
         try:
-            handle.seek(0)
-            previous = handle.read().strip()
+            previous = describe_holder(os.pread(fd, HOLDER_BYTES, 0))
             if previous:
                 log.warning("taking over the lock of a run that ended without releasing it "
                             "(%s)", previous)
+            line = (f"pid {os.getpid()} on {socket.gethostname()} since "
+                    f"{datetime.now().isoformat(timespec='seconds')}\n").encode("ascii",
+                                                                              "replace")
             with naming(self.path):
-                handle.seek(0)
-                handle.truncate()
-                handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-                             f"{datetime.now().isoformat(timespec='seconds')}\n")
-                handle.flush()
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, line, 0)
         except BaseException:
-            try:  # a full disk, say: do not keep the directory locked
-                handle.close()
-            except OSError:
-                pass  # the same full disk, flushing: the error raised already says so
+            os.close(fd)  # a full disk, say: do not keep the directory locked
             raise
-        self._handle = handle
+        self._fd = fd
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._handle is not None:
-            self._handle.seek(0)
-            self._handle.truncate()  # an empty lock file means: released cleanly
-            self._handle.close()
-            self._handle = None
+        if self._fd >= 0:
+            try:
+                os.ftruncate(self._fd, 0)  # an empty lock file means: released cleanly
+            finally:
+                os.close(self._fd)
+                self._fd = -1
 
 
 class SharedLock:
@@ -79,7 +98,8 @@ class SharedLock:
     reader (a stage) copies; raises LockedError naming the pack that holds it.
 
     Where the lock file cannot be opened (a dataset without one, a read-only share) nothing is
-    locked: the reader then checks afterwards whether the dataset changed.
+    locked: the reader then checks afterwards whether the dataset changed.  A link, a FIFO or a
+    folder in its place (or in place of the state folder) is refused (OutputStateError).
     """
 
     def __init__(self, lock_file: Path, activity: str):
@@ -88,14 +108,16 @@ class SharedLock:
         self._handle = None
 
     def __enter__(self) -> SharedLock:
+        if not state_folder(self.path.parent, create=False):
+            return self
         try:
-            handle = open(self.path)
+            handle = read_state(self.path, STATE_CAP)  # OutputStateError: not ours to follow
         except OSError:
             return self
         try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(handle.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = handle.read().strip() or "another process"
+            holder = describe_holder(handle.pread(HOLDER_BYTES, 0)) or "another process"
             handle.close()
             raise LockedError(f"{self.path.parent.parent} is being {self.activity} by "
                               f"{holder}; rerun when it has finished") from None

@@ -27,11 +27,12 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from .atomic import HashingFile, fsync_directory, write_bytes_atomic
+from .atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
+from .door import MANIFEST_CAP, Refused, open_file
 from .errors import ManifestError
-from .jsonmodel import parse, shown, to_json
+from .jsonmodel import INT64, Bounds, Count, parse, shown, to_json
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
@@ -40,7 +41,6 @@ LEGACY_SAMPLES_NAME = "samples.jsonl"
 STATE_DIR = ".shardsmith"
 LOCK_NAME = "lock"
 FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
-MAX_MANIFEST_BYTES = 512 * 1024 * 1024
 
 SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 SHARD_NAME = re.compile(r"(?P<split>[a-z][a-z0-9_]{0,63})-(?P<number>\d{6,9})"
@@ -50,6 +50,16 @@ SHARD_LIST_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}-shards\.(txt|json)")
 LABEL_MAP_NAME = "label_map.pbtxt"  # TFRecord datasets with objects: the OD API's class ids
 SAMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+
+# The numbers our own writer produces, and so all a manifest may hold: shard numbers fit the
+# six digits of ``SPLIT-NNNNNN`` (a split's next number too: the writer never goes past it),
+# a version's sample index name ``samples-vN`` its nine, a label is a class index or -1.
+MAX_SHARD_NUMBER = 999_999
+ShardNumber = Annotated[int, Bounds(0, MAX_SHARD_NUMBER)]
+MAX_VERSION = 10**9 - 1
+Version = Annotated[int, Bounds(0, MAX_VERSION)]
+Label = Annotated[int, Bounds(-1, 2**31 - 1)]
+MtimeNs = Annotated[int, INT64]
 
 
 def shard_name(split: str, number: int, extension: str) -> str:
@@ -100,6 +110,9 @@ def _plain_name(name: str, pattern: re.Pattern, where: str, what: str) -> None:
     if pattern.fullmatch(name) is None:
         raise ManifestError(f"{where}: {shown(name)} is not a {what} name shardsmith writes "
                             "(refused: names must be plain file names of the dataset)")
+    if pattern is SHARD_NAME and shard_number(name) > MAX_SHARD_NUMBER:
+        raise ManifestError(f"{where}: {shown(name)} has a shard number past "
+                            f"{MAX_SHARD_NUMBER}, which shardsmith never writes (refused)")
 
 
 def _size(value: int, where: str) -> None:
@@ -112,7 +125,7 @@ class FileEntry:
     """A file of the dataset: plain name, exact size, sha256."""
 
     name: str
-    bytes: int
+    bytes: Count
     sha256: str
 
     def check(self, where: str) -> None:
@@ -127,8 +140,8 @@ class ShardEntry:
 
     name: str
     split: str
-    samples: int
-    bytes: int
+    samples: Count
+    bytes: Count
     sha256: str
     index: FileEntry | None = None
 
@@ -161,9 +174,9 @@ class SampleIndexEntry:
     """The per-sample index file and how many lines it holds."""
 
     name: str
-    bytes: int
+    bytes: Count
     sha256: str
-    samples: int = 0
+    samples: Count = 0
 
     def check(self, where: str) -> None:
         _plain_name(self.name, SAMPLES_INDEX_NAME, f"{where}.name", "sample index")
@@ -176,9 +189,9 @@ class SampleIndexEntry:
 
 @dataclass(frozen=True)
 class SplitTotals:
-    samples: int = 0
-    shards: int = 0
-    bytes: int = 0
+    samples: Count = 0
+    shards: Count = 0
+    bytes: Count = 0
 
 
 @dataclass(frozen=True)
@@ -188,8 +201,8 @@ class RejectEntry:
     path: str
     reason: str
     detail: str
-    source_size: int | None = None
-    source_mtime_ns: int | None = None
+    source_size: Count | None = None
+    source_mtime_ns: MtimeNs | None = None
 
 
 @dataclass(frozen=True)
@@ -197,27 +210,27 @@ class Totals:
     """``seen`` = originals packed + rejected + excluded; ``packed`` counts samples, which are
     the packed originals unless they were cut into tiles (then ``sources`` counts those)."""
 
-    seen: int
-    packed: int
-    rejected: int
-    excluded: int
-    bytes_in: int
-    bytes_out: int
-    sources: int | None = None
+    seen: Count
+    packed: Count
+    rejected: Count
+    excluded: Count
+    bytes_in: Count
+    bytes_out: Count
+    sources: Count | None = None
 
 
 @dataclass(frozen=True)
 class VersionEntry:
     """What one dataset version changed (``shardsmith log``)."""
 
-    version: int
+    version: Version
     created: str = ""
-    added: int = 0
-    changed: int = 0
-    removed: int = 0
-    rejected: int = 0
-    touched: int = 0
-    repaired: int = 0
+    added: Count = 0
+    changed: Count = 0
+    removed: Count = 0
+    rejected: Count = 0
+    touched: Count = 0
+    repaired: Count = 0
     shards_added: tuple[str, ...] = ()
     shards_removed: tuple[str, ...] = ()
     previous_content_fingerprint: str | None = None
@@ -237,11 +250,11 @@ class Manifest:
     totals: Totals
     fingerprint: str
     rejects: tuple[RejectEntry, ...] = ()
-    excluded: dict[str, int] = field(default_factory=dict)
+    excluded: dict[str, Count] = field(default_factory=dict)
     # The first paths of each reason (``scan.EXCLUDED_PATHS_KEPT``); ``excluded`` has the counts.
     excluded_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
-    version: int = 1
+    version: Version = 1
     created: str = ""
     tool: dict[str, Any] = field(default_factory=dict)
     source: str = ""
@@ -250,7 +263,7 @@ class Manifest:
     content_fingerprint: str = ""
     history: tuple[VersionEntry, ...] = ()
     run: dict[str, Any] = field(default_factory=dict)
-    next_shard_numbers: dict[str, int] = field(default_factory=dict)
+    next_shard_numbers: dict[str, ShardNumber] = field(default_factory=dict)
     staged: dict[str, Any] | None = None
     shard_lists: tuple[str, ...] = ()  # derived from ``shards``, replaced after each commit
     # Classes of annotated objects (boxes, polygons, masks): id k is object_classes[k - 1],
@@ -266,6 +279,8 @@ class Manifest:
                                 f"{', '.join(FORMATS)}")
         for split in self.splits:
             _plain_name(split, SPLIT_NAME, "splits", "split")
+        for split in self.next_shard_numbers:
+            _plain_name(split, SPLIT_NAME, "next_shard_numbers", "split")
         for name in self.shard_lists:
             _plain_name(name, SHARD_LIST_NAME, "shard_lists", "shard list")
         names: set[str] = set()
@@ -311,24 +326,19 @@ def read_manifest(directory: Path) -> Manifest:
     """Load and validate ``directory/manifest.json``; raises ManifestError (exit 2)."""
     path = directory / MANIFEST_NAME
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open_file(path, MANIFEST_CAP) as handle:
+            raw = handle.read()
     except FileNotFoundError:
         raise ManifestError(f"{directory}: no {MANIFEST_NAME}: not a packed dataset (or its "
                             "pack has not finished)") from None
+    except Refused as exc:
+        raise ManifestError(f"{path}: {exc.detail}") from None
     except OSError as exc:
-        raise ManifestError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ManifestError(f"{path}: not a regular file")
-        if info.st_size > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"{path}: {info.st_size:,} bytes is too large for a manifest")
-        try:
-            data = json.loads(handle.read())
-        except (ValueError, RecursionError) as exc:
-            raise ManifestError(f"{path}: not valid JSON: {shown(str(exc), 120)}") from None
-        except OSError as exc:
-            raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError(f"{path}: not valid JSON: {shown(str(exc), 120)}") from None
     try:
         return parse(Manifest, data, "")
     except ManifestError as exc:
@@ -347,14 +357,14 @@ class SampleRecord:
 
     key: str
     path: str
-    label: int
+    label: Label
     split: str
     shard: str
-    width: int
-    height: int
-    jpeg_bytes: int
-    source_size: int
-    source_mtime_ns: int
+    width: Count
+    height: Count
+    jpeg_bytes: Count
+    source_size: Count
+    source_mtime_ns: MtimeNs
     source_digest: str = ""
     group: str | None = None  # the group id under ``splits.group``, when it matched
     annotation_digest: str | None = None  # of the annotations it was made from
@@ -382,20 +392,24 @@ def iter_sample_index(directory: Path, manifest: Manifest,
     path = directory / entry.name
     digest = hashlib.sha256()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        opened = open_file(path, entry.bytes)
+    except Refused as exc:
+        raise ManifestError(f"{path}: not the {entry.bytes:,}-byte sample index the manifest "
+                            f"names: {exc.detail}") from None
     except OSError as exc:
         raise ManifestError(f"{path}: cannot open the sample index: "
                             f"{exc.strerror or exc}") from None
+    if opened.size != entry.bytes:
+        opened.close()
+        raise ManifestError(f"{path}: the sample index is not the {entry.bytes:,}-byte "
+                            "file the manifest names")
+    fd, opened.fd = opened.fd, -1
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
-            raise ManifestError(f"{path}: the sample index is not the {entry.bytes:,}-byte "
-                                "file the manifest names")
         remaining = entry.bytes
-        for number, line in enumerate(handle, 1):
+        number = 0
+        while remaining > 0 and (line := handle.readline(remaining)):
             remaining -= len(line)
-            if remaining < 0:
-                break
+            number += 1
             if check_digest:
                 digest.update(line)
             try:
@@ -436,25 +450,40 @@ def sources_fingerprint(entries: Iterable[tuple]) -> str:
 
 
 def files_intact(directory: Path, entries: Iterable[FileEntry]) -> bool:
-    """Every file is there at its listed size (a stat each: cheap, no reading)."""
+    """Every file is there, a regular file (not a link, FIFO or device) at its listed size (an
+    ``lstat`` each: cheap, no reading, never blocks)."""
     for entry in entries:
         try:
-            if (directory / entry.name).stat().st_size != entry.bytes:
-                return False
+            info = os.lstat(directory / entry.name)
         except OSError:
+            return False
+        if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
             return False
     return True
 
 
 def remove_unnamed(directory: Path, keep: Iterable[str]) -> list[str]:
-    """Remove dataset files (our name patterns only) that ``keep`` does not name."""
+    """Remove dataset files (our name patterns only, regular files only: a folder or link
+    under such a name is not ours) that ``keep`` does not name."""
     keep = set(keep)
     removed = []
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        if is_dataset_file(entry.name) and entry.name not in keep:
+        if is_dataset_file(entry.name) and entry.name not in keep \
+                and entry.is_file(follow_symlinks=False):
             os.unlink(entry.path)
             removed.append(entry.name)
     return removed
+
+
+def _remove_file(path: Path) -> None:
+    """Remove a file of ours the new version no longer names; a folder that took its name is
+    someone else's and stays (a link goes: removing it touches nothing it points to)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            return
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def shard_list_contents(manifest: Manifest) -> dict[str, bytes]:
@@ -502,25 +531,48 @@ def derived_contents(manifest: Manifest) -> dict[str, bytes]:
 def commit(directory: Path, manifest: Manifest, obsolete: Iterable[str] = ()) -> None:
     """Publish a version: the manifest rename is the commit point; the shard lists and label
     map (derived, stable names) are replaced right after it, naming only files that exist;
-    then the ``obsolete`` files, which the new manifest does not name, are removed."""
+    then the ``obsolete`` files, which the new manifest does not name, are removed.
+
+    A folder under the name of a derived file is refused before the commit (OutputStateError),
+    so a published manifest is never left without its lists."""
+    derived = derived_contents(manifest)
+    for name in (MANIFEST_NAME, *derived):
+        check_replaceable(directory / name)
     write_manifest(directory, manifest)
-    for name, content in derived_contents(manifest).items():
-        path = directory / name
-        try:
-            unchanged = path.read_bytes() == content
-        except OSError:
-            unchanged = False
-        if not unchanged:
-            write_bytes_atomic(path, content)
+    write_derived(directory, manifest, derived)
     named = {entry.name for entry in manifest.files()}
     for name in obsolete:
         if name not in named:
-            (directory / name).unlink(missing_ok=True)
+            _remove_file(directory / name)
+    fsync_directory(directory)
+
+
+def write_derived(directory: Path, manifest: Manifest,
+                  derived: dict[str, bytes] | None = None) -> list[str]:
+    """Make the derived files (shard lists, label map) what ``manifest`` implies: each one that
+    differs (or is a link, a FIFO, a device) is replaced atomically, and lists of splits the
+    manifest does not hold are removed.  Returns the names replaced or removed.
+
+    What is there now is read through the door, within the size the right content has: a
+    FIFO or a link to ``/dev/zero`` under a list's name is replaced, never waited on."""
+    changed = []
+    for name, content in (derived or derived_contents(manifest)).items():
+        path = directory / name
+        try:
+            with open_file(path, len(content)) as handle:
+                unchanged = handle.read() == content
+        except (OSError, Refused):
+            unchanged = False
+        if not unchanged:
+            write_bytes_atomic(path, content)
+            changed.append(name)
     if manifest.shard_lists:  # lists of splits this version does not hold name nothing of it
         for entry in os.scandir(directory):
-            if is_shard_list(entry.name) and entry.name not in manifest.shard_lists:
+            if is_shard_list(entry.name) and entry.name not in manifest.shard_lists \
+                    and not entry.is_dir(follow_symlinks=False):
                 os.unlink(entry.path)
-    fsync_directory(directory)
+                changed.append(entry.name)
+    return changed
 
 
 def no_longer_named(previous: Manifest | None, manifest: Manifest) -> list[str]:

@@ -1,9 +1,14 @@
 """The output directory before a pack: the dataset to build on, or what a fresh build may
-remove (shardsmith's own files only; anything else is refused)."""
+remove (shardsmith's own files only; anything else is refused).
+
+Ours means a regular file under a name we write: a folder named ``train-000000.tar`` or
+``.keep.tmp`` (or a link, a FIFO) is someone else's, whatever its name, and is never removed.
+"""
 
 from __future__ import annotations
 
-import shutil
+import os
+import stat
 from pathlib import Path
 
 from .config import Config
@@ -57,12 +62,17 @@ def clear_previous_output(output: Path) -> None:
         name = entry.name
         if name == STATE_DIR:
             continue  # holds our lock; the journal in it is started afresh
-        if name == MANIFEST_NAME or is_dataset_file(name) or is_derived_file(name):
-            ours.append(entry)
-        elif name.startswith(".") and name.endswith(".tmp"):
+        try:
+            mode = os.lstat(entry).st_mode
+        except FileNotFoundError:
+            continue
+        regular = stat.S_ISREG(mode)
+        our_name = name == MANIFEST_NAME or is_dataset_file(name) or is_derived_file(name) \
+            or (name.startswith(".") and name.endswith(".tmp"))
+        if our_name and regular:
             ours.append(entry)
         else:
-            foreign.append(name)
+            foreign.append(f"{name}/" if stat.S_ISDIR(mode) else name)
     if foreign:
         shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
         raise OutputStateError(
@@ -71,7 +81,4 @@ def clear_previous_output(output: Path) -> None:
         )
     (output / MANIFEST_NAME).unlink(missing_ok=True)  # first: the directory stops being one
     for entry in ours:
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink(missing_ok=True)
+        entry.unlink(missing_ok=True)

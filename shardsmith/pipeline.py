@@ -45,6 +45,7 @@ from .manifest import (
     remove_unnamed,
     samples_index_name,
     sources_fingerprint,
+    write_derived,
     write_sample_index,
 )
 from .originals import original_cap
@@ -117,6 +118,11 @@ def _pack_scanned(
     table = plan.table  # in path order, as the fingerprint wants
     plan_fingerprint = sources_fingerprint(_source_entries(table, notes, config))
     if previous is not None and _up_to_date(output, previous, plan_fingerprint):
+        # Nothing to pack, but a shard list edited or swapped by hand is still made what the
+        # manifest says: readers trust the lists.
+        repaired = write_derived(output, previous)
+        if repaired:
+            log.warning("rewrote %s to match the manifest", ", ".join(repaired))
         return PackResult(previous, output, up_to_date=True)
 
     journal = Journal(output, {
@@ -167,7 +173,7 @@ def _pack_scanned(
         manifest = replace(manifest, object_classes=tuple(object_classes.names))
     samples = itertools.chain(
         kept_samples(output, base, moved, state),
-        (dict(s, shard=moved.get(s["key"], s["shard"]))
+        (dict(s, shard=moved.get(s["key"], s.get("shard")))
          for s in journal.samples(state.samples_end)),
     )
     index = write_sample_index(output, samples_index_name(manifest.version), samples)

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +30,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .atomic import naming, remove_stale_tmp, tmp_path_for, write_json_atomic
+from .atomic import (
+    check_replaceable,
+    discard_tmp,
+    naming,
+    open_new,
+    remove_stale_tmp,
+    tmp_path_for,
+    write_json_atomic,
+)
+from .door import STATE_CAP, Refused, open_file
 from .errors import BadImage, ConfigError, ManifestError, StageError
 from .lock import DirectoryLock, SharedLock
 from .manifest import (
@@ -49,6 +59,7 @@ from .manifest import (
 from .originals import open_regular
 from .progress import Progress
 from .report import human_bytes
+from .statedir import read_state, state_folder
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +121,8 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
     files = [entry for shard in manifest.shards for entry in shard.files()]
     todo = [entry for entry in files if not record.is_staged(entry, rehash)]
     index_name = samples_index_name(manifest.version, split)
+    for entry in todo:  # a folder under a name we copy to is refused before any copy
+        check_replaceable(destination / entry.name)
     needed = sum(entry.bytes for entry in todo) + manifest.samples_index.bytes
     available = free_space(destination)
     if needed + FREE_SPACE_MARGIN > available:
@@ -130,7 +143,8 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
     }).with_content_fingerprint()
     listed = {entry.name for entry in staged.files()}
     unlisted = sorted(entry.name for entry in os.scandir(destination)
-                      if is_shard_file(entry.name) and entry.name not in listed)
+                      if is_shard_file(entry.name) and entry.name not in listed
+                      and not entry.is_dir(follow_symlinks=False))  # a folder is not ours
     stale = tuple(name for name in unlisted if not name.endswith(".idx"))  # shards, not indexes
     obsolete = [name for name in no_longer_named(current, staged) if not is_shard_file(name)]
     commit(destination, staged, obsolete + (unlisted if prune else []))
@@ -222,12 +236,12 @@ def _copy_verified(source: Path, destination: Path, entry: FileEntry, advance,
         try:
             digest = _copy_file(source / entry.name, tmp, entry.bytes, advance, cancel)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            discard_tmp(tmp)
             raise
         if digest == entry.sha256:
             os.replace(tmp, final)
             return digest
-        tmp.unlink(missing_ok=True)
+        discard_tmp(tmp)
         log.warning("%s: copy %d of %d does not match the manifest (sha256 %s)",
                     entry.name, attempt, ATTEMPTS, digest[:12])
     raise StageError(
@@ -249,7 +263,7 @@ def _copy_file(source: Path, target: Path, size: int, advance,
         fd, info = open_regular(str(source), follow_symlinks=False)
     except BadImage as exc:  # a link or a device where a shard should be
         raise StageError(f"{source.name}: refused: it {exc.detail}") from None
-    with os.fdopen(fd, "rb") as reader, naming(target), open(target, "wb") as writer:
+    with os.fdopen(fd, "rb") as reader, naming(target), open_new(target) as writer:
         if info.st_size != size:
             raise StageError(f"{source.name}: {info.st_size:,} bytes in the source, the "
                              f"manifest says {size:,}: the source shard is damaged")
@@ -276,14 +290,21 @@ def _copy_file(source: Path, target: Path, size: int, advance,
             advance(copied)
         writer.flush()
         os.fsync(writer.fileno())
-    return _sha256_of(target)
+    return _sha256_of(target, size)
 
 
-def _sha256_of(path: Path) -> str:
+def _sha256_of(path: Path, size: int) -> str:
+    """The sha256 of the ``size``-byte regular file ``path``, read through the door (a link, a
+    FIFO or a file of another size raises Refused)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(COPY_CHUNK):
+    with open_file(path, size) as handle:
+        if handle.size != size:
+            raise Refused("changed", f"holds {handle.size:,} bytes, not {size:,}", str(path))
+        offset = 0
+        while offset < size and (chunk := handle.pread(min(COPY_CHUNK, size - offset),
+                                                       offset)):
             digest.update(chunk)
+            offset += len(chunk)
     return digest.hexdigest()
 
 
@@ -305,10 +326,11 @@ class _StagedRecord:
 
     def __init__(self, destination: Path):
         self.path = destination / STATE_DIR / RECORD_NAME
-        try:
-            entries = json.loads(self.path.read_text())
+        try:  # OutputStateError (a link or a FIFO in its place) is not ours to read: refused
+            with read_state(self.path, STATE_CAP) as handle:
+                entries = json.loads(handle.read())
             self.entries: dict[str, dict] = entries if isinstance(entries, dict) else {}
-        except (OSError, ValueError):
+        except (OSError, Refused, ValueError, RecursionError):
             self.entries = {}
 
     def is_staged(self, entry: FileEntry, rehash: bool) -> bool:
@@ -317,13 +339,16 @@ class _StagedRecord:
             info = os.lstat(path)
         except OSError:
             return False
-        if not os.path.isfile(path) or os.path.islink(path) or info.st_size != entry.bytes:
+        if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
             return False
         known = self.entries.get(entry.name)
         if not rehash and isinstance(known, dict) and known.get("mtime_ns") == info.st_mtime_ns \
                 and known.get("sha256") == entry.sha256:
             return True
-        if _sha256_of(path) != entry.sha256:
+        try:
+            if _sha256_of(path, entry.bytes) != entry.sha256:
+                return False
+        except (OSError, Refused):
             return False
         self.entries[entry.name] = {"sha256": entry.sha256, "mtime_ns": info.st_mtime_ns}
         return True
@@ -336,5 +361,5 @@ class _StagedRecord:
         self.entries.pop(name, None)
 
     def save(self) -> None:
-        self.path.parent.mkdir(exist_ok=True)
+        state_folder(self.path.parent)
         write_json_atomic(self.path, self.entries)

@@ -9,9 +9,12 @@ from pathlib import Path
 
 from . import __version__
 from .config import Config
+from .errors import OutputStateError
 from .incremental import Base, history_entry
 from .journal import JournalState
 from .manifest import (
+    MAX_SHARD_NUMBER,
+    MAX_VERSION,
     SCHEMA_VERSION,
     Manifest,
     RejectEntry,
@@ -61,6 +64,7 @@ def version_manifest(
     upgrade = None if base.previous is None or base.previous.current else \
         f"upgraded from schema {base.previous.schema_version}"
     decoded = state.next_index - resumed_at - unchanged
+    _check_numbers(version, numbers)
     return Manifest(
         schema_version=SCHEMA_VERSION,
         version=version,
@@ -102,6 +106,18 @@ def version_manifest(
         shard_lists=tuple(name for split, _ in config.splits
                           for name in shard_list_names(split, config.output.format)),
     )
+
+
+def _check_numbers(version: int, numbers: Counter) -> None:
+    """Never publish a number the manifest model refuses on reading: the next run would fail."""
+    if version > MAX_VERSION:
+        raise OutputStateError(f"the dataset has reached version {version - 1}, the last one "
+                               "shardsmith numbers; pack with --overwrite to start afresh")
+    for split, number in numbers.items():
+        if number > MAX_SHARD_NUMBER:
+            raise OutputStateError(f"split {split} has used every shard number up to "
+                                   f"{MAX_SHARD_NUMBER}; pack with --overwrite "
+                                   "to number its shards afresh")
 
 
 def _placeholder_index() -> SampleIndexEntry:
