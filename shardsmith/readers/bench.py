@@ -126,14 +126,14 @@ def _check_same_images(manifest: Manifest, other: Manifest, where: str | Path) -
 def _floor(data, seconds: float, per_sample: float) -> ReadResult:
     import simplejpeg
 
-    from .plan import read_span
+    from .plan import ShardFiles
 
-    table, descriptors = data.table, {}
-    jpegs = [read_span(descriptors, table.paths, int(table.shard[i]),
-                       int(table.image_offset[i]), int(table.image_size[i]))
-             for i in range(len(table))]
-    for fd in descriptors.values():
-        os.close(fd)
+    table, files = data.table, ShardFiles(data.table)
+    try:
+        jpegs = [files.read(int(table.shard[i]), int(table.image_offset[i]),
+                            int(table.image_size[i])) for i in range(len(table))]
+    finally:
+        files.close()
 
     def epoch() -> Iterable[int]:
         for jpeg in jpegs:
