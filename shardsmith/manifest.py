@@ -514,9 +514,23 @@ def label_map(object_classes: tuple[str, ...]) -> bytes:
     1 (0 is the background), names quoted as protobuf text strings."""
     items = []
     for number, name in enumerate(object_classes, 1):
-        quoted = json.dumps(name, ensure_ascii=True)  # a valid protobuf text string literal
-        items.append(f"item {{\n  id: {number}\n  name: {quoted}\n}}\n")
+        items.append(f"item {{\n  id: {number}\n  name: {_text_string(name)}\n}}\n")
     return "".join(items).encode("ascii")
+
+
+def _text_string(text: str) -> str:
+    """``text`` as a protobuf text-format string literal: its UTF-8 bytes, printable ASCII as
+    is and every other byte as an octal escape, which every protobuf parser reads back (a
+    JSON ``\\uD83D`` surrogate pair, outside the Basic Multilingual Plane, it does not)."""
+    out = []
+    for byte in text.encode("utf-8", "surrogateescape"):
+        if byte in b'"\\':
+            out.append("\\" + chr(byte))
+        elif 0x20 <= byte < 0x7F:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
 
 
 def derived_contents(manifest: Manifest) -> dict[str, bytes]:

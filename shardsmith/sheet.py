@@ -40,6 +40,11 @@ LABEL_WIDTH = 250
 CAPTION = 30
 BAR_HEIGHT = 18
 MAX_ORIGINAL_BYTES = 512 * 1024 * 1024  # a reject larger than this is shown by its reason
+# The sheet stays one image a viewer opens (and under Pillow's decompression-bomb limit of
+# 89 M pixels): at most this many pixels and class rows; classes past them are named in a
+# note and on the sheet, not drawn (``inspect`` lists them all).
+MAX_SHEET_PIXELS = 60_000_000
+MAX_CLASS_ROWS = 100
 TEXT_SHOWN = 160  # bytes of a text file named like an image shown on its tile
 PAPER = (250, 250, 248)
 INK = (34, 34, 38)
@@ -86,19 +91,36 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     require_split(manifest, split)
     census = take_census(directory, manifest, split, duplicates=False)
     picks = pick_per_class(directory, manifest, per_class, seed, split)
-    packed = read_packed(directory, manifest, [r for records in picks.values() for r in records])
-    rejects = pick_rejects(manifest.rejects, per_class, seed)
     notes: list[str] = []
+    canvas = _Canvas(manifest, census, per_class, thumb)
+    labels = census.labels[: _rows_that_fit(canvas.width, thumb)]
+    left_out = len(census.labels) - len(labels)
+    if left_out:
+        notes.append(f"{plural(left_out, 'class', 'classes')} of {len(census.labels):,} not "
+                     f"drawn (a sheet shows at most {len(labels):,} at this size; "
+                     "shardsmith inspect lists them all)")
+    packed = read_packed(directory, manifest, [record for label in labels
+                                               for record in picks.get(label, [])])
+    rejects = pick_rejects(manifest.rejects, per_class, seed)
     texts: dict[str, str] = {}
     originals = _reject_images(manifest, rejects, thumb, notes, texts)
-    canvas = _Canvas(manifest, census, per_class, thumb)
+    canvas.labels = labels
     canvas.title(directory, seed, split)
     canvas.chart()
-    rows = tuple(canvas.class_row(label, picks.get(label, []), packed)
-                 for label in census.labels)
+    rows = tuple(canvas.class_row(label, picks.get(label, []), packed) for label in labels)
+    if left_out:
+        canvas.left_out(left_out)
     tiles = canvas.reject_strip(rejects, originals, texts) if manifest.rejects else ()
     canvas.footer(directory, per_class, seed, split)
     return Sheet(canvas.finish(), rows, tiles, sum(1 for image in originals if image), tuple(notes))
+
+
+def _rows_that_fit(width: int, thumb: int) -> int:
+    """How many classes (a bar and a row each) a sheet ``width`` pixels wide draws within
+    ``MAX_SHEET_PIXELS``, leaving room for the title, the reject strip and the footer."""
+    fixed = 400 + 2 * (thumb + CAPTION + GAP) + 80
+    per_class = BAR_HEIGHT + 8 + thumb + CAPTION + 2 * GAP
+    return max(1, min(MAX_CLASS_ROWS, (MAX_SHEET_PIXELS // width - fixed) // per_class))
 
 
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
@@ -110,6 +132,7 @@ class _Canvas:
 
     def __init__(self, manifest: Manifest, census: Census, per_class: int, thumb: int):
         self.manifest, self.census, self.thumb = manifest, census, thumb
+        self.labels = census.labels  # the classes drawn
         self.width = 2 * MARGIN + LABEL_WIDTH + max(per_class, 4) * (thumb + GAP) - GAP
         self.image = Image.new("RGB", (self.width, 4096), PAPER)
         self.draw = ImageDraw.Draw(self.image)
@@ -122,8 +145,9 @@ class _Canvas:
     def _room(self, height: int) -> None:
         """Grow the canvas so ``height`` more pixels fit below ``self.y``."""
         if self.y + height + MARGIN > self.image.height:
-            grown = Image.new("RGB", (self.width, max(self.image.height * 2,
-                                                      self.y + height + MARGIN)), PAPER)
+            room = max(self.y + height + MARGIN,
+                       min(self.image.height * 2, MAX_SHEET_PIXELS // self.width))
+            grown = Image.new("RGB", (self.width, room), PAPER)
             grown.paste(self.image, (0, 0))
             self.image, self.draw = grown, ImageDraw.Draw(grown)
 
@@ -154,7 +178,7 @@ class _Canvas:
 
     def chart(self) -> None:
         census = self.census
-        labels = census.labels
+        labels = self.labels
         self._room(40 + len(labels) * (BAR_HEIGHT + 8))
         self.text((MARGIN, self.y), "Samples per class and split", 17)
         x = self.width - MARGIN
@@ -227,6 +251,14 @@ class _Canvas:
         self.y += height + GAP
         return SheetRow(label, census.class_name(label), (MARGIN, top, self.width - MARGIN,
                                                              top + height), tuple(boxes))
+
+    def left_out(self, count: int) -> None:
+        """A line saying how many classes the sheet leaves out."""
+        self._room(30)
+        self.text((MARGIN, self.y), f"... and {plural(count, 'more class', 'more classes')}, "
+                  "not drawn (shardsmith inspect lists them all)", 15, MUTED,
+                  width=self.width - 2 * MARGIN)
+        self.y += 30
 
     def reject_strip(self, rejects: list[RejectEntry], originals: list[Image.Image | None],
                      shown_text: dict[str, str]) -> tuple[Box, ...]:

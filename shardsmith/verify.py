@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .door import LABEL_MAP_CAP, SHARD_LIST_CAP, OpenFile, Refused, open_file, read_file
 from .errors import ManifestError, ShardFormatError
-from .formats import Placed, index_bytes, shard_format
+from .formats import SHARD_CAP, Placed, index_bytes, shard_format
 from .journal import JOURNAL_NAME
 from .manifest import (
     LABEL_MAP_NAME,
@@ -38,6 +38,8 @@ from .manifest import (
 from .report import plural
 
 CHUNK = 8 * 1024 * 1024
+DIGEST_MASK = (1 << 64) - 1
+MAX_LABEL_PROBLEMS = 20  # label problems listed per shard (and for the sample index)
 
 
 @dataclass
@@ -57,18 +59,38 @@ class VerifyReport:
 
 
 def file_sha256(path: Path, size: int | None = None) -> str:
-    """sha256 of a file (of its first ``size`` bytes), read in large chunks."""
+    """sha256 of a file (of its first ``size`` bytes) opened through the door, read in large
+    chunks."""
+    with open_file(path, SHARD_CAP) as handle:
+        return _sha256(handle, handle.size if size is None else size)
+
+
+def _sha256(handle: OpenFile, size: int) -> str:
     digest = hashlib.sha256()
-    remaining = size
-    with open(path, "rb") as handle:
-        while remaining is None or remaining > 0:
-            chunk = handle.read(CHUNK if remaining is None else min(CHUNK, remaining))
-            if not chunk:
-                break
-            digest.update(chunk)
-            if remaining is not None:
-                remaining -= len(chunk)
+    offset = 0
+    while offset < size:
+        chunk = os.pread(handle.fd, min(CHUNK, size - offset), offset)
+        if not chunk:
+            break
+        digest.update(chunk)
+        offset += len(chunk)
     return digest.hexdigest()
+
+
+def _key_digest(key: str) -> int:
+    """A 64-bit digest of a key; summed over a shard's keys, an order-free fingerprint of
+    which samples it holds (one integer per shard, whatever its size)."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()[:8],
+                          "big")
+
+
+@dataclass
+class _Expected:
+    """What the sample index says a shard holds: its keys' summed digest, and with
+    ``decode`` each key's (width, height)."""
+
+    keys: int = 0
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> VerifyReport:
@@ -85,7 +107,8 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(
             lambda shard: _check_shard(directory, manifest.format, shard,
-                                       expected.get(shard.name), decode),
+                                       expected.get(shard.name), len(manifest.classes),
+                                       decode),
             manifest.shards,
         )
         for shard, problems in zip(manifest.shards, results, strict=True):
@@ -95,10 +118,13 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
             report.bytes += shard.bytes
 
     for name, content in (derived_contents(manifest).items() if manifest.current else ()):
+        cap = LABEL_MAP_CAP if name == LABEL_MAP_NAME else SHARD_LIST_CAP
         try:
-            if (directory / name).read_bytes() != content:
+            if read_file(directory / name, cap) != content:
                 report.problems.append(f"{name}: does not list the manifest's " + (
                     "object classes" if name == LABEL_MAP_NAME else "shards"))
+        except Refused as exc:
+            report.problems.append(f"{name}: {exc.detail}")
         except OSError:
             report.problems.append(f"{name}: missing")
 
@@ -119,21 +145,28 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
 
 
 def _read_sample_index(directory: Path, manifest: Manifest,
-                       decode: bool) -> tuple[dict[str, dict], list[str]]:
-    """Check the sample index against the manifest: its bytes, its lines, its counts.
+                       decode: bool) -> tuple[dict[str, _Expected], list[str]]:
+    """Check the sample index against the manifest: its bytes, its lines, its counts, its
+    labels.
 
-    Returns, per shard, the expected {key: (width, height)} when decoding (else nothing).
+    Returns, per shard, what it should hold (``_Expected``).
     """
-    per_shard: dict[str, dict] = defaultdict(dict)
+    per_shard: dict[str, _Expected] = defaultdict(_Expected)
     counts: Counter = Counter()
+    problems = []
+    classes = len(manifest.classes)
     try:
         for record in iter_sample_index(directory, manifest, check_digest=True):
             counts[record.shard] += 1
+            expected = per_shard[record.shard]
+            expected.keys = (expected.keys + _key_digest(record.key)) & DIGEST_MASK
             if decode:
-                per_shard[record.shard][record.key] = (record.width, record.height)
+                expected.sizes[record.key] = (record.width, record.height)
+            if not -1 <= record.label < classes and len(problems) < MAX_LABEL_PROBLEMS:
+                problems.append(f"{manifest.samples_index.name}: sample {record.key} has "
+                                f"label {record.label}, not one of the {classes} classes")
     except ManifestError as exc:
         return {}, [str(exc)]
-    problems = []
     listed = {shard.name: shard.samples for shard in manifest.shards}
     name = manifest.samples_index.name
     for shard, count in sorted(counts.items()):
@@ -150,47 +183,66 @@ def _read_sample_index(directory: Path, manifest: Manifest,
 
 
 def _check_file(directory: Path, entry: FileEntry) -> str | None:
-    """A problem with a listed file's presence, kind, size or digest, or None."""
-    path = directory / entry.name
+    """A problem with a listed file's presence, kind, size or digest, or None (the file
+    opened through the door: a link, FIFO or device is a problem, never read)."""
     try:
-        info = os.lstat(path)
+        handle = open_file(directory / entry.name, SHARD_CAP)
+    except Refused as exc:
+        return f"{entry.name}: not a regular file ({exc.detail})"
     except OSError:
         return f"{entry.name}: missing"
-    if not stat.S_ISREG(info.st_mode):
-        return f"{entry.name}: not a regular file"
-    if info.st_size != entry.bytes:
-        return f"{entry.name}: {info.st_size} bytes, manifest says {entry.bytes}"
-    if file_sha256(path, entry.bytes) != entry.sha256:
-        return f"{entry.name}: sha256 differs from the manifest (corrupt)"
+    with handle:
+        if handle.size != entry.bytes:
+            return f"{entry.name}: {handle.size} bytes, manifest says {entry.bytes}"
+        if _sha256(handle, entry.bytes) != entry.sha256:
+            return f"{entry.name}: sha256 differs from the manifest (corrupt)"
     return None
 
 
-def _check_shard(directory: Path, fmt_name: str, shard: ShardEntry, expected: dict | None,
-                 decode: bool) -> list[str]:
+def _check_shard(directory: Path, fmt_name: str, shard: ShardEntry,
+                 expected: _Expected | None, classes: int, decode: bool) -> list[str]:
     problem = _check_file(directory, shard.file)
     if problem is not None and not problem.endswith("(corrupt)"):
         return [problem]
     problems = [problem] if problem else []
     fmt = shard_format(fmt_name)
     placed = []
+    keys = 0
     try:
         for offset, record in fmt.records(directory / shard.name, shard.bytes):
             placed.append(Placed(offset, len(record.data), record.key, record.members))
+            keys = (keys + _key_digest(record.key)) & DIGEST_MASK
+            label = fmt.label(record)
+            if not -1 <= label < classes and len(problems) < MAX_LABEL_PROBLEMS:
+                problems.append(f"{shard.name}: sample {record.key} has label {label}, not "
+                                f"one of the {classes} classes")
             if decode:
-                _check_image(shard.name, record.key, fmt.jpeg(record), expected, problems)
+                _check_image(shard.name, record.key, fmt.jpeg(record),
+                             expected.sizes if expected is not None else None, problems)
     except ShardFormatError as exc:
         return problems + [f"{shard.name}: {exc}"]
     if len(placed) != shard.samples:
         problems.append(f"{shard.name}: holds {plural(len(placed), 'sample')}, manifest says "
                         f"{shard.samples}")
+    elif expected is not None and keys != expected.keys:
+        problems.append(f"{shard.name}: its samples are not the ones the sample index lists "
+                        "for it (a shard of another split or version copied over it?)")
     if shard.index is None:
         return problems  # a tar of a dataset packed before indexes existed
     index_problem = _check_file(directory, shard.index)
     if index_problem is not None:
         problems.append(index_problem)
-    elif (directory / shard.index.name).read_bytes() != index_bytes(fmt, placed):
+    elif _read_index(directory, shard) != index_bytes(fmt, placed):
         problems.append(f"{shard.index.name}: does not match the records of {shard.name}")
     return problems
+
+
+def _read_index(directory: Path, shard: ShardEntry) -> bytes | None:
+    """The per-record index of ``shard`` through the door, within its listed size."""
+    try:
+        return read_file(directory / shard.index.name, shard.index.bytes)
+    except (Refused, OSError):
+        return None
 
 
 def _check_image(shard: str, key: str, jpeg: bytes, expected: dict | None,

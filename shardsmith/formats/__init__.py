@@ -17,11 +17,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..atomic import HashingFile
+from ..door import OpenFile, Refused, open_file
+from ..errors import ShardFormatError
 from ..manifest import FORMATS, FileEntry, ShardEntry, index_name, shard_name
 
 if TYPE_CHECKING:
     from ..annotations.model import ObjectClasses
     from ..records import Sample
+
+
+# Shards have no cap of their own kind: every read of one is bounded by the size the manifest
+# gives it (and the size ``fstat`` gives), never by what the file claims inside.
+SHARD_CAP = 1 << 62
+
+
+def open_shard(path: str | Path) -> OpenFile:
+    """Open a shard through the door (no link, no FIFO or device); a refusal is a
+    ShardFormatError, a missing file an OSError."""
+    try:
+        return open_file(path, SHARD_CAP)
+    except Refused as exc:
+        raise ShardFormatError(exc.detail) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +79,8 @@ class ShardFormat(Protocol):
     def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]: ...
 
     def jpeg(self, record: Record) -> bytes: ...
+
+    def label(self, record: Record) -> int: ...
 
     def trailer(self, size: int) -> bytes: ...
 

@@ -13,12 +13,12 @@ import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import crc32c
 
 from ..errors import ShardFormatError
-from . import Placed, Record, class_name
+from . import Placed, Record, class_name, open_shard
 
 if TYPE_CHECKING:
     from ..annotations.model import ObjectClasses
@@ -136,45 +136,60 @@ def example_features(sample: Sample, classes: tuple[str, ...],
 def iter_records(path: Path, size: int | None = None) -> Iterator[tuple[int, bytes]]:
     """Yield (offset, payload) of each record, checking both CRCs; raises ShardFormatError.
 
-    Reads at most ``size`` bytes (the manifest's count), so a damaged length field cannot make
-    it read or allocate past the shard.
+    The shard is opened through the door (no link, no FIFO: a ShardFormatError); reads at most
+    ``size`` bytes (the manifest's count), so a damaged length field cannot make it read or
+    allocate past the shard.
     """
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size if size is None else size
-        offset = 0
-        while offset < size:
-            header = handle.read(12)
-            if len(header) < 12:
-                raise ShardFormatError(f"truncated record header at byte {offset}")
-            length_bytes = header[:8]
-            if struct.unpack("<I", header[8:])[0] != masked_crc(length_bytes):
-                raise ShardFormatError(f"bad length CRC at byte {offset}")
-            (length,) = struct.unpack("<Q", length_bytes)
-            if offset + 16 + length > size:
-                raise ShardFormatError(f"the record at byte {offset} runs past the end")
-            payload = handle.read(length)
-            footer = handle.read(4)
-            if len(payload) < length or len(footer) < 4:
-                raise ShardFormatError(f"truncated record at byte {offset}")
-            if struct.unpack("<I", footer)[0] != masked_crc(payload):
-                raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
-            yield offset, payload
-            offset += 16 + length
+    with open_shard(path) as shard:
+        size = shard.size if size is None else min(size, shard.size)
+        handle = os.fdopen(os.dup(shard.fd), "rb")
+        with handle:
+            yield from _framed(handle, size)
 
 
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
+def _framed(handle: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
+    offset = 0
+    while offset < size:
+        header = handle.read(12)
+        if len(header) < 12:
+            raise ShardFormatError(f"truncated record header at byte {offset}")
+        length_bytes = header[:8]
+        if struct.unpack("<I", header[8:])[0] != masked_crc(length_bytes):
+            raise ShardFormatError(f"bad length CRC at byte {offset}")
+        (length,) = struct.unpack("<Q", length_bytes)
+        if offset + 16 + length > size:
+            raise ShardFormatError(f"the record at byte {offset} runs past the end")
+        payload = handle.read(length)
+        footer = handle.read(4)
+        if len(payload) < length or len(footer) < 4:
+            raise ShardFormatError(f"truncated record at byte {offset}")
+        if struct.unpack("<I", footer)[0] != masked_crc(payload):
+            raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
+        yield offset, payload
+        offset += 16 + length
+
+
+MAX_VARINT_BYTES = 10  # a 64-bit value takes at most ten 7-bit groups
+
+
+def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
+    """(value, next position) of the varint at ``position``: at most ten bytes, so a record
+    made of one endless varint costs ten steps, not a shift per byte of it."""
+    value = 0
+    for shift in range(0, 7 * MAX_VARINT_BYTES, 7):
+        if position >= len(data):
+            raise ShardFormatError("malformed tf.train.Example (a varint runs past its end)")
         byte = data[position]
         position += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return value, position
-        shift += 7
+            return value & 0xFFFFFFFFFFFFFFFF, position
+    raise ShardFormatError("malformed tf.train.Example (a varint longer than 10 bytes)")
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, bytes | int]]:
-    """(field number, value) of a protobuf message; values of length-delimited fields as bytes."""
+def _fields(data: memoryview) -> Iterator[tuple[int, int, memoryview | int]]:
+    """(field number, wire type, value) of a protobuf message: a length-delimited field's
+    value as a view of ``data`` (no copy), a varint's as an int."""
     position = 0
     while position < len(data):
         tag, position = _read_varint(data, position)
@@ -183,29 +198,75 @@ def _fields(data: bytes) -> Iterator[tuple[int, bytes | int]]:
             value, position = _read_varint(data, position)
         elif wire_type == 2:
             length, position = _read_varint(data, position)
+            if length > len(data) - position:
+                raise ShardFormatError("malformed tf.train.Example (a field runs past its "
+                                       "message)")
             value, position = data[position : position + length], position + length
+        elif wire_type == 5:  # fixed32 (an unpacked float)
+            value, position = data[position : position + 4], position + 4
+        elif wire_type == 1:  # fixed64
+            value, position = data[position : position + 8], position + 8
         else:
             raise ShardFormatError(f"unexpected protobuf wire type {wire_type}")
-        yield number, value
+        if position > len(data):
+            raise ShardFormatError("malformed tf.train.Example (a field runs past its message)")
+        yield number, wire_type, value
+
+
+def _message(value: memoryview | int) -> memoryview:
+    if isinstance(value, int):
+        raise ShardFormatError("malformed tf.train.Example (a number where a message belongs)")
+    return value
+
+
+def _first_value(kind: int, values: memoryview) -> bytes | int | None:
+    """The first value of a ``bytes_list`` (1) or ``int64_list`` (3), packed or not; the packed
+    floats of a ``float_list`` (2); None for an empty list (an image without objects)."""
+    for number, wire_type, value in _fields(values):
+        if number != 1:
+            continue
+        if kind == 3:
+            if wire_type == 0:
+                integer = value
+            else:
+                packed = _message(value)
+                if not len(packed):
+                    continue
+                integer, _ = _read_varint(packed, 0)
+            return integer - (1 << 64) if integer >= 1 << 63 else integer
+        return bytes(_message(value)) if kind == 1 or wire_type == 2 else None
+    return None
 
 
 def decode_example(payload: bytes) -> dict[str, bytes | int]:
-    """Inverse of ``encode_example`` for single-valued bytes/int64 features."""
+    """Inverse of ``encode_example`` for single-valued bytes/int64 features (a list feature
+    gives its first value; an empty list, as an image without objects has, none).
+
+    One pass over the payload, each varint at most ten bytes: time and memory linear in its
+    size.  Raises ShardFormatError when it is not a ``tf.train.Example``.
+    """
     features: dict[str, bytes | int] = {}
+    data = memoryview(payload)
     try:
-        for _, feature_map in _fields(payload):
-            for _, entry in _fields(feature_map):
-                entry_fields = dict(_fields(entry))
-                name, feature = entry_fields[1].decode(), entry_fields[2]
-                for kind, values in _fields(feature):
-                    inner = next(iter(_fields(values)), (None, b""))[1]
-                    if kind == 3:  # int64_list, packed
-                        value, _ = _read_varint(inner, 0)
-                        features[name] = value - (1 << 64) if value >= 1 << 63 else value
-                    else:
-                        features[name] = inner
-    except (IndexError, KeyError, AttributeError, TypeError, UnicodeDecodeError) as exc:
-        raise ShardFormatError(f"malformed tf.train.Example ({type(exc).__name__})") from None
+        for number, _, feature_map in _fields(data):
+            if number != 1:
+                continue
+            for _, _, entry in _fields(_message(feature_map)):
+                name, feature = None, None
+                for entry_number, _, value in _fields(_message(entry)):
+                    if entry_number == 1:
+                        name = bytes(_message(value)).decode()
+                    elif entry_number == 2:
+                        feature = _message(value)
+                if name is None or feature is None:
+                    raise ShardFormatError("malformed tf.train.Example (a feature without a "
+                                           "name or value)")
+                for kind, _, values in _fields(feature):
+                    first = _first_value(kind, _message(values)) if kind in (1, 2, 3) else None
+                    if first is not None:
+                        features[name] = first
+    except UnicodeDecodeError:
+        raise ShardFormatError("malformed tf.train.Example (a feature name not UTF-8)") from None
     return features
 
 
@@ -231,6 +292,13 @@ class TFRecordFormat:
         value = decode_example(record.data[12:-4]).get("image/encoded")
         if not isinstance(value, bytes):
             raise ShardFormatError(f"record {record.key} has no image/encoded")
+        return value
+
+    def label(self, record: Record) -> int:
+        """The ``image/class/label`` of a framed record as ``records`` yields it."""
+        value = decode_example(record.data[12:-4]).get("image/class/label")
+        if not isinstance(value, int):
+            raise ShardFormatError(f"record {record.key} has no image/class/label")
         return value
 
     def trailer(self, size: int) -> bytes:

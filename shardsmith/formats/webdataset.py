@@ -10,13 +10,14 @@ own reader every sample's offsets.
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import ShardFormatError
-from . import Member, Placed, Record, class_name, sample_metadata
+from . import Member, Placed, Record, class_name, open_shard, sample_metadata
 
 if TYPE_CHECKING:
     from ..annotations.model import ObjectClasses
@@ -71,17 +72,23 @@ class WebDatasetFormat:
 
     def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]:
         """(offset, sample) of each sample of a tar, as raw bytes (headers and padded data)."""
-        with open(path, "rb") as handle:
-            for key, members in iter_members(path, size):
+        with open_shard(path) as shard, os.fdopen(os.dup(shard.fd), "rb") as handle:
+            for key, members in _members(handle, min(size, shard.size)):
                 start = members[0].header
                 end = members[-1].data + _padded(members[-1].size)
-                handle.seek(start)
-                data = handle.read(end - start)
+                data = os.pread(shard.fd, end - start, start)
                 if len(data) != end - start:
                     raise ShardFormatError(f"sample {key} is cut short")
                 yield start, Record(key, data, tuple(
                     Member(m.extension, m.header - start, m.data - start, m.size)
                     for m in members))
+
+    def label(self, record: Record) -> int:
+        """The integer label (``KEY.cls``) of a record as ``records`` yields it."""
+        for member in record.members:
+            if member.extension == "cls":
+                return parse_label(record.data[member.data : member.data + member.size])
+        raise ShardFormatError(f"sample {record.key} has no .cls")
 
     def jpeg(self, record: Record) -> bytes:
         """The image bytes of a record as ``records`` yields it."""
@@ -120,12 +127,16 @@ def _record(key: str, payloads: dict[str, bytes]) -> Record:
 def iter_members(path: Path, size: int | None = None) -> Iterator[tuple[str, list[Member]]]:
     """Per sample: (key, its members with absolute offsets), checking every member.
 
-    Raises ShardFormatError for truncation, unsafe or foreign names, non-regular members and
-    incomplete samples.
+    The tar is opened through the door (no link, no FIFO).  Raises ShardFormatError for
+    truncation, unsafe or foreign names, non-regular members and incomplete samples.
     """
-    size = path.stat().st_size if size is None else size
+    with open_shard(path) as shard, os.fdopen(os.dup(shard.fd), "rb") as handle:
+        yield from _members(handle, shard.size if size is None else min(size, shard.size))
+
+
+def _members(handle: BinaryIO, size: int) -> Iterator[tuple[str, list[Member]]]:
     try:
-        with tarfile.open(path, mode="r:") as tar:
+        with tarfile.open(fileobj=handle, mode="r:") as tar:
             key, members = None, []
             for info in tar:
                 if not info.isfile():
@@ -142,6 +153,19 @@ def iter_members(path: Path, size: int | None = None) -> Iterator[tuple[str, lis
                 yield key, _complete(key, members)
     except (tarfile.TarError, EOFError) as exc:
         raise ShardFormatError(f"unreadable tar: {exc}") from None
+
+
+MAX_LABEL_DIGITS = 18  # fits int64 with room: a label is a class index, a few digits at most
+
+
+def parse_label(data: bytes | memoryview) -> int:
+    """The integer of a ``.cls`` member: an optional minus and at most 18 digits; anything
+    else (a 30-digit number, text) raises ShardFormatError."""
+    text = bytes(data).strip()
+    digits = text[1:] if text.startswith(b"-") else text
+    if not digits.isdigit() or len(digits) > MAX_LABEL_DIGITS:
+        raise ShardFormatError(f"label {bytes(data[:24])!r} is not a small integer")
+    return int(text)
 
 
 def _complete(key: str, members: list[Member]) -> list[Member]:

@@ -75,6 +75,8 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
                           "SHARDS and this one as --tfrecords (of the same images)")
     if tfrecords is not None:
         _check_same_images(manifest, read_manifest(Path(tfrecords)), tfrecords)
+    originals = _original_jobs(shards, manifest, Path(source), split, cold) \
+        if source is not None else None
 
     def say(row: str) -> None:
         if progress is not None:
@@ -107,9 +109,8 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
     results += _dali_cpu(shards, split, batch_size, seconds, per_sample, say)
     if tfrecords is not None:
         results.append(_tf(Path(tfrecords), split, batch_size, seconds, say))
-    if source is not None:
-        results.append(_originals(shards, manifest, Path(source), split, workers, seconds,
-                                  cold, say))
+    if originals is not None:
+        results.append(_originals(originals, workers, seconds, cold, say))
     return results
 
 
@@ -126,14 +127,14 @@ def _check_same_images(manifest: Manifest, other: Manifest, where: str | Path) -
 def _floor(data, seconds: float, per_sample: float) -> ReadResult:
     import simplejpeg
 
-    from .plan import read_span
+    from .plan import ShardFiles
 
-    table, descriptors = data.table, {}
-    jpegs = [read_span(descriptors, table.paths, int(table.shard[i]),
-                       int(table.image_offset[i]), int(table.image_size[i]))
-             for i in range(len(table))]
-    for fd in descriptors.values():
-        os.close(fd)
+    table, files = data.table, ShardFiles(data.table)
+    try:
+        jpegs = [files.read(int(table.shard[i]), int(table.image_offset[i]),
+                            int(table.image_size[i])) for i in range(len(table))]
+    finally:
+        files.close()
 
     def epoch() -> Iterable[int]:
         for jpeg in jpegs:
@@ -169,14 +170,20 @@ def _tf(tfrecords: Path, split: str | None, batch_size: int, seconds: float,
                   per_sample, warm_epochs=1)
 
 
-def _load_original(args: tuple[str, int, bool]) -> int:
-    """What a loader without shardsmith does per sample: full decode of the original, resize."""
+def _load_original(args: tuple[str, str, int, int, bool]) -> int:
+    """What a loader without shardsmith does per sample: full decode of the original, resize.
+    The file is read through the door (``originals.read_under_root``), like every original."""
+    import io
+
     from PIL import Image
 
-    path, size, cold = args
+    from ..originals import read_under_root
+
+    root, relpath, source_size, size, cold = args
     if cold:
-        _drop_from_cache(path)
-    with Image.open(path) as image:
+        _drop_from_cache(root, relpath)
+    data = read_under_root(root, relpath, source_size)
+    with Image.open(io.BytesIO(data)) as image:
         image = image.convert("RGB")
         scale = size / max(image.size)
         image = image.resize((max(1, round(image.width * scale)),
@@ -184,33 +191,58 @@ def _load_original(args: tuple[str, int, bool]) -> int:
     return 1
 
 
-def _drop_from_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+def _drop_from_cache(root: str, relpath: str) -> None:
+    from ..originals import open_original, original_path
+
+    with open_original(original_path(root, relpath), False) as handle:
+        os.posix_fadvise(handle.fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def _originals(shards: Path, manifest: Manifest, source: Path, split: str | None,
-               workers: int, seconds: float, cold: bool,
-               say: Callable[[str], None]) -> ReadResult:
-    name = f"originals, {workers} processes" + (", cold cache" if cold else "")
-    jobs, changed, sizes = [], 0, []
+@dataclass
+class _OriginalJobs:
+    """The originals the naive loader reads: one job per unchanged original, and how many
+    are missing or changed since packing."""
+
+    jobs: list[tuple[str, str, int, int, bool]]
+    sizes: list[int]
+    changed: int
+
+
+def _original_jobs(shards: Path, manifest: Manifest, source: Path, split: str | None,
+                   cold: bool) -> _OriginalJobs:
+    """Every path of the sample index checked by the one rule for originals
+    (``originals.original_path``: a path out of the source is a ManifestError) and its file
+    looked at through the door, before any timing starts."""
+    from ..door import Refused, open_file
+    from ..originals import original_path
+
+    if not source.is_dir():
+        raise ConfigError(f"--source: {source} is not a directory")
+    root = os.path.realpath(source)
     size = manifest.config.get("image", {}).get("size", 512)
+    found = _OriginalJobs([], [], 0)
     for record in iter_sample_index(shards, manifest):
         if split is not None and record.split != split:
             continue
-        path = source / record.path
+        path = original_path(root, record.path)
         try:
-            on_disk = path.stat().st_size
-        except OSError:
+            with open_file(path, max(0, record.source_size)) as handle:
+                on_disk = handle.size
+        except (OSError, Refused):
             on_disk = -1
         if on_disk != record.source_size:
-            changed += 1
+            found.changed += 1
             continue
-        jobs.append((str(path), size, cold))
-        sizes.append(on_disk)
+        found.jobs.append((root, record.path, record.source_size, size, cold))
+        found.sizes.append(on_disk)
+    return found
+
+
+def _originals(originals: _OriginalJobs, workers: int, seconds: float, cold: bool,
+               say: Callable[[str], None]) -> ReadResult:
+    """The naive loader over the originals, each opened through the door."""
+    name = f"originals, {workers} processes" + (", cold cache" if cold else "")
+    jobs, changed, sizes = originals.jobs, originals.changed, originals.sizes
     if changed or not jobs:
         return ReadResult(name, 0, 0.0, 0.0, f"skipped: {changed} of {changed + len(jobs)} "
                           "originals are missing or changed since packing")

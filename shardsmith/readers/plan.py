@@ -29,8 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..door import OpenFile, Refused, read_file
 from ..errors import ManifestError, ShardFormatError
-from ..formats.webdataset import INDEX_VERSION, check_member_name, iter_members
+from ..formats import open_shard
+from ..formats.webdataset import BLOCK, INDEX_VERSION, check_member_name, iter_members
+from ..jsonmodel import shown
 from ..manifest import ShardEntry
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,9 @@ class SampleTable:
     meta_size: np.ndarray  # int64
     mask_offset: np.ndarray  # int64
     mask_size: np.ndarray  # int64
+    # Per shard, the data offset and member name of its first sample's image ("" if none):
+    # what a shard opened later must hold there to be the shard the index describes.
+    first_members: tuple[tuple[int, str], ...] = ()
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -68,7 +74,7 @@ def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
     """The sample table of ``shards`` from their indexes (or, for tars packed before indexes
     existed, from their headers, with a warning)."""
     columns: list[list[int]] = [[] for _ in range(9)]
-    paths = []
+    paths, first_members = [], []
     legacy = [shard.name for shard in shards if shard.index is None]
     if legacy:
         log.warning("%d shards have no index (packed by an older shardsmith): reading their "
@@ -78,23 +84,29 @@ def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
         path = directory / shard.name
         paths.append(str(path))
         rows = _index_rows(directory, shard) if shard.index else _scan_rows(path, shard)
-        for row in rows:
+        first_members.append((rows[0][0][0], rows[0][1]) if rows else (-1, ""))
+        for row, _ in rows:
             columns[0].append(number)
             for column, value in zip(columns[1:], row, strict=True):
                 column.append(value)
     shard_of, *rest = (np.asarray(column, np.int64) for column in columns)
-    return SampleTable(tuple(paths), shard_of.astype(np.int32), *rest)
+    return SampleTable(tuple(paths), shard_of.astype(np.int32), *rest,
+                       first_members=tuple(first_members))
 
 
 Row = tuple[int, int, int, int, int, int, int, int]  # image, label, meta, mask: offset, size
 
 
-def _index_rows(directory: Path, shard: ShardEntry) -> list[Row]:
-    """Rows of a wds2idx index, each member checked; the file checked against the manifest."""
+def _index_rows(directory: Path, shard: ShardEntry) -> list[tuple[Row, str]]:
+    """Rows of a wds2idx index with the name of each image member, each member checked; the
+    file (read through the door: no link, no FIFO) checked against the manifest."""
     entry = shard.index
     try:
-        with open(directory / entry.name, "rb") as handle:
-            data = handle.read(entry.bytes + 1)
+        data = read_file(directory / entry.name, entry.bytes)
+    except Refused as exc:
+        raise ManifestError(f"{entry.name}: the index is {exc.detail} (the manifest says "
+                            f"{entry.bytes:,} bytes); `shardsmith stage` or `pack` repairs "
+                            "it") from None
     except OSError as exc:
         raise ManifestError(f"{entry.name}: cannot read the index: {exc.strerror}") from None
     if len(data) != entry.bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
@@ -115,24 +127,26 @@ def _index_rows(directory: Path, shard: ShardEntry) -> list[Row]:
     return rows
 
 
-def _members_row(fields: list[str], shard_bytes: int) -> Row:
+def _members_row(fields: list[str], shard_bytes: int) -> tuple[Row, str]:
     """(offset, size) of image, label, metadata and mask of one index line: EXT OFFSET SIZE
-    NAME ... (-1, 0 for a member the sample does not have)."""
+    NAME ... (-1, 0 for a member the sample does not have), and the image member's name."""
     if len(fields) % 4:
         raise ValueError("fields do not come in fours")
-    found = {}
+    found, names = {}, {}
     for at in range(0, len(fields), 4):
         extension, offset, size, name = fields[at : at + 4]
         check_member_name(name)
+        if not offset.isdigit() or not size.isdigit():
+            raise ValueError(f"member {name}: offset and size are not whole numbers")
         offset, size = int(offset), int(size)
-        if offset < 0 or size < 0 or offset + size > shard_bytes or offset % 512:
+        if offset < BLOCK or offset + size > shard_bytes or offset % BLOCK:
             raise ValueError(f"member {name} lies outside the shard")
-        found[extension] = (offset, size)
+        found[extension], names[extension] = (offset, size), name
     if "jpg" not in found or "cls" not in found:
         raise ValueError("a sample without .jpg or .cls")
     if found["cls"][0] < found["jpg"][0]:
         raise ValueError(".cls before .jpg")
-    return _row(found)
+    return _row(found), names["jpg"]
 
 
 def _row(found: dict[str, tuple[int, int]]) -> Row:
@@ -141,13 +155,13 @@ def _row(found: dict[str, tuple[int, int]]) -> Row:
             *found.get("mask.png", absent))
 
 
-def _scan_rows(path: Path, shard: ShardEntry) -> list[Row]:
+def _scan_rows(path: Path, shard: ShardEntry) -> list[tuple[Row, str]]:
     rows = []
     try:
-        for _, members in iter_members(path, shard.bytes):
-            rows.append(_row({member.extension: (member.data, member.size)
-                              for member in members}))
-    except ShardFormatError as exc:
+        for key, members in iter_members(path, shard.bytes):
+            rows.append((_row({member.extension: (member.data, member.size)
+                               for member in members}), f"{key}.jpg"))
+    except (ShardFormatError, OSError) as exc:
         log.warning("%s: %s; its samples after that point are skipped", shard.name, exc)
     return rows
 
@@ -198,26 +212,92 @@ def batch_count(samples: int, batch_size: int, drop_last: bool) -> int:
     return samples // batch_size if drop_last else math.ceil(samples / batch_size)
 
 
-def read_span(descriptors: dict[int, int], paths: Sequence[str], shard: int, offset: int,
-              size: int) -> bytes:
-    """``size`` bytes at ``offset`` of shard ``shard`` (descriptors opened once, kept)."""
-    fd = descriptors.get(shard)
-    if fd is None:
-        if len(descriptors) >= OPEN_SHARDS:
-            os.close(descriptors.pop(next(iter(descriptors))))  # the least recently opened
-        fd = descriptors[shard] = os.open(paths[shard], os.O_RDONLY | os.O_NOFOLLOW)
-    data = os.pread(fd, size, offset)
-    if len(data) != size:
-        raise ShardFormatError(f"{os.path.basename(paths[shard])}: cut short at byte "
-                               f"{offset + len(data)}")
-    return data
+class ShardFiles:
+    """The shards of a sample table, each opened through the door on first use (no link, no
+    FIFO, a regular file) and kept open, at most ``OPEN_SHARDS`` at once.
+
+    A shard opened is first checked to hold, where its index puts the first sample's image,
+    a member of that name: a shard swapped for another of the same size (a val shard copied
+    over a train shard) is refused, not served.  Every read lies within the size ``fstat``
+    gives, whatever offsets the index claims.  Failures are ShardFormatError or OSError, which
+    the readers turn into corrupt samples.
+    """
+
+    def __init__(self, table: SampleTable):
+        self.table = table
+        self._open: dict[int, OpenFile] = {}
+
+    def read(self, shard: int, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of shard number ``shard``."""
+        handle = self._handle(shard)
+        if offset < 0 or size < 0 or offset + size > handle.size:
+            raise ShardFormatError(f"{os.path.basename(handle.path)}: bytes {offset:,} to "
+                                   f"{offset + size:,} lie outside its {handle.size:,} bytes")
+        data = os.pread(handle.fd, size, offset)
+        if len(data) != size:
+            raise ShardFormatError(f"{os.path.basename(handle.path)}: cut short at byte "
+                                   f"{offset + len(data)}")
+        return data
+
+    def member_name(self, shard: int, data_offset: int) -> str:
+        """The tar member name in the header just before ``data_offset`` (for messages)."""
+        try:
+            header = self.read(shard, data_offset - BLOCK, BLOCK)
+        except (OSError, ShardFormatError):
+            return "?"
+        return _header_name(header)
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+
+    def _handle(self, shard: int) -> OpenFile:
+        handle = self._open.get(shard)
+        if handle is not None:
+            return handle
+        if len(self._open) >= OPEN_SHARDS:
+            self._open.pop(next(iter(self._open))).close()  # the least recently opened
+        handle = open_shard(self.table.paths[shard])
+        try:
+            check_first_member(handle, self.table.first_members[shard]
+                               if self.table.first_members else (-1, ""))
+        except BaseException:
+            handle.close()
+            raise
+        self._open[shard] = handle
+        return handle
 
 
-def member_name(descriptors: dict[int, int], paths: Sequence[str], shard: int,
-                data_offset: int) -> str:
-    """The tar member name in the header just before ``data_offset`` (for error messages)."""
-    try:
-        header = read_span(descriptors, paths, shard, data_offset - 512, 512)
-    except (OSError, ShardFormatError):
-        return "?"
-    return header[:100].rstrip(b"\0").decode("ascii", "replace")
+def check_first_member(handle: OpenFile, first: tuple[int, str]) -> None:
+    """ShardFormatError unless the tar ``handle`` holds the member ``first`` names (data
+    offset, name) there."""
+    offset, name = first
+    if not name:
+        return
+    header = os.pread(handle.fd, BLOCK, offset - BLOCK) if offset >= BLOCK else b""
+    found = _header_name(header) if len(header) == BLOCK else ""
+    if found != name:
+        raise ShardFormatError(
+            f"{os.path.basename(handle.path)}: holds {shown(found) if found else 'no member'} "
+            f"where its index has {shown(name)}: not the shard the index describes (a shard "
+            "of another split or version copied over it?)")
+
+
+def _header_name(header: bytes) -> str:
+    return header[:100].split(b"\0", 1)[0].decode("ascii", "replace")
+
+
+def check_shards(table: SampleTable) -> None:
+    """ManifestError when a shard of ``table`` that opens is not the one its index describes
+    (one read of a tar header per shard).  A shard that does not open is left to the reads,
+    which report its samples as corrupt."""
+    for shard, path in enumerate(table.paths):
+        try:
+            handle = open_shard(path)
+        except (OSError, ShardFormatError):
+            continue
+        with handle:
+            try:
+                check_first_member(handle, table.first_members[shard])
+            except ShardFormatError as exc:
+                raise ManifestError(str(exc)) from None

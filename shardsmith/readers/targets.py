@@ -55,5 +55,19 @@ def _instance_masks(rles: Any, boxes: np.ndarray, height: int, width: int) -> np
         if not isinstance(rle, dict) or rle.get("size") != [height, width] or \
                 not isinstance(rle.get("counts"), list):
             raise ValueError(f"object {number}: an RLE not of this {width}x{height} image")
-        masks[number] = rle_decode(rle["counts"], height, width)
+        masks[number] = rle_decode(_checked_counts(rle["counts"], number, height * width),
+                                   height, width)
     return masks
+
+
+def _checked_counts(counts: list[Any], number: int, pixels: int) -> list[int]:
+    """RLE counts that are whole numbers from 0 to ``pixels`` adding up to ``pixels``, checked
+    in Python's unbounded integers: counts that wrap int64 to the right sum would make NumPy
+    repeat past any memory."""
+    if len(counts) > pixels + 1 or not all(type(count) is int and 0 <= count <= pixels
+                                           for count in counts):
+        raise ValueError(f"object {number}: RLE counts are not whole numbers within the image")
+    if sum(counts) != pixels:
+        raise ValueError(f"object {number}: RLE counts add up to {sum(counts):,}, not "
+                         f"{pixels:,} pixels")
+    return counts

@@ -55,15 +55,16 @@ import numpy as np
 import simplejpeg
 
 from ..errors import ConfigError, CorruptSampleError, ShardFormatError
+from ..formats.webdataset import parse_label
 from . import RESIZE_HINT, equal_image_size, select_shards
 from .plan import (
     DEFAULT_BLOCK,
+    ShardFiles,
     batch_count,
+    check_shards,
     epoch_order,
     load_table,
-    member_name,
     rank_share,
-    read_span,
 )
 from .ring import BatchRing, RingBatch, ShardLoader
 from .targets import detection_target
@@ -110,6 +111,7 @@ class ShardDataset(IterableDataset):
         self.shards = selected
         self.classes: list[str] = list(self.manifest.classes)
         self.table = load_table(directory, [shard for _, shard in selected])
+        check_shards(self.table)  # a shard swapped for another is refused now, not served
         self.shuffle, self.seed, self.block = shuffle, seed, block
         self.batch_size, self.drop_last, self.pad = batch_size, drop_last, pad
         self.transform, self.batch_transform = transform, batch_transform
@@ -130,7 +132,7 @@ class ShardDataset(IterableDataset):
         self._resume: dict[str, int] | None = None
         self._ring: BatchRing | None = None  # set on the copy a ShardLoader reads
         self._state: dict[str, int] = {"epoch": 0, "start": 0, "done": 0}
-        self._descriptors: dict[int, int] = {}
+        self._files = ShardFiles(self.table)
 
     # --- epochs and their partition ------------------------------------------------------
 
@@ -248,11 +250,20 @@ class ShardDataset(IterableDataset):
         label_at = int(table.label_offset[index]) - offset
         span = label_at + int(table.label_size[index])
         try:
-            data = memoryview(read_span(self._descriptors, table.paths, shard, offset, span))
-            label = int(bytes(data[label_at:span]))
+            data = memoryview(self._files.read(shard, offset, span))
+            label = self._label(data[label_at:span])
         except (OSError, ShardFormatError, ValueError) as exc:
             raise self._named(index, f"unreadable ({exc})") from None
         return data[: int(table.image_size[index])], label
+
+    def _label(self, data: memoryview) -> int:
+        """The label of a ``.cls`` member: a class index (or -1, unlabelled); anything else
+        would index past a model's outputs, so it is a corrupt sample."""
+        label = parse_label(data)
+        if not -1 <= label < len(self.classes):
+            raise ShardFormatError(f"label {label} is not one of the "
+                                   f"{len(self.classes)} classes")
+        return label
 
     def _read_meta(self, index: int) -> tuple[memoryview, int, Any]:
         """The JPEG bytes, label and metadata (``KEY.json``) of sample ``index``: one read."""
@@ -264,8 +275,8 @@ class ShardDataset(IterableDataset):
             raise self._named(index, "has no .json")
         span = meta_at + int(table.meta_size[index])
         try:
-            data = memoryview(read_span(self._descriptors, table.paths, shard, offset, span))
-            label = int(bytes(data[label_at : label_at + int(table.label_size[index])]))
+            data = memoryview(self._files.read(shard, offset, span))
+            label = self._label(data[label_at : label_at + int(table.label_size[index])])
             meta = json.loads(bytes(data[meta_at:span]))
         except (OSError, ShardFormatError, ValueError, RecursionError) as exc:
             raise self._named(index, f"unreadable ({exc})") from None
@@ -282,7 +293,7 @@ class ShardDataset(IterableDataset):
         """``SHARD: sample KEY`` for messages."""
         table = self.table
         shard = int(table.shard[index])
-        name = member_name(self._descriptors, table.paths, shard, int(table.image_offset[index]))
+        name = self._files.member_name(shard, int(table.image_offset[index]))
         return f"{Path(table.paths[shard]).name}: sample {name.rsplit('.', 1)[0]}"
 
     def _named(self, index: int, problem: str) -> CorruptSampleError:
@@ -389,7 +400,7 @@ class ShardDataset(IterableDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_descriptors"] = {}  # each process opens its own
+        state["_files"] = ShardFiles(self.table)  # each process opens its own
         return state
 
 

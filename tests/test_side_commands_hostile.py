@@ -1,0 +1,87 @@
+"""The side commands (inspect, inspect --quality, sheet, bench-read) trust nothing either:
+they read datasets that mix images with and without objects in both formats, bench-read
+reads no original outside its source, a sheet of many classes stays a bounded image, and a
+TFRecord of one endless varint is one clean answer, not minutes of work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hostile_data import cli, mixed_annotated, one_error_line, sha256, small_dataset
+from hostile_data import write_manifest as save_manifest
+from PIL import Image
+
+from shardsmith.formats.tfrecord import frame_record
+
+import images
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("mixed")
+    return {fmt: mixed_annotated(root, fmt) for fmt in ("webdataset", "tfrecord")}
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+@pytest.mark.parametrize("options", [(), ("--quality", "4")], ids=["plain", "quality"])
+def test_inspect_reads_images_with_and_without_objects(mixed, fmt, options):
+    process = cli("inspect", mixed[fmt], *options)
+    assert process.returncode == 0, process.stderr
+    assert "Traceback" not in process.stderr
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_sheet_draws_images_with_and_without_objects(mixed, fmt, tmp_path):
+    process = cli("sheet", mixed[fmt], "-o", tmp_path / "sheet.png")
+    assert process.returncode == 0, process.stderr
+    assert "4 samples" in process.stdout
+
+
+def test_bench_read_refuses_an_original_that_leads_out_of_the_source(tmp_path):
+    """The sample index names an original that is a link to a file outside the source: the
+    same rule as sheet and inspect --quality refuses it before anything is timed."""
+    output = small_dataset(tmp_path)
+    source = tmp_path / "source"
+    record = images.samples_of(output)[0]
+    outside = tmp_path / "secret.jpg"
+    original = source / record["path"]
+    outside.write_bytes(original.read_bytes())
+    original.unlink()
+    original.symlink_to(outside)
+    line = one_error_line(cli("bench-read", output, "--source", source, "--seconds", "0.05",
+                              "--workers", "1"))
+    assert "leads out of the source" in line
+
+
+def test_a_sheet_of_600_classes_is_bounded_and_says_what_it_left_out(tmp_path):
+    output = small_dataset(tmp_path)
+    manifest = images.manifest_of(output)
+    records = images.samples_of(output)
+    manifest["classes"] = [f"class{number:03d}" for number in range(600)]
+    lines = []
+    for number in range(600):
+        record = dict(records[number % len(records)], label=number)
+        record["key"] = f"{record['key']}x{number}"
+        lines.append(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    data = "".join(lines).encode()
+    (output / manifest["samples_index"]["name"]).write_bytes(data)
+    manifest["samples_index"].update(bytes=len(data), sha256=sha256(data))
+    save_manifest(output, manifest)
+    process = cli("sheet", output, "-o", tmp_path / "sheet.png")
+    assert process.returncode == 0, process.stderr
+    assert "classes of 600 not drawn" in process.stderr
+    with Image.open(tmp_path / "sheet.png") as sheet:  # under Pillow's bomb limit
+        assert sheet.width * sheet.height <= 60_000_000
+
+
+def test_sheet_answers_at_once_for_a_record_of_one_endless_varint(tmp_path):
+    output = small_dataset(tmp_path, "tfrecord")
+    manifest = images.manifest_of(output)
+    for shard in manifest["shards"]:
+        record = frame_record(b"\x80" * (4 << 20) + b"\x01")
+        (output / shard["name"]).write_bytes(record)
+        shard.update(bytes=len(record), sha256=sha256(record))
+    save_manifest(output, manifest)
+    line = one_error_line(cli("sheet", output, "-o", tmp_path / "sheet.png", timeout=60), 1)
+    assert "varint" in line
