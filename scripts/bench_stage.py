@@ -6,7 +6,8 @@
 The dataset is a manifest over N shard files of random bytes (staging never looks inside a
 shard, only at sizes and hashes, so content does not change the cost).  Rounds interleave:
 `cp -r`, `cp -r` + `sync` (stage fsyncs every file, plain cp does not), a fresh
-`shardsmith stage`, then a no-op re-stage of the unchanged dataset.  Medians of --reps rounds.
+`shardsmith stage`, a no-op re-stage of the unchanged dataset, and a stage stopped by Ctrl-C
+while its copies are under way (seconds from the signal to the exit).  Medians of --reps rounds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,6 +57,23 @@ def make_dataset(root: Path, shards: int, shard_bytes: int) -> int:
     return sum(entry["bytes"] for entry in entries)
 
 
+def interrupted(command: list[str], target: Path) -> float:
+    """Seconds from Ctrl-C (SIGINT to the process group, as a terminal sends it) to the exit of
+    a stage whose copies are under way (temporaries present); ``nan`` when it ended first."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    deadline = time.perf_counter() + 30
+    while process.poll() is None and time.perf_counter() < deadline and not (
+            target.is_dir() and any(target.glob(".*.tmp"))):
+        time.sleep(0.002)
+    if process.poll() is not None:
+        return float("nan")
+    os.killpg(process.pid, signal.SIGINT)
+    started = time.perf_counter()
+    process.wait(timeout=60)
+    return time.perf_counter() - started
+
+
 def timed(command: list[str]) -> float:
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -73,6 +92,7 @@ def main() -> None:
         total = make_dataset(scratch / "dataset", args.shards, args.shard_mb * 2**20)
         runs: dict[str, list[float]] = {"cp -r": [], "cp -r + sync": [], "stage": [],
                                          "re-stage (no-op)": []}
+        stops: list[float] = []  # Ctrl-C to exit, copies under way
         for _ in range(args.reps):
             for name in ("cp -r", "cp -r + sync", "stage"):
                 target = scratch / "copy"
@@ -89,6 +109,10 @@ def main() -> None:
             runs["re-stage (no-op)"].append(timed(
                 [*shardsmith, "stage", str(scratch / "dataset"), "--to", str(scratch / "copy"),
                  "--quiet"]))
+            target = scratch / "interrupted"
+            shutil.rmtree(target, ignore_errors=True)
+            stops.append(interrupted([*shardsmith, "stage", str(scratch / "dataset"), "--to",
+                                      str(target), "--quiet"], target))
 
     medians = {name: statistics.median(values) for name, values in runs.items()}
     print(f"staging {args.shards} shards x {args.shard_mb} MB = {total / 1e9:.2f} GB, "
@@ -101,8 +125,12 @@ def main() -> None:
     ratio_sync = medians["cp -r + sync"] / medians["stage"]
     print(f"stage throughput vs cp -r: {ratio:.2f}x; vs cp -r + sync: {ratio_sync:.2f}x; "
           f"no-op re-stage {medians['re-stage (no-op)']:.2f}s")
+    stop = statistics.median(stops)
+    print(f"Ctrl-C during a stage: exit {stop:.2f} s after the signal (median; target 1 s: "
+          f"{'met' if stop <= 1.0 else 'NOT met'})")
     write_report(args.json, {"bytes": total, "runs": runs, "medians": medians,
-                             "stage_vs_cp": ratio, "stage_vs_cp_sync": ratio_sync})
+                             "stage_vs_cp": ratio, "stage_vs_cp_sync": ratio_sync,
+                             "ctrl_c_seconds": stops})
 
 
 if __name__ == "__main__":

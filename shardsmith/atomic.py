@@ -1,4 +1,5 @@
-"""Publish files atomically: write under a temporary name, fsync, rename (DESIGN invariant 2).
+"""Publish files atomically: write under a temporary name, fsync, rename (docs/design.md,
+invariant 2).
 
 The temporary file is created new (``O_EXCL``, ``O_NOFOLLOW``): a link planted under its name is
 never written through.  A folder where a temporary or final file of ours belongs is someone

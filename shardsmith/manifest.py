@@ -12,7 +12,7 @@ or be damaged.  ``read_manifest`` checks types and required fields, and that eve
 is a plain name of our own pattern (no separator, no ``..``), before any command touches a
 file; sizes bound every copy and read.  Anything else is one ``ManifestError`` (exit 2).
 
-The manifest is the single commit point (DESIGN invariant 8): new files go under new names,
+The manifest is the single commit point (docs/design.md, invariant 8): new files go under new names,
 then the manifest is renamed into place, then files the new manifest no longer names are
 removed.  Shard numbers and index versions only grow, so a name never changes its content.
 """

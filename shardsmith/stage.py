@@ -1,8 +1,8 @@
 """``stage``: copy a dataset's shards to local NVMe, verified and incrementally.
 
-The destination keeps the same commit point as a pack (DESIGN invariant 8): every new file is
-copied under a temporary name, fsynced, checked against the manifest's size and sha256 and
-renamed into place; then the manifest is swapped in; then what it no longer names is removed.
+The destination keeps the same commit point as a pack (docs/design.md, invariant 8): every new
+file is copied under a temporary name, fsynced, checked against the manifest's size and sha256
+and renamed into place; then the manifest is swapped in; then what it no longer names is removed.
 A training job reading the destination meanwhile sees the old version or the new one.
 
 The source manifest is untrusted: names are validated before any file is touched, a source

@@ -90,7 +90,7 @@ def test_reader_targets_meet_torchvision_detection_contract(tmp_path):
 
 
 def test_tfrecord_carries_the_object_detection_api_keys_and_a_label_map(tmp_path):
-    import tensorflow as tf
+    tf = pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
 
     from shardsmith.readers.tf import dataset as tf_dataset
     from shardsmith.readers.tf import object_classes

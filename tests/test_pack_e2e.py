@@ -82,7 +82,7 @@ def test_webdataset_output_reads_back_with_webdataset(mixed_source, tmp_path):
 
 
 def test_tfrecord_output_reads_back_with_tensorflow(mixed_source, tmp_path):
-    import tensorflow as tf
+    tf = pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
 
     source, expected = mixed_source
     output = tmp_path / "records"

@@ -388,6 +388,7 @@ def test_wids_reads_the_shard_list_json(crops, tmp_path):
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
 def test_dali_reads_an_exact_epoch_with_the_right_labels_on_every_rank(tmp_path, fmt):
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
     from shardsmith.readers.dali import loader
 
     output = packed(tmp_path, fmt)
@@ -413,7 +414,7 @@ def test_dali_reads_an_exact_epoch_with_the_right_labels_on_every_rank(tmp_path,
 
 
 def test_tf_reader_yields_hwc_uint8_int64_labels_and_the_classes(tmp_path):
-    import tensorflow as tf
+    tf = pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
 
     from shardsmith.readers.tf import classes
     from shardsmith.readers.tf import dataset as tf_dataset
@@ -433,6 +434,7 @@ def test_tf_reader_yields_hwc_uint8_int64_labels_and_the_classes(tmp_path):
 
 @pytest.mark.parametrize("parts", [2, 3, 9])  # fewer and more parts than shard files
 def test_tf_reader_parts_read_every_sample_exactly_once(tmp_path, parts):
+    pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
     from shardsmith.readers.tf import dataset as tf_dataset
 
     output = packed(tmp_path, "tfrecord")

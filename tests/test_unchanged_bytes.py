@@ -1,13 +1,14 @@
 """A dataset without annotations or tiles packs to the same bytes as before they existed.
 
 The shards below were packed by the release before annotations and tiling, with the library
-versions in ``PINNED_WITH``; byte identity is promised for equal library versions (DESIGN
+versions in ``PINNED_WITH``; byte identity is promised for equal library versions (docs/design.md,
 invariant 1), so with other versions the comparison is skipped, not failed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 
 import cv2
@@ -49,8 +50,6 @@ def library_versions() -> dict[str, str]:
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
 def test_a_dataset_without_annotations_packs_to_the_pinned_bytes(tmp_path: Path, fmt: str):
-    if library_versions() != PINNED_WITH:
-        pytest.skip(f"pinned with {PINNED_WITH}, these are {library_versions()}")
     source = tmp_path / "source"
     images.write(source / "dent" / "a.jpg", images.jpeg(320, 240, 1))
     images.write(source / "dent" / "b.png", images.png(200, 300, 2))
@@ -61,7 +60,14 @@ def test_a_dataset_without_annotations_packs_to_the_pinned_bytes(tmp_path: Path,
         "pack", str(source), str(output), "--format", fmt, "--shard-samples", "3",
         "--size", "64", "--split", "train=0.5,val=0.5", "--workers", "1", "--quiet"])
     assert result.exit_code == 0, result.output
+    # The settings fingerprint is ours alone: equal whatever the library versions.
+    assert images.manifest_of(output)["fingerprint"] == PINNED[fmt]["fingerprint"]
+    if library_versions() != PINNED_WITH:
+        message = (f"the golden shard bytes were NOT compared: pinned with {PINNED_WITH}, "
+                   f"these are {library_versions()}")
+        warnings.warn(message, stacklevel=1)  # in the warnings summary, not only the skips
+        pytest.skip(message)
     found = {name: hashlib.sha256((output / name).read_bytes()).hexdigest()
              for name in PINNED[fmt] if name != "fingerprint"}
-    found["fingerprint"] = images.manifest_of(output)["fingerprint"]
-    assert found == PINNED[fmt]
+    assert found == {name: digest for name, digest in PINNED[fmt].items()
+                     if name != "fingerprint"}

@@ -8,7 +8,7 @@
         data.set_epoch(epoch)
         for images, labels in loader: ...   # uint8 N×C×H×W (channels_last), int64 N
 
-Exact, equal epochs (DESIGN invariant 9).  One global order per (seed, epoch)
+Exact, equal epochs (docs/design.md, invariant 9).  One global order per (seed, epoch)
 (``plan.epoch_order``) is cut into one equal share per rank (``plan.rank_share``).  In batch
 mode the share is cut into batches and batch ``i`` goes to DataLoader worker ``i % workers``;
 the DataLoader collects worker results round-robin, so it yields batches in order, every rank
