@@ -39,8 +39,9 @@ install-dev: $(DEV)  ## .venv with the test tools too (TensorFlow, torch, DALI, 
 test: $(DEV)  ## run the test suite
 	$(BIN)/python -m pytest -q
 
-lint: $(DEV)  ## ruff over the code, scripts and tests
+lint: $(DEV)  ## ruff over the code, scripts and tests; the import layers (pyproject.toml)
 	$(BIN)/ruff check shardsmith scripts tests
+	$(BIN)/lint-imports
 
 demo: $(CORE)  ## generate a small image tree, pack, stage, verify; then what to try next
 	$(BIN)/python scripts/make_sample_tree.py $(DEMO)/source --count 40 --width 2400 --height 1800 --bad 3 --seed 1

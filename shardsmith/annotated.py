@@ -32,10 +32,10 @@ from .annotations.geometry import (
     upright_size,
 )
 from .annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS, too_many_objects
+from .annotations.maskpng import mask_png
 from .annotations.masks import (
     binary_patch,
     class_mask,
-    mask_png,
     polygon_patch,
     reduce_patch,
     rle_encode,

@@ -23,7 +23,7 @@ from .config import Config, config_from_settings
 from .errors import ConfigError, ManifestError
 from .manifest import Manifest, SampleRecord, iter_sample_index
 from .records import CONTENT_PREFIX
-from .report import printable
+from .text import printable
 
 COMMON_SIZES = 5
 

@@ -27,14 +27,13 @@ from .errors import ConfigError, ShardsmithError, Terminated, TooManyRejectsErro
 from .report import (
     pack_report,
     pack_summary,
-    plural,
-    printable,
     reject_budget_exceeded,
     reject_lines,
     stage_summary,
     verify_summary,
     version_log,
 )
+from .text import plural, printable
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143

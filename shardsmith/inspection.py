@@ -18,7 +18,7 @@ from .census import Census, DuplicateSet, Spread, packed_config, require_split, 
 from .errors import ManifestError
 from .manifest import Manifest, read_manifest
 from .quality import QualityFigure, measure_quality, quality_json, quality_lines
-from .report import human_bytes, plural, printable
+from .text import human_bytes, plural, printable
 
 log = logging.getLogger(__name__)
 

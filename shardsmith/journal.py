@@ -23,9 +23,10 @@ from typing import Any
 from .atomic import fsync_directory, naming, write_bytes_atomic
 from .door import MANIFEST_CAP
 from .errors import ManifestError
-from .jsonmodel import MAX_EXACT, parse, shown, to_json
+from .jsonmodel import MAX_EXACT, parse, to_json
 from .manifest import STATE_DIR, RejectEntry, ShardEntry, files_intact, sample_line
 from .statedir import bounded_lines, open_state_file, read_state, state_folder
+from .text import shown
 
 JOURNAL_NAME = "journal.jsonl"
 SAMPLES_NAME = "samples.jsonl"

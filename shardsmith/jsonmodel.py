@@ -21,6 +21,7 @@ from functools import cache
 from typing import Annotated, Any, TypeVar, Union
 
 from .errors import ManifestError
+from .text import shown
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
@@ -143,14 +144,3 @@ def _check_bounds(value: int, bounds: Bounds, where: str) -> None:
 
 def _wrong(where: str, expected: str, value: Any) -> ManifestError:
     return ManifestError(f"{where or 'the document'}: expected {expected}, got {shown(value)}")
-
-
-def shown(value: Any, limit: int = 60) -> str:
-    """A value quoted in an error, cut to ``limit`` characters (inputs can be huge)."""
-    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
-    return cut(text, limit)
-
-
-def cut(text: str, limit: int = 60) -> str:
-    """``text`` cut to ``limit`` characters, marked with ``...`` when cut."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -32,7 +32,8 @@ from typing import Annotated, Any
 from .atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
 from .door import MANIFEST_CAP, Refused, open_file
 from .errors import ManifestError
-from .jsonmodel import INT64, Bounds, Count, parse, shown, to_json
+from .jsonmodel import INT64, Bounds, Count, parse, to_json
+from .text import shown
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)

@@ -35,8 +35,8 @@ import os
 from .config import ImageConfig
 from .door import MIB, Identity, OpenFile, Refused, open_beneath, open_file
 from .errors import BadImage, ManifestError, SourceUnavailableError
-from .jsonmodel import shown
 from .records import EDGE_BYTES
+from .text import shown
 
 UNCAPPED = 1 << 62
 # The fast open found no file (or a non-folder) where the scan saw one: a folder on the way may

@@ -110,7 +110,7 @@ def _pack_scanned(
         reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
         raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
                               + _flat_folder_hint(scanned, config))
-    notes = prepare(scanned.files, scanned.classes, str(source), config,
+    notes = prepare(scanned.files.relpaths, scanned.classes, str(source), config,
                     previous.object_classes if previous is not None else None)
     plan = make_plan(scanned.files, config.splits, config.seed, config.split_group,
                      config.split_folder)

@@ -21,9 +21,8 @@ import numpy as np
 import regex
 
 from .errors import ConfigError
-from .jsonmodel import shown
-from .report import printable
 from .scan import SourceFile, SourceTable
+from .text import printable, shown
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 # ``splits.group`` is the user's regular expression: a nested repetition such as ``(a|aa)+$``

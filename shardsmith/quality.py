@@ -43,7 +43,7 @@ from .originals import read_under_root, source_root
 from .picks import interleave, pick_per_class, read_packed
 from .progress import Progress
 from .records import digest_as
-from .report import plural, printable
+from .text import plural, printable
 
 MAX_REFERENCE_PIXELS = 120_000_000
 TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,

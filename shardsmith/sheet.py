@@ -30,7 +30,7 @@ from .errors import BadImage, SourceUnavailableError
 from .manifest import Manifest, RejectEntry, SampleRecord
 from .originals import original_path, read_under_root, source_root
 from .picks import pick_per_class, pick_rejects, read_packed
-from .report import human_bytes, plural, printable
+from .text import human_bytes, plural, printable
 
 Box = tuple[int, int, int, int]
 

@@ -58,8 +58,8 @@ from .manifest import (
 )
 from .originals import open_regular
 from .progress import Progress
-from .report import human_bytes
 from .statedir import read_state, state_folder
+from .text import human_bytes
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,20 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-
-from .config import TileConfig
+from typing import Protocol
 
 MAX_TILES = 4096  # tiles an original
 REFERENCE_SIDE = 1024  # the original a config's grid must fit in MAX_TILES
+
+
+class TileSettings(Protocol):
+    """The settings a grid is cut by (``config.TileConfig``, YAML ``image.tiles``)."""
+
+    size: int
+    overlap: int
+    scale: float
+    keep: str
+    background_fraction: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +62,7 @@ def count_along(length: int, size: int, overlap: int) -> int:
     return 1 if length <= size else -(-(length - size) // (size - overlap)) + 1
 
 
-def tile_count(width: int, height: int, config: TileConfig) -> int:
+def tile_count(width: int, height: int, config: TileSettings) -> int:
     """How many tiles ``grid`` gives a ``width`` x ``height`` (scaled) image."""
     return (count_along(width, config.size, config.overlap)
             * count_along(height, config.size, config.overlap))
@@ -64,7 +73,7 @@ def scaled_size(width: int, height: int, scale: float) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def grid_problem(config: TileConfig) -> str | None:
+def grid_problem(config: TileSettings) -> str | None:
     """Why a tile config would reject nearly every image (too many tiles already on a
     ``REFERENCE_SIDE`` square original), or None."""
     side = scaled_size(REFERENCE_SIDE, REFERENCE_SIDE, config.scale)[0]
@@ -77,7 +86,7 @@ def grid_problem(config: TileConfig) -> str | None:
             "have: use a smaller overlap or a larger tile")
 
 
-def grid(width: int, height: int, config: TileConfig) -> list[Tile]:
+def grid(width: int, height: int, config: TileSettings) -> list[Tile]:
     """The tiles of a ``width`` x ``height`` (scaled) image, row by row."""
     size = config.size
     return [Tile(row, column, x, y, min(size, width), min(size, height))
@@ -92,7 +101,7 @@ def draw(seed: int, relpath: str, tile: Tile) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def kept(tiles: list[Tile], annotated: list[bool], config: TileConfig, seed: int,
+def kept(tiles: list[Tile], annotated: list[bool], config: TileSettings, seed: int,
          relpath: str, has_annotations: bool) -> list[bool]:
     """Which tiles become samples: all of them (``keep: all``, or a dataset without box or
     mask annotations); else the annotated ones plus a seeded ``background_fraction`` of the

@@ -35,7 +35,7 @@ from .manifest import (
     iter_sample_index,
     read_manifest,
 )
-from .report import plural
+from .text import plural
 
 CHUNK = 8 * 1024 * 1024
 DIGEST_MASK = (1 << 64) - 1

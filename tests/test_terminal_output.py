@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shardsmith.report import printable
+from shardsmith.text import printable
 
 import images
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..jsonmodel import shown
+from ..text import shown
 from . import rle
 from .limits import MAX_OBJECTS, MAX_POINTS, too_many_objects
 from .model import AnnotationError

@@ -115,7 +115,7 @@ class ObjectClasses:
             self.check_mask_limit()
         if mask_ids == list(range(1, len(mask_ids) + 1)) or objects.mask_png is None:
             return objects
-        from .masks import remap_png  # numpy and OpenCV only where a mask is remapped
+        from .maskpng import remap_png  # numpy and OpenCV only where a mask is remapped
 
         png = remap_png(objects.mask_png, mask_ids)
         return replace(objects, mask_png=png, mask_names=tuple(self.names[: max(mask_ids)]))

@@ -27,7 +27,7 @@ from xml.etree.ElementTree import Element, ParseError, TreeBuilder
 import numpy as np
 
 from ..errors import BadImage
-from ..jsonmodel import shown
+from ..text import shown
 from .limits import MAX_OBJECTS, MAX_POINTS, too_many_objects
 from .model import Shape
 

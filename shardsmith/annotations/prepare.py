@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import bisect
 import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..config import Config
-from ..scan import SourceTable
 from .coco import read_coco
 from .limits import COCO_CAP
 from .model import ObjectClasses
@@ -27,11 +28,11 @@ class Prepared:
     digests: np.ndarray | None = None
 
 
-def prepare(table: SourceTable, image_classes: tuple[str, ...], root: str, config: Config,
+def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: str, config: Config,
             previous: tuple[str, ...] | None) -> Prepared:
     """Read the shared annotation files, stat every image's own files, list the known object
     classes: the previous version's (ids never change), the configured ones, the COCO
-    categories, the MVTec defect folders."""
+    categories, the MVTec defect folders.  ``relpaths``: the scanned images, sorted."""
     notes = config.source.annotations
     prepared = Prepared()
     if not notes.has_objects:
@@ -41,7 +42,7 @@ def prepare(table: SourceTable, image_classes: tuple[str, ...], root: str, confi
         data = read_shared(root, notes.coco, COCO_CAP, config.source.follow_symlinks)
         coco = read_coco(data, notes.coco,
                          posixpath.normpath(notes.coco_root) if notes.coco_root else "",
-                         lambda relpath: table.index_of(relpath) is not None,
+                         lambda relpath: _listed(relpaths, relpath),
                          min(config.image.max_pixels, config.image.max_decoded_mb * 2**20))
         del data  # the parsed records are all that is kept
         prepared.records = coco.records
@@ -52,6 +53,12 @@ def prepare(table: SourceTable, image_classes: tuple[str, ...], root: str, confi
     prepared.known = tuple(dict.fromkeys(known))
     if notes.has_masks:  # refused before any image is read, not at the 255th class
         ObjectClasses(prepared.known).check_mask_limit()
-    prepared.digests = digests(table.relpaths, prepared.records, root, notes,
+    prepared.digests = digests(relpaths, prepared.records, root, notes,
                                config.source.follow_symlinks)
     return prepared
+
+
+def _listed(relpaths: Sequence[str], relpath: str) -> bool:
+    """Whether the sorted ``relpaths`` hold ``relpath`` (a binary search)."""
+    index = bisect.bisect_left(relpaths, relpath)
+    return index < len(relpaths) and relpaths[index] == relpath

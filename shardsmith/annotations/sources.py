@@ -29,7 +29,7 @@ import xxhash
 
 from ..config import AnnotationConfig
 from ..door import SHARED_ANNOTATION_CAP, Refused, read_file
-from ..jsonmodel import shown
+from ..text import shown
 from .model import AnnotationError
 
 FILE_EXTENSIONS = {"yolo": ".txt", "voc": ".xml", "labelme": ".json"}

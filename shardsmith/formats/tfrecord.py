@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import crc32c
 
 from ..errors import ShardFormatError
-from . import Placed, Record, class_name, open_shard
+from .base import Placed, Record, class_name, open_shard
 
 if TYPE_CHECKING:
     from ..annotations.model import ObjectClasses

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import ShardFormatError
-from . import Member, Placed, Record, class_name, open_shard, sample_metadata
+from .base import Member, Placed, Record, class_name, open_shard, sample_metadata
 
 if TYPE_CHECKING:
     from ..annotations.model import ObjectClasses

@@ -35,8 +35,8 @@ from ..originals import open_source, original_cap, read_all
 from ..parallel import IDLE_WORKER_SECONDS
 from ..plan import sample_key
 from ..records import Sample, content_digest
-from ..report import plural
 from ..scan import SourceFile
+from ..text import plural
 from .storage import ReadLevel, level_of
 
 if TYPE_CHECKING:

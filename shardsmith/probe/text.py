@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..report import human_bytes, plural, printable
+from ..text import human_bytes, plural, printable
 from .predict import CPU, READ, WRITER, ShardEstimate
 
 if TYPE_CHECKING:

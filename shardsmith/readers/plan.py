@@ -33,8 +33,8 @@ from ..door import OpenFile, Refused, read_file
 from ..errors import ManifestError, ShardFormatError
 from ..formats import open_shard
 from ..formats.webdataset import BLOCK, INDEX_VERSION, check_member_name, iter_members
-from ..jsonmodel import shown
 from ..manifest import ShardEntry
+from ..text import shown
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,23 @@ import math
 import multiprocessing
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
 
-if TYPE_CHECKING:
-    from .torch import ShardDataset
+
+class BatchDataset(Protocol):
+    """What ``ShardLoader`` needs of a dataset (``torch.ShardDataset`` in batch mode): equal
+    image sizes, whole batches, and a ring slot to decode into."""
+
+    batch_size: int | None
+    decode: bool
+    batch_transform: Any
+    image_size: tuple[int, int]
+    channels: int
 
 
 class RingBatch(NamedTuple):
@@ -76,7 +84,7 @@ class ShardLoader(torch.utils.data.DataLoader):
     ``batch_size=None`` and, by default, persistent workers.
     """
 
-    def __init__(self, data: ShardDataset, num_workers: int = 1, prefetch_factor: int = 2,
+    def __init__(self, data: BatchDataset, num_workers: int = 1, prefetch_factor: int = 2,
                  persistent_workers: bool = True, **options: Any):
         if data.batch_size is None or not data.decode or data.batch_transform is not None:
             raise ConfigError("ShardLoader needs a dataset with batch_size=, decode=True and "

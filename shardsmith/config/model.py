@@ -12,12 +12,11 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 FORMATS = ("webdataset", "tfrecord")
 RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
@@ -266,48 +265,6 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return [_plain(item) for item in obj]
     return obj
-
-
-def load_config(
-    path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None
-) -> Config:
-    """Read an optional YAML file, apply dotted-key overrides (``{"image.size": 256}``), validate.
-
-    Raises ConfigError naming the key for unknown keys, wrong types and bad values.
-    """
-    from .config_parse import build, read_yaml, split_mapping
-
-    raw: dict[str, Any] = {}
-    if path is not None:
-        raw = read_yaml(Path(path))
-    for dotted, value in (overrides or {}).items():
-        if value is None:
-            continue
-        if dotted == "splits":  # --split replaces the fractions, not the file's splits.group
-            value = split_mapping(value, "splits")
-            previous = raw.get("splits")
-            for kept in ("group", "folder"):
-                if isinstance(previous, dict) and kept in previous and kept not in value:
-                    value[kept] = previous[kept]
-        node = raw
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            child = node.setdefault(part, {})
-            if part == "splits" and isinstance(child, str):
-                child = node[part] = split_mapping(child, "splits")
-            if not isinstance(child, dict):
-                raise ConfigError(f"{part}: expected a mapping, got {type(child).__name__}")
-            node = child
-        node[leaf] = value
-    return build(raw)
-
-
-def config_from_settings(settings: Mapping[str, Any]) -> Config:
-    """The config a dataset was packed with, from the settings its manifest records
-    (``Config.dataset_settings``); raises ConfigError when they do not validate."""
-    from .config_parse import build
-
-    return build(dict(settings))
 
 
 def check_paths(config: Config) -> tuple[Path, Path]:

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import regex
 import yaml
 
-from .config import (
+from ..errors import ConfigError
+from ..text import cut, shown
+from ..tiling import grid_problem
+from .model import (
     ANNOTATION_FILES,
     ANNOTATION_PRESETS,
     BACKENDS,
@@ -36,9 +41,6 @@ from .config import (
     Config,
     TileConfig,
 )
-from .errors import ConfigError
-from .jsonmodel import cut, shown
-from .tiling import grid_problem
 
 
 def build(raw: dict[str, Any]) -> Config:
@@ -347,3 +349,39 @@ def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(value)}")
 
 
+def load_config(
+    path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None
+) -> Config:
+    """Read an optional YAML file, apply dotted-key overrides (``{"image.size": 256}``), validate.
+
+    Raises ConfigError naming the key for unknown keys, wrong types and bad values.
+    """
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = read_yaml(Path(path))
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if dotted == "splits":  # --split replaces the fractions, not the file's splits.group
+            value = split_mapping(value, "splits")
+            previous = raw.get("splits")
+            for kept in ("group", "folder"):
+                if isinstance(previous, dict) and kept in previous and kept not in value:
+                    value[kept] = previous[kept]
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if part == "splits" and isinstance(child, str):
+                child = node[part] = split_mapping(child, "splits")
+            if not isinstance(child, dict):
+                raise ConfigError(f"{part}: expected a mapping, got {type(child).__name__}")
+            node = child
+        node[leaf] = value
+    return build(raw)
+
+
+def config_from_settings(settings: Mapping[str, Any]) -> Config:
+    """The config a dataset was packed with, from the settings its manifest records
+    (``Config.dataset_settings``); raises ConfigError when they do not validate."""
+    return build(dict(settings))

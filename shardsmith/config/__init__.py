@@ -1,0 +1,26 @@
+"""One job's settings: frozen dataclasses (``model``), read from YAML and command-line
+overrides and validated once (``parse``)."""
+
+from .model import (
+    FORMATS,
+    LABEL_MODES,
+    LOCAL_WORKERS_PER_CORE,
+    RESIZE_MODES,
+    AnnotationConfig,
+    Config,
+    ImageConfig,
+    OutputConfig,
+    RunConfig,
+    SourceConfig,
+    StageConfig,
+    TileConfig,
+    check_paths,
+    check_workers,
+    machine_cores,
+)
+from .parse import config_from_settings, load_config
+
+__all__ = ["FORMATS", "LABEL_MODES", "LOCAL_WORKERS_PER_CORE", "RESIZE_MODES",
+           "AnnotationConfig", "Config", "ImageConfig", "OutputConfig", "RunConfig",
+           "SourceConfig", "StageConfig", "TileConfig", "check_paths", "check_workers",
+           "config_from_settings", "load_config", "machine_cores"]
