@@ -89,6 +89,7 @@ def test_reader_targets_meet_torchvision_detection_contract(tmp_path):
             check_torchvision_target(image, target)
 
 
+@pytest.mark.slow
 def test_tfrecord_carries_the_object_detection_api_keys_and_a_label_map(tmp_path):
     tf = pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
 

@@ -42,6 +42,7 @@ def test_dask_backend_without_a_scheduler_is_a_config_error(tmp_path):
     assert "run.scheduler: the dask backend needs a scheduler address" in result.output
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_reported_clearly(tmp_path):
     images.write(tmp_path / "src" / "a" / "x.jpg", images.jpeg())
     result = CliRunner().invoke(main, ["pack", str(tmp_path / "src"), str(tmp_path / "out"),

@@ -69,6 +69,7 @@ def add_increment(source: Path) -> None:
         images.write(source / "b" / f"empty{number:03d}.jpg", b"")
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_any_point_of_an_increment_leaves_a_dataset_that_verifies(
     tmp_path, tmpfs
 ):

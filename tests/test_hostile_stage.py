@@ -80,6 +80,7 @@ def test_stage_refuses_a_shard_that_is_not_a_regular_file_and_fills_nothing(tmp_
     assert not no_temporaries(destination)
 
 
+@pytest.mark.slow
 def test_a_full_destination_at_any_point_of_a_restage_keeps_the_old_staged_version(
     tmp_path, tmpfs, monkeypatch
 ):

@@ -219,6 +219,7 @@ def test_interrupted_pack_resumes_and_equals_an_uninterrupted_run(
     assert [p.name for p in (output / ".shardsmith").iterdir()] == ["lock"]  # no journal
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after_shards", [0, 2, 7])
 def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path, kill_after_shards):
     """kill -9 at several points of a real run; the next run finishes the same dataset."""

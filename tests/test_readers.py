@@ -231,6 +231,7 @@ def _ddp_rank(rank: int, world: int, path: str, init: str, result: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_real_process_groups_get_equal_batches_and_every_sample_once(crops, tmp_path, world):
     """gloo ranks × 0-3 DataLoader workers, 5 shards for up to 16 readers."""
