@@ -361,6 +361,7 @@ def test_torch_reader_refuses_tfrecord_datasets(tmp_path):
 
 
 def test_tar_indexes_equal_what_dalis_wds2idx_writes(crops, tmp_path):
+    pytest.importorskip("nvidia.dali", reason="wds2idx comes with NVIDIA DALI (the dali extra)")
     tool = Path(sys.executable).parent / "wds2idx"
     for shard in images.manifest_of(crops)["shards"]:
         theirs = tmp_path / shard["index"]["name"]
