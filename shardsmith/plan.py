@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import regex
 
+from .config.pattern import check_group_pattern
 from .errors import ConfigError
 from .scan import SourceFile, SourceTable
 from .text import printable, shown
@@ -87,7 +88,9 @@ def _split_at(digest: bytes, splits: tuple[tuple[str, float], ...]) -> str:
 @functools.cache
 def group_pattern(group: str) -> regex.Pattern[str]:
     """``splits.group`` compiled: the ``regex`` module (``re`` syntax and more: lookarounds,
-    backreferences), because it can bound the time of one match."""
+    backreferences), because it can bound the time of one match.  Raises ConfigError for a
+    pattern too big to compile safely (``config.pattern``: compiling expands counted repeats)."""
+    check_group_pattern(group)
     return regex.compile(group)
 
 
