@@ -34,7 +34,7 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 # decode budget (``image.max_decoded_mb``), since no supported format packs more pixels into a
 # file than it holds bytes once decoded, BMP and raw TIFF being the 1:1 cases.
 MANIFEST_CAP = 256 * MIB
-CONFIG_CAP = 4 * MIB
+CONFIG_CAP = 1 * MIB  # a hand-written job file is a few KiB
 ANNOTATION_CAP = 64 * MIB  # one image's own file (YOLO, VOC, LabelMe, mask PNG)
 SHARED_ANNOTATION_CAP = 1 * GIB  # a COCO file or a labels CSV for the whole tree
 SHARD_LIST_CAP = 64 * MIB

@@ -32,8 +32,11 @@ DEFAULT_EXTENSIONS = ("jpg", "jpeg", "png", "tif", "tiff", "bmp", "webp")
 BACKENDS = ("local", "dask")
 CHANGE_DETECTION = ("content", "edges")
 SPLIT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-MAX_CONFIG_BYTES = 1024 * 1024
 MAX_CONFIG_VALUES = 10_000  # scalars after YAML alias expansion: a job file holds ~50
+MAX_CONFIG_DEPTH = 32  # nesting of YAML collections: a job file nests 4 deep
+# Every count and size in a job fits in 63 bits; a larger integer is refused before it is
+# turned into a float (OverflowError) or printed (Python's 4,300-digit limit).
+MAX_CONFIG_INTEGER = 2**63 - 1
 MAX_SHARD_MB = 1024 * 1024
 DEFAULT_SPLITS = (("train", 1.0),)
 # Past a few processes a core, more only cost memory (each holds its own image libraries).

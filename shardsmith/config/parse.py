@@ -17,6 +17,7 @@ from typing import Any
 import regex
 import yaml
 
+from ..door import CONFIG_CAP, Refused, read_file
 from ..errors import ConfigError
 from ..text import cut, shown
 from ..tiling import grid_problem
@@ -31,7 +32,8 @@ from .model import (
     FORMATS,
     LABEL_MODES,
     MASK_VALUES,
-    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_INTEGER,
     MAX_CONFIG_VALUES,
     MAX_SHARD_MB,
     RESIZE_MODES,
@@ -41,6 +43,7 @@ from .model import (
     Config,
     TileConfig,
 )
+from .pattern import check_group_pattern
 
 
 def build(raw: dict[str, Any]) -> Config:
@@ -49,27 +52,73 @@ def build(raw: dict[str, Any]) -> Config:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML that refuses a key given twice (the second would silently win)."""
+    """Safe YAML for an untrusted job file: every construct it cannot take is a ``ConfigError``
+    naming the line, never another exception.  It refuses a key given twice (the second would
+    silently win), a key that is a list or a mapping (unhashable), collections nested past
+    ``MAX_CONFIG_DEPTH`` (the composer recurses per level), integers past
+    ``MAX_CONFIG_INTEGER`` and scalars their tag cannot build (``2001-13-45``, ``!!int x``)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self.depth += 1
+        try:
+            if self.depth > MAX_CONFIG_DEPTH:
+                raise ConfigError(f"line {self.peek_event().start_mark.line + 1}: nested more "
+                                  f"than {MAX_CONFIG_DEPTH} deep: not a job config")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, OverflowError):
+            tag = node.tag.rsplit(":", 1)[-1]
+            value = shown(node.value) if isinstance(node, yaml.ScalarNode) else "the value"
+            raise ConfigError(f"line {node.start_mark.line + 1}: {value} cannot be read as "
+                              f"a YAML {tag}") from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen = set()
         for key_node, _ in node.value:
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                raise ConfigError(f"line {line}: a key must be a name, not a {kind}")
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                raise ConfigError(f"line {key_node.start_mark.line + 1}: the key {shown(key)} "
-                                  "is given twice")
+            if key in seen:
+                raise ConfigError(f"line {line}: the key {shown(key)} is given twice")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
+        # 2**63 is 64 binary digits: a longer one is out of range before Python's 4,300-digit
+        # limit on int() could raise
+        digits = str(node.value).replace("_", "")
+        if len(digits) > 80 or abs(number := self.construct_yaml_int(node)) > MAX_CONFIG_INTEGER:
+            raise ConfigError(f"line {node.start_mark.line + 1}: {shown(node.value)} is out "
+                              "of range (at most 2**63 - 1)")
+        return number
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_bounded_int)
+
 
 def read_yaml(path: Path) -> dict[str, Any]:
+    """The settings tree of a job file, read through the door (a symlink named on the command
+    line is the user's choice and is followed; a FIFO, device or folder is refused unread)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        raw = read_file(path, CONFIG_CAP, follow_symlinks=True)
+    except Refused as exc:
+        if exc.reason == "too_large":
+            raise ConfigError(f"{path}: over {CONFIG_CAP // 1024 // 1024} MiB: not a job "
+                              "config") from None
+        raise ConfigError(f"config file {path} {exc.detail}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: over {MAX_CONFIG_BYTES // 1024} KiB: not a job config")
     try:
         data = yaml.load(raw.decode("utf-8"), Loader=_StrictLoader)  # noqa: S506 (safe loader)
     except UnicodeDecodeError:
@@ -103,7 +152,8 @@ def _count_values(node: Any, budget: int) -> int:
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got "
+                          f"{type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls) if "yaml" not in f.metadata}
     unknown = sorted(str(key) for key in set(raw) - set(fields))
     if unknown:
@@ -128,6 +178,10 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
 
 def _coerce(value: Any, default: Any, annotation: Any, key: str) -> Any:
     """Check one leaf value against the type of its default (the annotation for ``None``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            abs(value) > MAX_CONFIG_INTEGER:  # from JSON settings; YAML refuses it when read
+        raise ConfigError(f"{key}: a {value.bit_length():,}-bit integer is out of range (at "
+                          "most 2**63 - 1)")
     if default is None:
         if value is None:
             return None
@@ -209,6 +263,7 @@ def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str, b
                               "(a-z, 0-9, _; at most 64)")
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
             raise ConfigError(f"{key}.{name}: expected a fraction, got {shown(fraction)}")
+        fraction = _coerce(fraction, 0.0, float, f"{key}.{name}")
         if not 0 < fraction <= 1:
             raise ConfigError(f"{key}.{name}: fraction must be in (0, 1], got {fraction}")
         splits.append((name, float(fraction)))
@@ -225,6 +280,7 @@ def _group_pattern(value: Any, key: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{key}: expected a regular expression on the relative path (the "
                           f"name group is reserved for it, not a split), got {shown(value)}")
+    check_group_pattern(value, key)  # before compiling: compiling expands counted repeats
     try:
         regex.compile(value)  # as the plan compiles it (plan.group_pattern)
     except regex.error as exc:
