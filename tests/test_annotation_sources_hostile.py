@@ -1,0 +1,129 @@
+"""Hostile whole-tree annotation files (the labels file, the COCO file) and per-image ones.
+
+A malformed file of the whole tree is one line naming the file (and its line) and exit 2, never
+a traceback; a malformed per-image file is a ``bad_annotation`` reject; a COCO entry that
+belongs to no image is reported, never dropped in silence; a valid JSON Lines file is read as
+JSON Lines (lines end at ``\\n``), whatever its strings hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import defects
+import images
+from defects import members, pack_with
+
+REPO = Path(__file__).resolve().parents[1]
+ANY_REJECTS = {"run.max_reject_fraction": 1}
+LABELS_CSV = "source:\n  labels: file\n  annotations: {labels: labels.csv}\n"
+LABELS_JSONL = "source:\n  labels: file\n  annotations: {labels: labels.jsonl}\n"
+
+
+def two_images(source: Path) -> None:
+    images.write(source / "parts" / "a.jpg", defects.original())
+    images.write(source / "parts" / "b.jpg", defects.original())
+
+
+def pack_process(tmp_path: Path, source: Path, config: str) -> subprocess.CompletedProcess:
+    """The real CLI in its own process: a crash is an exit status, a hang a timeout."""
+    (tmp_path / "job.yaml").write_text(config)
+    return subprocess.run(
+        [sys.executable, "-m", "shardsmith", "pack", str(source), str(tmp_path / "out"),
+         "--quiet", "--config", str(tmp_path / "job.yaml")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def one_error_line(process: subprocess.CompletedProcess) -> str:
+    """Exit 2 and exactly one line on stderr, ``shardsmith: error: ...``."""
+    assert process.returncode == 2, (process.returncode, process.stderr)
+    assert "Traceback" not in process.stderr, process.stderr
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardsmith: error: "), process.stderr
+    return lines[0]
+
+
+def rejects(manifest: dict) -> dict[str, tuple[str, str]]:
+    return {reject["path"]: (reject["reason"], reject["detail"])
+            for reject in manifest["rejects"]}
+
+
+def labels_of(output: Path) -> dict[str, str]:
+    return {meta["path"]: meta["class"] for meta in (
+        json.loads(files["json"]) for files in members(output).values())}
+
+
+def boxes_of(output: Path) -> dict[str, int]:
+    return {meta["path"]: len(meta["boxes"]) for meta in (
+        json.loads(files["json"]) for files in members(output).values())}
+
+
+# The labels file (CSV)
+
+def test_a_labels_csv_field_over_the_csv_limit_is_one_line_naming_its_line(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "labels.csv").write_text("parts/a.jpg,good\nparts/b.jpg," + "x" * 200_000 + "\n")
+    line = one_error_line(pack_process(tmp_path, source, LABELS_CSV))
+    assert line.startswith("shardsmith: error: labels.csv line 2: not a CSV row (field larger")
+
+
+def test_a_zero_filled_labels_file_is_one_clear_error(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "labels.csv").write_bytes(bytes(200_000))
+    line = one_error_line(pack_process(tmp_path, source, LABELS_CSV))
+    assert line.startswith("shardsmith: error: labels.csv line 1: ")
+
+
+def test_a_labels_csv_with_old_mac_line_endings_is_read(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "labels.csv").write_bytes(b"path,label\rparts/a.jpg,good\rparts/b.jpg,bad\r")
+    manifest = pack_with(source, tmp_path / "out", {"source.labels": "file",
+                                                    "source.annotations.labels": "labels.csv"})
+    assert manifest["classes"] == ["bad", "good"]
+    assert labels_of(tmp_path / "out") == {"parts/a.jpg": "good", "parts/b.jpg": "bad"}
+
+
+# The labels file (JSON Lines)
+
+def test_a_labels_jsonl_nested_100000_deep_is_one_line_naming_its_line(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "labels.jsonl").write_text('{"path": "parts/a.jpg", "label": "good"}\n'
+                                         '{"path":' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    line = one_error_line(pack_process(tmp_path, source, LABELS_JSONL))
+    assert line == "shardsmith: error: labels.jsonl line 2: not valid JSON (nested too deeply)"
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_a_labels_jsonl_line_ends_at_a_newline_only(tmp_path, separator):
+    """JSON allows these raw inside a string; str.splitlines() would cut the line there."""
+    source = tmp_path / "source"
+    two_images(source)
+    label = f"go{separator}od"
+    (source / "labels.jsonl").write_bytes(
+        (json.dumps({"path": "parts/a.jpg", "label": label}, ensure_ascii=False) + "\r\n"
+         + json.dumps({"path": "parts/b.jpg", "label": "bad"}) + "\n").encode())
+    manifest = pack_with(source, tmp_path / "out", {"source.labels": "file",
+                                                    "source.annotations.labels": "labels.jsonl"})
+    assert manifest["classes"] == ["bad", label]
+    assert labels_of(tmp_path / "out") == {"parts/a.jpg": label, "parts/b.jpg": "bad"}
+
+
+def test_a_labels_jsonl_path_that_is_not_text_is_reported_as_such(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "labels.jsonl").write_text('{"path": "parts/a.jpg", "label": "good"}\n'
+                                         '{"path": 5, "label": "bad"}\n')
+    manifest = pack_with(source, tmp_path / "out", {
+        "source.labels": "file", "source.annotations.labels": "labels.jsonl"}, **ANY_REJECTS)
+    assert rejects(manifest)["labels.jsonl"] == (
+        "bad_annotation", "labels.jsonl line 2: the path 5 is not text")
