@@ -127,3 +127,96 @@ def test_a_labels_jsonl_path_that_is_not_text_is_reported_as_such(tmp_path):
         "source.labels": "file", "source.annotations.labels": "labels.jsonl"}, **ANY_REJECTS)
     assert rejects(manifest)["labels.jsonl"] == (
         "bad_annotation", "labels.jsonl line 2: the path 5 is not text")
+
+
+# The COCO file
+
+def coco_document(annotations: list, images_: list | None = None) -> str:
+    return json.dumps({
+        "images": images_ if images_ is not None else [
+            {"id": 1, "file_name": "parts/a.jpg"}, {"id": 2, "file_name": "parts/b.jpg"}],
+        "annotations": annotations, "categories": [{"id": 1, "name": "scratch"}]})
+
+
+def test_a_coco_file_nested_100000_deep_is_one_clear_error(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "coco.json").write_text('{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    line = one_error_line(pack_process(tmp_path, source,
+                                       "source:\n  annotations: {coco: coco.json}\n"))
+    assert line == "shardsmith: error: coco.json: not valid JSON (nested too deeply)"
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ({"id": 7, "image_id": "1"}, "annotation 7: image_id '1' is not an integer"),
+    ({"id": 7, "image_id": 1.0}, "annotation 7: image_id 1.0 is not an integer"),
+    ({"id": 7, "image_id": [1]}, "annotation 7: image_id list is not an integer"),
+    ({"id": 7, "image_id": True}, "annotation 7: image_id True is not an integer"),
+    ({"id": 7, "image_id": 99}, "annotation 7: image_id 99 is not an image of the file"),
+    ({"id": 7}, "annotation 7: image_id None is not an integer"),
+])
+def test_a_coco_annotation_that_names_no_image_is_reported_not_dropped(tmp_path, entry,
+                                                                      problem):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "coco.json").write_text(coco_document([
+        {"id": 5, "image_id": 1, "category_id": 1, "bbox": [10, 10, 20, 20]},
+        dict(entry, category_id=1, bbox=[10, 10, 20, 20])]))
+    manifest = pack_with(source, tmp_path / "out", {"source.annotations.coco": "coco.json"},
+                         **ANY_REJECTS)
+    reason, detail = rejects(manifest)["coco.json"]
+    assert reason == "bad_annotation" and detail.startswith(f"coco.json: {problem}"), detail
+    assert boxes_of(tmp_path / "out") == {"parts/a.jpg": 1, "parts/b.jpg": 0}
+
+
+@pytest.mark.parametrize("entry", [None, 5, "x", [1]])
+def test_a_coco_annotation_that_is_not_an_object_is_reported(tmp_path, entry):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "coco.json").write_text(coco_document([entry]))
+    manifest = pack_with(source, tmp_path / "out", {"source.annotations.coco": "coco.json"},
+                         **ANY_REJECTS)
+    assert rejects(manifest) == {"coco.json": (
+        "bad_annotation", "coco.json: annotations[0] is not an object")}
+
+
+def test_coco_annotations_that_name_no_image_are_listed_then_counted(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "coco.json").write_text(coco_document([
+        {"id": number, "image_id": 99, "category_id": 1, "bbox": [10, 10, 20, 20]}
+        for number in range(50)]))
+    manifest = pack_with(source, tmp_path / "out", {"source.annotations.coco": "coco.json"},
+                         **ANY_REJECTS)
+    details = [reject["detail"] for reject in manifest["rejects"]]
+    assert len(details) == 21
+    assert details[0] == "coco.json: annotation 0: image_id 99 is not an image of the file"
+    assert details[-1] == ("coco.json: 30 more annotations belong to no image (the first 20 "
+                           "are listed)")
+
+
+def test_a_coco_image_whose_id_is_text_is_rejected_not_packed_bare(tmp_path):
+    """7 and "7" are never one id in one place and two in another: "7" is malformed."""
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "coco.json").write_text(coco_document(
+        [{"id": 5, "image_id": 7, "category_id": 1, "bbox": [10, 10, 20, 20]}],
+        [{"id": 7, "file_name": "parts/a.jpg"}, {"id": "7", "file_name": "parts/b.jpg"}]))
+    manifest = pack_with(source, tmp_path / "out", {"source.annotations.coco": "coco.json"},
+                         **ANY_REJECTS)
+    assert rejects(manifest) == {"parts/b.jpg": (
+        "bad_annotation", "coco.json: images[1]: id '7' is not an integer (COCO ids are "
+        "integers)")}
+    assert boxes_of(tmp_path / "out") == {"parts/a.jpg": 1}
+
+
+def test_a_coco_annotation_whose_own_id_is_malformed_rejects_its_image(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "coco.json").write_text(coco_document(
+        [{"id": [[[1]]], "image_id": 1, "category_id": 1, "bbox": [10, 10, 20, 20]}]))
+    manifest = pack_with(source, tmp_path / "out", {"source.annotations.coco": "coco.json"},
+                         **ANY_REJECTS)
+    assert rejects(manifest) == {"parts/a.jpg": (
+        "bad_annotation", "coco.json: annotation list (image 1): id list is not an integer "
+        "(COCO ids are integers)")}
