@@ -220,3 +220,28 @@ def test_a_coco_annotation_whose_own_id_is_malformed_rejects_its_image(tmp_path)
     assert rejects(manifest) == {"parts/a.jpg": (
         "bad_annotation", "coco.json: annotation list (image 1): id list is not an integer "
         "(COCO ids are integers)")}
+
+
+# Per-image files
+
+def test_a_labelme_file_nested_100000_deep_is_a_reject(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "parts" / "a.json").write_text('{"shapes": ' + "[" * 100_000 + "]" * 100_000
+                                             + "}")
+    manifest = pack_with(source, tmp_path / "out", {"source.annotations.files": "labelme"},
+                         **ANY_REJECTS)
+    assert rejects(manifest) == {"parts/a.jpg": (
+        "bad_annotation", "parts/a.json: not valid JSON (nested too deeply)")}
+
+
+def test_a_voc_file_in_an_unknown_encoding_is_a_reject(tmp_path):
+    source = tmp_path / "source"
+    two_images(source)
+    (source / "parts" / "a.xml").write_text('<?xml version="1.0" encoding="bogus"?>'
+                                            "<annotation/>")
+    manifest = pack_with(source, tmp_path / "out", {"source.annotations.files": "voc"},
+                         **ANY_REJECTS)
+    reason, detail = rejects(manifest)["parts/a.jpg"]
+    assert reason == "bad_annotation"
+    assert detail.startswith("parts/a.xml: not well-formed XML (an unknown encoding"), detail
