@@ -293,7 +293,7 @@ def test_a_coco_bbox_of_400_digits_is_a_reject(tmp_path):
     assert detail.startswith("coco.json: annotation 5 (image 1): a bbox value is out of range")
 
 
-def test_coco_category_ids_1_and_text_1_are_one_clear_error(tmp_path):
+def test_a_coco_category_id_that_is_text_is_one_clear_error(tmp_path):
     source = tmp_path / "source"
     two_images(source)
     (source / "coco.json").write_text(coco(
@@ -303,8 +303,8 @@ def test_coco_category_ids_1_and_text_1_are_one_clear_error(tmp_path):
     result = pack_cli(tmp_path, source, "source:\n  annotations:\n    coco: coco.json\n")
     assert result.exit_code == 2
     assert one_error_line(result.output) == (
-        "shardsmith: error: coco.json: categories[0] and categories[1] have the same id '1' "
-        "(ids 1 and \"1\" are one id)")
+        "shardsmith: error: coco.json: categories[1]: id '1' is not an integer (COCO ids are "
+        "integers)")
 
 
 def test_two_coco_images_with_one_id_are_both_rejected_not_mixed_up(tmp_path):

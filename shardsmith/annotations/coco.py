@@ -5,11 +5,13 @@ put in front of it), numbers must be numbers, categories must exist, an RLE must
 image's size (and at most the pixels the decode budget allows) with counts that cover it
 exactly, an image may have at most ``MAX_OBJECTS`` entries.  An image with a malformed entry
 gets a record that says so (the worker rejects it with ``bad_annotation``, naming the
-annotation), and so do two images with one id and one file listed twice (an entry must never
-land on another image, nor be dropped in silence); an entry that names no image of the tree is
-counted; a ``file_name`` that leads out of the tree is refused and reported under the COCO
-file's name.  A file that is not a COCO document at all, or whose category ids are ambiguous
-(``1`` and ``"1"``), is an ``AnnotationError``.
+annotation), and so do two images with one id, one file listed twice and an image whose id is
+malformed (an entry must never land on another image, nor be dropped in silence).  Ids are
+integers, as COCO says: ``"1"`` or ``1.0`` is a malformed id, never a second spelling of ``1``.
+An entry for an image the file lists outside the tree is counted; an entry that names no image
+of the file, or is not an object, and a ``file_name`` that leads out of the tree are reported
+under the COCO file's name.  A file that is not a COCO document at all, or whose categories
+are malformed, is an ``AnnotationError``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class CocoIndex:
     problems: list[str] = field(default_factory=list)
 
 
+MAX_LISTED = 20  # entries that name no image, listed one by one; the rest are counted
+
+
 class _Bad(Exception):
     pass
 
@@ -63,8 +68,10 @@ def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]
     found that image; ``max_pixels`` bounds an RLE's declared size (the decode budget)."""
     try:
         document = json.loads(data)
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         raise AnnotationError(f"{where}: not valid JSON ({shown(str(exc), 120)})") from None
+    except RecursionError:
+        raise AnnotationError(f"{where}: not valid JSON (nested too deeply)") from None
     if not isinstance(document, dict) or not all(
             isinstance(document.get(key, []), list)
             for key in ("images", "annotations", "categories")):
@@ -76,24 +83,33 @@ def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]
     images: dict[Any, tuple[str, list[int]]] = {}
     errors: dict[Any, str] = {}  # per image id: its record says this instead of objects
     refused: dict[str, str] = {}  # per path: an image whose id is not its own alone
-    first_with_id: dict[str, tuple[int, Any]] = {}
+    first_with_id: dict[int, tuple[int, str]] = {}
     id_of_path: dict[str, Any] = {}
+    listed_ids: set[int] = set()  # every well-formed image id, the image in the tree or not
     outside = 0
     for number, image in enumerate(document.get("images", [])):
-        if not isinstance(image, dict) or _key(image.get("id")) is None:
+        if not isinstance(image, dict):
             index.problems.append(f"{where}: images[{number}] is not an image with an id")
             continue
+        image_id = _id(image.get("id"))
+        if image_id is not None:
+            listed_ids.add(image_id)
         name = image.get("file_name")
         relpath = safe_relpath(posixpath.join(root, name) if root and isinstance(name, str)
                                else name)
         if relpath is None:
-            index.problems.append(f"{where}: image {shown(image['id'])}: file_name "
+            index.problems.append(f"{where}: image {shown(image.get('id'))}: file_name "
                                   f"{shown(name)} leads out of the source tree (refused)")
             continue
-        image_id = _key(image["id"])
-        # Two images with one id: their entries could land on either, so both are refused
-        # (compared as text: 7 and "7" are one id to most readers).
-        first, first_path = first_with_id.setdefault(str(image_id), (number, relpath))
+        if image_id is None:  # its entries cannot be told: the image must not pass as bare
+            problem = f"{where}: images[{number}]: {_not_an_id('id', image.get('id'))}"
+            if in_tree(relpath):
+                refused.setdefault(relpath, problem)
+            else:
+                index.problems.append(problem)
+            continue
+        # Two images with one id: their entries could land on either, so both are refused.
+        first, first_path = first_with_id.setdefault(image_id, (number, relpath))
         if first != number:
             problem = (f"{where}: images[{first}] and images[{number}] have the same id "
                        f"{shown(image_id)} (which image its annotations are for is unknown)")
@@ -111,15 +127,29 @@ def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]
     by_image: dict[Any, list[dict[str, Any]]] = {}
     entries: dict[Any, int] = {}
     points: dict[Any, int] = {}
+    unmatched: list[str] = []  # entries that belong to no image: the file's problems
     for number, annotation in enumerate(document.get("annotations", [])):
-        image_id = _key(annotation.get("image_id")) if isinstance(annotation, dict) else None
-        if image_id not in images or images[image_id][0] in refused:
+        if not isinstance(annotation, dict):
+            unmatched.append(f"annotations[{number}] is not an object")
             continue
+        label = annotation.get("id", number)
+        image_id = _id(annotation.get("image_id"))
+        if image_id is None:
+            unmatched.append(f"annotation {shown(label)}: "
+                             f"{_not_an_id('image_id', annotation.get('image_id'))}")
+            continue
+        if image_id not in listed_ids:
+            unmatched.append(f"annotation {shown(label)}: image_id {image_id} is not an "
+                             "image of the file")
+            continue
+        if image_id not in images or images[image_id][0] in refused:
+            continue  # an image outside the tree, or one refused whole
         entries[image_id] = entries.get(image_id, 0) + 1
         if image_id in errors or entries[image_id] > MAX_OBJECTS:
             continue  # counted for the message, not kept
-        label = annotation.get("id", number)
         try:
+            if "id" in annotation and _id(annotation["id"]) is None:
+                raise _Bad(_not_an_id("id", annotation["id"]))
             item = _object(annotation, names, images[image_id][1], max_pixels)
             points[image_id] = points.get(image_id, 0) + sum(
                 len(ring) // 2 for ring in item.get("polygons", ()))
@@ -148,37 +178,50 @@ def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]
         if relpath not in index.records and in_tree(relpath):
             index.records[relpath] = json.dumps({"error": problem}, sort_keys=True,
                                                 separators=(",", ":")).encode()
+    index.problems += [f"{where}: {problem}" for problem in unmatched[:MAX_LISTED]]
+    if len(unmatched) > MAX_LISTED:
+        index.problems.append(f"{where}: {len(unmatched) - MAX_LISTED:,} more annotations "
+                              f"belong to no image (the first {MAX_LISTED} are listed)")
     if outside:
         log.info("%s: %d images are not in the source tree (left out)", where, outside)
     return index
 
 
-def _key(value: Any) -> Any:
-    """Image ids as JSON has them (ints or strings), hashable; anything else never matches."""
-    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+def _id(value: Any) -> int | None:
+    """An id as COCO has it, an integer; None for anything else (``"1"``, ``1.0``, ``true``),
+    which never matches: one spelling a number, so ``7`` and ``"7"`` are never one id in one
+    place and two in another."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _categories(categories: list[Any], where: str) -> dict[Any, str]:
-    names: dict[Any, str] = {}
-    first_with_id: dict[str, int] = {}
+def _not_an_id(what: str, value: Any) -> str:
+    return f"{what} {shown(value)} is not an integer (COCO ids are integers)"
+
+
+def _categories(categories: list[Any], where: str) -> dict[int, str]:
+    names: dict[int, str] = {}
+    first_with_id: dict[int, int] = {}
     for number, category in enumerate(categories):
-        if not isinstance(category, dict) or _key(category.get("id")) is None or not \
-                isinstance(category.get("name"), str) or not category["name"]:
+        if not isinstance(category, dict) or not isinstance(category.get("name"), str) or \
+                not category["name"]:
             raise AnnotationError(f"{where}: categories[{number}] needs an id and a name")
-        same = first_with_id.setdefault(str(category["id"]), number)
+        category_id = _id(category.get("id"))
+        if category_id is None:
+            raise AnnotationError(f"{where}: categories[{number}]: "
+                                  f"{_not_an_id('id', category.get('id'))}")
+        same = first_with_id.setdefault(category_id, number)
         if same != number:
             raise AnnotationError(f"{where}: categories[{same}] and categories[{number}] have "
-                                  f"the same id {shown(category['id'])} (ids 1 and \"1\" are "
-                                  "one id)")
-        names[_key(category["id"])] = category["name"]
+                                  f"the same id {category_id}")
+        names[category_id] = category["name"]
     if len(set(names.values())) != len(names):
         raise AnnotationError(f"{where}: two categories have the same name")
     return names
 
 
-def _object(annotation: dict[str, Any], names: dict[Any, str], size: list[Any],
+def _object(annotation: dict[str, Any], names: dict[int, str], size: list[Any],
             max_pixels: int) -> dict[str, Any]:
-    category = _key(annotation.get("category_id"))
+    category = _id(annotation.get("category_id"))
     if category not in names:
         raise _Bad(f"category_id {shown(annotation.get('category_id'))} is not a category")
     item: dict[str, Any] = {"id": annotation.get("id"), "name": names[category]}

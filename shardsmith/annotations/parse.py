@@ -185,6 +185,8 @@ def parse_voc(data: bytes, where: str, frame: Frame) -> list[Shape]:
         root = parser.close()
     except ParseError as exc:
         raise bad(where, f"not well-formed XML ({exc})") from None
+    except LookupError as exc:  # <?xml encoding="bogus"?>: expat asks the codecs for it
+        raise bad(where, f"not well-formed XML (an unknown encoding: {exc})") from None
     except _TooMany as exc:
         raise bad(f"{where} line {exc.line}", f"more than {MAX_XML_ELEMENTS:,} XML elements "
                   f"(an image may have {MAX_OBJECTS:,} objects)") from None

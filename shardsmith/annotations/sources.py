@@ -197,6 +197,9 @@ def read_labels(data: bytes, where: str) -> LabelRows:
     seen_at: dict[str, int] = {}
     for number, path, label in (_json_rows(text, where) if lines else _csv_rows(text, where)):
         here = f"{where} line {number}"
+        if not isinstance(path, str):
+            rows.problems.append(f"{here}: the path {shown(path)} is not text")
+            continue
         relpath = safe_relpath(path)
         if relpath is None:
             rows.problems.append(f"{here}: the path {shown(path)} leads out of the source "
@@ -217,8 +220,17 @@ def read_labels(data: bytes, where: str) -> LabelRows:
 
 
 def _csv_rows(text: str, where: str) -> Iterator[tuple[int, Any, Any]]:
-    reader = csv.reader(io.StringIO(text))
-    for row in reader:
+    # newline="": the csv module splits the lines itself, so \r\n, \n and the old Mac \r
+    # all end a row, and a quoted field may hold a line break.
+    reader = csv.reader(io.StringIO(text, newline=""))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # a field over the csv module's limit, a stray quote
+            raise AnnotationError(f"{where} line {reader.line_num}: not a CSV row ({exc})"
+                                  ) from None
         number = reader.line_num
         if not row or all(not cell.strip() for cell in row):
             continue
@@ -231,13 +243,18 @@ def _csv_rows(text: str, where: str) -> Iterator[tuple[int, Any, Any]]:
 
 
 def _json_rows(text: str, where: str) -> Iterator[tuple[int, Any, Any]]:
-    for number, line in enumerate(text.splitlines(), 1):
+    # JSON Lines ends a line at \n (or \r\n) only: str.splitlines() would also split at
+    # U+2028, U+0085 or \x0c, which JSON allows raw inside a string.
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except ValueError as exc:
             raise AnnotationError(f"{where} line {number}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise AnnotationError(f"{where} line {number}: not valid JSON (nested too "
+                                  "deeply)") from None
         if not isinstance(row, dict) or "path" not in row:
             raise AnnotationError(f"{where} line {number}: expected an object with path and "
                                   "label")
