@@ -219,12 +219,8 @@ def decode_upright(data: bytes, config: ImageConfig,
                 f"{peak / 2**20:,.0f} MiB to decode, over the limit of "
                 f"{config.max_decoded_mb:,} MiB a worker (image.max_decoded_mb)",
             )
-        try:
-            pixels, bgr = decode_pixels(data, image, need_w, need_h)
-        except (OSError, ValueError, SyntaxError, EOFError, cv2.error) as exc:
-            raise BadImage("corrupt", f"cannot decode {image.format} data: {exc}") from None
-        except MemoryError:
-            raise BadImage("too_large", "not enough memory to decode") from None
+        # BadImage only: any decoder error is a reject there (``decoders.foreign_errors``).
+        pixels, bgr = decode_pixels(data, image, need_w, need_h)
         header = (width, height, image.mode, image.format or "unknown")
 
     decoded_stored = (pixels.shape[1], pixels.shape[0])
