@@ -47,12 +47,12 @@ from .records import (
 )
 
 TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
-# Bytes a pixel of the resized content may take beside the decode, at the worst.  Without
-# alpha: a 16-bit resize (6), its 8-bit copy, the RGB-order copy and a gray-to-RGB one (3 each).
-# With alpha: the premultiplied resize (4) composited in float32 (colour, transparency, their
-# blend and its rounding: 44).
-RESULT_BYTES_PER_PIXEL = 16
-RESULT_BYTES_PER_PIXEL_WITH_ALPHA = 48
+# Bytes a pixel of the resized content may take beside the decode: the resize's output (at most
+# 4 channels at the original's depth) and one 8-bit copy (to 8 bits, to RGB order or from gray);
+# with alpha, the premultiplied result composited in float32 (colour, transparency, their blend
+# and its rounding: 40 more).
+RESULT_COPY_BYTES_PER_PIXEL = 3
+ALPHA_BYTES_PER_PIXEL = 40
 ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
 
 
@@ -242,7 +242,8 @@ def decode_upright(data: bytes, config: ImageConfig,
         made = output(width, height) if output is not None else None
         if made is not None:
             alpha = image.mode in ALPHA_MODES or "transparency" in image.info
-            peak += result_bytes(made, config, alpha)
+            deep = "16" in image.mode or image.mode in ("I", "F")
+            peak += result_bytes(made, config, alpha, 2 if deep else 1)
         if peak > config.max_decoded_mb * 2**20:
             making = f" and make its {made.final[0]}x{made.final[1]} output" if made else ""
             raise BadImage(
@@ -262,11 +263,11 @@ def decode_upright(data: bytes, config: ImageConfig,
                    scale[::-1] if transposed else scale)
 
 
-def result_bytes(output: Output, config: ImageConfig, alpha: bool) -> int:
-    """Memory an image's output takes beside its decode: the resized content and the copies
-    colour handling makes (``RESULT_BYTES_PER_PIXEL``), then the final pixels and the JPEG
-    encoder's buffer, which libjpeg-turbo sizes for the raw pixels at the worst."""
-    per_pixel = RESULT_BYTES_PER_PIXEL_WITH_ALPHA if alpha else RESULT_BYTES_PER_PIXEL
+def result_bytes(output: Output, config: ImageConfig, alpha: bool, depth: int = 1) -> int:
+    """Memory an image's output takes beside its decode: the resized content (4 channels of
+    ``depth`` bytes at most) and the copies colour handling makes, then the final pixels and
+    the JPEG encoder's buffer, which libjpeg-turbo sizes for the raw pixels at the worst."""
+    per_pixel = 4 * depth + RESULT_COPY_BYTES_PER_PIXEL + (ALPHA_BYTES_PER_PIXEL if alpha else 0)
     channels = 1 if config.color == "gray" else 3
     content_w, content_h = output.content
     final_w, final_h = output.final
