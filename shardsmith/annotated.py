@@ -47,6 +47,7 @@ from .decoders import open_header, orientation
 from .errors import BadImage
 from .imaging import (
     Geometry,
+    Output,
     _apply_orientation,
     _resize,
     _to_output_color,
@@ -143,7 +144,12 @@ def _decode_scaled(data: bytes, config: Config,
     def needed(width: int, height: int) -> tuple[int, int]:
         return math.ceil(width * scale), math.ceil(height * scale)
 
-    upright = decode_upright(data, config.image, needed, extra)
+    def output(width: int, height: int) -> Output:
+        # The scaled original, then one tile at a time (its padded copy and its JPEG).
+        side = config.image.tiles.size
+        return Output(scaled_size(width, height, scale), (side, side))
+
+    upright = decode_upright(data, config.image, needed, extra, output)
     width, height = upright.header[:2]
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
     background = config.image.background[::-1] if upright.bgr else config.image.background

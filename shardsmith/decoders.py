@@ -17,6 +17,8 @@ import io
 import logging
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import cv2
 import numpy as np
@@ -25,6 +27,7 @@ import tifffile
 from PIL import Image, UnidentifiedImageError
 
 from .errors import BadImage
+from .text import cut, printable
 
 # One thread per worker process: parallelism comes from processes, not from oversubscription.
 cv2.setNumThreads(1)
@@ -40,6 +43,42 @@ EXIF_ORIENTATION = 0x0112
 IMAGE_SIGNATURES = (b"\xff\xd8", b"\x89PNG", b"II*\x00", b"MM\x00*", b"BM", b"RIFF")
 
 PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 4, 6: 4}  # by colour type, as OpenCV returns them
+DETAIL_CHARS = 120  # of a decoder's own message in a reject
+
+
+@contextmanager
+def foreign_errors(what: str) -> Iterator[None]:
+    """Whatever a third-party decoder raises inside this block becomes ``BadImage``.
+
+    Decoders parsing untrusted bytes raise arbitrary exception types on hostile input, not
+    only ``OSError``/``ValueError``: tifffile and Pillow were seen raising ``zlib.error``,
+    ``ZeroDivisionError`` and ``TypeError`` on a few flipped bits.  Listing types would miss
+    the next one and let one bad file kill the job, so at this edge every ``Exception`` that
+    is not ours becomes a ``corrupt`` reject naming its type (errors as values at the image
+    boundary).  ``BadImage`` passes unchanged.
+
+    ``MemoryError`` is a ``too_large`` reject: our budget (``image.max_decoded_mb``, checked
+    from the header) refuses what it can foresee first; a decoder that still asks for more
+    than the machine has was misled by a hostile header, and its allocation failed cleanly,
+    so the worker carries on.  ``KeyboardInterrupt`` and ``SystemExit`` are not
+    ``Exception``s and stop the run as they should.
+    """
+    try:
+        yield
+    except BadImage:
+        raise
+    except MemoryError:
+        raise BadImage("too_large", f"{what}: not enough memory to decode") from None
+    except Exception as exc:  # see the docstring: any decoder error is a reject
+        raise BadImage("corrupt", f"{what}: {foreign_detail(exc)}") from None
+
+
+def foreign_detail(exc: BaseException) -> str:
+    """``<ExceptionType>: <message>`` of a decoder's exception, printable and cut short."""
+    message = printable(str(exc))
+    kind = type(exc)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    return cut(f"{name}: {message}" if message else name, DETAIL_CHARS)
 
 
 def open_header(data: bytes) -> Image.Image:
@@ -52,8 +91,10 @@ def open_header(data: bytes) -> Image.Image:
         if data.startswith(IMAGE_SIGNATURES):
             raise BadImage("corrupt", "image header is damaged or cut short") from None
         raise BadImage("not_an_image", "not a recognised image format") from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise BadImage("corrupt", f"unreadable image header: {exc}") from None
+    except MemoryError:
+        raise BadImage("too_large", "not enough memory to read the image header") from None
+    except Exception as exc:  # any parser error on untrusted bytes is a reject
+        raise BadImage("corrupt", f"unreadable image header: {foreign_detail(exc)}") from None
 
 
 def orientation(image: Image.Image) -> int:
@@ -70,7 +111,7 @@ def orientation(image: Image.Image) -> int:
         else:
             exif = image.getexif()
         value = exif.get(EXIF_ORIENTATION, 1)
-    except (OSError, ValueError, SyntaxError, KeyError, TypeError):
+    except Exception:  # hostile EXIF raises anything; the decode judges
         return 1  # unreadable EXIF is not worth rejecting an image over
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
@@ -102,10 +143,11 @@ def decode_peak_bytes(image: Image.Image, data: bytes, need_w: int, need_h: int,
         per_pixel = PNG_CHANNELS.get(colour_type, 4) * (2 if depth == 16 else 1)
         copies = 2
     elif image.format == "TIFF":
-        bits = image.tag_v2.get(258, (8,))
-        bits = bits if isinstance(bits, tuple) else (bits,)
-        samples = image.tag_v2.get(277, len(bits))
-        per_pixel = max(1, samples) * math.ceil(max(bits) / 8)
+        with foreign_errors("unreadable TIFF tags"):  # a hostile tag holds any type
+            bits = image.tag_v2.get(258, (8,))
+            bits = bits if isinstance(bits, tuple) else (bits,)
+            samples = image.tag_v2.get(277, len(bits))
+            per_pixel = max(1, int(samples)) * math.ceil(int(max(bits)) / 8)
         copies = 1  # tifffile decodes strip by strip into its output
     else:
         per_pixel = 4 * (2 if "16" in image.mode else 1)
@@ -114,11 +156,20 @@ def decode_peak_bytes(image: Image.Image, data: bytes, need_w: int, need_h: int,
     return len(data) + decoded * (copies + (1 if rotated else 0))
 
 
-def decode_pixels(data: bytes, image: Image.Image, need_w: int, need_h: int):
+def decode_pixels(data: bytes, image: Image.Image, need_w: int,
+                  need_h: int) -> tuple[np.ndarray, bool]:
     """Decode at the smallest size >= (need_w, need_h) the codec offers, else full size.
 
-    Returns (uint8 or uint16 array, True when colour channels are in BGR order).
+    Returns (uint8 or uint16 array, True when colour channels are in BGR order).  Raises
+    BadImage only: whatever a decoder raises on damaged bytes is a ``corrupt`` reject
+    (``foreign_errors``).
     """
+    with foreign_errors(f"cannot decode {image.format or 'image'} data"):
+        return _decode_pixels(data, image, need_w, need_h)
+
+
+def _decode_pixels(data: bytes, image: Image.Image, need_w: int,
+                   need_h: int) -> tuple[np.ndarray, bool]:
     if image.format == "JPEG":
         if image.mode in ("RGB", "L"):
             colorspace = "GRAY" if image.mode == "L" else "RGB"

@@ -13,7 +13,8 @@ The path is chosen for speed without losing fidelity:
 ``process`` never raises for a bad file: it returns a ``Reject`` with a reason.  Memory is
 bounded per worker by ``image.max_decoded_mb``: an original holding more bytes than that is
 refused before it is read (``originals.original_cap``), the rest is checked from the header
-before decoding.
+before decoding: the decode and what it is made into (the resized pixels, a letterbox canvas
+or tile, the encoder's buffer, ``result_bytes``) count together.
 """
 
 from __future__ import annotations
@@ -46,6 +47,21 @@ from .records import (
 )
 
 TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
+# Bytes a pixel of the resized content may take beside the decode: the resize's output (at most
+# 4 channels at the original's depth) and one 8-bit copy (to 8 bits, to RGB order or from gray);
+# with alpha, the premultiplied result composited in float32 (colour, transparency, their blend
+# and its rounding: 40 more).
+RESULT_COPY_BYTES_PER_PIXEL = 3
+ALPHA_BYTES_PER_PIXEL = 40
+ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
+
+
+class Output(NamedTuple):
+    """What one original becomes, in pixels: the resized ``content`` and the ``final`` image
+    encoded from it (a letterbox canvas, a tile, or the content itself)."""
+
+    content: tuple[int, int]
+    final: tuple[int, int]
 
 
 class Encoded(NamedTuple):
@@ -170,7 +186,11 @@ def decode_placed(data: bytes, config: ImageConfig,
         return (math.ceil(geometry.size[0] * width / crop_w),
                 math.ceil(geometry.size[1] * height / crop_h))
 
-    upright = decode_upright(data, config, needed, extra_bytes)
+    def output(width: int, height: int) -> Output:
+        geometry = plan_geometry(width, height, config)
+        return Output(geometry.size, geometry.canvas or geometry.size)
+
+    upright = decode_upright(data, config, needed, extra_bytes, output)
     width, height = upright.header[:2]
     geometry = plan_geometry(width, height, config)
     # OpenCV decodes colour as BGR(A); the channel swap waits for the small image.
@@ -193,9 +213,16 @@ def decode_placed(data: bytes, config: ImageConfig,
 
 def decode_upright(data: bytes, config: ImageConfig,
                    needed: Callable[[int, int], tuple[int, int]],
-                   extra_bytes: int = 0) -> Upright:
+                   extra_bytes: int = 0,
+                   output: Callable[[int, int], Output] | None = None) -> Upright:
     """Decode ``data`` upright at the smallest size covering ``needed(width, height)`` (of the
-    upright original); raises BadImage for bombs, over-budget and damaged files."""
+    upright original); raises BadImage for bombs, over-budget and damaged files.
+
+    ``output(width, height)``: what the caller makes of the upright original; its pixels
+    (``result_bytes``) count against ``image.max_decoded_mb`` with the decode's, so an output
+    larger than the budget (a 16384-pixel canvas or tile of a 40x30 original) is refused
+    before anything is allocated.
+    """
     with open_header(data) as image:
         stored_width, stored_height = image.size
         if stored_width * stored_height > config.max_pixels:
@@ -212,19 +239,21 @@ def decode_upright(data: bytes, config: ImageConfig,
         if transposed:
             need_w, need_h = need_h, need_w
         peak = decode_peak_bytes(image, data, need_w, need_h, rotation != 1) + extra_bytes
+        made = output(width, height) if output is not None else None
+        if made is not None:
+            alpha = image.mode in ALPHA_MODES or "transparency" in image.info
+            deep = "16" in image.mode or image.mode in ("I", "F")
+            peak += result_bytes(made, config, alpha, 2 if deep else 1)
         if peak > config.max_decoded_mb * 2**20:
+            making = f" and make its {made.final[0]}x{made.final[1]} output" if made else ""
             raise BadImage(
                 "too_large",
                 f"{stored_width}x{stored_height} {image.format} ({image.mode}) needs about "
-                f"{peak / 2**20:,.0f} MiB to decode, over the limit of "
+                f"{peak / 2**20:,.0f} MiB to decode{making}, over the limit of "
                 f"{config.max_decoded_mb:,} MiB a worker (image.max_decoded_mb)",
             )
-        try:
-            pixels, bgr = decode_pixels(data, image, need_w, need_h)
-        except (OSError, ValueError, SyntaxError, EOFError, cv2.error) as exc:
-            raise BadImage("corrupt", f"cannot decode {image.format} data: {exc}") from None
-        except MemoryError:
-            raise BadImage("too_large", "not enough memory to decode") from None
+        # BadImage only: any decoder error is a reject there (``decoders.foreign_errors``).
+        pixels, bgr = decode_pixels(data, image, need_w, need_h)
         header = (width, height, image.mode, image.format or "unknown")
 
     decoded_stored = (pixels.shape[1], pixels.shape[0])
@@ -232,6 +261,17 @@ def decode_upright(data: bytes, config: ImageConfig,
     pixels = _apply_orientation(pixels, rotation)
     return Upright(pixels, bgr, header, rotation, (stored_width, stored_height),
                    scale[::-1] if transposed else scale)
+
+
+def result_bytes(output: Output, config: ImageConfig, alpha: bool, depth: int = 1) -> int:
+    """Memory an image's output takes beside its decode: the resized content (4 channels of
+    ``depth`` bytes at most) and the copies colour handling makes, then the final pixels and
+    the JPEG encoder's buffer, which libjpeg-turbo sizes for the raw pixels at the worst."""
+    per_pixel = 4 * depth + RESULT_COPY_BYTES_PER_PIXEL + (ALPHA_BYTES_PER_PIXEL if alpha else 0)
+    channels = 1 if config.color == "gray" else 3
+    content_w, content_h = output.content
+    final_w, final_h = output.final
+    return content_w * content_h * per_pixel + 2 * final_w * final_h * channels
 
 
 def plan_geometry(width: int, height: int, config: ImageConfig) -> Geometry:

@@ -89,9 +89,11 @@ def open_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED) -> Open
         raise _as_bad_image(exc) from None
 
 
-def open_regular(path: str, follow_symlinks: bool) -> tuple[int, os.stat_result]:
-    """(fd, its stat) of a regular file opened through the door; the caller closes the fd."""
-    handle = open_original(path, follow_symlinks)
+def open_regular(path: str, follow_symlinks: bool,
+                 cap: int = UNCAPPED) -> tuple[int, os.stat_result]:
+    """(fd, its stat) of a regular file opened through the door (refused ``too_large`` over
+    ``cap`` bytes); the caller closes the fd."""
+    handle = open_original(path, follow_symlinks, cap)
     fd, handle.fd = handle.fd, -1
     return fd, handle.info
 

@@ -26,6 +26,7 @@ from xml.etree.ElementTree import Element, ParseError, TreeBuilder
 
 import numpy as np
 
+from ..decoders import foreign_detail
 from ..errors import BadImage
 from ..text import shown
 from .limits import MAX_OBJECTS, MAX_POINTS, too_many_objects
@@ -346,8 +347,14 @@ def read_mask(data: bytes, where: str, frame: Frame, values: str, names: tuple[s
             raise bad(where, f"an index mask needs one channel, this one is {image.mode}")
         pixels = np.asarray(image if image.mode in ("L", "P", "I;16", "I", "1")
                             else image.convert("RGB"))
+    except BadImage:
+        raise
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise bad(where, f"not a readable PNG mask ({exc})") from None
+    except MemoryError:
+        raise bad(where, "not enough memory to decode the PNG mask") from None
+    except Exception as exc:  # Pillow raises any type on hostile bytes: decoders.foreign_errors
+        raise bad(where, f"not a readable PNG mask ({foreign_detail(exc)})") from None
     if pixels.ndim == 3:
         pixels = pixels.max(axis=2)
     if values == "binary":

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import ConfigError, ShardsmithError
+from ..originals import original_cap
 from ..scan import ScanResult
 from .compute import ImagePath, LoaderCosts, WriterRate, measure_sample, measure_writer
 from .predict import Prediction, TrainingFeed, TreeCounts, count_tree, predict, training_feed
@@ -93,10 +94,12 @@ def probe_tree(config: Config, options: ProbeOptions, say: Say | None = None
     follow = config.source.follow_symlinks
     cores = config.run.worker_count
 
-    resident = drop_all(paths, follow)
+    cap = original_cap(config.image)  # as a pack: a larger original is never read
+    resident = drop_all(paths, follow, cap)
     measured = measure_sample(root, sample, config, scanned.classes, say)
     reads = measure_reads(root, [source.relpath for source in sample],
-                          reader_levels(len(sample), cores), follow, first=measured.reads,
+                          reader_levels(len(sample), cores), follow, cap,
+                          first=measured.reads,
                           resident=resident, say=say)
     if measured.unreadable:
         reads = ColdReads(reads.levels, reads.cold, reads.note,

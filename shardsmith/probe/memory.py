@@ -81,7 +81,8 @@ def worst_case_memory(config: Config, files: int, bytes_in: int,
 
     Per worker: its baseline (measured), the decode budget (``image.max_decoded_mb``: the
     original's bytes, its decoded pixels at their depth, the decoder's copies, a mask's
-    canvas; checked from the header before decoding), an image's own annotation file parsed
+    canvas, the resized output, its canvas or tile and the encoder's buffer; checked from the
+    header before decoding), an image's own annotation file parsed
     (when configured), and the results of its batch: the samples of ``batch`` originals and
     their pickled copy.  The driver: its baseline (measured), the per-file state of the tree
     (measured), a COCO file parsed (when configured), and the results waiting in the ordered

@@ -167,14 +167,16 @@ def reader_levels(sample_size: int, cores: int) -> list[int]:
 
 
 def measure_reads(root: Path, relpaths: Sequence[str], levels: Sequence[int],
-                  follow_symlinks: bool, first: ReadLevel | None = None,
+                  follow_symlinks: bool, cap: int, first: ReadLevel | None = None,
                   resident: Sequence[float] = (),
                   say: Callable[[str], None] | None = None) -> ColdReads:
     """Read the sample cold with each number of readers in ``levels``.
 
     Levels past the first three are measured only while doubling the readers still gains.
     ``first`` is a level already measured (the image path reads one file at a time) after
-    drops that left ``resident`` shares of pages in memory.
+    drops that left ``resident`` shares of pages in memory.  ``cap``: ``original_cap``, as a
+    pack reads; a file over it is not read (a pack rejects it ``too_large`` unread, and the
+    image path measurement counts it so), so a huge or sparse file cannot stretch the probe.
     """
     paths = [os.path.join(root, relpath) for relpath in relpaths]
     results: list[ReadLevel] = [first] if first is not None else []
@@ -188,8 +190,8 @@ def measure_reads(root: Path, relpaths: Sequence[str], levels: Sequence[int],
         if say is not None:
             say(f"reading {len(paths)} originals cold with {readers} "
                 f"reader{'s' if readers > 1 else ''}")
-        resident += drop_all(paths, follow_symlinks)
-        level, failed = _read_all(str(root), relpaths, readers, follow_symlinks)
+        resident += drop_all(paths, follow_symlinks, cap)
+        level, failed = _read_all(str(root), relpaths, readers, follow_symlinks, cap)
         unreadable.update(failed)
         results.append(level)
     cold, note = _coldness(resident)
@@ -216,17 +218,20 @@ def _coldness(resident: list[float]) -> tuple[bool, str]:
                   "(a NAS server may still answer from its own cache)")
 
 
-def drop_all(paths: Sequence[str], follow_symlinks: bool) -> list[float]:
-    """Drop every file from the page cache; the shares of pages still resident, where known."""
-    shares = (drop_from_cache(path, follow_symlinks) for path in paths)
+def drop_all(paths: Sequence[str], follow_symlinks: bool, cap: int) -> list[float]:
+    """Drop every file from the page cache; the shares of pages still resident, where known.
+    A file over ``cap`` (``original_cap``) is never read, so it is left alone: checking a
+    sparse terabyte file's residency page by page would take minutes."""
+    shares = (drop_from_cache(path, follow_symlinks, cap) for path in paths)
     return [share for share in shares if share is not None]
 
 
-def drop_from_cache(path: str, follow_symlinks: bool) -> float | None:
+def drop_from_cache(path: str, follow_symlinks: bool, cap: int) -> float | None:
     """Ask the kernel to drop ``path`` from the page cache; returns the share of its pages
-    still resident afterwards (None when that cannot be checked or the file cannot be opened)."""
+    still resident afterwards (None when that cannot be checked, the file cannot be opened or
+    holds more than ``cap`` bytes)."""
     try:
-        fd, info = open_regular(path, follow_symlinks)
+        fd, info = open_regular(path, follow_symlinks, cap)
     except (OSError, BadImage):
         return None
     try:
@@ -239,12 +244,14 @@ def drop_from_cache(path: str, follow_symlinks: bool) -> float | None:
         os.close(fd)
 
 
-def read_whole(root: str, relpath: str, follow_symlinks: bool, buffer: bytearray) -> int:
+def read_whole(root: str, relpath: str, follow_symlinks: bool, buffer: bytearray,
+               cap: int) -> int:
     """Read the original ``root/relpath`` to its end into ``buffer``, reused from its start
     when full (the bytes are not kept: this is for timing); returns the bytes read.  Opened
-    through the door without following a link on any folder of the path (unless asked), and
-    read no further than the size it had when opened."""
-    with open_source(root, relpath, follow_symlinks) as handle:
+    through the door without following a link on any folder of the path (unless asked),
+    refused unread (BadImage ``too_large``) when it holds more than ``cap`` bytes, and read no
+    further than the size it had when opened."""
+    with open_source(root, relpath, follow_symlinks, cap) as handle:
         view = memoryview(buffer)
         total = offset = 0
         while total < handle.size:
@@ -258,11 +265,11 @@ def read_whole(root: str, relpath: str, follow_symlinks: bool, buffer: bytearray
         return total
 
 
-def timed_read(root: str, relpath: str, follow_symlinks: bool,
-               buffer: bytearray) -> tuple[int, float]:
+def timed_read(root: str, relpath: str, follow_symlinks: bool, buffer: bytearray,
+               cap: int) -> tuple[int, float]:
     """(bytes, seconds) of reading one file whole, open to close: what a worker waits."""
     started = time.perf_counter()
-    count = read_whole(root, relpath, follow_symlinks, buffer)
+    count = read_whole(root, relpath, follow_symlinks, buffer, cap)
     return count, time.perf_counter() - started
 
 
@@ -273,17 +280,19 @@ def level_of(readers: int, reads: Sequence[tuple[int, float]], seconds: float) -
                      percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000)
 
 
-def _read_all(root: str, relpaths: Sequence[str], readers: int, follow_symlinks: bool
-              ) -> tuple[ReadLevel, list[tuple[str, str]]]:
+def _read_all(root: str, relpaths: Sequence[str], readers: int, follow_symlinks: bool,
+              cap: int) -> tuple[ReadLevel, list[tuple[str, str]]]:
     local = threading.local()
 
-    def one(relpath: str) -> tuple[int, float] | str:
+    def one(relpath: str) -> tuple[int, float] | str | None:
         if not hasattr(local, "buffer"):
             local.buffer = bytearray(READ_CHUNK)
         buffer = local.buffer
         try:
-            return timed_read(root, relpath, follow_symlinks, buffer)
+            return timed_read(root, relpath, follow_symlinks, buffer, cap)
         except BadImage as exc:
+            if exc.reason == "too_large":  # a pack never reads it: neither a read nor a failure
+                return None
             return exc.detail
         except OSError as exc:
             return f"cannot read file: {exc.strerror or exc}"
@@ -292,7 +301,7 @@ def _read_all(root: str, relpaths: Sequence[str], readers: int, follow_symlinks:
     with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="shardsmith-probe") as pool:
         outcomes = list(pool.map(one, relpaths))
     seconds = time.perf_counter() - started
-    reads = [outcome for outcome in outcomes if not isinstance(outcome, str)]
+    reads = [outcome for outcome in outcomes if isinstance(outcome, tuple)]
     failed = [(relpath, outcome) for relpath, outcome in zip(relpaths, outcomes, strict=True)
               if isinstance(outcome, str)]
     return level_of(readers, reads, seconds), failed
