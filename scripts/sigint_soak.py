@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Ctrl-C a pack many times, at a spread of instants, and count every way it went wrong.
 
-    scripts/sigint_soak.py [--runs 300] [--count 40] [--workers 2] [--max-delay 2.0]
+    scripts/sigint_soak.py [--runs 300] [--count 40] [--workers 2] [--min-delay 0.05]
+                           [--max-delay 2.0]
                            [--exit-within 30] [--seed 0] [--work build/sigint-soak]
                            [--log runs.jsonl] [--from-spawn]
 
 A small source tree is generated once; each run starts ``shardsmith pack`` (2 workers) in a
 process group of its own, as a terminal runs a foreground job, waits a delay drawn evenly
-from 0 to ``--max-delay`` seconds after shardsmith's first line (``--from-spawn``: after the
-spawn of the interpreter), and sends SIGINT to the whole group (what Ctrl-C does).
+from ``--min-delay`` to ``--max-delay`` seconds after the interpreter starts running
+``python -m shardsmith`` (``--from-spawn``: after its spawn), and sends SIGINT to the whole
+group (what Ctrl-C does).  A run that does not exit in time has its stacks dumped (py-spy).
 A run passes when the command
 
 - exits within ``--exit-within`` seconds, with exit code 130,
@@ -54,6 +56,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--count", type=int, default=40, help="Originals in the tree.")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--min-delay", type=float, default=0.05,
+                        help="Earliest signal, seconds after the interpreter starts running "
+                        "`python -m shardsmith` (before ~5 ms it is still reading the "
+                        "package's code: a KeyboardInterrupt there is CPython's traceback, "
+                        "before any statement of ours can handle it).")
     parser.add_argument("--max-delay", type=float, default=2.0)
     parser.add_argument("--exit-within", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -74,7 +81,7 @@ def main() -> int:
     examples: dict[str, str] = {}
     log = options.log.open("a") if options.log else None
     for number in range(options.runs):
-        delay = draw.uniform(0.0, options.max_delay)
+        delay = draw.uniform(options.min_delay, options.max_delay)
         output = options.work / "out"
         shutil.rmtree(output, ignore_errors=True)
         failures, detail = one_run(source, output, delay, options)
@@ -88,7 +95,7 @@ def main() -> int:
             log.flush()
         if (number + 1) % 10 == 0:
             print(f"{number + 1} runs: {dict(outcomes)}", file=sys.stderr, flush=True)
-    print(f"{options.runs} runs, SIGINT after 0-{options.max_delay:g} s, "
+    print(f"{options.runs} runs, SIGINT after {options.min_delay:g}-{options.max_delay:g} s, "
           f"{options.workers} workers:")
     for outcome, count in outcomes.most_common():
         print(f"  {count:4d}  {outcome}")
@@ -129,6 +136,7 @@ def one_run(source: Path, output: Path, delay: float,
         process.wait(timeout=options.exit_within)
     except subprocess.TimeoutExpired:
         failures.append(f"no exit within {options.exit_within:g}s")
+        dump_stacks(process.pid, logs / f"hang-{os.getpid()}-{int(sent)}.txt")
     took = time.monotonic() - sent
     settled = time.monotonic() + 2.0  # workers told to stop get a moment to go
     left = session_members(group)
@@ -160,6 +168,17 @@ def one_run(source: Path, output: Path, delay: float,
     detail = f"exit {process.returncode} after {took:.2f}s, left: {left_names}, " \
              f"stderr: {text.strip()[-600:]!r}"
     return failures, detail
+
+
+def dump_stacks(pid: int, where: Path) -> None:
+    """Every thread's stack of a hung run (py-spy, when installed), for the post-mortem."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        return
+    dumped = subprocess.run([spy, "dump", "--pid", str(pid), "--locals"], capture_output=True,
+                            text=True, timeout=60)
+    where.write_text(dumped.stdout + dumped.stderr)
+    print(f"  a hung run's stacks: {where}", file=sys.stderr, flush=True)
 
 
 def process_state(pid: int) -> str | None:
