@@ -15,6 +15,7 @@ shard holds -3 samples is refused on reading, not followed into names no pattern
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from functools import cache
@@ -40,6 +41,21 @@ class Bounds:
 MAX_EXACT = 2**53 - 1
 INT64 = Bounds(-(2**63), 2**63 - 1)
 Count = Annotated[int, Bounds(0, MAX_EXACT)]  # samples, shards, files, bytes, versions
+
+
+# The longest line of a sample index or spool we read: a record of ours is a few hundred bytes
+# (a path of 4 KiB at most), so anything longer is not one, and is not read into memory whole.
+LINE_CAP = 1 << 20
+
+
+def decode(data: bytes | str, where: str) -> Any:
+    """``data`` decoded as JSON; ManifestError naming ``where`` for anything that is not JSON
+    this reader can hold: a syntax error, bytes that are not UTF-8, an integer past Python's
+    digit limit, or nesting deeper than the interpreter's recursion limit (RecursionError)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError(f"{where}: not valid JSON: {shown(str(exc), 80)}") from None
 
 
 def parse(cls: type[T], value: Any, where: str) -> T:

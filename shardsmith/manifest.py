@@ -32,7 +32,7 @@ from typing import Annotated, Any
 from .atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
 from .door import MANIFEST_CAP, Refused, open_file
 from .errors import ManifestError
-from .jsonmodel import INT64, Bounds, Count, parse, to_json
+from .jsonmodel import INT64, LINE_CAP, Bounds, Count, decode, parse, to_json
 from .text import shown
 
 SCHEMA_VERSION = 2
@@ -336,10 +336,7 @@ def read_manifest(directory: Path) -> Manifest:
         raise ManifestError(f"{path}: {exc.detail}") from None
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ManifestError(f"{path}: not valid JSON: {shown(str(exc), 120)}") from None
+    data = decode(raw, str(path))
     try:
         return parse(Manifest, data, "")
     except ManifestError as exc:
@@ -408,18 +405,21 @@ def iter_sample_index(directory: Path, manifest: Manifest,
     with os.fdopen(fd, "rb") as handle:
         remaining = entry.bytes
         number = 0
-        while remaining > 0 and (line := handle.readline(remaining)):
+        while remaining > 0 and (line := handle.readline(min(remaining, LINE_CAP + 1))):
             remaining -= len(line)
             number += 1
+            if len(line) > LINE_CAP:
+                raise ManifestError(f"{path}: line {number}: longer than {LINE_CAP:,} bytes, "
+                                    "which no sample record is")
             if check_digest:
                 digest.update(line)
+            where = f"{path}: line {number}"
             try:
-                record = parse(SampleRecord, json.loads(line), f"line {number}")
-            except ValueError as exc:  # ManifestError is not a ValueError
-                raise ManifestError(f"{path}: line {number}: not valid JSON: "
-                                    f"{shown(str(exc), 80)}") from None
+                record = parse(SampleRecord, decode(line, where), f"line {number}")
             except ManifestError as exc:
-                raise ManifestError(f"{path}: {exc}") from None
+                message = str(exc)
+                raise ManifestError(message if message.startswith(where)
+                                    else f"{path}: {message}") from None
             yield record
     if check_digest and digest.hexdigest() != entry.sha256:
         raise ManifestError(f"{path}: sha256 differs from the manifest")

@@ -34,6 +34,7 @@ from .incremental import (
 from .journal import Journal, JournalState
 from .lock import DirectoryLock
 from .manifest import (
+    FORMATS,
     LOCK_NAME,
     STATE_DIR,
     Manifest,
@@ -130,7 +131,10 @@ def _pack_scanned(
         "sources": plan_fingerprint,
         "base": previous.content_fingerprint if previous is not None else None,
     })
-    state = journal.load()
+    # What is left to do comes first: a journal is resumed from only if it fits that work.
+    base = prepare_base(output, previous, plan, scanned.classes, notes.digests,
+                        config.source.labels == "file")
+    state = journal.load(base.work, base.next_numbers, FORMATS[config.output.format])
     if state is None:
         if previous is None:
             clear_previous_output(output)
@@ -141,8 +145,6 @@ def _pack_scanned(
         log.info("resuming at image %d", state.next_index)
     remove_stale_tmp(output)
 
-    base = prepare_base(output, previous, plan, scanned.classes, notes.digests,
-                        config.source.labels == "file")
     fmt = shard_format(config.output.format)
     limits = ShardLimits(config.output.shard_bytes, config.output.shard_samples)
     numbers = base.next_numbers + Counter(shard.split for shard in state.shards)

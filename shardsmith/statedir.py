@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .door import OpenFile, Refused, kind_of, open_file
-from .errors import OutputStateError
+from .errors import ManifestError, OutputStateError
 
 ADVICE = ("shardsmith keeps its own state there and follows no link out of it; remove it "
           "and rerun")
@@ -93,15 +93,25 @@ def read_state(path: Path, cap: int) -> OpenFile:
         raise OutputStateError(f"{path}: {exc.detail}; {ADVICE}") from None
 
 
-def bounded_lines(handle: OpenFile, end: int | None = None) -> Iterator[bytes]:
+def bounded_lines(handle: OpenFile, end: int | None = None,
+                  line_cap: int | None = None) -> Iterator[bytes]:
     """The lines of ``handle`` up to byte ``end`` (its size when None), streamed: never a
-    read past that, whatever the file holds; the descriptor is closed at the end."""
+    read past that, whatever the file holds; the descriptor is closed at the end.
+
+    A line longer than ``line_cap`` bytes (when given) is ManifestError naming the file and
+    the line: it is never read into memory whole (a sparse file of gigabytes of zeros)."""
     fd, handle.fd = handle.fd, -1
     remaining = handle.size if end is None else end
     with os.fdopen(fd, "rb") as reader:
+        number = 0
         while remaining > 0:
-            line = reader.readline(remaining)
+            limit = remaining if line_cap is None else min(remaining, line_cap + 1)
+            line = reader.readline(limit)
             if not line:
                 return
+            number += 1
+            if line_cap is not None and len(line) > line_cap:
+                raise ManifestError(f"{handle.path}: line {number}: longer than "
+                                    f"{line_cap:,} bytes, which no record of ours is")
             remaining -= len(line)
             yield line

@@ -276,22 +276,34 @@ def test_a_sample_survives_the_round_trip_visually(tmp_path):
 
 def test_journal_cuts_a_torn_last_line_and_resumes_from_the_last_good_checkpoint(tmp_path):
     from shardsmith.journal import Journal
-    from shardsmith.manifest import RejectEntry
+    from shardsmith.manifest import RejectEntry, ShardEntry
+    from shardsmith.plan import PlanItem
+    from shardsmith.scan import SourceFile
 
+    work = [PlanItem(SourceFile(f"{number}.jpg", 10 * number, 0), "train")
+            for number in range(6)]
+
+    def record(item: PlanItem) -> dict:
+        return {"key": item.key, "path": item.source.relpath, "label": -1, "split": "train",
+                "shard": "train-000000.tar", "width": 8, "height": 8, "jpeg_bytes": 100,
+                "source_size": item.source.size, "source_mtime_ns": 0, "source_digest": ""}
+
+    (tmp_path / "train-000000.tar").write_bytes(b"x" * 10)
+    shard = ShardEntry("train-000000.tar", "train", 1, 10, "0" * 64)
     journal = Journal(tmp_path, {"config": "c", "sources": "s"})
     state = journal.start()
-    reject = RejectEntry("a.jpg", "empty", "zero-byte file", 0, 0)
-    journal.add_sample({"key": "k1", "source_size": 10})
-    journal.checkpoint(state, 5, None, [reject], {})
-    journal.add_sample({"key": "k2", "source_size": 20})  # its shard never got published
+    reject = RejectEntry("0.jpg", "empty", "zero-byte file", 0, 0)
+    journal.add_sample(record(work[1]))
+    journal.checkpoint(state, 2, shard, [reject], {})
+    journal.add_sample(record(work[2]))  # its shard never got published
     journal.close()
     with open(journal.path, "a") as handle:
         handle.write('{"next": 9, "shard": nu')  # killed in the middle of a write
     resumed_journal = Journal(tmp_path, {"config": "c", "sources": "s"})
-    resumed = resumed_journal.load()
-    assert resumed.next_index == 5 and resumed.rejects == [reject]
+    resumed = resumed_journal.load(work, {}, ".tar")
+    assert resumed.next_index == 2 and resumed.rejects == [reject]
     assert (resumed.packed, resumed.bytes_in) == (1, 10)
-    assert [s["key"] for s in resumed_journal.samples(resumed.samples_end)] == ["k1"]
+    assert [s["key"] for s in resumed_journal.samples(resumed.samples_end)] == [work[1].key]
     assert journal.path.read_text().count("\n") == 2 and journal.path.read_text().endswith("\n")
     resumed_journal.close()
-    assert Journal(tmp_path, {"config": "other", "sources": "s"}).load() is None
+    assert Journal(tmp_path, {"config": "other", "sources": "s"}).load(work, {}, ".tar") is None

@@ -1,0 +1,318 @@
+"""A pack's journal and sample spool are our own files, but read like any dataset file: a
+resumed pack never trusts a checkpoint that does not fit its plan, nor a spool that does not
+hold exactly the records the checkpoints count.  Such a journal is discarded with one warning
+naming why, and the pack starts afresh: no original is lost, no invalid dataset published.
+
+The sample index of a finished dataset gets the same care: a line nested past the recursion
+limit, or longer than any record, is one line naming the file and the line, never a traceback.
+
+Every case runs the real command in a fresh process with a timeout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import images
+from images import manifest_of
+
+REPO = Path(__file__).resolve().parents[1]
+PACK_ARGS = ("--size", "32", "--shard-samples", "2", "--workers", "1", "--quiet")
+ORIGINALS = 12
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def run(*args: object, timeout: float = 120, memory: int | None = None
+        ) -> subprocess.CompletedProcess:
+    """``shardsmith ARGS`` in a fresh process (its address space capped at ``memory`` bytes
+    when given); past ``timeout`` the test fails."""
+    program = "import sys\nfrom shardsmith.cli import main\nmain(sys.argv[1:], " \
+              "prog_name='shardsmith')\n"
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    return subprocess.run([sys.executable, "-c", program, *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=cap if memory else None)
+
+
+def one_error_line(process: subprocess.CompletedProcess, code: int) -> str:
+    """The command failed with ``code`` and printed one line, ``shardsmith: error: ...``."""
+    assert process.returncode == code, (process.returncode, process.stdout, process.stderr)
+    assert "Traceback" not in process.stderr, process.stderr
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardsmith: error:"), process.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    folder = tmp_path / "source"
+    for number in range(ORIGINALS):
+        images.write(folder / "ab"[number % 2] / f"{number}.png", images.png(96, 64, number))
+    return folder
+
+
+def interrupted(source: Path, output: Path, checkpoints: int = 3) -> None:
+    """A first pack of ``source`` that stopped right after its third checkpoint (the state
+    a kill leaves), its journal and spool in ``output/.shardsmith``."""
+    hook = ("import shardsmith.journal as journal\n"
+            "real, count = journal.Journal.checkpoint, [0]\n"
+            "def checkpoint(self, *args, **kwargs):\n"
+            "    real(self, *args, **kwargs)\n"
+            "    count[0] += 1\n"
+            f"    if count[0] == {checkpoints}:\n"
+            "        raise KeyboardInterrupt\n"
+            "journal.Journal.checkpoint = checkpoint\n")
+    program = f"{hook}import sys\nfrom shardsmith.cli import main\n" \
+              "main(sys.argv[1:], prog_name='shardsmith')\n"
+    subprocess.run([sys.executable, "-c", program, "pack", source, output, *PACK_ARGS],
+                   cwd=REPO, capture_output=True, timeout=120)
+    assert (output / ".shardsmith" / "journal.jsonl").exists()
+    assert not (output / "manifest.json").exists()
+
+
+class State:
+    """The journal's checkpoints and the spool's records, edited as JSON and written back
+    (the checkpoints' spool ends follow a spool that changed length, as the tester's did)."""
+
+    def __init__(self, output: Path):
+        self.journal = output / ".shardsmith" / "journal.jsonl"
+        self.spool = output / ".shardsmith" / "samples.jsonl"
+        self.lines = self.journal.read_text().splitlines()
+        self.records = self.spool.read_text().splitlines()
+        self.spool_size = self.spool.stat().st_size
+
+    def checkpoint(self, number: int) -> dict:
+        return json.loads(self.lines[number])
+
+    def set_checkpoint(self, number: int, **changes: object) -> None:
+        self.lines[number] = json.dumps(dict(self.checkpoint(number), **changes))
+
+    def set_record(self, number: int, **changes: object) -> None:
+        self.records[number] = json.dumps(dict(json.loads(self.records[number]), **changes),
+                                          sort_keys=True, separators=(",", ":"))
+
+    def save(self, follow: bool = True) -> None:
+        spool = "".join(f"{record}\n" for record in self.records).encode()
+        shift = len(spool) - self.spool_size
+        if follow and shift:
+            for number in range(1, len(self.lines)):
+                entry = self.checkpoint(number)
+                self.lines[number] = json.dumps(dict(entry,
+                                                     samples_end=entry["samples_end"] + shift))
+        self.spool.write_bytes(spool)
+        self.journal.write_text("".join(f"{line}\n" for line in self.lines))
+
+
+def edit_next_past_the_plan(state: State) -> None:
+    state.set_checkpoint(-1, next=10**15)
+
+
+def edit_spool_end_to_zero(state: State) -> None:
+    state.set_checkpoint(-1, samples_end=0)
+
+
+def edit_part_past_the_tiles(state: State) -> None:
+    state.set_checkpoint(1, part=10**15, sources=1)
+
+
+def edit_unchanged_list_of_another_run(state: State) -> None:
+    state.set_checkpoint(1, unchanged={"nope.png": ["xxh3:00", 1, 2]})
+
+
+def edit_reject_outside_the_plan(state: State) -> None:
+    state.set_checkpoint(1, rejects=[{"path": "../../x", "reason": "corrupt",
+                                      "detail": "\x1b[31mred"}])
+
+
+def edit_object_classes_to_a_number(state: State) -> None:
+    state.set_checkpoint(1, object_classes=5)
+
+
+def edit_deep_journal_line(state: State) -> None:
+    state.lines.insert(2, '{"shard":' + DEEP + "}")
+
+
+def edit_big_number_in_journal(state: State) -> None:
+    state.lines.insert(2, '{"next":' + "9" * 5000 + "}")
+
+
+def edit_spool_without_split(state: State) -> None:
+    record = json.loads(state.records[0])
+    del record["split"]
+    state.records[0] = json.dumps(record)
+
+
+def edit_spool_without_path(state: State) -> None:
+    record = json.loads(state.records[0])
+    del record["path"]
+    state.records[0] = json.dumps(record)
+
+
+def edit_spool_key_escaping(state: State) -> None:
+    state.set_record(0, key="../../etc/passwd")
+
+
+def edit_spool_shard_escaping(state: State) -> None:
+    state.set_record(0, shard="../../x.tar")
+
+
+def edit_spool_label_text(state: State) -> None:
+    state.set_record(0, label="x")
+
+
+def edit_spool_width_negative(state: State) -> None:
+    state.set_record(0, width=-5)
+
+
+def edit_spool_height_nan(state: State) -> None:
+    record = json.loads(state.records[0])
+    state.records[0] = json.dumps(dict(record, height="NaN")).replace('"NaN"', "NaN")
+
+
+def edit_spool_split_unplanned(state: State) -> None:
+    state.set_record(0, split="evil")
+
+
+def edit_spool_key_duplicated(state: State) -> None:
+    state.set_record(1, key=json.loads(state.records[0])["key"])
+
+
+def edit_spool_path_duplicated(state: State) -> None:
+    state.set_record(1, path=json.loads(state.records[0])["path"])
+
+
+def edit_spool_not_a_record(state: State) -> None:
+    state.records[0] = "[1,2]"
+
+
+def edit_spool_deep_line(state: State) -> None:
+    state.records[0] = state.records[0][:-1] + ',"d":' + DEEP + "}"
+
+
+def edit_spool_record_dropped(state: State) -> None:
+    del state.records[0]
+
+
+EDITS = [edit_next_past_the_plan, edit_spool_end_to_zero, edit_part_past_the_tiles,
+         edit_unchanged_list_of_another_run, edit_reject_outside_the_plan,
+         edit_object_classes_to_a_number, edit_deep_journal_line, edit_big_number_in_journal,
+         edit_spool_without_split, edit_spool_without_path, edit_spool_key_escaping,
+         edit_spool_shard_escaping, edit_spool_label_text, edit_spool_width_negative,
+         edit_spool_height_nan, edit_spool_split_unplanned, edit_spool_key_duplicated,
+         edit_spool_path_duplicated, edit_spool_not_a_record, edit_spool_deep_line,
+         edit_spool_record_dropped]
+
+
+def assert_packed_afresh_with_one_warning(result: subprocess.CompletedProcess,
+                                          output: Path) -> None:
+    """The pack succeeded with one warning that it did not resume, and published a dataset
+    that holds every original and verifies."""
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    warnings = result.stderr.strip().splitlines()
+    assert len(warnings) == 1 and "journal.jsonl: not resumed from" in warnings[0], warnings
+    assert "packing afresh" in warnings[0]
+    assert manifest_of(output)["totals"]["packed"] == ORIGINALS
+    assert "resumed" not in result.stdout
+    checked = run("verify", output, "--quiet")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=lambda edit: edit.__name__[5:])
+def test_a_journal_that_does_not_fit_the_plan_is_discarded_and_the_pack_starts_afresh(
+        source, tmp_path, edit):
+    output = tmp_path / "out"
+    interrupted(source, output)
+    state = State(output)
+    edit(state)
+    state.save()
+    assert_packed_afresh_with_one_warning(run("pack", source, output, *PACK_ARGS), output)
+
+
+def test_an_untouched_journal_is_still_resumed_from(source, tmp_path):
+    output = tmp_path / "out"
+    interrupted(source, output)
+    result = run("pack", source, output, *PACK_ARGS)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "resumed after" in result.stdout
+    assert manifest_of(output)["totals"]["packed"] == ORIGINALS
+    assert run("verify", output, "--quiet").returncode == 0
+
+
+def test_a_sparse_spool_of_gigabytes_is_never_read_into_memory(source, tmp_path):
+    """A spool made 8 GiB of zeros, the last checkpoint accounting for all of it: the first
+    line past the records is longer than any record, and reading stops there."""
+    output = tmp_path / "out"
+    interrupted(source, output)
+    state = State(output)
+    end = 8 << 30
+    state.set_checkpoint(-1, samples_end=end)
+    state.save(follow=False)
+    os.truncate(state.spool, end)
+    result = run("pack", source, output, *PACK_ARGS, memory=3 << 30)
+    assert_packed_afresh_with_one_warning(result, output)
+
+
+# ----------------------------------------------------- the sample index of a finished dataset
+
+def dataset_with_index_line(source: Path, output: Path, line: bytes) -> Path:
+    """A finished dataset whose sample index has ``line`` in place of its second line, the
+    manifest's size and sha256 made to match (a consistent, hostile dataset)."""
+    assert run("pack", source, output, *PACK_ARGS).returncode == 0
+    manifest = manifest_of(output)
+    index = output / manifest["samples_index"]["name"]
+    lines = index.read_bytes().splitlines(keepends=True)
+    lines[1] = line
+    data = b"".join(lines)
+    index.write_bytes(data)
+    manifest["samples_index"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    return index
+
+
+def deep_line() -> bytes:
+    return b'{"d":' + DEEP.encode() + b"}\n"
+
+
+def long_line() -> bytes:
+    """A valid record but for its length: two MiB of blanks, which JSON allows."""
+    record = {"key": "k", "path": "a/x.png", "label": 0, "split": "train",
+              "shard": "train-000000.tar", "width": 1, "height": 1, "jpeg_bytes": 1,
+              "source_size": 1, "source_mtime_ns": 0}
+    return b'{"key":"k",' + b" " * (2 << 20) + json.dumps(record).encode()[1:] + b"\n"
+
+
+@pytest.mark.parametrize("line", [deep_line, long_line], ids=["deep", "long"])
+@pytest.mark.parametrize("command", ["inspect", "pack again"])
+def test_a_hostile_sample_index_line_is_one_line_naming_the_file_and_line(
+        source, tmp_path, line, command):
+    output = tmp_path / "out"
+    index = dataset_with_index_line(source, output, line())
+    if command == "inspect":
+        result = run("inspect", output)
+    else:  # one more original: the pack is an increment, which reads the index
+        images.write(source / "a" / "new.png", images.png(96, 64, 99))
+        result = run("pack", source, output, *PACK_ARGS)
+    message = one_error_line(result, 2)
+    assert f"{index}: line 2:" in message
+
+
+@pytest.mark.parametrize("line", [deep_line, long_line], ids=["deep", "long"])
+def test_verify_names_a_hostile_sample_index_line_as_a_problem(source, tmp_path, line):
+    output = tmp_path / "out"
+    index = dataset_with_index_line(source, output, line())
+    result = run("verify", output, "--quiet")
+    assert result.returncode in (1, 2), result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert f"{index.name}: line 2:" in result.stdout + result.stderr
