@@ -23,7 +23,7 @@ import click
 from . import __version__
 from .atomic import write_json_atomic
 from .config import FORMATS, LABEL_MODES, RESIZE_MODES, Config, load_config
-from .errors import ConfigError, ShardsmithError, Terminated, TooManyRejectsError
+from .errors import ConfigError, OutputStateError, ShardsmithError, Terminated, TooManyRejectsError
 from .report import (
     pack_report,
     pack_summary,
@@ -360,6 +360,7 @@ def sheet(dataset, output, split, per_class, seed, thumb) -> None:
     from .sheet import render_sheet
 
     started = time.monotonic()
+    _refuse_output_inside(Path(output), Path(dataset))
     drawn = render_sheet(Path(dataset), read_manifest(Path(dataset)), per_class, seed, split,
                          thumb)
     drawn.save(Path(output))
@@ -369,6 +370,17 @@ def sheet(dataset, output, split, per_class, seed, thumb) -> None:
                f"{plural(len(drawn.rows), 'class row')}, "
                f"{plural(sum(len(row.thumbnails) for row in drawn.rows), 'sample')}, "
                f"{plural(len(drawn.rejects), 'reject')} ({time.monotonic() - started:.1f}s)")
+
+
+def _refuse_output_inside(output: Path, dataset: Path) -> None:
+    """A sheet written into the dataset it draws would replace one of its files (even the
+    manifest) or leave a stranger among them: refused, whatever link or ``..`` leads there."""
+    target = output.parent.resolve() / output.name
+    root = dataset.resolve()
+    if target == root or root in target.parents or target.resolve() == root \
+            or root in target.resolve().parents:
+        raise OutputStateError(f"{output}: inside the dataset {dataset}; write the sheet "
+                               "outside it")
 
 
 @main.command()

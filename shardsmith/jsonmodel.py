@@ -47,6 +47,11 @@ Count = Annotated[int, Bounds(0, MAX_EXACT)]  # samples, shards, files, bytes, v
 # (a path of 4 KiB at most), so anything longer is not one, and is not read into memory whole.
 LINE_CAP = 1 << 20
 
+# A free-form field (a run's resolved config, the tool's details) is a few levels of mappings
+# and a few hundred values; these leave ample room and keep every recursive copy shallow.
+MAX_DEPTH = 32
+MAX_ITEMS = 100_000
+
 
 def decode(data: bytes | str, where: str) -> Any:
     """``data`` decoded as JSON; ManifestError naming ``where`` for anything that is not JSON
@@ -88,6 +93,7 @@ def _hints(cls: type) -> dict[str, Any]:
 def _parse(annotation: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(annotation)
     if annotation is Any:
+        _check_free_form(value, where)
         return value
     if origin is Annotated:
         inner, *extras = typing.get_args(annotation)
@@ -150,6 +156,28 @@ def _parse_record(cls: type, value: Any, where: str) -> Any:
     if check is not None:
         check(where)
     return record
+
+
+def _check_free_form(value: Any, where: str) -> None:
+    """A free-form field (``Any``: a run's config, tool details) is only ever copied and
+    written back: deeper than ``MAX_DEPTH`` or with more than ``MAX_ITEMS`` values it is not
+    one of ours, and would overflow the stack of every recursive writer (``to_json``,
+    ``json.dumps``) that copies it on.  Checked without recursion."""
+    pending = [(value, 1)]
+    items = 0
+    while pending:
+        current, depth = pending.pop()
+        items += 1
+        if depth > MAX_DEPTH:
+            raise ManifestError(f"{where or 'the document'}: nested deeper than {MAX_DEPTH} "
+                                "levels, which no field of ours is")
+        if items > MAX_ITEMS:
+            raise ManifestError(f"{where or 'the document'}: more than {MAX_ITEMS:,} values, "
+                                "which no field of ours holds")
+        if isinstance(current, dict):
+            pending.extend((item, depth + 1) for item in current.values())
+        elif isinstance(current, list):
+            pending.extend((item, depth + 1) for item in current)
 
 
 def _check_bounds(value: int, bounds: Bounds, where: str) -> None:

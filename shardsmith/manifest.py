@@ -370,7 +370,11 @@ class SampleRecord:
     def check(self, where: str) -> None:
         if SAMPLE_KEY.fullmatch(self.key) is None:
             raise ManifestError(f"{where}.key: {shown(self.key)} is not a sample key")
+        _plain_name(self.split, SPLIT_NAME, f"{where}.split", "split")
         _plain_name(self.shard, SHARD_NAME, f"{where}.shard", "shard")
+        if SHARD_NAME.fullmatch(self.shard)["split"] != self.split:
+            raise ManifestError(f"{where}: sample {self.key} of split {self.split} is in "
+                                f"{self.shard}, a shard of another split")
 
 
 def sample_line(record: dict[str, Any] | SampleRecord) -> bytes:

@@ -154,6 +154,7 @@ class _Canvas:
     def text(self, xy: tuple[int, int], text: str, size: int, fill=INK, width: int = 0,
              keep_end: bool = False, anchor: str = "la") -> None:
         font = self.fonts[size]
+        text = _clipped(printable(text), width or self.width, keep_end)
         if width:
             text = _fitted(self.draw, text, font, width, keep_end)
         self.draw.text(xy, text, font=font, fill=fill, anchor=anchor)
@@ -236,9 +237,11 @@ class _Canvas:
         for record in records:
             box = (x, top, x + thumb, top + thumb)
             jpeg = packed.get(record.key)
-            image = _decoded(jpeg, thumb) if jpeg is not None else None
-            self._tile(box, image, "not found in its shard (shardsmith verify)",
-                       self.colours.get(record.split, MUTED))
+            image = _decoded(jpeg, thumb, (record.width, record.height)) \
+                if jpeg is not None else None
+            self._tile(box, image, "not found in its shard (shardsmith verify)" if jpeg is None
+                       else f"{record.key}: unreadable, or not the size the index records "
+                       "(shardsmith verify --decode)", self.colours.get(record.split, MUTED))
             self.text((x, top + thumb + 5), f"{record.split}  {record.width}x{record.height}",
                       12, MUTED, width=thumb)
             self.text((x, top + thumb + 18), printable(record.path), 12, MUTED, width=thumb,
@@ -299,7 +302,8 @@ class _Canvas:
         self.draw.rectangle(box, fill=TILE)
         self.draw.rectangle((left, bottom - 4, right - 1, bottom - 1), fill=colour)
         font = self.fonts[13]
-        lines = _wrapped(self.draw, message, font, right - left - 16, 6)
+        lines = _wrapped(self.draw, _clipped(printable(message), 6 * (right - left), False),
+                         font, right - left - 16, 6)
         line_height = 17
         y = (top + bottom - 4) // 2 - line_height * len(lines) // 2
         for line in lines:
@@ -318,6 +322,15 @@ class _Canvas:
         return self.image.crop((0, 0, self.width, self.y + MARGIN))
 
 
+def _clipped(text: str, width: int, keep_end: bool) -> str:
+    """``text`` cut to as many characters as ``width`` pixels could ever show (no glyph is
+    under a pixel wide), before any font measures it: a class name or path of a million
+    characters is more than FreeType lays out, and more than a tile shows."""
+    if len(text) <= width:
+        return text
+    return "..." + text[len(text) - width:] if keep_end else text[:width] + "..."
+
+
 def _fitted(draw: ImageDraw.ImageDraw, text: str, font, width: int, keep_end: bool) -> str:
     """``text`` cut with an ellipsis to fit ``width`` pixels (keeping its end for paths)."""
     if draw.textlength(text, font=font) <= width:
@@ -334,14 +347,17 @@ def _fitted(draw: ImageDraw.ImageDraw, text: str, font, width: int, keep_end: bo
     return ("..." + text[len(text) - low:]) if keep_end else (text[:low] + "...")
 
 
-def _decoded(jpeg: bytes, thumb: int) -> Image.Image | None:
+def _decoded(jpeg: bytes, thumb: int, size: tuple[int, int]) -> Image.Image | None:
     """A packed sample as a thumbnail that fits ``thumb`` x ``thumb``; None if it does not
-    decode."""
+    decode, or if its header claims another size than the sample index records (a sample of
+    ours is that size: a header claiming 65500 x 65500 is not decoded at all)."""
     try:
         with Image.open(io.BytesIO(jpeg)) as image:
+            if image.size != size:
+                return None
             image.draft("RGB", (thumb, thumb))
             picture = image.convert("RGB")
-    except (OSError, ValueError, SyntaxError):
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
         return None
     return _fitted_picture(picture, thumb)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .door import LABEL_MAP_CAP, SHARD_LIST_CAP, OpenFile, Refused, open_file, read_file
 from .errors import ManifestError, ShardFormatError
+from .example_check import example_problems
 from .formats import SHARD_CAP, Placed, index_bytes, shard_format
 from .journal import JOURNAL_NAME
 from .manifest import (
@@ -30,10 +31,12 @@ from .manifest import (
     FileEntry,
     Manifest,
     ShardEntry,
+    SplitTotals,
     derived_contents,
     is_shard_file,
     iter_sample_index,
     read_manifest,
+    shard_list_names,
 )
 from .text import plural
 
@@ -103,11 +106,11 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
     report = VerifyReport(directory)
     expected, index_problems = _read_sample_index(directory, manifest, decode)
     report.problems += index_problems
+    report.problems += count_problems(manifest)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(
-            lambda shard: _check_shard(directory, manifest.format, shard,
-                                       expected.get(shard.name), len(manifest.classes),
+            lambda shard: _check_shard(directory, manifest, shard, expected.get(shard.name),
                                        decode),
             manifest.shards,
         )
@@ -169,6 +172,10 @@ def _read_sample_index(directory: Path, manifest: Manifest,
         return {}, [str(exc)]
     listed = {shard.name: shard.samples for shard in manifest.shards}
     name = manifest.samples_index.name
+    lines = sum(counts.values())
+    if manifest.current and lines != manifest.samples_index.samples:
+        problems.append(f"{name}: {plural(lines, 'line')}, manifest says "
+                        f"{manifest.samples_index.samples}")
     for shard, count in sorted(counts.items()):
         if shard not in listed:
             problems.append(f"{name}: {plural(count, 'sample')} in {shard}, a shard not "
@@ -180,6 +187,41 @@ def _read_sample_index(directory: Path, manifest: Manifest,
         if listed[shard]:
             problems.append(f"{name}: no samples in {shard}, manifest says {listed[shard]}")
     return per_shard, problems
+
+
+def count_problems(manifest: Manifest) -> list[str]:
+    """Where the manifest's own numbers disagree: each split's totals with its shards, the
+    dataset's totals with its shards, rejects and exclusions, and the shard lists with the
+    names its splits give (each one once)."""
+    problems = []
+    for split, totals in manifest.splits.items():
+        shards = [shard for shard in manifest.shards if shard.split == split]
+        actual = SplitTotals(sum(shard.samples for shard in shards), len(shards),
+                             sum(shard.bytes for shard in shards))
+        for what in ("samples", "shards", "bytes"):
+            if getattr(totals, what) != getattr(actual, what):
+                problems.append(f"manifest: splits.{split}.{what} is {getattr(totals, what)}, "
+                                f"its shards give {getattr(actual, what)}")
+    totals = manifest.totals
+    whole = manifest.staged is None or manifest.staged.get("split") is None
+    packed = sum(shard.samples for shard in manifest.shards)
+    if whole and totals.packed != packed:
+        problems.append(f"manifest: totals.packed is {totals.packed}, its shards hold {packed}")
+    originals = totals.packed if totals.sources is None else totals.sources
+    if totals.seen != originals + totals.rejected + totals.excluded:
+        problems.append(f"manifest: totals.seen is {totals.seen}, not "
+                        f"{'packed' if totals.sources is None else 'sources'} + rejected + "
+                        f"excluded ({originals + totals.rejected + totals.excluded})")
+    if totals.rejected != len(manifest.rejects):
+        problems.append(f"manifest: totals.rejected is {totals.rejected}, it lists "
+                        f"{len(manifest.rejects)} rejects")
+    if manifest.current:
+        expected = [name for split in manifest.splits
+                    for name in shard_list_names(split, manifest.format)]
+        if sorted(manifest.shard_lists) != sorted(expected):
+            problems.append("manifest: shard_lists is [" + ", ".join(manifest.shard_lists)
+                            + "], its splits give [" + ", ".join(expected) + "]")
+    return problems
 
 
 def _check_file(directory: Path, entry: FileEntry) -> str | None:
@@ -199,8 +241,10 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
     return None
 
 
-def _check_shard(directory: Path, fmt_name: str, shard: ShardEntry,
-                 expected: _Expected | None, classes: int, decode: bool) -> list[str]:
+def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
+                 expected: _Expected | None, decode: bool) -> list[str]:
+    fmt_name, classes = manifest.format, len(manifest.classes)
+    object_classes = len(manifest.object_classes or ())
     problem = _check_file(directory, shard.file)
     if problem is not None and not problem.endswith("(corrupt)"):
         return [problem]
@@ -217,8 +261,12 @@ def _check_shard(directory: Path, fmt_name: str, shard: ShardEntry,
                 problems.append(f"{shard.name}: sample {record.key} has label {label}, not "
                                 f"one of the {classes} classes")
             if decode:
-                _check_image(shard.name, record.key, fmt.jpeg(record),
-                             expected.sizes if expected is not None else None, problems)
+                sizes = expected.sizes if expected is not None else None
+                _check_image(shard.name, record.key, fmt.jpeg(record), sizes, problems)
+                if fmt_name == "tfrecord" and len(problems) < MAX_LABEL_PROBLEMS:
+                    problems += [f"{shard.name}: sample {record.key}: {problem}" for problem in
+                                 example_problems(record.data[12:-4], (sizes or {}).get(
+                                     record.key), object_classes)]
     except ShardFormatError as exc:
         return problems + [f"{shard.name}: {exc}"]
     if len(placed) != shard.samples:
