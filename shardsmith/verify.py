@@ -22,8 +22,8 @@ from pathlib import Path
 
 from .door import LABEL_MAP_CAP, SHARD_LIST_CAP, OpenFile, Refused, open_file, read_file
 from .errors import ManifestError, ShardFormatError
-from .example_check import example_problems
 from .formats import SHARD_CAP, Placed, index_bytes, shard_format
+from .formats.example_check import example_problems
 from .journal import JOURNAL_NAME
 from .manifest import (
     LABEL_MAP_NAME,

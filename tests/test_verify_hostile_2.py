@@ -13,8 +13,8 @@ import pytest
 from hostile_data import cli, mixed_annotated, one_error_line, sha256, small_dataset
 from hostile_data import write_manifest as save_manifest
 
-from shardsmith.example_check import feature_lists
 from shardsmith.formats import Placed, index_bytes
+from shardsmith.formats.example_check import feature_lists
 from shardsmith.formats.tfrecord import (
     ByteStrings,
     Floats,

@@ -14,8 +14,8 @@ import struct
 
 from PIL import Image
 
-from .errors import ShardFormatError
-from .formats.tfrecord import _fields, _message, _read_varint
+from ..errors import ShardFormatError
+from .tfrecord import _fields, _message, _read_varint
 
 # Features our writer gives exactly one value, and that every reader parses as a scalar.
 SINGLE = ("image/encoded", "image/format", "image/class/label", "image/class/text",
