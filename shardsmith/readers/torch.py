@@ -128,7 +128,8 @@ class ShardDataset(IterableDataset):
             if batch_size is not None and decode else None
         # No sample's JPEG header may say more than the largest size the sample index records
         # (a 16x16 JPEG whose header says 65500x65500 would allocate 12 GB when decoded).
-        self.largest = self.image_size or largest_image_size(directory, self.manifest, split)
+        self.largest = self.image_size or (largest_image_size(directory, self.manifest, split)
+                                           if decode or targets else None)
         # Shared with the workers (also persistent ones): [0] the epoch set_epoch gave (-1:
         # never), [1 + w] how many epochs worker w began without one.
         self._epochs = multiprocessing.RawArray("q", [-1] + [0] * MAX_WORKERS)
