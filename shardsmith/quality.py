@@ -30,7 +30,6 @@ from typing import Any
 
 import cv2
 import numpy as np
-import simplejpeg
 from PIL import Image
 
 from .census import packed_config
@@ -42,6 +41,7 @@ from .manifest import Manifest, SampleRecord
 from .originals import read_under_root, source_root
 from .picks import interleave, pick_per_class, read_packed
 from .progress import Progress
+from .readers.sample_jpeg import SampleJpegError, decode_sample
 from .records import digest_as
 from .text import plural, printable
 
@@ -251,21 +251,18 @@ class _Planes:
 
 
 def _packed_region(jpeg: bytes, geometry: Geometry) -> np.ndarray:
-    """The packed sample as H x W x C uint8, without the letterbox bars of ``pad``."""
-    try:
-        colorspace = simplejpeg.decode_jpeg_header(jpeg)[2]
-        gray = colorspace.upper() == "GRAY"
-        pixels = simplejpeg.decode_jpeg(jpeg, colorspace="GRAY" if gray else "RGB")
-    except ValueError as exc:
-        raise BadImage("corrupt", f"the packed sample does not decode: {exc}") from None
+    """The packed sample as H x W x C uint8, without the letterbox bars of ``pad``; its JPEG
+    header must say the size the settings give (checked before decoding: a header claiming
+    65500x65500 is refused, not allocated)."""
     target_w, target_h = geometry.size
+    canvas_w, canvas_h = geometry.canvas if geometry.canvas is not None else geometry.size
+    try:
+        pixels = decode_sample(jpeg, "KEEP", expect=(canvas_h, canvas_w))
+    except SampleJpegError as exc:
+        raise BadImage("corrupt", f"the packed sample: {exc}") from None
     if geometry.canvas is not None:
-        canvas_w, canvas_h = geometry.canvas
         top, left = (canvas_h - target_h) // 2, (canvas_w - target_w) // 2
         pixels = pixels[top : top + target_h, left : left + target_w]
-    if pixels.shape[:2] != (target_h, target_w):
-        raise BadImage("unsupported", f"the sample is {pixels.shape[1]}x{pixels.shape[0]}, "
-                       f"the settings give {target_w}x{target_h}")
     return pixels
 
 

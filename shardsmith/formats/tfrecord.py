@@ -22,6 +22,7 @@ from .base import Placed, Record, class_name, open_shard
 
 if TYPE_CHECKING:
     from ..annotations.model import ObjectClasses
+    from ..door import OpenFile
     from ..records import Sample
 
 _MASK_DELTA = 0xA282EAD8
@@ -167,6 +168,80 @@ def _framed(handle: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
             raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
         yield offset, payload
         offset += 16 + length
+
+
+RECORD_OVERHEAD = 16  # length (8), its CRC (4), the payload's CRC (4)
+
+
+def index_spans(data: bytes, shard_bytes: int) -> list[tuple[int, int]]:
+    """(offset, size) of each record of a DALI TFRecord index (``OFFSET SIZE`` lines), which
+    must tile the shard: the first record at 0, each next where the last ends, the last
+    ending at ``shard_bytes``.  Raises ShardFormatError naming the line."""
+    spans, end = [], 0
+    for number, line in enumerate(data.decode("ascii", "replace").splitlines(), 1):
+        fields = line.split()
+        if len(fields) != 2 or not all(field.isdigit() for field in fields):
+            raise ShardFormatError(f"index line {number} is not OFFSET SIZE")
+        offset, size = int(fields[0]), int(fields[1])
+        if offset != end or size < RECORD_OVERHEAD or offset + size > shard_bytes:
+            raise ShardFormatError(f"index line {number} ({offset} {size}) does not follow "
+                                   f"the record before it, which ends at byte {end}, within "
+                                   f"the shard's {shard_bytes:,} bytes")
+        spans.append((offset, size))
+        end = offset + size
+    if end != shard_bytes:
+        raise ShardFormatError(f"the index's records end at byte {end:,}, the shard at "
+                               f"{shard_bytes:,}")
+    return spans
+
+
+def framed_spans(handle: OpenFile, shard_bytes: int) -> list[tuple[int, int]]:
+    """(offset, size) of each record, from the shard's own 12-byte headers (a shard without an
+    index), each length's CRC checked and each record within ``shard_bytes``."""
+    spans, offset = [], 0
+    while offset < shard_bytes:
+        length = _checked_length(handle, offset, shard_bytes)
+        spans.append((offset, length + RECORD_OVERHEAD))
+        offset += length + RECORD_OVERHEAD
+    return spans
+
+
+def check_framing(handle: OpenFile, spans: list[tuple[int, int]]) -> None:
+    """ShardFormatError unless each record's length field is its span's size (less the
+    framing) with a valid CRC: one 12-byte read a record, so that nothing downstream ever
+    sees a length the index does not vouch for (TensorFlow's reader crashes on 2**40)."""
+    for offset, size in spans:
+        length = _checked_length(handle, offset, handle.size)
+        if length + RECORD_OVERHEAD != size:
+            raise ShardFormatError(f"the record at byte {offset} says {length:,} bytes, its "
+                                   f"index {size - RECORD_OVERHEAD:,}")
+
+
+def _checked_length(handle: OpenFile, offset: int, shard_bytes: int) -> int:
+    header = os.pread(handle.fd, 12, offset)
+    if len(header) < 12:
+        raise ShardFormatError(f"truncated record header at byte {offset}")
+    if struct.unpack("<I", header[8:])[0] != masked_crc(header[:8]):
+        raise ShardFormatError(f"bad length CRC at byte {offset}")
+    (length,) = struct.unpack("<Q", header[:8])
+    if length > shard_bytes - offset - RECORD_OVERHEAD:
+        raise ShardFormatError(f"the record at byte {offset} runs past the end")
+    return length
+
+
+def read_payload(handle: OpenFile, offset: int, size: int) -> bytes:
+    """The payload of the record at ``offset`` whose framing ``check_framing`` vouched for
+    (``size`` bytes with it), its CRC checked; raises ShardFormatError."""
+    data = os.pread(handle.fd, size, offset)
+    if len(data) != size:
+        raise ShardFormatError(f"the record at byte {offset} is cut short")
+    (length,) = struct.unpack("<Q", data[:8])
+    if length + RECORD_OVERHEAD != size:
+        raise ShardFormatError(f"the record at byte {offset} changed since it was checked")
+    payload = data[12:-4]
+    if struct.unpack("<I", data[-4:])[0] != masked_crc(payload):
+        raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
+    return payload
 
 
 MAX_VARINT_BYTES = 10  # a 64-bit value takes at most ten 7-bit groups

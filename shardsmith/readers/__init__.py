@@ -56,3 +56,13 @@ def equal_image_size(directory: Path, manifest: Manifest, split: str | None) -> 
         raise ConfigError(f"batch_size= needs equal image sizes; this selection has "
                           f"several ({found}, ...): {RESIZE_HINT}")
     return next(iter(sizes))
+
+
+def largest_image_size(directory: Path, manifest: Manifest, split: str | None) -> tuple[int, int]:
+    """The largest height and the largest width the sample index records in the selection:
+    what no sample's JPEG header may exceed (a header is read before a JPEG is decoded)."""
+    height = width = 0
+    for record in iter_sample_index(directory, manifest):
+        if split is None or record.split == split:
+            height, width = max(height, record.height), max(width, record.width)
+    return height, width

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ShardFormatError
 from ..manifest import Manifest, iter_sample_index, read_manifest
 
 
@@ -125,20 +125,31 @@ def _check_same_images(manifest: Manifest, other: Manifest, where: str | Path) -
 
 
 def _floor(data, seconds: float, per_sample: float) -> ReadResult:
-    import simplejpeg
-
+    """Every JPEG of the selection decoded from memory through the readers' checked decode
+    (header first); a sample that does not decode is a ``CorruptSampleError`` naming it,
+    found before the timing starts."""
+    from ..errors import CorruptSampleError
     from .plan import ShardFiles
+    from .sample_jpeg import SampleJpegError, decode_sample
 
     table, files = data.table, ShardFiles(data.table)
+    size = data.image_size
     try:
-        jpegs = [files.read(int(table.shard[i]), int(table.image_offset[i]),
-                            int(table.image_size[i])) for i in range(len(table))]
+        jpegs = []
+        for index in range(len(table)):
+            try:
+                jpeg = files.read(int(table.shard[index]), int(table.image_offset[index]),
+                                  int(table.image_size[index]))
+                decode_sample(jpeg, expect=size)
+            except (OSError, ShardFormatError, SampleJpegError) as exc:
+                raise CorruptSampleError(f"{data._where(index)}: {exc}") from None
+            jpegs.append(jpeg)
     finally:
         files.close()
 
     def epoch() -> Iterable[int]:
         for jpeg in jpegs:
-            simplejpeg.decode_jpeg(jpeg, colorspace="RGB")
+            decode_sample(jpeg, expect=size)
             yield 1
 
     return _timed("decode floor (simplejpeg)", epoch, seconds, per_sample, warm_epochs=0)

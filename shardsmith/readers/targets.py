@@ -18,15 +18,18 @@ import numpy as np
 from ..annotations.masks import rle_decode
 
 
-def detection_target(meta: Any, height: int, width: int,
-                     with_masks: bool) -> dict[str, np.ndarray]:
-    """``boxes``, ``labels`` and (``with_masks``) ``masks`` of one sample."""
+def detection_target(meta: Any, height: int, width: int, with_masks: bool,
+                     object_classes: int) -> dict[str, np.ndarray]:
+    """``boxes``, ``labels`` and (``with_masks``) ``masks`` of one sample; each label is an
+    object class id from 1 to ``object_classes`` (anything else would index past a model's
+    outputs)."""
     if not isinstance(meta, dict):
         raise ValueError("its metadata is not an object")
     boxes_in, labels_in = meta.get("boxes", []), meta.get("labels", [])
     if not isinstance(boxes_in, list) or not isinstance(labels_in, list) or \
             len(boxes_in) != len(labels_in):
         raise ValueError("boxes and labels are not two lists of one length")
+    check_class_ids(labels_in, object_classes)  # before NumPy, where 2**64 would not fit
     try:
         boxes = np.asarray(boxes_in, np.float32).reshape(-1, 4)
         labels = np.asarray(labels_in, np.int64).reshape(-1)
@@ -71,3 +74,13 @@ def _checked_counts(counts: list[Any], number: int, pixels: int) -> list[int]:
         raise ValueError(f"object {number}: RLE counts add up to {sum(counts):,}, not "
                          f"{pixels:,} pixels")
     return counts
+
+
+def check_class_ids(labels: Any, object_classes: int) -> None:
+    """``ValueError`` unless every label is a whole number from 1 to ``object_classes``
+    (checked in Python's integers: 2**62 must not wrap into range)."""
+    for label in labels:
+        if isinstance(label, bool) or not isinstance(label, int | np.integer) \
+                or not 1 <= int(label) <= object_classes:
+            raise ValueError(f"object class id {label!r} is not one of the dataset's "
+                             f"{object_classes} object classes (ids 1 to {object_classes})")

@@ -7,15 +7,26 @@
     strategy.distribute_datasets_from_function(
         lambda context: dataset(path, split="train", input_context=context).batch(64))
 
-Shard files are shuffled each epoch and read with a parallel interleave; records are
-shuffled in a buffer, parsed and decoded with ``tf.io.decode_jpeg`` in parallel.  With
-``shuffle=False`` (or ``deterministic=True``) the order is the manifest's, the same each run.
+Shard files are shuffled each epoch and their records interleaved; records are shuffled in a
+buffer, then read, parsed and decoded in parallel.  With ``shuffle=False`` (or
+``deterministic=True``) the order is the manifest's, the same each run.
 
 With ``targets=True`` (a dataset packed with box or mask annotations) each element is a dict:
 ``image`` (uint8 HWC), ``label``, ``boxes`` (float32 N×4, ``ymin, xmin, ymax, xmax`` normalised
 to 0..1 as the Object Detection API and ``tf.image.draw_bounding_boxes`` have them),
 ``classes`` (int64 N, ids from 1, as in ``label_map.pbtxt``), ``class_names`` (string N) and,
 when the dataset has masks, ``mask`` (uint8 H×W, the class mask: 0 background, k a class id).
+
+The shards are untrusted (docs/readers.md, "What the tf.data reader guarantees").  TensorFlow
+never opens one: when the dataset is made, every shard is opened through the door (a regular
+file, no link, the manifest's size) and its framing checked against its index (each record's
+length field, with its CRC, is the index's size, and the records tile the file), else a
+``ManifestError`` names it.  Records are then read by offset from those checked descriptors
+(a shard swapped since is refused), their CRC checked, parsed and decoded in Python
+(``sample_jpeg.decode_sample``: header first, never larger than the largest recorded sample).
+A record that fails any check is a corrupt sample: one warning naming its shard and key, and
+it is skipped (that epoch is one sample shorter); iteration never raises a TensorFlow error for
+it.
 """
 
 from __future__ import annotations
@@ -30,23 +41,31 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "shardsmith.readers.tf needs TensorFlow: pip install 'shardsmith[tf]'"
     ) from exc
 
-from ..errors import ConfigError
-from . import select_shards
+import io
+import logging
+import os
+import threading
+from collections.abc import Callable
 
-FEATURES = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-}
+import cv2
+import numpy as np
+from google.protobuf.message import DecodeError
+from PIL import Image, UnidentifiedImageError
 
+from ..door import Identity, OpenFile, Refused, open_file, read_file
+from ..errors import ConfigError, ManifestError, ShardFormatError
+from ..formats.base import SHARD_CAP, open_shard
+from ..formats.tfrecord import check_framing, framed_spans, index_spans, read_payload
+from ..manifest import ShardEntry
+from . import largest_image_size, select_shards
+from .plan import OPEN_SHARDS
+from .sample_jpeg import SampleJpegError, decode_sample
+from .targets import check_class_ids
 
-TARGET_FEATURES = {
-    **FEATURES,
-    **{f"image/object/bbox/{edge}": tf.io.VarLenFeature(tf.float32)
-       for edge in ("xmin", "ymin", "xmax", "ymax")},
-    "image/object/class/label": tf.io.VarLenFeature(tf.int64),
-    "image/object/class/text": tf.io.VarLenFeature(tf.string),
-    "image/segmentation/class/encoded": tf.io.FixedLenFeature([], tf.string, default_value=""),
-}
+log = logging.getLogger(__name__)
+
+COLORSPACES = {0: "KEEP", 1: "GRAY", 3: "RGB"}
+EDGES = ("ymin", "xmin", "ymax", "xmax")
 
 
 def _has_masks(manifest: Any) -> bool:
@@ -65,6 +84,185 @@ def classes(path: str | Path) -> list[str]:
     """The class names of a dataset; a label is an index into this list."""
     manifest, _ = select_shards(path, None, "tfrecord")
     return list(manifest.classes)
+
+
+def checked_shard(path: str, entry: ShardEntry) -> tuple[Identity, list[tuple[int, int]]]:
+    """The identity and the (offset, size) of each record of a shard, once it is checked
+    through the door and its framing against its index; ``ManifestError`` naming it
+    otherwise."""
+    name = os.path.basename(path)
+    try:
+        with open_shard(path) as handle:
+            if handle.size != entry.bytes:
+                raise ShardFormatError(f"{handle.size:,} bytes, the manifest says "
+                                       f"{entry.bytes:,}")
+            spans = _index_spans(os.path.dirname(path), entry, handle)
+            if len(spans) != entry.samples:
+                raise ShardFormatError(f"{len(spans)} records, the manifest says "
+                                       f"{entry.samples}")
+            check_framing(handle, spans)
+            identity = Identity(handle.info.st_ino, handle.size)
+    except ShardFormatError as exc:
+        raise ManifestError(f"{name}: {exc}; `shardsmith verify` names what is wrong, "
+                            "`shardsmith stage` repairs a copy") from None
+    except OSError as exc:
+        raise ManifestError(f"{name}: cannot read the shard: {exc.strerror or exc}") from None
+    return identity, spans
+
+
+def _index_spans(directory: str, entry: ShardEntry, handle: OpenFile) -> list[tuple[int, int]]:
+    if entry.index is None:  # packed before indexes: the shard's own headers
+        return framed_spans(handle, handle.size)
+    index = entry.index
+    try:
+        data = read_file(os.path.join(directory, index.name), index.bytes)
+    except Refused as exc:
+        raise ShardFormatError(f"its index {index.name} is {exc.detail}") from None
+    if len(data) != index.bytes:
+        raise ShardFormatError(f"its index {index.name} is not the manifest's "
+                               f"{index.bytes:,} bytes")
+    return index_spans(data, handle.size)
+
+
+class _Shards:
+    """The checked shards, each reopened through the door on first read with the identity it
+    had when checked (a shard swapped since is refused) and kept open, at most
+    ``OPEN_SHARDS`` at once.  tf.data calls ``read`` from several threads: one lock covers a
+    lookup and its ``pread``, so a descriptor is never closed under a read."""
+
+    def __init__(self, paths: list[str], identities: list[Identity]):
+        self.paths, self.identities = paths, identities
+        self._open: dict[int, OpenFile] = {}
+        self._lock = threading.Lock()
+
+    def read(self, shard: int, offset: int, size: int) -> bytes:
+        with self._lock:
+            handle = self._open.get(shard)
+            if handle is None:
+                if len(self._open) >= OPEN_SHARDS:
+                    self._open.pop(next(iter(self._open))).close()
+                try:
+                    handle = open_file(self.paths[shard], SHARD_CAP,
+                                       expect=self.identities[shard])
+                except Refused as exc:
+                    raise ShardFormatError(exc.detail) from None
+                self._open[shard] = handle
+            return read_payload(handle, offset, size)
+
+    def __del__(self) -> None:
+        for handle in self._open.values():
+            handle.close()
+
+
+class _Records:
+    """Reads, checks, parses and decodes record ``number`` of the selection (in Python, called
+    through ``tf.py_function``); a record that fails is logged and marked, never raised."""
+
+    def __init__(self, paths: list[str], checked: list[tuple[Identity, list[tuple[int, int]]]],
+                 classes: int, object_classes: int, channels: int,
+                 largest: tuple[int, int], with_mask: bool):
+        self.shards = _Shards(paths, [identity for identity, _ in checked])
+        self.names = [os.path.basename(path) for path in paths]
+        self.shard = np.concatenate([np.full(len(spans), number, np.int64)
+                                     for number, (_, spans) in enumerate(checked)]
+                                    or [np.empty(0, np.int64)])
+        self.spans = np.asarray([span for _, spans in checked for span in spans],
+                                np.int64).reshape(-1, 2)
+        self.classes, self.object_classes = classes, object_classes
+        self.colorspace, self.largest, self.with_mask = COLORSPACES[channels], largest, \
+            with_mask
+
+    def starts(self) -> np.ndarray:
+        """Where each shard's records begin in the selection's numbering, and where the last
+        ends."""
+        return np.searchsorted(self.shard, np.arange(len(self.names) + 1)).astype(np.int64)
+
+    def example(self, number: int) -> tuple[str, Any]:
+        """(where, tf.train.Example) of record ``number``; ``where`` names shard and key."""
+        shard = int(self.shard[number])
+        offset, size = (int(value) for value in self.spans[number])
+        where = f"{self.names[shard]}: the record at byte {offset}"
+        payload = self.shards.read(shard, offset, size)
+        try:
+            example = tf.train.Example.FromString(payload)
+        except (DecodeError, ValueError) as exc:  # upb's DecodeError, or a RuntimeWarning's
+            raise ShardFormatError(f"{where}: not a tf.train.Example ({exc})") from None
+        keys = example.features.feature["image/key"].bytes_list.value \
+            if "image/key" in example.features.feature else []
+        if len(keys) == 1:
+            where = f"{self.names[shard]}: sample {keys[0].decode('ascii', 'replace')[:200]}"
+        return where, example
+
+    def read(self, number: Any, targets: bool) -> list[Any]:
+        where = f"record {int(number)}"
+        try:
+            where, example = self.example(int(number))
+            return [*self._parsed(example, targets), True]
+        except (ShardFormatError, SampleJpegError, ValueError) as exc:
+            log.warning("%s: corrupt sample skipped (%s)", where, exc)
+        except OSError as exc:
+            log.warning("%s: unreadable sample skipped (%s)", where, exc.strerror or exc)
+        return [*self._placeholder(targets), False]
+
+    def _parsed(self, example: Any, targets: bool) -> list[Any]:
+        feature = example.features.feature
+        encoded = _values(feature, "image/encoded", "bytes_list")
+        labels = _values(feature, "image/class/label", "int64_list")
+        if len(encoded) != 1 or len(labels) != 1:
+            raise ShardFormatError(f"{len(encoded)} image/encoded and {len(labels)} "
+                                   "image/class/label values, not one each")
+        if not -1 <= labels[0] < self.classes:
+            raise ShardFormatError(f"label {labels[0]} is not one of the {self.classes} "
+                                   "classes")
+        image = decode_sample(encoded[0], self.colorspace, bound=self.largest)
+        if not targets:
+            return [image, np.int64(labels[0])]
+        edges = [_values(feature, f"image/object/bbox/{edge}", "float_list") for edge in EDGES]
+        ids = _values(feature, "image/object/class/label", "int64_list")
+        names = _values(feature, "image/object/class/text", "bytes_list")
+        if len({len(values) for values in (*edges, ids, names)}) != 1:
+            raise ShardFormatError("the boxes, class ids and class names are not lists of "
+                                   "one length")
+        boxes = np.asarray(edges, np.float32).T.reshape(-1, 4)
+        if not np.isfinite(boxes).all():
+            raise ShardFormatError("a box is not finite")
+        check_class_ids(ids, self.object_classes)
+        mask = self._mask(feature, image.shape[:2]) if self.with_mask else \
+            np.zeros((0, 0), np.uint8)
+        return [image, np.int64(labels[0]), boxes, np.asarray(ids, np.int64),
+                tf.constant(names, tf.string), mask]
+
+    def _mask(self, feature: Any, shape: tuple[int, int]) -> np.ndarray:
+        """The class mask PNG, its header checked to be the image's size before decoding."""
+        encoded = _values(feature, "image/segmentation/class/encoded", "bytes_list")
+        if len(encoded) != 1:
+            raise ShardFormatError("no class mask")
+        try:
+            with Image.open(io.BytesIO(encoded[0]), formats=["PNG"]) as header:
+                size = header.size
+        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+            raise ShardFormatError(f"the class mask is not a PNG ({exc})") from None
+        if size != (shape[1], shape[0]):
+            raise ShardFormatError(f"the class mask is {size[0]}x{size[1]}, the image "
+                                   f"{shape[1]}x{shape[0]}")
+        mask = cv2.imdecode(np.frombuffer(encoded[0], np.uint8), cv2.IMREAD_GRAYSCALE)
+        if mask is None or mask.shape != shape:
+            raise ShardFormatError("the class mask does not decode")
+        return mask
+
+    def _placeholder(self, targets: bool) -> list[Any]:
+        image = np.zeros((1, 1, 1 if self.colorspace == "GRAY" else 3), np.uint8)
+        if not targets:
+            return [image, np.int64(-1)]
+        return [image, np.int64(-1), np.zeros((0, 4), np.float32), np.zeros(0, np.int64),
+                tf.constant([], tf.string), np.zeros((0, 0), np.uint8)]
+
+
+def _values(feature: Any, name: str, kind: str) -> list[Any]:
+    """The values of feature ``name`` of kind ``kind`` (none when absent or of another kind)."""
+    if name not in feature or feature[name].WhichOneof("kind") != kind:
+        return []
+    return list(getattr(feature[name], kind).value)
 
 
 def dataset(
@@ -87,27 +285,35 @@ def dataset(
     ``tf.distribute.InputContext``) give this pipeline its part: whole shard files when there
     are at least as many files as parts, single records otherwise, so that every sample is read
     by exactly one pipeline.  ``seed`` makes the shuffled order repeatable; ``deterministic``
-    keeps parallel reads in order.
+    keeps parallel reads in order.  Every shard is checked now (``ManifestError`` naming one
+    that fails); a corrupt record is skipped with a warning naming it.
     """
     if input_context is not None:
         num_shards, index = input_context.num_input_pipelines, input_context.input_pipeline_id
     if not 0 <= index < num_shards:
         raise ConfigError(f"index {index} is not one of {num_shards} parts")
+    if channels not in COLORSPACES:
+        raise ConfigError(f"channels: expected 0, 1 or 3, got {channels!r}")
     manifest, shards = select_shards(path, split, "tfrecord")
     if targets and manifest.object_classes is None:
         raise ConfigError(f"{path} has no box or mask annotations (packed without "
                           "source.annotations): targets=True needs them")
     with_mask = targets and _has_masks(manifest)
     paths = [file for file, _ in shards]
+    checked = [checked_shard(file, entry) for file, entry in shards]
+    reader = _Records(paths, checked, len(manifest.classes),
+                      len(manifest.object_classes or ()), channels,
+                      largest_image_size(Path(path), manifest, split), with_mask)
+    starts = tf.constant(reader.starts())
     by_file = len(paths) >= num_shards
-    files = tf.data.Dataset.from_tensor_slices(paths)
+    files = tf.data.Dataset.range(len(paths))
     if num_shards > 1 and by_file:
         files = files.shard(num_shards, index)
     if shuffle and (by_file or num_shards == 1):  # parts by record need one file order
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+        files = files.shuffle(max(1, len(paths)), seed=seed, reshuffle_each_iteration=True)
     ordered = deterministic or not shuffle or not by_file
     records = files.interleave(
-        tf.data.TFRecordDataset,
+        lambda shard: tf.data.Dataset.range(starts[shard], starts[shard + 1]),
         cycle_length=cycle_length or min(len(paths), 8) or 1,
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=ordered,
@@ -116,29 +322,41 @@ def dataset(
         records = records.shard(num_shards, index)
     if shuffle and shuffle_buffer > 1:
         records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    parse = _parse_targets(reader, channels) if targets else _parse(reader, channels)
+    decoded = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
+    good = decoded.filter(lambda element, ok: ok).map(lambda element, ok: element)
+    return good.prefetch(tf.data.AUTOTUNE)
 
-    def parse(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        example = tf.io.parse_single_example(record, FEATURES)
-        image = tf.io.decode_jpeg(example["image/encoded"], channels=channels)
-        return image, example["image/class/label"]
 
-    def parse_targets(record: tf.Tensor) -> dict[str, tf.Tensor]:
-        example = tf.io.parse_single_example(record, TARGET_FEATURES)
-        dense = {key: tf.sparse.to_dense(value) for key, value in example.items()
-                 if isinstance(value, tf.SparseTensor)}
-        found = {
-            "image": tf.io.decode_jpeg(example["image/encoded"], channels=channels),
-            "label": example["image/class/label"],
-            "boxes": tf.stack([dense[f"image/object/bbox/{edge}"]
-                               for edge in ("ymin", "xmin", "ymax", "xmax")], axis=-1),
-            "classes": dense["image/object/class/label"],
-            "class_names": dense["image/object/class/text"],
-        }
-        if with_mask:
-            found["mask"] = tf.io.decode_png(example["image/segmentation/class/encoded"],
-                                             channels=1)[:, :, 0]
-        return found
+def _image_shape(channels: int) -> list[int | None]:
+    return [None, None, channels or None]
 
-    decoded = records.map(parse_targets if targets else parse,
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
-    return decoded.prefetch(tf.data.AUTOTUNE)
+
+def _parse(reader: _Records, channels: int) -> Callable[[tf.Tensor], Any]:
+    def parse(number: tf.Tensor) -> Any:
+        image, label, ok = tf.py_function(lambda n: reader.read(n, False), [number],
+                                          [tf.uint8, tf.int64, tf.bool])
+        image.set_shape(_image_shape(channels))
+        label.set_shape([])
+        ok.set_shape([])
+        return (image, label), ok
+
+    return parse
+
+
+def _parse_targets(reader: _Records, channels: int) -> Callable[[tf.Tensor], Any]:
+    def parse(number: tf.Tensor) -> Any:
+        image, label, boxes, ids, names, mask, ok = tf.py_function(
+            lambda n: reader.read(n, True), [number],
+            [tf.uint8, tf.int64, tf.float32, tf.int64, tf.string, tf.uint8, tf.bool])
+        image.set_shape(_image_shape(channels))
+        for tensor, shape in ((label, []), (boxes, [None, 4]), (ids, [None]), (names, [None]),
+                              (mask, [None, None]), (ok, [])):
+            tensor.set_shape(shape)
+        found = {"image": image, "label": label, "boxes": boxes, "classes": ids,
+                 "class_names": names}
+        if reader.with_mask:
+            found["mask"] = mask
+        return found, ok
+
+    return parse

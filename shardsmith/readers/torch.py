@@ -52,11 +52,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 import numpy as np
-import simplejpeg
 
 from ..errors import ConfigError, CorruptSampleError, ShardFormatError
 from ..formats.webdataset import parse_label
-from . import RESIZE_HINT, equal_image_size, select_shards
+from . import equal_image_size, largest_image_size, select_shards
 from .plan import (
     DEFAULT_BLOCK,
     ShardFiles,
@@ -67,6 +66,7 @@ from .plan import (
     rank_share,
 )
 from .ring import BatchRing, RingBatch, ShardLoader
+from .sample_jpeg import SampleJpegError, check_header, decode_sample
 from .targets import detection_target
 
 __all__ = ["ShardDataset", "ShardLoader", "dataset", "detection_collate", "distributed_rank"]
@@ -126,6 +126,10 @@ class ShardDataset(IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.image_size = equal_image_size(directory, self.manifest, split) \
             if batch_size is not None and decode else None
+        # No sample's JPEG header may say more than the largest size the sample index records
+        # (a 16x16 JPEG whose header says 65500x65500 would allocate 12 GB when decoded).
+        self.largest = self.image_size or (largest_image_size(directory, self.manifest, split)
+                                           if decode or targets else None)
         # Shared with the workers (also persistent ones): [0] the epoch set_epoch gave (-1:
         # never), [1 + w] how many epochs worker w began without one.
         self._epochs = multiprocessing.RawArray("q", [-1] + [0] * MAX_WORKERS)
@@ -284,7 +288,8 @@ class ShardDataset(IterableDataset):
 
     def _target(self, index: int, meta: Any, height: int, width: int) -> dict[str, Any]:
         try:
-            target = detection_target(meta, height, width, self.with_masks)
+            target = detection_target(meta, height, width, self.with_masks,
+                                      len(self.object_classes))
         except ValueError as exc:
             raise self._named(index, f"bad annotations ({exc})") from None
         return {key: torch.from_numpy(value) for key, value in target.items()}
@@ -311,10 +316,10 @@ class ShardDataset(IterableDataset):
         if not self.decode:
             return torch.frombuffer(bytearray(jpeg), dtype=torch.uint8), label
         try:
-            pixels = simplejpeg.decode_jpeg(jpeg, colorspace="RGB" if self.channels == 3
-                                            else "GRAY")
-        except ValueError as exc:
-            raise self._named(index, f"does not decode ({exc})") from None
+            pixels = decode_sample(jpeg, "RGB" if self.channels == 3 else "GRAY",
+                                   bound=self.largest)
+        except SampleJpegError as exc:
+            raise self._named(index, str(exc)) from None
         image = torch.from_numpy(pixels).permute(2, 0, 1)
         if self.targets:
             label = self._target(index, meta, pixels.shape[0], pixels.shape[1])
@@ -324,9 +329,9 @@ class ShardDataset(IterableDataset):
 
     def _jpeg_shape(self, index: int, jpeg: memoryview) -> tuple[int, int]:
         try:
-            return simplejpeg.decode_jpeg_header(jpeg)[:2]
-        except ValueError as exc:
-            raise self._named(index, f"does not decode ({exc})") from None
+            return check_header(jpeg, bound=self.largest)[:2]
+        except SampleJpegError as exc:
+            raise self._named(index, str(exc)) from None
 
     def _read_batch(self, indices: np.ndarray, corrupt: list[str], worker: int = 0) -> Any:
         height, width = self.image_size
@@ -347,14 +352,11 @@ class ShardDataset(IterableDataset):
                     targets[slot] = self._target(int(index), meta, height, width)
                 else:
                     jpeg, labels[slot] = self._read(int(index))
-                try:
-                    pixels = simplejpeg.decode_jpeg(jpeg, colorspace=colorspace,
-                                                    buffer=images[slot])
-                except ValueError as exc:
-                    self._check_size(int(index), jpeg)  # too large for the batch?
-                    raise self._named(int(index), f"does not decode ({exc})") from None
-                if pixels.shape[:2] != (height, width):  # smaller: decoded into a corner
-                    self._check_size(int(index), jpeg)
+                try:  # the batch's size, which every record of the selection has
+                    decode_sample(jpeg, colorspace, expect=(height, width),
+                                  buffer=images[slot])
+                except SampleJpegError as exc:
+                    raise self._named(int(index), str(exc)) from None
             except CorruptSampleError as exc:
                 self._corrupt(exc, corrupt)
                 bad.append(slot)
@@ -374,18 +376,6 @@ class ShardDataset(IterableDataset):
         if self.batch_transform is not None:
             batch = self.batch_transform(batch)
         return batch, second
-
-    def _check_size(self, index: int, jpeg: memoryview) -> None:
-        """Raise ConfigError if sample ``index`` is an image of another size than the batch."""
-        try:
-            shape = simplejpeg.decode_jpeg_header(jpeg)[:2]
-        except ValueError:
-            return  # not even a header: corrupt, which the caller reports
-        if shape != self.image_size:
-            raise ConfigError(
-                f"{self._where(index)} is {shape[1]}x{shape[0]}, the batch "
-                f"{self.image_size[1]}x{self.image_size[0]}: batch_size= needs equal image "
-                f"sizes; {RESIZE_HINT}")
 
     def _raw_batch(self, indices: np.ndarray) -> tuple[list[torch.Tensor], Any]:
         """JPEG bytes, for decoding on the GPU (``torchvision.io.decode_jpeg(device="cuda")``)."""
