@@ -15,7 +15,7 @@ import struct
 from PIL import Image
 
 from ..errors import ShardFormatError
-from .tfrecord import _fields, _message, _read_varint
+from .tfrecord import _fields, _message, _read_varint, iter_features
 
 # Features our writer gives exactly one value, and that every reader parses as a scalar.
 SINGLE = ("image/encoded", "image/format", "image/class/label", "image/class/text",
@@ -36,27 +36,8 @@ def feature_lists(payload: bytes) -> dict[str, Values]:
     """Every feature of a serialized ``tf.train.Example`` with all its values (bytes, int64
     or float32 lists, packed or not).  Raises ShardFormatError when it is not one."""
     features: dict[str, Values] = {}
-    try:
-        for number, _, feature_map in _fields(memoryview(payload)):
-            if number != 1:
-                continue
-            for _, _, entry in _fields(_message(feature_map)):
-                name, feature = None, None
-                for entry_number, _, value in _fields(_message(entry)):
-                    if entry_number == 1:
-                        name = bytes(_message(value)).decode()
-                    elif entry_number == 2:
-                        feature = _message(value)
-                if name is None or feature is None:
-                    raise ShardFormatError("malformed tf.train.Example (a feature without a "
-                                           "name or value)")
-                values: Values = []
-                for kind, _, listed in _fields(feature):
-                    if kind in (1, 2, 3):
-                        values = _values(kind, _message(listed))
-                features[name] = values
-    except UnicodeDecodeError:
-        raise ShardFormatError("malformed tf.train.Example (a feature name not UTF-8)") from None
+    for name, kind, listed in iter_features(payload):
+        features[name] = _values(kind, listed)
     return features
 
 

@@ -313,17 +313,15 @@ def _first_value(kind: int, values: memoryview) -> bytes | int | None:
     return None
 
 
-def decode_example(payload: bytes) -> dict[str, bytes | int]:
-    """Inverse of ``encode_example`` for single-valued bytes/int64 features (a list feature
-    gives its first value; an empty list, as an image without objects has, none).
+def iter_features(payload: bytes) -> Iterator[tuple[str, int, memoryview]]:
+    """(name, kind, list) of each feature of a serialized ``tf.train.Example``: kind 1 bytes,
+    2 float, 3 int64, and the list message holding its values.
 
     One pass over the payload, each varint at most ten bytes: time and memory linear in its
     size.  Raises ShardFormatError when it is not a ``tf.train.Example``.
     """
-    features: dict[str, bytes | int] = {}
-    data = memoryview(payload)
     try:
-        for number, _, feature_map in _fields(data):
+        for number, _, feature_map in _fields(memoryview(payload)):
             if number != 1:
                 continue
             for _, _, entry in _fields(_message(feature_map)):
@@ -337,11 +335,20 @@ def decode_example(payload: bytes) -> dict[str, bytes | int]:
                     raise ShardFormatError("malformed tf.train.Example (a feature without a "
                                            "name or value)")
                 for kind, _, values in _fields(feature):
-                    first = _first_value(kind, _message(values)) if kind in (1, 2, 3) else None
-                    if first is not None:
-                        features[name] = first
+                    if kind in (1, 2, 3):
+                        yield name, kind, _message(values)
     except UnicodeDecodeError:
         raise ShardFormatError("malformed tf.train.Example (a feature name not UTF-8)") from None
+
+
+def decode_example(payload: bytes) -> dict[str, bytes | int]:
+    """Inverse of ``encode_example`` for single-valued bytes/int64 features (a list feature
+    gives its first value; an empty list, as an image without objects has, none)."""
+    features: dict[str, bytes | int] = {}
+    for name, kind, values in iter_features(payload):
+        first = _first_value(kind, values)
+        if first is not None:
+            features[name] = first
     return features
 
 
