@@ -12,35 +12,16 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hostile_helpers import PACK_ARGS, run
+from hostile_helpers import one_stderr_line as one_error_line
 
 import images
 from images import manifest_of
 
-REPO = Path(__file__).resolve().parents[1]
-PACK_ARGS = ("--size", "32", "--shard-samples", "3", "--split", "train=0.5,val=0.5",
-             "--workers", "1", "--quiet")
 FOREIGN = b"someone else's notes\n"
-
-
-def run(*args: object, timeout: float = 60) -> subprocess.CompletedProcess:
-    """``shardsmith ARGS`` in a fresh process; past ``timeout`` (a hang) the test fails."""
-    program = "import sys\nfrom shardsmith.cli import main\nmain(sys.argv[1:], " \
-              "prog_name='shardsmith')\n"
-    return subprocess.run([sys.executable, "-c", program, *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def one_error_line(process: subprocess.CompletedProcess, code: int) -> str:
-    """The command failed with ``code`` and printed one line, ``shardsmith: error: ...``."""
-    assert process.returncode == code, (process.returncode, process.stdout, process.stderr)
-    assert "Traceback" not in process.stderr, process.stderr
-    lines = process.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("shardsmith: error:"), process.stderr
-    return lines[0]
 
 
 def originals(source: Path, count: int = 6) -> Path:
