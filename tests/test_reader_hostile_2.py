@@ -223,6 +223,21 @@ def test_a_tf_record_that_does_not_parse_is_named_and_skipped(tmp_path, caplog, 
                for r in caplog.records)
 
 
+def test_a_jpeg_whose_header_passes_but_whose_data_does_not_decode_is_skipped(tmp_path):
+    pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
+    output = small_dataset(tmp_path, "tfrecord")
+
+    def break_the_scan(feature) -> None:
+        jpeg = feature["image/encoded"].bytes_list.value[0]
+        scan = jpeg.index(b"\xff\xda")  # the header (with the size) stays whole
+        broken = jpeg[: scan + 12] + b"\xff\xd9"  # the entropy-coded data cut off
+        set_values("image/encoded", "bytes_list", [broken])(feature)
+
+    edit_first_example(output, break_the_scan)
+    samples = tf_samples(output)  # TensorFlow's decode kernel fails on it: skipped, no raise
+    assert len(samples) == 2
+
+
 @pytest.mark.parametrize("payload", [b"", b"\xff" * 50], ids=["empty", "garbage"])
 def test_a_crc_valid_payload_that_is_no_example_is_named_and_skipped(tmp_path, caplog,
                                                                       payload):

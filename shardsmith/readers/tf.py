@@ -22,8 +22,9 @@ never opens one: when the dataset is made, every shard is opened through the doo
 file, no link, the manifest's size) and its framing checked against its index (each record's
 length field, with its CRC, is the index's size, and the records tile the file), else a
 ``ManifestError`` names it.  Records are then read by offset from those checked descriptors
-(a shard swapped since is refused), their CRC checked, parsed and decoded in Python
-(``sample_jpeg.decode_sample``: header first, never larger than the largest recorded sample).
+(a shard swapped since is refused), their CRC checked and parsed in Python, 64 records a
+call, the JPEG header first (never larger than the largest recorded sample); then TensorFlow's
+kernel decodes (with ``targets``, Python does: ``sample_jpeg.decode_sample``).
 A record that fails any check is a corrupt sample: one warning naming its shard and key, and
 it is skipped (that epoch is one sample shorter); iteration never raises a TensorFlow error for
 it.
@@ -59,13 +60,14 @@ from ..formats.tfrecord import check_framing, framed_spans, index_spans, read_pa
 from ..manifest import ShardEntry
 from . import largest_image_size, select_shards
 from .plan import OPEN_SHARDS
-from .sample_jpeg import SampleJpegError, decode_sample
+from .sample_jpeg import SampleJpegError, check_header, decode_sample
 from .targets import check_class_ids
 
 log = logging.getLogger(__name__)
 
 COLORSPACES = {0: "KEEP", 1: "GRAY", 3: "RGB"}
 EDGES = ("ymin", "xmin", "ymax", "xmax")
+READ_BATCH = 64  # records checked per call into Python: the call costs more than the checks
 
 
 def _has_masks(manifest: Any) -> bool:
@@ -192,6 +194,37 @@ class _Records:
         if len(keys) == 1:
             where = f"{self.names[shard]}: sample {keys[0].decode('ascii', 'replace')[:200]}"
         return where, example
+
+    def checked_jpegs(self, numbers: Any) -> list[Any]:
+        """(JPEG bytes, labels, ok flags) of the records ``numbers``, each checked by
+        ``checked_jpeg``."""
+        checked = [self.checked_jpeg(int(number)) for number in numbers.numpy()]
+        return [[jpeg for jpeg, _, _ in checked],
+                np.asarray([label for _, label, _ in checked], np.int64),
+                np.asarray([ok for _, _, ok in checked], bool)]
+
+    def checked_jpeg(self, number: int) -> tuple[bytes, int, bool]:
+        """(JPEG bytes, label, ok) of record ``number``: read, CRC, parse, label and JPEG
+        header checked here; the decode is left to TensorFlow's kernel."""
+        where = f"record {number}"
+        try:
+            where, example = self.example(number)
+            feature = example.features.feature
+            encoded = _values(feature, "image/encoded", "bytes_list")
+            labels = _values(feature, "image/class/label", "int64_list")
+            if len(encoded) != 1 or len(labels) != 1:
+                raise ShardFormatError(f"{len(encoded)} image/encoded and {len(labels)} "
+                                       "image/class/label values, not one each")
+            if not -1 <= labels[0] < self.classes:
+                raise ShardFormatError(f"label {labels[0]} is not one of the {self.classes} "
+                                       "classes")
+            check_header(encoded[0], None, self.largest)
+            return encoded[0], labels[0], True
+        except (ShardFormatError, SampleJpegError, ValueError) as exc:
+            log.warning("%s: corrupt sample skipped (%s)", where, exc)
+        except OSError as exc:
+            log.warning("%s: unreadable sample skipped (%s)", where, exc.strerror or exc)
+        return b"", -1, False
 
     def read(self, number: Any, targets: bool) -> list[Any]:
         where = f"record {int(number)}"
@@ -322,9 +355,19 @@ def dataset(
         records = records.shard(num_shards, index)
     if shuffle and shuffle_buffer > 1:
         records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    parse = _parse_targets(reader, channels) if targets else _parse(reader, channels)
-    decoded = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
-    good = decoded.filter(lambda element, ok: ok).map(lambda element, ok: element)
+    if targets:
+        parsed = records.map(_parse_targets(reader, channels),
+                             num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
+    else:
+        parsed = records.batch(READ_BATCH).map(
+            _parse(reader, channels), num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=ordered).unbatch()
+    good = parsed.filter(lambda element, ok: ok).map(lambda element, ok: element)
+    if not targets:
+        # A JPEG whose header passed but whose data does not decode fails in the kernel:
+        # skipped with TensorFlow's warning, as the records that fail our checks are.
+        good = good.map(_decode(channels), num_parallel_calls=tf.data.AUTOTUNE,
+                        deterministic=ordered).ignore_errors(log_warning=True)
     return good.prefetch(tf.data.AUTOTUNE)
 
 
@@ -333,15 +376,27 @@ def _image_shape(channels: int) -> list[int | None]:
 
 
 def _parse(reader: _Records, channels: int) -> Callable[[tf.Tensor], Any]:
-    def parse(number: tf.Tensor) -> Any:
-        image, label, ok = tf.py_function(lambda n: reader.read(n, False), [number],
-                                          [tf.uint8, tf.int64, tf.bool])
-        image.set_shape(_image_shape(channels))
-        label.set_shape([])
-        ok.set_shape([])
-        return (image, label), ok
+    """Record numbers, a batch at a time (one call into Python per ``READ_BATCH`` records:
+    the call, not the checks, is what costs), to their checked JPEG bytes, labels and flags."""
+    def parse(numbers: tf.Tensor) -> Any:
+        jpegs, labels, ok = tf.py_function(reader.checked_jpegs, [numbers],
+                                           [tf.string, tf.int64, tf.bool])
+        for tensor in (jpegs, labels, ok):
+            tensor.set_shape([None])
+        return (jpegs, labels), ok
 
     return parse
+
+
+def _decode(channels: int) -> Callable[[tf.Tensor, tf.Tensor], Any]:
+    """A checked record's JPEG decoded in TensorFlow's own kernel (parallel, no GIL): its
+    header already said it is the size the dataset records."""
+    def decode(jpeg: tf.Tensor, label: tf.Tensor) -> Any:
+        image = tf.io.decode_jpeg(jpeg, channels=channels)
+        image.set_shape(_image_shape(channels))
+        return image, label
+
+    return decode
 
 
 def _parse_targets(reader: _Records, channels: int) -> Callable[[tf.Tensor], Any]:
