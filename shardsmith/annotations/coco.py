@@ -66,6 +66,40 @@ def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]
               max_pixels: int) -> CocoIndex:
     """Read a COCO file; ``root`` is ``coco_root``, ``in_tree(relpath)`` says whether the scan
     found that image; ``max_pixels`` bounds an RLE's declared size (the decode budget)."""
+    document = _document(data, where)
+    index = CocoIndex()
+    names = _categories(document.get("categories", []), where)
+    index.categories = tuple(names[key] for key in sorted(names))
+    images = _images(document.get("images", []), where, root, in_tree, index.problems)
+    objects = _annotations(document.get("annotations", []), where, images, names, max_pixels)
+    for image_id, (relpath, size) in images.kept.items():
+        if relpath in images.refused or image_id in objects.errors:
+            record: dict[str, Any] = {"error": images.refused.get(relpath)
+                                      or objects.errors[image_id]}
+        else:
+            record = {"objects": objects.by_image.get(image_id, [])}
+            if all(isinstance(value, int) for value in size):
+                record["size"] = size
+        index.records[relpath] = _compact(record)
+    for relpath, problem in images.refused.items():  # an image with another's id: not kept
+        if relpath not in index.records and in_tree(relpath):
+            index.records[relpath] = _compact({"error": problem})
+    unmatched = objects.unmatched
+    index.problems += [f"{where}: {problem}" for problem in unmatched[:MAX_LISTED]]
+    if len(unmatched) > MAX_LISTED:
+        index.problems.append(f"{where}: {len(unmatched) - MAX_LISTED:,} more annotations "
+                              f"belong to no image (the first {MAX_LISTED} are listed)")
+    if images.outside:
+        log.info("%s: %d images are not in the source tree (left out)", where, images.outside)
+    return index
+
+
+def _compact(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _document(data: bytes, where: str) -> dict[str, Any]:
+    """The parsed file, checked to have the three lists of a COCO document."""
     try:
         document = json.loads(data)
     except ValueError as exc:
@@ -77,114 +111,118 @@ def read_coco(data: bytes, where: str, root: str, in_tree: Callable[[str], bool]
             for key in ("images", "annotations", "categories")):
         raise AnnotationError(f"{where}: not a COCO file (expected images, annotations and "
                               "categories lists)")
-    index = CocoIndex()
-    names = _categories(document.get("categories", []), where)
-    index.categories = tuple(names[key] for key in sorted(names))
-    images: dict[Any, tuple[str, list[int]]] = {}
-    errors: dict[Any, str] = {}  # per image id: its record says this instead of objects
-    refused: dict[str, str] = {}  # per path: an image whose id is not its own alone
+    return document
+
+
+@dataclass
+class _Images:
+    """The ``images`` list read: per id of an image in the tree its (relpath, [width, height]);
+    per path, why an image is refused whole; every well-formed id; how many lie outside."""
+
+    kept: dict[int, tuple[str, list[Any]]] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    listed_ids: set[int] = field(default_factory=set)
+    outside: int = 0
+
+
+def _images(entries: list[Any], where: str, root: str, in_tree: Callable[[str], bool],
+            problems: list[str]) -> _Images:
+    found = _Images()
     first_with_id: dict[int, tuple[int, str]] = {}
-    id_of_path: dict[str, Any] = {}
-    listed_ids: set[int] = set()  # every well-formed image id, the image in the tree or not
-    outside = 0
-    for number, image in enumerate(document.get("images", [])):
+    id_of_path: dict[str, int] = {}
+    for number, image in enumerate(entries):
         if not isinstance(image, dict):
-            index.problems.append(f"{where}: images[{number}] is not an image with an id")
+            problems.append(f"{where}: images[{number}] is not an image with an id")
             continue
         image_id = _id(image.get("id"))
         if image_id is not None:
-            listed_ids.add(image_id)
+            found.listed_ids.add(image_id)
         name = image.get("file_name")
         relpath = safe_relpath(posixpath.join(root, name) if root and isinstance(name, str)
                                else name)
         if relpath is None:
-            index.problems.append(f"{where}: image {shown(image.get('id'))}: file_name "
-                                  f"{shown(name)} leads out of the source tree (refused)")
+            problems.append(f"{where}: image {shown(image.get('id'))}: file_name "
+                            f"{shown(name)} leads out of the source tree (refused)")
             continue
         if image_id is None:  # its entries cannot be told: the image must not pass as bare
             problem = f"{where}: images[{number}]: {_not_an_id('id', image.get('id'))}"
             if in_tree(relpath):
-                refused.setdefault(relpath, problem)
+                found.refused.setdefault(relpath, problem)
             else:
-                index.problems.append(problem)
+                problems.append(problem)
             continue
         # Two images with one id: their entries could land on either, so both are refused.
         first, first_path = first_with_id.setdefault(image_id, (number, relpath))
         if first != number:
             problem = (f"{where}: images[{first}] and images[{number}] have the same id "
                        f"{shown(image_id)} (which image its annotations are for is unknown)")
-            refused.setdefault(first_path, problem)
-            refused.setdefault(relpath, problem)
+            found.refused.setdefault(first_path, problem)
+            found.refused.setdefault(relpath, problem)
         if not in_tree(relpath):
-            outside += 1
+            found.outside += 1
             continue
         listed = id_of_path.setdefault(relpath, image_id)
         if listed != image_id:  # the first entry's objects must not vanish behind the second
-            refused.setdefault(relpath, f"{where}: {relpath} is listed twice (images "
-                                        f"{shown(listed)} and {shown(image_id)})")
-        elif image_id not in images:
-            images[image_id] = (relpath, [image.get("width"), image.get("height")])
-    by_image: dict[Any, list[dict[str, Any]]] = {}
-    entries: dict[Any, int] = {}
-    points: dict[Any, int] = {}
-    unmatched: list[str] = []  # entries that belong to no image: the file's problems
-    for number, annotation in enumerate(document.get("annotations", [])):
+            found.refused.setdefault(relpath, f"{where}: {relpath} is listed twice (images "
+                                              f"{shown(listed)} and {shown(image_id)})")
+        elif image_id not in found.kept:
+            found.kept[image_id] = (relpath, [image.get("width"), image.get("height")])
+    return found
+
+
+@dataclass
+class _Objects:
+    """The ``annotations`` list read: per image id its objects, or why its entries are refused;
+    entries that belong to no image (the file's problems)."""
+
+    by_image: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+    unmatched: list[str] = field(default_factory=list)
+
+
+def _annotations(entries: list[Any], where: str, images: _Images, names: dict[int, str],
+                 max_pixels: int) -> _Objects:
+    found = _Objects()
+    counts: dict[int, int] = {}
+    points: dict[int, int] = {}
+    for number, annotation in enumerate(entries):
         if not isinstance(annotation, dict):
-            unmatched.append(f"annotations[{number}] is not an object")
+            found.unmatched.append(f"annotations[{number}] is not an object")
             continue
         label = annotation.get("id", number)
         image_id = _id(annotation.get("image_id"))
         if image_id is None:
-            unmatched.append(f"annotation {shown(label)}: "
-                             f"{_not_an_id('image_id', annotation.get('image_id'))}")
+            found.unmatched.append(f"annotation {shown(label)}: "
+                                   f"{_not_an_id('image_id', annotation.get('image_id'))}")
             continue
-        if image_id not in listed_ids:
-            unmatched.append(f"annotation {shown(label)}: image_id {image_id} is not an "
-                             "image of the file")
+        if image_id not in images.listed_ids:
+            found.unmatched.append(f"annotation {shown(label)}: image_id {image_id} is not an "
+                                   "image of the file")
             continue
-        if image_id not in images or images[image_id][0] in refused:
+        if image_id not in images.kept or images.kept[image_id][0] in images.refused:
             continue  # an image outside the tree, or one refused whole
-        entries[image_id] = entries.get(image_id, 0) + 1
-        if image_id in errors or entries[image_id] > MAX_OBJECTS:
+        counts[image_id] = counts.get(image_id, 0) + 1
+        if image_id in found.errors or counts[image_id] > MAX_OBJECTS:
             continue  # counted for the message, not kept
         try:
             if "id" in annotation and _id(annotation["id"]) is None:
                 raise _Bad(_not_an_id("id", annotation["id"]))
-            item = _object(annotation, names, images[image_id][1], max_pixels)
+            item = _object(annotation, names, images.kept[image_id][1], max_pixels)
             points[image_id] = points.get(image_id, 0) + sum(
                 len(ring) // 2 for ring in item.get("polygons", ()))
             if points[image_id] > MAX_POINTS:
                 raise _Bad(f"more than the {MAX_POINTS:,} polygon points an image may have")
-            by_image.setdefault(image_id, []).append(item)
+            found.by_image.setdefault(image_id, []).append(item)
         except _Bad as exc:
-            errors[image_id] = (f"{where}: annotation {shown(label)} (image "
-                                f"{shown(annotation.get('image_id'))}): {exc}")
-            by_image.pop(image_id, None)
-    for image_id, count in entries.items():
+            found.errors[image_id] = (f"{where}: annotation {shown(label)} (image "
+                                      f"{shown(annotation.get('image_id'))}): {exc}")
+            found.by_image.pop(image_id, None)
+    for image_id, count in counts.items():
         if count > MAX_OBJECTS:
-            errors.setdefault(image_id, f"{where}: image {shown(image_id)}: "
-                              f"{too_many_objects(count)}")
-            by_image.pop(image_id, None)
-    for image_id, (relpath, size) in images.items():
-        if relpath in refused or image_id in errors:
-            record: dict[str, Any] = {"error": refused.get(relpath) or errors[image_id]}
-        else:
-            record = {"objects": by_image.get(image_id, [])}
-            if all(isinstance(value, int) for value in size):
-                record["size"] = size
-        index.records[relpath] = json.dumps(record, sort_keys=True,
-                                            separators=(",", ":")).encode()
-    for relpath, problem in refused.items():  # an image with another's id is not in images
-        if relpath not in index.records and in_tree(relpath):
-            index.records[relpath] = json.dumps({"error": problem}, sort_keys=True,
-                                                separators=(",", ":")).encode()
-    index.problems += [f"{where}: {problem}" for problem in unmatched[:MAX_LISTED]]
-    if len(unmatched) > MAX_LISTED:
-        index.problems.append(f"{where}: {len(unmatched) - MAX_LISTED:,} more annotations "
-                              f"belong to no image (the first {MAX_LISTED} are listed)")
-    if outside:
-        log.info("%s: %d images are not in the source tree (left out)", where, outside)
-    return index
+            found.errors.setdefault(image_id, f"{where}: image {shown(image_id)}: "
+                                    f"{too_many_objects(count)}")
+            found.by_image.pop(image_id, None)
+    return found
 
 
 def _id(value: Any) -> int | None:
