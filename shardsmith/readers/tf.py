@@ -209,36 +209,25 @@ class _Records:
         where = f"record {number}"
         try:
             where, example = self.example(number)
-            feature = example.features.feature
-            encoded = _values(feature, "image/encoded", "bytes_list")
-            labels = _values(feature, "image/class/label", "int64_list")
-            if len(encoded) != 1 or len(labels) != 1:
-                raise ShardFormatError(f"{len(encoded)} image/encoded and {len(labels)} "
-                                       "image/class/label values, not one each")
-            if not -1 <= labels[0] < self.classes:
-                raise ShardFormatError(f"label {labels[0]} is not one of the {self.classes} "
-                                       "classes")
-            check_header(encoded[0], None, self.largest)
-            return encoded[0], labels[0], True
-        except (ShardFormatError, SampleJpegError, ValueError) as exc:
-            log.warning("%s: corrupt sample skipped (%s)", where, exc)
-        except OSError as exc:
-            log.warning("%s: unreadable sample skipped (%s)", where, exc.strerror or exc)
+            jpeg, label = self._jpeg_and_label(example.features.feature)
+            check_header(jpeg, None, self.largest)
+            return jpeg, label, True
+        except SKIPPED as exc:
+            _skipped(where, exc)
         return b"", -1, False
 
-    def read(self, number: Any, targets: bool) -> list[Any]:
+    def read_targets(self, number: Any) -> list[Any]:
+        """Image, label, boxes, class ids and names, mask and ok of record ``number``, checked
+        and decoded here (a record that fails is logged and marked, never raised)."""
         where = f"record {int(number)}"
         try:
             where, example = self.example(int(number))
-            return [*self._parsed(example, targets), True]
-        except (ShardFormatError, SampleJpegError, ValueError) as exc:
-            log.warning("%s: corrupt sample skipped (%s)", where, exc)
-        except OSError as exc:
-            log.warning("%s: unreadable sample skipped (%s)", where, exc.strerror or exc)
-        return [*self._placeholder(targets), False]
+            return [*self._targets(example.features.feature), True]
+        except SKIPPED as exc:
+            _skipped(where, exc)
+        return [*self._placeholder(), False]
 
-    def _parsed(self, example: Any, targets: bool) -> list[Any]:
-        feature = example.features.feature
+    def _jpeg_and_label(self, feature: Any) -> tuple[bytes, int]:
         encoded = _values(feature, "image/encoded", "bytes_list")
         labels = _values(feature, "image/class/label", "int64_list")
         if len(encoded) != 1 or len(labels) != 1:
@@ -247,9 +236,11 @@ class _Records:
         if not -1 <= labels[0] < self.classes:
             raise ShardFormatError(f"label {labels[0]} is not one of the {self.classes} "
                                    "classes")
-        image = decode_sample(encoded[0], self.colorspace, bound=self.largest)
-        if not targets:
-            return [image, np.int64(labels[0])]
+        return encoded[0], labels[0]
+
+    def _targets(self, feature: Any) -> list[Any]:
+        jpeg, label = self._jpeg_and_label(feature)
+        image = decode_sample(jpeg, self.colorspace, bound=self.largest)
         edges = [_values(feature, f"image/object/bbox/{edge}", "float_list") for edge in EDGES]
         ids = _values(feature, "image/object/class/label", "int64_list")
         names = _values(feature, "image/object/class/text", "bytes_list")
@@ -262,7 +253,7 @@ class _Records:
         check_class_ids(ids, self.object_classes)
         mask = self._mask(feature, image.shape[:2]) if self.with_mask else \
             np.zeros((0, 0), np.uint8)
-        return [image, np.int64(labels[0]), boxes, np.asarray(ids, np.int64),
+        return [image, np.int64(label), boxes, np.asarray(ids, np.int64),
                 tf.constant(names, tf.string), mask]
 
     def _mask(self, feature: Any, shape: tuple[int, int]) -> np.ndarray:
@@ -283,12 +274,20 @@ class _Records:
             raise ShardFormatError("the class mask does not decode")
         return mask
 
-    def _placeholder(self, targets: bool) -> list[Any]:
+    def _placeholder(self) -> list[Any]:
         image = np.zeros((1, 1, 1 if self.colorspace == "GRAY" else 3), np.uint8)
-        if not targets:
-            return [image, np.int64(-1)]
         return [image, np.int64(-1), np.zeros((0, 4), np.float32), np.zeros(0, np.int64),
                 tf.constant([], tf.string), np.zeros((0, 0), np.uint8)]
+
+
+SKIPPED = (ShardFormatError, SampleJpegError, ValueError, OSError)  # a corrupt record
+
+
+def _skipped(where: str, exc: Exception) -> None:
+    if isinstance(exc, OSError):
+        log.warning("%s: unreadable sample skipped (%s)", where, exc.strerror or exc)
+    else:
+        log.warning("%s: corrupt sample skipped (%s)", where, exc)
 
 
 def _values(feature: Any, name: str, kind: str) -> list[Any]:
@@ -402,7 +401,7 @@ def _decode(channels: int) -> Callable[[tf.Tensor, tf.Tensor], Any]:
 def _parse_targets(reader: _Records, channels: int) -> Callable[[tf.Tensor], Any]:
     def parse(number: tf.Tensor) -> Any:
         image, label, boxes, ids, names, mask, ok = tf.py_function(
-            lambda n: reader.read(n, True), [number],
+            reader.read_targets, [number],
             [tf.uint8, tf.int64, tf.float32, tf.int64, tf.string, tf.uint8, tf.bool])
         image.set_shape(_image_shape(channels))
         for tensor, shape in ((label, []), (boxes, [None, 4]), (ids, [None]), (names, [None]),
