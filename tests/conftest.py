@@ -10,6 +10,8 @@ import images  # noqa: E402
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden/ from the current output (review the diff)")
     parser.addoption(
         "--without", default="", metavar="MODULES",
         help="act as if these top-level modules were not installed (comma-separated, e.g. "
