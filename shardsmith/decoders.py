@@ -6,7 +6,7 @@ TIFF by tifffile (about 2.5x faster than OpenCV on 16-bit RGB, which OpenCV read
 RGBA strip reader); PNG, BMP and WebP by OpenCV.  Pillow handles what those decline (CMYK
 JPEG, palette and exotic modes, unusual TIFF codecs) and explains errors.
 
-Every decoder reads the bytes the worker read once (``originals.read_original``): those bytes
+Every decoder reads the bytes the worker read once (``originals.open_source``): those bytes
 are also the ones hashed, so pixels and digest always describe the same content.  The memory a
 decode will take is known from the header (``decode_peak_bytes``) and checked before decoding.
 """

@@ -36,7 +36,7 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 MANIFEST_CAP = 256 * MIB
 CONFIG_CAP = 1 * MIB  # a hand-written job file is a few KiB
 ANNOTATION_CAP = 64 * MIB  # one image's own file (YOLO, VOC, LabelMe, mask PNG)
-SHARED_ANNOTATION_CAP = 1 * GIB  # a COCO file or a labels CSV for the whole tree
+SHARED_ANNOTATION_CAP = 1 * GIB  # a labels CSV for the whole tree (COCO: limits.COCO_CAP)
 SHARD_LIST_CAP = 64 * MIB
 LABEL_MAP_CAP = 16 * MIB
 STATE_CAP = 64 * MIB  # our own lock and journal head
@@ -83,6 +83,9 @@ class OpenFile:
         while remaining > 0 and (chunk := os.read(self.fd, remaining)):
             chunks.append(chunk)
             remaining -= len(chunk)
+        if remaining > 0:
+            raise Refused("changed", f"shrank below the {self.size:,} bytes it had when "
+                          "opened (being rewritten?)", self.path)
         if os.read(self.fd, 1):
             raise Refused("changed", f"grew past the {self.size:,} bytes it had when opened "
                           "(still being written?)", self.path)
@@ -173,7 +176,10 @@ def open_beneath(root: str, relpath: str, cap: int) -> OpenFile:
                 raise
             os.close(fd)
             fd = next_fd
-        handle = open_file(parts[-1], cap, dir_fd=fd)
+        try:
+            handle = open_file(parts[-1], cap, dir_fd=fd)
+        except Refused as exc:
+            raise Refused(exc.reason, exc.detail, os.path.join(root, relpath)) from None
         handle.path = os.path.join(root, relpath)
         return handle
     finally:

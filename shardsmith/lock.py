@@ -42,7 +42,7 @@ def describe_holder(raw: bytes) -> str:
 
 
 class DirectoryLock:
-    """``with DirectoryLock(path, "pack"):`` holds ``path`` exclusively or raises LockedError."""
+    """``with DirectoryLock(path, "packed"):`` holds ``path`` exclusively or raises LockedError."""
 
     def __init__(self, lock_file: Path, activity: str):
         self.path = lock_file
@@ -55,8 +55,10 @@ class DirectoryLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = describe_holder(os.pread(fd, HOLDER_BYTES, 0))
-            os.close(fd)
+            try:
+                holder = describe_holder(os.pread(fd, HOLDER_BYTES, 0))
+            finally:
+                os.close(fd)
             if not holder:  # shared holders write nothing: a stage reading this dataset
                 raise LockedError(f"{self.path.parent.parent} is being read by another "
                                   "shardsmith process (a stage); rerun when it has finished"

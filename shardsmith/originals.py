@@ -122,13 +122,6 @@ def read_all(handle: OpenFile) -> bytes:
         raise _as_bad_image(exc) from None
 
 
-def read_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED
-                  ) -> tuple[bytes, os.stat_result]:
-    """All bytes of a regular file, read through one descriptor."""
-    with open_original(path, follow_symlinks, cap) as handle:
-        return read_all(handle), handle.info
-
-
 def read_edges(handle: OpenFile) -> tuple[bytes, bytes]:
     """(first 64 KiB, last 64 KiB) of an opened original: with its size, the parts
     ``edges_digest_of`` takes."""

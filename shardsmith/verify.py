@@ -38,6 +38,7 @@ from .manifest import (
     read_manifest,
     shard_list_names,
 )
+from .readers.sample_jpeg import MAX_SAMPLE_PIXELS
 from .text import plural
 
 CHUNK = 8 * 1024 * 1024
@@ -59,13 +60,6 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def file_sha256(path: Path, size: int | None = None) -> str:
-    """sha256 of a file (of its first ``size`` bytes) opened through the door, read in large
-    chunks."""
-    with open_file(path, SHARD_CAP) as handle:
-        return _sha256(handle, handle.size if size is None else size)
 
 
 def _sha256(handle: OpenFile, size: int) -> str:
@@ -299,11 +293,18 @@ def _check_image(shard: str, key: str, jpeg: bytes, expected: dict | None,
 
     try:
         height, width, _, _ = simplejpeg.decode_jpeg_header(jpeg)
-        simplejpeg.decode_jpeg(jpeg, colorspace="GRAY", strict=True)
     except ValueError as exc:
         problems.append(f"{shard}: sample {key} does not decode ({exc})")
         return
     if expected is not None and expected.get(key) != (width, height):
-        problems.append(
+        problems.append(  # not decoded: its header may claim any size (a 16 px bomb)
             f"{shard}: sample {key} is {width}x{height}, the index says {expected.get(key)}"
         )
+        return
+    if height * width > MAX_SAMPLE_PIXELS:
+        problems.append(f"{shard}: sample {key} claims {width}x{height} pixels (not decoded)")
+        return
+    try:
+        simplejpeg.decode_jpeg(jpeg, colorspace="GRAY", strict=True)
+    except ValueError as exc:
+        problems.append(f"{shard}: sample {key} does not decode ({exc})")

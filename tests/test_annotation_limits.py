@@ -362,3 +362,13 @@ def test_a_labelme_image_path_is_refused_only_when_it_leaves_the_tree(tmp_path, 
         assert rejects(manifest)["parts/a.jpg"] == (
             "bad_annotation", f"parts/a.json: imagePath '{image_path}' leads out of the source "
             "tree (refused)")
+
+
+def test_rle_counts_that_wrap_int64_when_summed_are_refused_before_any_pixel():
+    from shardsmith.annotations import rle
+
+    wrapping = [0, 2**62, 2**62, 2**62, 2**62 + 4]  # 4 in int64: once a segfault in decode
+    with pytest.raises(rle.RleError, match="more than the 4 pixels"):
+        rle.checked(wrapping, 2, 2)
+    with pytest.raises(rle.RleError, match="more than the 4 pixels"):
+        rle.checked([0, 2**64, 1], 2, 2)  # past int64: no OverflowError either

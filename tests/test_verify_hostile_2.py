@@ -248,3 +248,12 @@ def test_a_sheet_inside_the_dataset_is_refused(tmp_path, target):
     line = one_error_line(cli("sheet", output, "-o", output / target))
     assert "inside the dataset" in line
     assert images.dataset_bytes(output) == before
+
+
+def test_object_labels_that_are_not_integers_are_a_problem_not_a_traceback():
+    from shardsmith.formats.example_check import example_problems
+    from shardsmith.formats.tfrecord import ByteStrings, encode_example
+
+    payload = encode_example({"image/object/class/label": ByteStrings([b"x"])})
+    assert example_problems(payload, None, 2) == [
+        "image/object/class/label holds other values than integers"]

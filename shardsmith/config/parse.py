@@ -201,6 +201,8 @@ def _coerce(value: Any, default: Any, annotation: Any, key: str) -> Any:
         raise ConfigError(f"{key}: expected a number, got {shown(value)}")
     if isinstance(default, int):
         if is_number and value == int(value):
+            if abs(int(value)) > MAX_CONFIG_INTEGER:  # 1e300 is a whole number too
+                raise ConfigError(f"{key}: {shown(value)} is out of range")
             return int(value)
         raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
     if isinstance(value, str) or is_number:

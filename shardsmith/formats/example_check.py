@@ -28,6 +28,10 @@ OBJECT_LISTS = ("image/object/bbox/xmin", "image/object/bbox/ymin", "image/objec
                 "image/object/bbox/ymax", "image/object/class/label",
                 "image/object/class/text")
 MASK = "image/segmentation/class/encoded"
+# Written as int64 lists: compared with numbers below, so anything else is reported first.
+INTEGERS = ("image/class/label", "image/height", "image/width", "image/channels",
+            "image/object/class/label", "image/tile/row", "image/tile/column", "image/tile/x",
+            "image/tile/y")
 
 Values = list[bytes] | list[int] | list[float]
 
@@ -75,6 +79,10 @@ def example_problems(payload: bytes, size: tuple[int, int] | None,
     except ShardFormatError as exc:
         return [str(exc)]
     problems = []
+    for name in INTEGERS:
+        if any(not isinstance(value, int) for value in features.get(name, ())):
+            problems.append(f"{name} holds other values than integers")
+            features.pop(name)  # not compared below
     for name in SINGLE:
         if name in features and len(features[name]) != 1:
             problems.append(f"{name} holds {len(features[name])} values, not one")
@@ -110,6 +118,6 @@ def _mask_problem(png: bytes, size: tuple[int, int] | None) -> str | None:
                 return (f"{MASK} is {image.width}x{image.height}, the image "
                         f"{size[0]}x{size[1]}")
             image.load()
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
-        return f"{MASK} is not a PNG that decodes ({str(exc)[:80]})"
+    except Exception as exc:  # noqa: BLE001 - Pillow raises arbitrary types on hostile bytes
+        return f"{MASK} is not a PNG that decodes ({type(exc).__name__}: {str(exc)[:80]})"
     return None

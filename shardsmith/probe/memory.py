@@ -20,10 +20,9 @@ import math
 from dataclasses import dataclass
 
 from ..config import Config
-from ..door import ANNOTATION_CAP
+from ..door import ANNOTATION_CAP, MIB
 from ..pipeline import TASK_BYTES
 
-MIB = 2**20
 DRIVER_BASELINE_BYTES = 98 * MIB
 WORKER_BASELINE_BYTES = 95 * MIB
 HELPER_BASELINE_BYTES = 45 * MIB

@@ -359,7 +359,7 @@ def dataset(
                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered)
     else:
         parsed = records.batch(READ_BATCH).map(
-            _parse(reader, channels), num_parallel_calls=tf.data.AUTOTUNE,
+            _parse(reader), num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=ordered).unbatch()
     good = parsed.filter(lambda element, ok: ok).map(lambda element, ok: element)
     if not targets:
@@ -374,7 +374,7 @@ def _image_shape(channels: int) -> list[int | None]:
     return [None, None, channels or None]
 
 
-def _parse(reader: _Records, channels: int) -> Callable[[tf.Tensor], Any]:
+def _parse(reader: _Records) -> Callable[[tf.Tensor], Any]:
     """Record numbers, a batch at a time (one call into Python per ``READ_BATCH`` records:
     the call, not the checks, is what costs), to their checked JPEG bytes, labels and flags."""
     def parse(numbers: tf.Tensor) -> Any:
