@@ -43,13 +43,13 @@ DEFAULT_SPLITS = (("train", 1.0),)
 LOCAL_WORKERS_PER_CORE = 4
 
 
-def since_v2(default: Any) -> Any:
+def fingerprinted_unless_default(default: Any) -> Any:
     """A setting added after datasets were first written: at its default it stays out of the
     fingerprint, so an upgrade does not turn every existing dataset into a foreign one."""
     return field(default=default, metadata={"fingerprint": "unless_default"})
 
 
-def since_v2_section(factory: type) -> Any:
+def section_fingerprinted_unless_default(factory: type) -> Any:
     """A section added after datasets were first written: left out of the fingerprint while
     every setting in it is at its default."""
     return field(default_factory=factory, metadata={"fingerprint": "unless_default"})
@@ -101,7 +101,7 @@ class SourceConfig:
     exclude: tuple[str, ...] = ()
     labels: str = "folders"
     follow_symlinks: bool = False
-    annotations: AnnotationConfig = since_v2_section(AnnotationConfig)
+    annotations: AnnotationConfig = section_fingerprinted_unless_default(AnnotationConfig)
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,8 @@ class ImageConfig:
     background: tuple[int, int, int] = (255, 255, 255)
     pad_color: tuple[int, int, int] = (0, 0, 0)
     max_pixels: int = 300_000_000
-    max_decoded_mb: int = since_v2(1024)
-    tiles: TileConfig = since_v2_section(TileConfig)
+    max_decoded_mb: int = fingerprinted_unless_default(1024)
+    tiles: TileConfig = section_fingerprinted_unless_default(TileConfig)
 
 
 @dataclass(frozen=True)
