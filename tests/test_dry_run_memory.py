@@ -22,6 +22,9 @@ from shardsmith.cli import main
 
 import images
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from measure_baselines import children, rss_bytes  # noqa: E402  (the same /proc reader)
+
 REPO = Path(__file__).resolve().parents[1]
 MiB = 2**20
 
@@ -49,28 +52,6 @@ def dry_run_report(source: Path, output: Path, report: Path, *args: object) -> d
     assert result.exit_code == 0, result.output
     assert not output.exists()
     return json.loads(report.read_text())["dry_run"]["memory"]
-
-
-def rss_bytes(pid: int) -> int:
-    """VmRSS of ``pid`` from /proc; 0 once it has gone."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
-
-
-def children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            found += [int(child) for child in (task / "children").read_text().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return found
 
 
 def tree_rss(pid: int) -> tuple[int, int]:
