@@ -1,5 +1,6 @@
 import importlib.abc
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,15 @@ def pytest_configure(config: pytest.Config) -> None:
     names = [name.strip() for name in config.getoption("--without").split(",") if name.strip()]
     if names:
         sys.meta_path.insert(0, _Absent(names))
+
+
+@pytest.fixture
+def tmpfs() -> Iterator[Callable[..., Path]]:
+    """``tmpfs(path, size, "ro")`` mounts a tmpfs at ``path``; all are unmounted afterwards
+    (root only: the tests that take it skip with the reason otherwise)."""
+    from hostile_helpers import tmpfs_mounts
+
+    yield from tmpfs_mounts()
 
 
 @pytest.fixture

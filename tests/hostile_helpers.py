@@ -217,7 +217,7 @@ def resize(mount_point: Path, size: int) -> None:
 
 
 def tmpfs_mounts() -> Iterator[Callable[..., Path]]:
-    """The body of a test module's ``tmpfs`` fixture: ``tmpfs(path, size, "ro")`` mounts a tmpfs
+    """The body of the ``tmpfs`` fixture (conftest.py): ``tmpfs(path, size, "ro")`` mounts a tmpfs
     at ``path``; all are unmounted afterwards."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs (a small or read-only disk) needs root; CI runs as root")

@@ -12,7 +12,6 @@ import gc
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,19 +33,12 @@ from hostile_helpers import (
     replace_sample_index,
     resize,
     staged_version,
-    tmpfs_mounts,
     traversal_dataset,
     used_bytes,
 )
 
 import images
 from images import dataset_bytes, manifest_of, samples_of
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    """``tmpfs(path, size, "ro")`` mounts a tmpfs at ``path``; all are unmounted afterwards."""
-    yield from tmpfs_mounts()
 
 
 @pytest.mark.parametrize("name", TRAVERSAL_NAMES)

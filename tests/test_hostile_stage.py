@@ -11,8 +11,6 @@ import gc
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from hostile_helpers import (
@@ -34,18 +32,11 @@ from hostile_helpers import (
     resize,
     run,
     staged_version,
-    tmpfs_mounts,
     traversal_dataset,
 )
 
 import images
 from images import manifest_of, samples_of
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    """``tmpfs(path, size, "ro")`` mounts a tmpfs at ``path``; all are unmounted afterwards."""
-    yield from tmpfs_mounts()
 
 
 @pytest.mark.parametrize("name", TRAVERSAL_NAMES)
