@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hostile_helpers import one_stderr_line as one_error_line
 
 import images
 from images import manifest_of
@@ -45,13 +46,6 @@ def run(*args: object, timeout: float = 120, memory: int | None = None
                           preexec_fn=cap if memory else None)
 
 
-def one_error_line(process: subprocess.CompletedProcess, code: int) -> str:
-    """The command failed with ``code`` and printed one line, ``shardsmith: error: ...``."""
-    assert process.returncode == code, (process.returncode, process.stdout, process.stderr)
-    assert "Traceback" not in process.stderr, process.stderr
-    lines = process.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("shardsmith: error:"), process.stderr
-    return lines[0]
 
 
 @pytest.fixture
