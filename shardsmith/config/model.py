@@ -1,8 +1,10 @@
 """One validated configuration object: YAML file + CLI overrides, resolved once.
 
 Every option lives in a frozen dataclass; the YAML file mirrors the dataclass tree
-(``source.path``, ``image.size``, ...).  Validation errors name the offending key path so a
-user can fix the file without reading code.
+(``source.path``, ``image.size``, ...).  Each field is declared once, with ``setting()``: its
+example-file comment and, where ``pack`` overrides it, its flag and help; ``config.settings``
+derives the command-line options and the example job file from that.  Validation errors
+name the offending key path so a user can fix the file without reading code.
 """
 
 from __future__ import annotations
