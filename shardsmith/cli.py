@@ -22,7 +22,8 @@ import click
 
 from . import __version__
 from .atomic import write_json_atomic
-from .config import FORMATS, LABEL_MODES, RESIZE_MODES, Config, load_config
+from .config import Config, load_config
+from .config.settings import example_file, flags, overrides_of
 from .errors import ConfigError, OutputStateError, ShardsmithError, Terminated, TooManyRejectsError
 from .report import (
     pack_report,
@@ -104,51 +105,32 @@ def main(verbose: int) -> None:
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+def setting_options(root: type = Config) -> Callable[[Callable], Callable]:
+    """The options that override settings, made from their declarations on the config
+    dataclasses (``config.declare``): each fills a keyword parameter named after its key."""
+
+    def decorate(command: Callable) -> Callable:
+        for flag in reversed(flags(root)):  # click lists options in decorator order
+            if flag.kind is bool:
+                option = click.option(flag.flag, flag.parameter, is_flag=True, default=None,
+                                      help=flag.help)
+            else:
+                kind = click.Choice(flag.choices) if flag.choices else flag.kind
+                option = click.option(flag.flag, flag.parameter, type=kind, help=flag.help,
+                                      metavar=flag.metavar or None)
+            command = option(command)
+        return command
+
+    return decorate
+
+
 @main.command()
 @click.argument("source", required=False, type=click.Path(file_okay=False))
 @click.argument("output", required=False, type=click.Path(file_okay=False))
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="YAML config file (`shardsmith init-config > job.yaml` writes one with "
               "every key and its default); options below override it.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS),
-              help="Shard format.  [default: webdataset]")
-@click.option("--size", type=int, help="Target size in pixels (meaning depends on --resize).  "
-              "[default: 512]")
-@click.option("--resize", type=click.Choice(RESIZE_MODES),
-              help="fit: longest side = size; shorter: shorter side = size; center_crop: "
-              "size x size from the centre; pad: fit, then letterbox to size x size; stretch: "
-              "size x size ignoring aspect.  [default: fit]")
-@click.option("--quality", type=int, help="JPEG quality 1-100.  [default: 90]")
-@click.option("--shard-size", "shard_size_mb", type=float,
-              help="Target shard size in MB.  [default: 256]")
-@click.option("--shard-samples", type=int,
-              help="Samples per shard (instead of a size target).")
-@click.option("--split", "splits",
-              help="Split fractions, e.g. train=0.9,val=0.1 (assigned by path hash, stable "
-              "when files are added).  [default: train=1]")
-@click.option("--group", "split_group", metavar="REGEX",
-              help="Keep the images of one part, lot or camera session in one split: a "
-              "regular expression on the relative path whose match (or named group 'group') "
-              "is the group id (splits.group).")
-@click.option("--labels", type=click.Choice(LABEL_MODES),
-              help="folders: the first folder under SOURCE is the class; none: no labels "
-              "(a flat folder).  [default: folders]")
-@click.option("--seed", type=int, help="Shuffle seed.  [default: 0]")
-@click.option("--workers", type=int, help="Worker processes; 0 = all cores.  [default: 0]")
-@click.option("--backend", type=click.Choice(["local", "dask"]),
-              help="Where images are processed: local processes, or an existing Dask cluster "
-              "(needs --scheduler).  [default: local]")
-@click.option("--scheduler", help="Dask scheduler address, e.g. tcp://scheduler-host:8786.")
-@click.option("--max-reject-fraction", type=float,
-              help="Exit with code 3 when more than this fraction of images is rejected (the "
-              "dataset is written all the same).  [default: 0.01]")
-@click.option("--overwrite", is_flag=True, default=None,
-              help="Replace a dataset packed with different settings.")
-@click.option("--compact", is_flag=True, default=None,
-              help="Merge shards under half the target size (small nightly deltas) into full "
-              "ones.")
-@click.option("--quiet", is_flag=True, default=None,
-              help="No progress output (without a terminal, progress is a log line a minute).")
+@setting_options()
 @click.option("--report", "report_file", type=click.Path(dir_okay=False),
               help="Also write a machine-readable summary (JSON) here, on success or failure.")
 @click.option("--dry-run", is_flag=True,
@@ -158,9 +140,7 @@ def main(verbose: int) -> None:
               help="With --dry-run: also measure the storage and the CPU on a sample "
               "(as `shardsmith probe`) and estimate the time.")
 @_fail_cleanly
-def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb, shard_samples,
-         splits, split_group, labels, seed, workers, backend, scheduler, max_reject_fraction,
-         overwrite, compact, quiet, report_file, dry_run, with_probe) -> None:
+def pack(source, output, config_file, report_file, dry_run, with_probe, **settings) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
     SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
@@ -173,27 +153,8 @@ def pack(source, output, config_file, fmt, size, resize, quality, shard_size_mb,
     if with_probe and not dry_run:
         raise click.UsageError("--probe goes with --dry-run")
     with _report_to(report_file) as report:
-        config = load_config(config_file, {
-            "source.path": source,
-            "output.path": output,
-            "output.format": fmt,
-            "output.shard_size_mb": shard_size_mb,
-            "output.shard_samples": shard_samples,
-            "image.size": size,
-            "image.resize": resize,
-            "image.quality": quality,
-            "splits": splits,
-            "splits.group": split_group,
-            "source.labels": labels,
-            "seed": seed,
-            "run.workers": workers,
-            "run.backend": backend,
-            "run.scheduler": scheduler,
-            "run.max_reject_fraction": max_reject_fraction,
-            "run.overwrite": overwrite,
-            "run.compact": compact,
-            "run.quiet": quiet,
-        })
+        config = load_config(config_file, {"source.path": source, "output.path": output}
+                             | overrides_of(settings))
         if dry_run:
             report.update(_dry_run(config, with_probe))
             return
@@ -300,10 +261,7 @@ def init_config() -> None:
     \b
         shardsmith init-config > job.yaml
     """
-    from importlib.resources import files
-
-    _echo(files("shardsmith").joinpath("example.yaml").read_text(encoding="utf-8"),
-               nl=False)
+    _echo(example_file(), nl=False)
 
 
 @main.command()

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import zipfile
-from importlib.resources import files
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -58,28 +55,13 @@ def test_a_flat_folder_is_refused_with_how_to_pack_it_and_packs_with_labels_none
     assert manifest["totals"]["packed"] == 3 and manifest["classes"] == []
 
 
-def test_init_config_prints_the_example_shipped_in_the_package(tmp_path):
+def test_init_config_prints_the_example_in_configs_and_pack_reads_it(tmp_path):
     printed = cli("init-config")
-    assert printed == files("shardsmith").joinpath("example.yaml").read_text()
+    assert printed == (REPO / "configs" / "example.yaml").read_text()
     job = tmp_path / "job.yaml"
     job.write_text(printed)
     assert load_config(job).image.size == 512
     assert "shardsmith init-config" in cli("pack", "--help")
-
-
-def test_the_built_package_contains_the_example_config(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, project / name)
-    shutil.copytree(REPO / "shardsmith", project / "shardsmith",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "--quiet", "-w", str(tmp_path / "wheel"), str(project)], check=True,
-                   capture_output=True)
-    (wheel,) = (tmp_path / "wheel").glob("shardsmith-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        assert "shardsmith/example.yaml" in archive.namelist()
 
 
 def make(*args: str) -> str:

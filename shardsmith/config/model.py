@@ -1,8 +1,10 @@
 """One validated configuration object: YAML file + CLI overrides, resolved once.
 
 Every option lives in a frozen dataclass; the YAML file mirrors the dataclass tree
-(``source.path``, ``image.size``, ...).  Validation errors name the offending key path so a
-user can fix the file without reading code.
+(``source.path``, ``image.size``, ...).  Each field is declared once, with ``setting()``: its
+example-file comment and, where ``pack`` overrides it, its flag and help; ``config.settings``
+derives the command-line options and the example job file from that.  Validation errors
+name the offending key path so a user can fix the file without reading code.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .declare import setting
 
 FORMATS = ("webdataset", "tfrecord")
 RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
@@ -43,18 +46,6 @@ DEFAULT_SPLITS = (("train", 1.0),)
 LOCAL_WORKERS_PER_CORE = 4
 
 
-def fingerprinted_unless_default(default: Any) -> Any:
-    """A setting added after datasets were first written: at its default it stays out of the
-    fingerprint, so an upgrade does not turn every existing dataset into a foreign one."""
-    return field(default=default, metadata={"fingerprint": "unless_default"})
-
-
-def section_fingerprinted_unless_default(factory: type) -> Any:
-    """A section added after datasets were first written: left out of the fingerprint while
-    every setting in it is at its default."""
-    return field(default_factory=factory, metadata={"fingerprint": "unless_default"})
-
-
 @dataclass(frozen=True)
 class AnnotationConfig:
     """Where each original's annotations come from (YAML ``source.annotations``).
@@ -63,18 +54,34 @@ class AnnotationConfig:
     without an annotation has no objects (a background image).
     """
 
-    preset: str = ""  # "mvtec": the MVTec AD layout (labels, masks and splits from folders)
-    labels: str = ""  # CSV or JSON Lines file of (path, label), read with source.labels: file
-    files: str = ""  # per-image files with the image's stem: yolo (.txt), voc (.xml), labelme
-    files_dir: str = ""  # "" beside the image, else a tree mirroring the source tree
-    coco: str = ""  # one COCO instances JSON: boxes, polygons, RLE
-    coco_root: str = ""  # the folder under source.path that COCO file_name values start from
-    masks: str = ""  # "" none, "beside" (with mask_suffix), or a tree mirroring the source tree
-    mask_suffix: str = ""  # added to the image's stem: "_mask" -> x_mask.png
-    mask_values: str = "binary"  # binary: non-zero = the image's class; index: k = classes[k-1]
-    classes: tuple[str, ...] = ()  # object classes in id order (1, 2, ...): YOLO ids, masks
-    coordinates: str = "stored"  # stored: as the file's pixels are stored; upright: after EXIF
-    min_visible: float = 0.25  # objects with less of them left in a crop or tile are dropped
+    preset: str = setting("", comment=(
+        "mvtec: the MVTec AD layout (train/good, test/DEFECT,",
+        "ground_truth/DEFECT/NAME_mask.png); splits come from its folders"))
+    labels: str = setting("", comment=(
+        "with labels: file, a CSV (path,label) or JSON Lines file of labels"))
+    files: str = setting("", comment=(
+        "per-image files with the image's stem: yolo (.txt) | voc (.xml) |",
+        "labelme (.json: polygons, rectangles, circles; imageData ignored)"))
+    files_dir: str = setting("", comment=(
+        '"" = beside the image, else a folder mirroring the source tree'))
+    coco: str = setting("", comment="a COCO instances JSON file (boxes, polygons, RLE)")
+    coco_root: str = setting("", comment=(
+        "the folder under source.path that COCO file_name values start from"))
+    masks: str = setting("", comment=(
+        "PNG masks: beside (with mask_suffix) or a folder mirroring the tree"))
+    mask_suffix: str = setting("", comment=(
+        "added to the image's stem for its mask: _mask -> x_mask.png"))
+    mask_values: str = setting("binary", comment=(
+        "binary: non-zero = the image's class; index: value k = classes[k-1]"))
+    classes: tuple[str, ...] = setting((), comment=(
+        "object classes in id order (ids from 1): YOLO ids, index masks; other",
+        "names (VOC, LabelMe, COCO) are appended, never reordered"))
+    coordinates: str = setting("stored", comment=(
+        "stored: annotations describe the file's pixels as stored (they",
+        "are turned with the image's EXIF orientation); upright: as displayed"))
+    min_visible: float = setting(0.25, comment=(
+        "an object of which less shows in a crop or tile is dropped (share of",
+        "its polygon's area, or of its box)"))
 
     @property
     def enabled(self) -> bool:
@@ -95,13 +102,28 @@ class AnnotationConfig:
 class SourceConfig:
     """Where the originals are and which of them to take."""
 
-    path: str = ""
-    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    labels: str = "folders"
-    follow_symlinks: bool = False
-    annotations: AnnotationConfig = section_fingerprinted_unless_default(AnnotationConfig)
+    path: str = setting("", example="/mnt/nas/line3/originals", comment=(
+        "the image tree (a NAS is just a mounted path)"))
+    extensions: tuple[str, ...] = setting(DEFAULT_EXTENSIONS, comment="case-insensitive")
+    include: tuple[str, ...] = setting((), comment=(
+        'glob patterns on the relative path; empty = everything, e.g. ["*/cam1_*"]'))
+    exclude: tuple[str, ...] = setting((), comment=(
+        """glob patterns to leave out, e.g. ["*_tmp.*"]  ('*' also matches '/')"""))
+    labels: str = setting(
+        "folders", flag="--labels", choices=LABEL_MODES,
+        help="folders: the first folder under SOURCE is the class; none: no labels (a flat "
+        "folder).",
+        comment=("folders: label = first directory under path (class folders);",
+                 "none: no labels (a flat folder), also --labels none",
+                 "file: labels from annotations.labels (a CSV or JSON Lines file)"))
+    follow_symlinks: bool = setting(False, comment=(
+        "symlinked files and folders are skipped unless true"))
+    annotations: AnnotationConfig = setting(
+        factory=AnnotationConfig, fingerprinted_unless_default=True,
+        comment=("defect annotations, carried through every resize, EXIF turn and tile;",
+                 "paths are relative to source.path unless absolute; an image without",
+                 "an annotation has no objects (a background image); annotation files",
+                 "and mask folders are never packed as images"))
 
 
 @dataclass(frozen=True)
@@ -109,11 +131,17 @@ class TileConfig:
     """Cut each original into tiles at (near) full resolution instead of resizing it
     (YAML ``image.tiles``; off while ``size`` is 0)."""
 
-    size: int = 0  # tile side in pixels; 0 = no tiling
-    overlap: int = 0  # pixels shared by neighbouring tiles
-    scale: float = 1.0  # the original is scaled by this before it is cut (0 < scale <= 1)
-    keep: str = "annotated"  # annotated: tiles holding an annotation + background_fraction
-    background_fraction: float = 0.1  # of the tiles without one, kept at random (seeded)
+    size: int = setting(0, comment="tile side in pixels; 0 = no tiles")
+    overlap: int = setting(0, comment=(
+        "pixels shared by neighbouring tiles (the last row and column are",
+        "aligned to the border)"))
+    scale: float = setting(1.0, comment=(
+        "scale the original by this first (0 < scale <= 1; a reduced decode)"))
+    keep: str = setting("annotated", comment=(
+        "annotated: tiles holding an annotation, plus background_fraction of",
+        "the others (seeded); all: every tile.  Without box or mask",
+        "annotations every tile is kept, with the image's label"))
+    background_fraction: float = setting(0.1)
 
     @property
     def enabled(self) -> bool:
@@ -124,27 +152,63 @@ class TileConfig:
 class ImageConfig:
     """How each original becomes a training sample (everything that changes pixels)."""
 
-    size: int = 512
-    resize: str = "fit"
-    upscale: bool = False
-    quality: int = 90
-    subsampling: str = "420"
-    color: str = "rgb"
-    background: tuple[int, int, int] = (255, 255, 255)
-    pad_color: tuple[int, int, int] = (0, 0, 0)
-    max_pixels: int = 300_000_000
-    max_decoded_mb: int = fingerprinted_unless_default(1024)
-    tiles: TileConfig = section_fingerprinted_unless_default(TileConfig)
+    size: int = setting(
+        512, flag="--size", help="Target size in pixels (meaning depends on --resize).",
+        comment="target size in pixels; what it measures depends on resize:")
+    resize: str = setting(
+        "fit", flag="--resize", choices=RESIZE_MODES,
+        help="fit: longest side = size; shorter: shorter side = size; center_crop: size x "
+        "size from the centre; pad: fit, then letterbox to size x size; stretch: size x size "
+        "ignoring aspect.",
+        comment=("fit: longest side = size, aspect kept",
+                 "shorter: shorter side = size, aspect kept",
+                 "center_crop: size x size from the centre of the image",
+                 "pad: fit, then letterbox to size x size with pad_color",
+                 "stretch: size x size, aspect not kept"))
+    upscale: bool = setting(False, comment=(
+        "images smaller than the target keep their size unless true"))
+    quality: int = setting(
+        90, flag="--quality", help="JPEG quality 1-100.",
+        comment="JPEG quality 1-100 (baseline JPEG, as GPU decoders want)")
+    subsampling: str = setting("420", comment='chroma subsampling: "420" | "422" | "444"')
+    color: str = setting("rgb", comment=(
+        "rgb: every sample 3 channels; gray: every sample 1 channel;",
+        "keep: grayscale originals stay 1 channel, colour ones RGB"))
+    # The next four are long lines: their comments share a column of their own.
+    background: tuple[int, int, int] = setting(
+        (255, 255, 255), comment_column=32,
+        comment="RGB under transparent pixels (alpha is composited)")
+    pad_color: tuple[int, int, int] = setting(
+        (0, 0, 0), comment_column=32, comment="RGB of the letterbox bars (resize: pad)")
+    max_pixels: int = setting(300_000_000, comment_column=32, comment=(
+        "originals with more pixels are rejected (decompression bombs);",
+        "line-scan cameras legitimately exceed Pillow's 89 MP warning"))
+    max_decoded_mb: int = setting(
+        1024, fingerprinted_unless_default=True, comment_column=32,
+        comment=("memory one worker may need to decode an original (file bytes",
+                 "+ decoded pixels at their depth, from the header); over it the",
+                 "original is rejected as too_large before decoding.  Worst-case",
+                 "memory of a pack: workers x this + the driver"))
+    tiles: TileConfig = setting(
+        factory=TileConfig, fingerprinted_unless_default=True,
+        comment=("cut each original into tiles instead of resizing it (size and resize",
+                 "then do not apply), so small defects keep their pixels"))
 
 
 @dataclass(frozen=True)
 class OutputConfig:
     """Where the shards go and how they are cut."""
 
-    path: str = ""
-    format: str = "webdataset"
-    shard_size_mb: float = 256.0
-    shard_samples: int | None = None
+    path: str = setting("", example="/data/shards/line3")
+    format: str = setting(
+        "webdataset", flag="--format", choices=FORMATS, help="Shard format.",
+        comment="webdataset (SPLIT-NNNNNN.tar) | tfrecord (SPLIT-NNNNNN.tfrecord + .idx)")
+    shard_size_mb: float = setting(
+        256.0, flag="--shard-size", help="Target shard size in MB.", example="256",
+        comment="target shard size; a shard never grows past it (unless one sample does)")
+    shard_samples: int | None = setting(
+        None, flag="--shard-samples", help="Samples per shard (instead of a size target).",
+        comment="or a fixed number of samples per shard (takes precedence)")
 
     @property
     def shard_bytes(self) -> int:
@@ -155,15 +219,43 @@ class OutputConfig:
 class RunConfig:
     """How the job runs; none of this changes the output bytes."""
 
-    workers: int = 0
-    backend: str = "local"
-    scheduler: str = ""
-    readahead: bool = False
-    max_reject_fraction: float = 0.01
-    quiet: bool = False
-    overwrite: bool = False
-    compact: bool = False
-    change_detection: str = "content"
+    workers: int = setting(
+        0, flag="--workers", help="Worker processes; 0 = all cores.",
+        comment="worker processes; 0 = all cores (local backend)")
+    backend: str = setting(
+        "local", flag="--backend", choices=BACKENDS,
+        help="Where images are processed: local processes, or an existing Dask cluster "
+        "(needs --scheduler).",
+        comment="local: worker processes on this machine; dask: an existing Dask cluster")
+    scheduler: str = setting(
+        "", flag="--scheduler", help="Dask scheduler address, e.g. tcp://scheduler-host:8786.",
+        comment="dask only: scheduler address, e.g. tcp://scheduler-host:8786")
+    readahead: bool = setting(False, comment=(
+        "hint the kernel to fetch upcoming files while workers decode; costs a",
+        "second open per file: more --workers than cores usually overlaps",
+        "NAS reads better (shardsmith probe says when)"))
+    max_reject_fraction: float = setting(
+        0.01, flag="--max-reject-fraction",
+        help="Exit with code 3 when more than this fraction of images is rejected (the "
+        "dataset is written all the same).",
+        comment="exit code 3 when a larger fraction of images is rejected")
+    quiet: bool = setting(
+        False, flag="--quiet",
+        help="No progress output (without a terminal, progress is a log line a minute).",
+        comment="no progress bar (for cron)")
+    overwrite: bool = setting(
+        False, flag="--overwrite", help="Replace a dataset packed with different settings.",
+        comment="replace a dataset in output.path packed with other settings")
+    compact: bool = setting(
+        False, flag="--compact",
+        help="Merge shards under half the target size (small nightly deltas) into full ones.",
+        comment="merge shards under half the target size (small nightly deltas)")
+    change_detection: str = setting("content", comment=(
+        "an original whose size or mtime changed is read again and",
+        "decoded only if its content changed: content = XXH3 of every byte",
+        "(sound; reads the whole file again), edges = the first and last",
+        "64 KiB (reads 128 KiB; misses a same-size edit in the middle of an",
+        "uncompressed BMP or TIFF)"))
 
     @property
     def worker_count(self) -> int:
@@ -199,26 +291,43 @@ def check_workers(run: RunConfig) -> None:
 class StageConfig:
     """Destination of ``shardsmith stage`` on the training machine."""
 
-    to: str = ""
+    to: str = setting("", example="/nvme/shards/line3", comment=(
+        "destination of `shardsmith stage` on the training machine"))
 
 
 @dataclass(frozen=True)
 class Config:
     """The whole job. ``splits`` maps split name to fraction, in the order given."""
 
-    source: SourceConfig = field(default_factory=SourceConfig)
-    output: OutputConfig = field(default_factory=OutputConfig)
-    image: ImageConfig = field(default_factory=ImageConfig)
-    splits: tuple[tuple[str, float], ...] = DEFAULT_SPLITS
-    # YAML ``splits.group``: a regular expression on the relative path whose match (or named
-    # group ``group``) names a part, lot or camera session; a group goes to one split.
-    split_group: str = field(default="", metadata={"yaml": "splits.group"})
-    # YAML ``splits.folder``: the top folder of a path names its split (train/, test/), and the
-    # class folder is the one below it; the fractions are not used.
-    split_folder: bool = field(default=False, metadata={"yaml": "splits.folder"})
-    seed: int = 0
-    run: RunConfig = field(default_factory=RunConfig)
-    stage: StageConfig = field(default_factory=StageConfig)
+    source: SourceConfig = setting(factory=SourceConfig)
+    output: OutputConfig = setting(factory=OutputConfig)
+    image: ImageConfig = setting(factory=ImageConfig)
+    splits: tuple[tuple[str, float], ...] = setting(
+        DEFAULT_SPLITS, flag="--split",
+        help="Split fractions, e.g. train=0.9,val=0.1 (assigned by path hash, stable when "
+        "files are added).",
+        comment=("fractions adding up to 1, e.g. train: 0.9 and val: 0.1; a file's split",
+                 "comes from a hash of its relative path, so it never moves when other",
+                 "files are added"))
+    split_group: str = setting(
+        "", yaml="splits.group", flag="--group", metavar="REGEX",
+        help="Keep the images of one part, lot or camera session in one split: a regular "
+        "expression on the relative path whose match (or named group 'group') is the group id "
+        "(splits.group).",
+        comment=("or (--group) a regular expression on the relative path whose match",
+                 '(or named group "group") names a part, lot or camera session, e.g.',
+                 "'^[^/]+/(?P<group>lot[0-9]+)_': all images of a group go to the same",
+                 "split (by a hash of the group id), so a model is never validated on",
+                 'the part it trained on; "" = every file on its own'))
+    split_folder: bool = setting(
+        False, yaml="splits.folder",
+        comment=("true: the top folder names the split (train/, test/) and the class",
+                 "folder is the one below it; the fractions are not used"))
+    seed: int = setting(
+        0, flag="--seed", help="Shuffle seed.",
+        comment="shuffle seed: samples are shuffled (per split) before sharding")
+    run: RunConfig = setting(factory=RunConfig)
+    stage: StageConfig = setting(factory=StageConfig)
 
     def dataset_settings(self) -> dict[str, Any]:
         """Every option that changes the shard bytes (not paths, workers or logging).
