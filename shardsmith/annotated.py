@@ -172,8 +172,7 @@ class _Cutter:
         for value, name in enumerate(annotations.mask_names, 1):
             table[value] = self.id_of(name)
         mask = table[annotations.mask]
-        return orient_pixels(mask, rotation) if stored_frame \
-            else mask
+        return orient_pixels(mask, rotation) if stored_frame else mask
 
     def _instance(self, shape: Shape, rotation: int, stored_frame: bool) -> _Instance:
         if shape.polygons:
