@@ -1,11 +1,13 @@
 """The per-image path when annotations or tiles are configured.  Runs in the worker processes.
 
-One original is read once and decoded once (at the smallest DCT scale that still covers the
-target), its annotations are read once, and from that come one sample (a resize mode) or all
-its tiles.  Annotations are carried by the same numbers the pixels were cropped and resized
-with (``imaging.decode_placed``), then clipped to each sample: an object of which less than
+One original is read once and decoded once into a ``Frame`` (``imaging.decode_frame``: the
+same path as an image without annotations), its annotations are read once, and each window
+of the frame (the whole image, or each tile of the grid) becomes a sample.  Annotations are
+turned upright by the table the pixels are (``geometry.ORIENTATIONS``), carried by the
+frame's ``Placement`` (built from the very numbers the pixels were cropped and resized
+with), then clipped to each window: an object of which less than
 ``source.annotations.min_visible`` shows is dropped.  Masks are reduced once for the whole
-(scaled) original and cut per tile.
+frame and cut per window like the pixels (``imaging.cut_window``).
 
 Like ``imaging.process``, ``process_annotated`` never raises for a bad file: it returns a
 ``Reject`` with a reason (``bad_annotation`` for a malformed annotation, naming its file and
@@ -14,7 +16,6 @@ line), else a tuple of ``Sample``s in grid order.
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 from .annotations import rle
 from .annotations.geometry import (
     Placement,
+    orient_pixels,
     place,
     rounded_box,
     rounded_ring,
@@ -45,21 +47,11 @@ from .annotations.read import read_annotations
 from .config import Config
 from .decoders import open_header, orientation
 from .errors import BadImage
-from .imaging import (
-    Geometry,
-    Output,
-    _apply_orientation,
-    _resize,
-    _to_output_color,
-    decode_placed,
-    decode_upright,
-    encode_jpeg,
-    read_source,
-)
+from .imaging import Frame, cut_window, decode_frame, encode_jpeg, read_source, window_pixels
 from .originals import original_cap
 from .plan import PlanItem
 from .records import Reject, Sample, Unchanged
-from .tiling import MAX_TILES, Tile, grid, kept, scaled_size, tile_count
+from .tiling import MAX_TILES, Tile, kept, scaled_size, tile_count
 
 MASK_BYTES_PER_PIXEL = 6  # the class mask, a label image of a region, a comparison
 
@@ -101,67 +93,32 @@ def _samples(item: PlanItem, root: str, data: bytes, config: Config,
         stored, rotation = header.size, orientation(header)
     upright = upright_size(*stored, rotation)
     extra = upright[0] * upright[1] * MASK_BYTES_PER_PIXEL if notes.has_masks else 0
-    tiles = image.tiles
-    if tiles.enabled:
+    tiles = image.tiles if image.tiles.enabled else None
+    if tiles is not None:
         count = tile_count(*scaled_size(*upright, tiles.scale), tiles)
         if count > MAX_TILES:  # known from the header: refused before a pixel is decoded
             raise BadImage("too_large", f"{upright[0]}x{upright[1]} at image.tiles gives "
                            f"{count:,} tiles, more than the {MAX_TILES:,} an original may have")
-        pixels, original, placement = _decode_scaled(data, config, extra)
-    else:
-        pixels, original, placement = decode_placed(data, image, extra)
+    frame = decode_frame(data, image, extra, tiles)
     label = item.source.label
     image_class = vocabulary.image_classes[label] \
         if 0 <= label < len(vocabulary.image_classes) else ""
     annotations = None
     if notes.has_objects:
-        frame = stored if notes.coordinates == "stored" else upright
+        frame_of_notes = stored if notes.coordinates == "stored" else upright
         annotations = read_annotations(item.source.relpath, item.annotation, root, notes,
-                                       config.source.follow_symlinks, frame, image_class,
-                                       notes.coco)
+                                       config.source.follow_symlinks, frame_of_notes,
+                                       image_class, notes.coco)
     cut = _Cutter(annotations, notes.coordinates == "stored", rotation, stored, upright,
-                  placement, vocabulary, notes.has_masks)
+                  frame.placement, vocabulary, notes.has_masks)
+    original = frame.header
     base = Sample(key=item.key, relpath=item.source.relpath, split=item.split, label=label,
-                  jpeg=b"", width=0, height=0, channels=1 if pixels.ndim == 2 else 3,
+                  jpeg=b"", width=0, height=0, channels=1 if frame.pixels.ndim == 2 else 3,
                   original_width=original[0], original_height=original[1],
                   original_mode=original[2], original_format=original[3], source_size=0,
                   source_mtime_ns=0, source_digest="",
                   annotation_digest=annotations.digest if annotations is not None else None)
-    if not tiles.enabled:
-        objects = cut.objects((0, 0, placement.size[0], placement.size[1]), placement,
-                              notes.min_visible) if notes.has_objects else None
-        return [replace(base, jpeg=encode_jpeg(pixels, image), width=pixels.shape[1],
-                        height=pixels.shape[0], objects=objects)]
-    return _tiles(base, pixels, placement, cut, config)
-
-
-def _decode_scaled(data: bytes, config: Config,
-                   extra: int) -> tuple[np.ndarray, tuple[int, int, str, str], Placement]:
-    """The upright original at ``tiles.scale`` (decoded at the smallest DCT scale covering it),
-    in the output colour mode, and where the original lands in it."""
-    scale = config.image.tiles.scale
-
-    def needed(width: int, height: int) -> tuple[int, int]:
-        return math.ceil(width * scale), math.ceil(height * scale)
-
-    def output(width: int, height: int) -> Output:
-        # The scaled original, then one tile at a time (its padded copy and its JPEG).
-        side = config.image.tiles.size
-        return Output(scaled_size(width, height, scale), (side, side))
-
-    upright = decode_upright(data, config.image, needed, extra, output)
-    width, height = upright.header[:2]
-    size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    background = config.image.background[::-1] if upright.bgr else config.image.background
-    pixels, used = _resize(upright.pixels, Geometry((0, 0, width, height), size, None), width,
-                           height, background)
-    pixels = np.ascontiguousarray(_to_output_color(pixels, upright.bgr, config.image))
-    x0, y0, used_w, used_h = used
-    scale_x, scale_y = size[0] / used_w, size[1] / used_h
-    placement = Placement(upright.scale[0] * scale_x, upright.scale[1] * scale_y,
-                          -x0 * scale_x, -y0 * scale_y, (0.0, 0.0, float(size[0]),
-                                                         float(size[1])), size)
-    return pixels, upright.header, placement
+    return _windows(base, frame, cut, config)
 
 
 class _Cutter:
@@ -215,8 +172,7 @@ class _Cutter:
         for value, name in enumerate(annotations.mask_names, 1):
             table[value] = self.id_of(name)
         mask = table[annotations.mask]
-        return np.ascontiguousarray(_apply_orientation(mask, rotation)) if stored_frame \
-            else mask
+        return orient_pixels(mask, rotation) if stored_frame else mask
 
     def _instance(self, shape: Shape, rotation: int, stored_frame: bool) -> _Instance:
         if shape.polygons:
@@ -238,7 +194,7 @@ class _Cutter:
         except rle.RleError as exc:
             raise BadImage("bad_annotation", f"an unreadable RLE ({exc})") from None
         pixels = rle.decode(runs, height, width)
-        return _apply_orientation(pixels, rotation) if stored_frame else pixels
+        return orient_pixels(pixels, rotation) if stored_frame else pixels
 
     def _paint(self, full_mask: np.ndarray, instances: list[_Instance]) -> None:
         """Polygons and RLEs into the class mask, in order (a later object covers an earlier)."""
@@ -274,13 +230,14 @@ class _Cutter:
                 found.append(_Instance(Shape(name, box), piece, (left + x, top + y)))
         return found
 
-    def objects(self, rect: tuple[int, int, int, int], placement: Placement,
+    def objects(self, tile: Tile, size: tuple[int, int], placement: Placement,
                 min_visible: float) -> Objects:
-        """The objects of the sample showing ``rect`` (x, y, width, height) of the decoded
-        pixels, through ``placement`` (the frame shifted to the sample)."""
-        x, y, width, height = rect
+        """The objects of the sample showing ``tile`` of the decoded pixels as a ``size``
+        window, through ``placement`` (the frame's, shifted to the window)."""
+        rect = (tile.x, tile.y, *size)
         boxes, names, polygons, rles = [], [], [], []
         for instance, reduced in zip(self.instances, self.reduced, strict=True):
+            # Issue 18 plugs in here: a mask object's box from its reduced pixels in the window.
             placed = place(instance.shape, placement)
             if placed is None or placed.visible < min_visible:
                 continue
@@ -288,11 +245,7 @@ class _Cutter:
             names.append(instance.shape.name)
             polygons.append(tuple(rounded_ring(ring) for ring in placed.polygons))
             rles.append(None if reduced is None else _instance_rle(reduced, rect))
-        mask = None
-        if self.mask is not None:
-            mask = np.zeros((height, width), np.uint8)
-            part = self.mask[y : y + height, x : x + width]
-            mask[: part.shape[0], : part.shape[1]] = part
+        mask = cut_window(self.mask, tile, size, 0) if self.mask is not None else None
         return Objects(tuple(boxes), tuple(names), tuple(polygons), tuple(rles),
                        mask_png(mask) if mask is not None else None,
                        tuple(self.names) if mask is not None else (),
@@ -313,42 +266,30 @@ def _instance_rle(reduced: tuple[np.ndarray, tuple[int, int]],
     return rle_encode(canvas)
 
 
-def _tiles(base: Sample, pixels: np.ndarray, placement: Placement, cut: _Cutter,
-           config: Config) -> list[Sample]:
-    """Every kept tile of the scaled original as a sample (grid order)."""
-    tiles_config, notes = config.image.tiles, config.source.annotations
-    size = tiles_config.size
-    height, width = pixels.shape[:2]
-    layout = grid(width, height, tiles_config)
-    found = [cut.objects((tile.x, tile.y, size, size),
-                         placement.shifted(tile.x, tile.y, (size, size)), notes.min_visible)
-             if notes.has_objects else None for tile in layout]
+def _windows(base: Sample, frame: Frame, cut: _Cutter, config: Config) -> list[Sample]:
+    """Every kept window of the frame as a sample, in grid order: each tile, or the whole
+    image (a grid of one tile, which ``kept`` always keeps)."""
+    tiles, notes = config.image.tiles, config.source.annotations
+    found = [cut.objects(tile, frame.window,
+                         frame.placement.shifted(tile.x, tile.y, frame.window),
+                         notes.min_visible) if notes.has_objects else None
+             for tile in frame.windows]
     marked = [bool(objects is not None and (len(objects) or objects.marked))
               for objects in found]
-    keep = kept(layout, marked, tiles_config, config.seed, base.relpath, notes.has_objects)
+    keep = kept(list(frame.windows), marked, tiles, config.seed, base.relpath,
+                notes.has_objects)
     samples = []
-    for tile, objects, chosen in zip(layout, found, keep, strict=True):
+    for tile, objects, chosen in zip(frame.windows, found, keep, strict=True):
         if not chosen:
             continue
-        samples.append(replace(
-            base, key=f"{base.key}_r{tile.row:03d}c{tile.column:03d}",
-            jpeg=encode_jpeg(_tile_pixels(pixels, tile, size, config), config.image),
-            width=size, height=size, objects=objects, tile=_tile_record(tile, placement,
-                                                                        tiles_config.scale)))
+        sample = replace(base, jpeg=encode_jpeg(window_pixels(frame, tile, config.image),
+                                                config.image),
+                         width=frame.window[0], height=frame.window[1], objects=objects)
+        if tiles.enabled:
+            sample = replace(sample, key=f"{base.key}_r{tile.row:03d}c{tile.column:03d}",
+                             tile=_tile_record(tile, frame.placement, tiles.scale))
+        samples.append(sample)
     return samples
-
-
-def _tile_pixels(pixels: np.ndarray, tile: Tile, size: int, config: Config) -> np.ndarray:
-    part = pixels[tile.y : tile.y + tile.height, tile.x : tile.x + tile.width]
-    if part.shape[:2] == (size, size):
-        return np.ascontiguousarray(part)
-    fill = config.image.pad_color if part.ndim == 3 else round(
-        0.299 * config.image.pad_color[0] + 0.587 * config.image.pad_color[1]
-        + 0.114 * config.image.pad_color[2])
-    out = np.empty((size, size) + part.shape[2:], np.uint8)
-    out[...] = fill
-    out[: part.shape[0], : part.shape[1]] = part
-    return out
 
 
 def _tile_record(tile: Tile, placement: Placement, scale: float) -> dict[str, Any]:

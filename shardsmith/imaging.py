@@ -1,4 +1,10 @@
-"""Original → training-size baseline JPEG.  Runs in the worker processes.
+"""Original → training-size baseline JPEGs.  Runs in the worker processes.
+
+One path for every sample: decode (reduced) → orient → resize per mode (crop, area resize,
+alpha, 16 → 8 bit) → colour → letterbox → cut into windows → encode.  The pixels the windows
+are cut from are a ``Frame``; a resize mode gives one window (the whole frame: a grid of one
+tile), ``image.tiles`` the tiles of ``tiling.grid``.  ``annotated`` carries objects and masks
+through the same frame's ``Placement`` and the same windows.
 
 The path is chosen for speed without losing fidelity:
 
@@ -29,7 +35,7 @@ import cv2
 import numpy as np
 import simplejpeg
 
-from .annotations.geometry import Placement, decode_scale
+from .annotations.geometry import TRANSPOSING, Placement, decode_scale, orient_pixels
 from .config import ImageConfig
 from .decoders import decode_peak_bytes, decode_pixels, open_header, orientation
 from .errors import BadImage
@@ -45,8 +51,9 @@ from .records import (
     edges_digest,
     edges_digest_of,
 )
+from .tiling import Tile, TileSettings, grid, scaled_size
 
-TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
+TRANSPOSING_ORIENTATIONS = TRANSPOSING  # the orientations that swap width and height
 # Bytes a pixel of the resized content may take beside the decode: the resize's output (at most
 # 4 channels at the original's depth) and one 8-bit copy (to 8 bits, to RGB order or from gray);
 # with alpha, the premultiplied result composited in float32 (colour, transparency, their blend
@@ -81,6 +88,32 @@ class Geometry(NamedTuple):
     crop: tuple[int, int, int, int]
     size: tuple[int, int]
     canvas: tuple[int, int] | None
+
+
+class Layout(NamedTuple):
+    """What an upright original becomes: ``geometry`` (crop → size → canvas), decoded at
+    ``need`` pixels or more, cut into windows of ``window`` pixels (the canvas or the resized
+    image itself for a resize mode, a tile's side for tiles)."""
+
+    geometry: Geometry
+    need: tuple[int, int]
+    window: tuple[int, int]
+
+
+class Frame(NamedTuple):
+    """An original made into the uint8 pixels (H×W or H×W×3, RGB) its samples are cut from.
+
+    ``header``: (upright width, upright height, mode, format) of the original;
+    ``placement``: where the upright original lands in ``pixels`` (the map annotations
+    follow); ``windows``: the samples' rectangles in ``pixels``, grid order (one, the whole
+    frame, without tiles), each encoded at ``window`` (width, height) pixels.
+    """
+
+    pixels: np.ndarray
+    header: tuple[int, int, str, str]
+    placement: Placement
+    windows: tuple[Tile, ...]
+    window: tuple[int, int]
 
 
 def process(item: PlanItem, root: str, config: ImageConfig, follow_symlinks: bool = False,
@@ -152,12 +185,11 @@ def convert(data: bytes, config: ImageConfig) -> Encoded:
 
 
 def decode(data: bytes, config: ImageConfig) -> tuple[np.ndarray, tuple[int, int, str, str]]:
-    """Decode and resize to the final uint8 pixels (H×W or H×W×3, RGB).
-
-    Returns the pixels and (upright width, upright height, mode, format) of the original.
-    """
-    pixels, header, _ = decode_placed(data, config)
-    return pixels, header
+    """Decode and resize to the final uint8 pixels (H×W or H×W×3, RGB): the one window of
+    the frame.  Returns the pixels and (upright width, upright height, mode, format) of the
+    original."""
+    frame = decode_frame(data, config)
+    return window_pixels(frame, frame.windows[0], config), frame.header
 
 
 class Upright(NamedTuple):
@@ -175,31 +207,40 @@ class Upright(NamedTuple):
     scale: tuple[float, float]
 
 
-def decode_placed(data: bytes, config: ImageConfig,
-                  extra_bytes: int = 0) -> tuple[np.ndarray, tuple[int, int, str, str], Placement]:
-    """``decode``, and where the upright original lands in the result (``Placement``: the
-    map annotations follow).  ``extra_bytes``: memory the caller needs beside the decode."""
-
-    def needed(width: int, height: int) -> tuple[int, int]:
+def layout(width: int, height: int, config: ImageConfig,
+           tiles: TileSettings | None = None) -> Layout:
+    """The ``Layout`` of an upright ``width`` x ``height`` original: by the resize mode, or,
+    with ``tiles``, the whole original scaled by ``tiles.scale`` and cut into tiles."""
+    if tiles is None:
         geometry = plan_geometry(width, height, config)
         crop_w, crop_h = geometry.crop[2:]
-        return (math.ceil(geometry.size[0] * width / crop_w),
+        need = (math.ceil(geometry.size[0] * width / crop_w),
                 math.ceil(geometry.size[1] * height / crop_h))
+        return Layout(geometry, need, geometry.canvas or geometry.size)
+    geometry = Geometry((0, 0, width, height), scaled_size(width, height, tiles.scale), None)
+    need = math.ceil(width * tiles.scale), math.ceil(height * tiles.scale)
+    return Layout(geometry, need, (tiles.size, tiles.size))
 
-    def output(width: int, height: int) -> Output:
-        geometry = plan_geometry(width, height, config)
-        return Output(geometry.size, geometry.canvas or geometry.size)
 
-    upright = decode_upright(data, config, needed, extra_bytes, output)
+def decode_frame(data: bytes, config: ImageConfig, extra_bytes: int = 0,
+                 tiles: TileSettings | None = None) -> Frame:
+    """Decode, orient, resize, colour and letterbox an original into the ``Frame`` its
+    samples are cut from; raises BadImage.  ``extra_bytes``: memory the caller needs beside
+    the decode; ``tiles``: cut it into tiles (None: one window, the whole frame)."""
+    upright = decode_upright(data, config,
+                             lambda width, height: layout(width, height, config, tiles),
+                             extra_bytes)
     width, height = upright.header[:2]
-    geometry = plan_geometry(width, height, config)
+    geometry = layout(width, height, config, tiles).geometry
     # OpenCV decodes colour as BGR(A); the channel swap waits for the small image.
     background = config.background[::-1] if upright.bgr else config.background
-    pixels, used = _resize(upright.pixels, geometry, width, height, background)
-    pixels = _to_output_color(pixels, upright.bgr, config)
+    pixels, used = resize(upright.pixels, geometry, width, height, background)
+    pixels = to_output_color(pixels, upright.bgr, config)
     left = top = 0
-    if geometry.canvas is not None:
-        pixels, (left, top) = _letterbox(pixels, geometry.canvas, config)
+    if geometry.canvas is not None:  # the letterbox: the resized image centred on the canvas
+        canvas_w, canvas_h = geometry.canvas
+        left, top = (canvas_w - pixels.shape[1]) // 2, (canvas_h - pixels.shape[0]) // 2
+        pixels = pad(pixels, (left, top), geometry.canvas, pad_fill(pixels, config))
     x0, y0, used_w, used_h = used
     content_w, content_h = geometry.size
     scale_x, scale_y = content_w / used_w, content_h / used_h
@@ -208,20 +249,55 @@ def decode_placed(data: bytes, config: ImageConfig,
         left - x0 * scale_x, top - y0 * scale_y,
         (float(left), float(top), float(left + content_w), float(top + content_h)),
         (pixels.shape[1], pixels.shape[0]))
-    return np.ascontiguousarray(pixels), upright.header, placement
+    pixels = np.ascontiguousarray(pixels)
+    frame_h, frame_w = pixels.shape[:2]
+    if tiles is None:
+        return Frame(pixels, upright.header, placement, (Tile(0, 0, 0, 0, frame_w, frame_h),),
+                     (frame_w, frame_h))
+    return Frame(pixels, upright.header, placement, tuple(grid(frame_w, frame_h, tiles)),
+                 (tiles.size, tiles.size))
 
 
-def decode_upright(data: bytes, config: ImageConfig,
-                   needed: Callable[[int, int], tuple[int, int]],
-                   extra_bytes: int = 0,
-                   output: Callable[[int, int], Output] | None = None) -> Upright:
-    """Decode ``data`` upright at the smallest size covering ``needed(width, height)`` (of the
-    upright original); raises BadImage for bombs, over-budget and damaged files.
+def window_pixels(frame: Frame, tile: Tile, config: ImageConfig) -> np.ndarray:
+    """The pixels of one window of ``frame``, ``frame.window`` in size (padded with
+    ``image.pad_color`` at its right and bottom where the frame ends first)."""
+    return cut_window(frame.pixels, tile, frame.window, pad_fill(frame.pixels, config))
 
-    ``output(width, height)``: what the caller makes of the upright original; its pixels
-    (``result_bytes``) count against ``image.max_decoded_mb`` with the decode's, so an output
-    larger than the budget (a 16384-pixel canvas or tile of a 40x30 original) is refused
-    before anything is allocated.
+
+def cut_window(pixels: np.ndarray, tile: Tile, size: tuple[int, int],
+               fill: int | tuple[int, ...]) -> np.ndarray:
+    """``tile``'s rectangle of ``pixels`` (an image or a class mask) as a contiguous
+    ``size`` (width, height) array, filled with ``fill`` right and bottom of the rectangle."""
+    part = pixels[tile.y : tile.y + tile.height, tile.x : tile.x + tile.width]
+    if part.shape[:2] == (size[1], size[0]):
+        return np.ascontiguousarray(part)
+    return pad(part, (0, 0), size, fill)
+
+
+def pad(pixels: np.ndarray, at: tuple[int, int], size: tuple[int, int],
+        fill: int | tuple[int, ...]) -> np.ndarray:
+    """``pixels`` at ``at`` (left, top) of a new ``size`` (width, height) array of ``fill``."""
+    width, height = size
+    out = np.empty((height, width) + pixels.shape[2:], pixels.dtype)
+    out[...] = fill
+    left, top = at
+    out[top : top + pixels.shape[0], left : left + pixels.shape[1]] = pixels
+    return out
+
+
+def pad_fill(pixels: np.ndarray, config: ImageConfig) -> int | tuple[int, int, int]:
+    """``image.pad_color`` for ``pixels``: the colour, or its luma rounded for gray pixels."""
+    return config.pad_color if pixels.ndim == 3 else round(luma(config.pad_color))
+
+
+def decode_upright(data: bytes, config: ImageConfig, plan: Callable[[int, int], Layout],
+                   extra_bytes: int = 0) -> Upright:
+    """Decode ``data`` upright at the smallest size covering ``plan(width, height).need``
+    (of the upright original); raises BadImage for bombs, over-budget and damaged files.
+
+    What ``plan`` makes of the upright original counts against ``image.max_decoded_mb`` with
+    the decode (``result_bytes``), so an output larger than the budget (a 16384-pixel canvas
+    or tile of a 40x30 original) is refused before anything is allocated.
     """
     with open_header(data) as image:
         stored_width, stored_height = image.size
@@ -232,25 +308,25 @@ def decode_upright(data: bytes, config: ImageConfig,
                 f"is over the limit of {config.max_pixels / 1e6:.0f} MP (image.max_pixels)",
             )
         rotation = orientation(image)
-        transposed = rotation in TRANSPOSING_ORIENTATIONS
+        transposed = rotation in TRANSPOSING
         width, height = (stored_height, stored_width) if transposed else image.size
+        planned = plan(width, height)
         # Smallest decode that still covers the target after cropping, in stored orientation.
-        need_w, need_h = needed(width, height)
+        need_w, need_h = planned.need
         if transposed:
             need_w, need_h = need_h, need_w
         peak = decode_peak_bytes(image, data, need_w, need_h, rotation != 1) + extra_bytes
-        made = output(width, height) if output is not None else None
-        if made is not None:
-            alpha = image.mode in ALPHA_MODES or "transparency" in image.info
-            deep = "16" in image.mode or image.mode in ("I", "F")
-            peak += result_bytes(made, config, alpha, 2 if deep else 1)
+        made = Output(planned.geometry.size, planned.window)
+        alpha = image.mode in ALPHA_MODES or "transparency" in image.info
+        deep = "16" in image.mode or image.mode in ("I", "F")
+        peak += result_bytes(made, config, alpha, 2 if deep else 1)
         if peak > config.max_decoded_mb * 2**20:
-            making = f" and make its {made.final[0]}x{made.final[1]} output" if made else ""
             raise BadImage(
                 "too_large",
                 f"{stored_width}x{stored_height} {image.format} ({image.mode}) needs about "
-                f"{peak / 2**20:,.0f} MiB to decode{making}, over the limit of "
-                f"{config.max_decoded_mb:,} MiB a worker (image.max_decoded_mb)",
+                f"{peak / 2**20:,.0f} MiB to decode and make its {made.final[0]}x"
+                f"{made.final[1]} output, over the limit of {config.max_decoded_mb:,} MiB a "
+                "worker (image.max_decoded_mb)",
             )
         # BadImage only: any decoder error is a reject there (``decoders.foreign_errors``).
         pixels, bgr = decode_pixels(data, image, need_w, need_h)
@@ -258,7 +334,7 @@ def decode_upright(data: bytes, config: ImageConfig,
 
     decoded_stored = (pixels.shape[1], pixels.shape[0])
     scale = decode_scale((stored_width, stored_height), decoded_stored)
-    pixels = _apply_orientation(pixels, rotation)
+    pixels = orient_pixels(pixels, rotation)
     return Upright(pixels, bgr, header, rotation, (stored_width, stored_height),
                    scale[::-1] if transposed else scale)
 
@@ -301,34 +377,15 @@ def plan_geometry(width: int, height: int, config: ImageConfig) -> Geometry:
     return Geometry(full, (min(width, target), min(height, target)), None)
 
 
-def _apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
-    """Rotate/flip stored pixels upright according to the EXIF orientation tag."""
-    if orientation == 2:
-        pixels = pixels[:, ::-1]
-    elif orientation == 3:
-        pixels = pixels[::-1, ::-1]
-    elif orientation == 4:
-        pixels = pixels[::-1]
-    elif orientation == 5:
-        pixels = pixels.swapaxes(0, 1)
-    elif orientation == 6:
-        pixels = pixels.swapaxes(0, 1)[:, ::-1]
-    elif orientation == 7:
-        pixels = pixels.swapaxes(0, 1)[::-1, ::-1]
-    elif orientation == 8:
-        pixels = pixels.swapaxes(0, 1)[::-1]
-    return np.ascontiguousarray(pixels) if orientation != 1 else pixels
-
-
-def _resize(
+def resize(
     pixels: np.ndarray,
     geometry: Geometry,
     width: int,
     height: int,
     background: tuple[int, int, int],
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
-    """Crop (scaled to the decoded size), premultiply alpha, resize; returns uint8 or uint16,
-    and the decoded pixels the result shows exactly: (x, y, width, height)."""
+    """Crop (scaled to the decoded size), premultiply alpha, resize, composite, 16 → 8 bit;
+    returns uint8 pixels and the decoded pixels they show exactly: (x, y, width, height)."""
     decoded_h, decoded_w = pixels.shape[:2]
     crop_x, crop_y, crop_w, crop_h = geometry.crop
     x0 = y0 = 0
@@ -411,7 +468,7 @@ def _composite(premultiplied: np.ndarray, background: tuple[int, int, int]) -> n
     colour = premultiplied[:, :, :-1].astype(np.float32)
     transparency = (255.0 - premultiplied[:, :, -1:].astype(np.float32)) / 255.0
     if colour.shape[2] == 1:
-        bg = np.float32(_luma(background))
+        bg = np.float32(luma(background))
     else:
         bg = np.asarray(background, np.float32)
     out = np.clip(np.rint(colour + transparency * bg), 0, 255).astype(np.uint8)
@@ -423,12 +480,13 @@ def _to_8bit(pixels: np.ndarray) -> np.ndarray:
     return cv2.convertScaleAbs(pixels, alpha=255.0 / 65535.0)
 
 
-def _luma(rgb: tuple[int, int, int]) -> float:
+def luma(rgb: tuple[int, int, int]) -> float:
+    """The gray level of an RGB colour (ITU-R BT.601 weights, as OpenCV's RGB2GRAY)."""
     red, green, blue = rgb
     return 0.299 * red + 0.587 * green + 0.114 * blue
 
 
-def _to_output_color(pixels: np.ndarray, bgr: bool, config: ImageConfig) -> np.ndarray:
+def to_output_color(pixels: np.ndarray, bgr: bool, config: ImageConfig) -> np.ndarray:
     """RGB channel order, then the configured colour mode (rgb, gray or keep)."""
     if pixels.ndim == 3 and bgr:
         pixels = pixels[:, :, ::-1]
@@ -439,20 +497,6 @@ def _to_output_color(pixels: np.ndarray, bgr: bool, config: ImageConfig) -> np.n
     if pixels.ndim == 2 and config.color == "rgb":
         return np.repeat(pixels[:, :, None], 3, axis=2)
     return pixels
-
-
-def _letterbox(pixels: np.ndarray, canvas: tuple[int, int],
-               config: ImageConfig) -> tuple[np.ndarray, tuple[int, int]]:
-    """``pixels`` centred on a ``canvas`` of the pad colour; returns it and the offset."""
-    canvas_w, canvas_h = canvas
-    height, width = pixels.shape[:2]
-    fill = config.pad_color if pixels.ndim == 3 else round(_luma(config.pad_color))
-    shape = (canvas_h, canvas_w) + pixels.shape[2:]
-    out = np.empty(shape, np.uint8)
-    out[...] = fill
-    top, left = (canvas_h - height) // 2, (canvas_w - width) // 2
-    out[top : top + height, left : left + width] = pixels
-    return out, (left, top)
 
 
 def encode_jpeg(pixels: np.ndarray, config: ImageConfig) -> bytes:

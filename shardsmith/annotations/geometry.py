@@ -6,6 +6,10 @@ orientations, so the whole way from the upright original to a sample is one ``Pl
 original covers.  ``imaging`` builds the placement from the very numbers it crops and
 resizes with (the reduced DCT scale, the integer crop, the trim of the two-step area resize,
 the letterbox offset), so annotations land where the pixels do.
+
+The eight EXIF orientations are one table (``ORIENTATIONS``), read by ``orient_pixels`` for
+pixels (the decoded image, a class mask, an RLE's pixels) and by ``orient_ring`` for points
+(boxes, polygons): a stored pixel and a stored point are turned by the same steps.
 """
 
 from __future__ import annotations
@@ -17,7 +21,35 @@ import numpy as np
 
 from .model import Box, Shape
 
-TRANSPOSING = (5, 6, 7, 8)
+
+@dataclass(frozen=True, slots=True)
+class Orientation:
+    """How one EXIF orientation turns the stored image upright, in this order: swap x and y
+    (``transpose``), then mirror left-right (``mirror_x``), then top-bottom (``mirror_y``)."""
+
+    transpose: bool
+    mirror_x: bool
+    mirror_y: bool
+
+
+# EXIF 2.32, tag 0x0112: where the stored image's first row and column belong.
+ORIENTATIONS: dict[int, Orientation] = {
+    1: Orientation(transpose=False, mirror_x=False, mirror_y=False),  # as stored
+    2: Orientation(transpose=False, mirror_x=True, mirror_y=False),  # mirrored
+    3: Orientation(transpose=False, mirror_x=True, mirror_y=True),  # turned 180
+    4: Orientation(transpose=False, mirror_x=False, mirror_y=True),  # flipped
+    5: Orientation(transpose=True, mirror_x=False, mirror_y=False),  # transposed
+    6: Orientation(transpose=True, mirror_x=True, mirror_y=False),  # turned 90 clockwise
+    7: Orientation(transpose=True, mirror_x=True, mirror_y=True),  # transversed
+    8: Orientation(transpose=True, mirror_x=False, mirror_y=True),  # turned 90 counter-clockwise
+}
+TRANSPOSING = tuple(number for number, turn in ORIENTATIONS.items() if turn.transpose)
+
+
+def turn_of(orientation: int) -> Orientation:
+    """The table's entry; a value outside 1..8 (``decoders.orientation`` never gives one) is
+    taken as stored."""
+    return ORIENTATIONS.get(orientation, ORIENTATIONS[1])
 
 
 @dataclass(frozen=True)
@@ -55,33 +87,42 @@ class Placement:
 
 
 def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:
-    return (height, width) if orientation in TRANSPOSING else (width, height)
+    """The size of a stored ``width`` x ``height`` image once turned upright."""
+    return (height, width) if turn_of(orientation).transpose else (width, height)
+
+
+def orient_pixels(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """Stored pixels (H x W, or H x W x channels) turned upright by ``ORIENTATIONS``."""
+    if orientation == 1:
+        return pixels
+    turn = turn_of(orientation)
+    if turn.transpose:
+        pixels = pixels.swapaxes(0, 1)
+    if turn.mirror_x:
+        pixels = pixels[:, ::-1]
+    if turn.mirror_y:
+        pixels = pixels[::-1]
+    return np.ascontiguousarray(pixels)
 
 
 def orient_ring(ring: np.ndarray, orientation: int, width: int, height: int) -> np.ndarray:
-    """Points stored in a ``width`` x ``height`` file → upright, as ``imaging`` turns pixels
-    (continuous coordinates: a mirror maps x to ``width - x``)."""
+    """Points stored in a ``width`` x ``height`` file turned upright by ``ORIENTATIONS``, the
+    steps ``orient_pixels`` takes (continuous coordinates: a mirror maps x to ``width - x``)."""
+    turn = turn_of(orientation)
     xs, ys = ring[0::2], ring[1::2]
-    if orientation == 2:
-        xs, ys = width - xs, ys
-    elif orientation == 3:
-        xs, ys = width - xs, height - ys
-    elif orientation == 4:
-        xs, ys = xs, height - ys
-    elif orientation == 5:
-        xs, ys = ys, xs
-    elif orientation == 6:
-        xs, ys = height - ys, xs
-    elif orientation == 7:
-        xs, ys = height - ys, width - xs
-    elif orientation == 8:
-        xs, ys = ys, width - xs
+    if turn.transpose:
+        xs, ys, width, height = ys, xs, height, width
+    if turn.mirror_x:
+        xs = width - xs
+    if turn.mirror_y:
+        ys = height - ys
     out = np.empty_like(ring)
     out[0::2], out[1::2] = xs, ys
     return out
 
 
 def orient_box(box: Box, orientation: int, width: int, height: int) -> Box:
+    """A stored box turned upright: the bounds of its turned corners."""
     corners = orient_ring(np.array(box, np.float64), orientation, width, height)
     xs, ys = corners[0::2], corners[1::2]
     return float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())
