@@ -89,7 +89,10 @@ def parse(cls: type[T], value: Any, where: str,
     try:
         record = msgspec.convert(value, cls, strict=True)
     except msgspec.ValidationError as exc:
-        raise error(_explain(str(exc), cls, value, where)) from None
+        # a number where a string belongs is YAML's doing in a file a person wrote
+        # (``subsampling: 420``); a program that wrote a manifest needs no such hint
+        hint = error is not ManifestError
+        raise error(_explain(str(exc), cls, value, where, hint)) from None
     _check_records(record, where)
     return record
 
@@ -270,7 +273,7 @@ def _check_free_form(value: Any, where: str) -> None:
 # ------------------------------------------------------------------ msgspec's error in our words
 
 
-def _explain(message: str, cls: type, value: Any, where: str) -> str:
+def _explain(message: str, cls: type, value: Any, where: str, hint: bool = False) -> str:
     """msgspec's ``Expected `int`, got `str` - at `$.shards[3].bytes``` as
     ``shards[3].bytes: expected an integer, got 'abc'`` (the value found by walking the
     document and the model along the path)."""
@@ -310,7 +313,7 @@ def _explain(message: str, cls: type, value: Any, where: str) -> str:
     if (expected := _EXPECTED.fullmatch(what)) is not None:
         kinds = [kind.strip() for kind in expected["type"].split("|")]
         words = [_WORDS.get(kind, kind) for kind in kinds if kind != "null"] or ["null"]
-        quote = (f" (quote it: \"{current}\")" if words == ["a string"]
+        quote = (f" (quote it: \"{current}\")" if hint and words == ["a string"]
                  and isinstance(current, (int, float)) and not isinstance(current, bool) else "")
         return f"{where_text}: expected {' or '.join(words)}, got {shown(current)}{quote}"
     if what == "Number out of range":
