@@ -88,6 +88,9 @@ def parse(cls: type[T], value: Any, where: str,
     _check_free_forms(cls, value, where)
     try:
         record = msgspec.convert(value, cls, strict=True)
+    except RecursionError:  # a free-form field is bounded before: nothing of ours nests so
+        raise error(f"{where or 'the document'}: nested deeper than any field of ours") \
+            from None
     except msgspec.ValidationError as exc:
         # a number where a string belongs is YAML's doing in a file a person wrote
         # (``subsampling: 420``); a program that wrote a manifest needs no such hint
@@ -109,7 +112,7 @@ def line_reader(cls: type[T]) -> Callable[[bytes, str], T]:
     def read(line: bytes, where: str) -> T:
         try:
             record = decoder.decode(line)
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):  # nesting past msgspec's own limit
             return parse(cls, decode(line, where), where)
         if flat_check is not None:
             flat_check(record, where)

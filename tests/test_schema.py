@@ -212,3 +212,9 @@ def test_a_damaged_sample_line_is_one_line_naming_the_field(line, message):
     with pytest.raises(ManifestError) as caught:
         read_line(line, "line 1")
     assert str(caught.value) == message
+
+
+def test_a_sample_line_nested_past_any_parser_is_one_line():
+    line = b'{"key":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    with pytest.raises(ManifestError, match="^line 1: not valid JSON: 'maximum recursion depth"):
+        read_line(line, "line 1")
