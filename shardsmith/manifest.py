@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from .atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
+from .config import config_from_settings
 from .door import MANIFEST_CAP, Refused, open_file
-from .errors import ManifestError
-from .jsonmodel import INT64, LINE_CAP, Bounds, Count, decode, parse, to_json
+from .errors import ConfigError, ManifestError
+from .jsonmodel import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse, to_json
 from .text import shown
 
 SCHEMA_VERSION = 2
@@ -60,6 +61,7 @@ ShardNumber = Annotated[int, Bounds(0, MAX_SHARD_NUMBER)]
 MAX_VERSION = 10**9 - 1
 Version = Annotated[int, Bounds(0, MAX_VERSION)]
 Label = Annotated[int, Bounds(-1, 2**31 - 1)]
+ImageSide = Annotated[int, Bounds(16, 16384)]  # as ``image.size`` allows
 MtimeNs = Annotated[int, INT64]
 
 
@@ -119,6 +121,17 @@ def _plain_name(name: str, pattern: re.Pattern, where: str, what: str) -> None:
 def _size(value: int, where: str) -> None:
     if not 0 <= value < 1 << 50:
         raise ManifestError(f"{where}: {value} is not a possible size")
+
+
+def settings_facts(settings: dict[str, Any]) -> dict[str, Any]:
+    """The facts of a dataset packed with ``settings`` (a manifest's ``config``), by the
+    fields of ``Manifest`` that hold them; ManifestError when the settings do not validate."""
+    try:
+        config = config_from_settings(settings)
+    except ConfigError as exc:
+        raise ManifestError(f"config: {exc}") from None
+    return {"image_size": config.image.size, "image_resize": config.image.resize,
+            "has_masks": config.source.annotations.has_masks}
 
 
 @dataclass(frozen=True)
@@ -270,6 +283,18 @@ class Manifest:
     # Classes of annotated objects (boxes, polygons, masks): id k is object_classes[k - 1],
     # 0 is the background.  Only appended to, so an id keeps its meaning across versions.
     object_classes: tuple[str, ...] | None = None
+    # The dataset's facts a reader needs, as fields (docs/format.md), so that no reader
+    # re-derives them from ``config``.  Left out (None), they are derived from ``config``: a
+    # manifest of an older release gets them when read, a new one when it is built.
+    image_size: ImageSide | None = None  # ``image.size``: what a whole original is resized to
+    image_resize: str | None = None  # how an original became a sample (``image.resize``)
+    has_masks: bool | None = None  # every sample carries a class mask (``KEY.mask.png``)
+
+    def __post_init__(self) -> None:
+        if self.image_size is None or self.image_resize is None or self.has_masks is None:
+            for name, value in settings_facts(self.config).items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
 
     def check(self, where: str) -> None:
         if self.schema_version not in READABLE_SCHEMAS:
@@ -368,6 +393,11 @@ class SampleRecord:
     annotation_digest: str | None = None  # of the annotations it was made from
 
     def check(self, where: str) -> None:
+        shard = SHARD_NAME.fullmatch(self.shard)
+        if shard is not None and shard["split"] == self.split \
+                and int(shard["number"]) <= MAX_SHARD_NUMBER \
+                and SAMPLE_KEY.fullmatch(self.key) is not None:
+            return  # every line of a sound index: two matches, not five
         if SAMPLE_KEY.fullmatch(self.key) is None:
             raise ManifestError(f"{where}.key: {shown(self.key)} is not a sample key")
         _plain_name(self.split, SPLIT_NAME, f"{where}.split", "split")
@@ -381,6 +411,9 @@ def sample_line(record: dict[str, Any] | SampleRecord) -> bytes:
     """The JSON line of a sample record (ASCII: odd bytes in names are escaped, not lost)."""
     payload = to_json(record) if isinstance(record, SampleRecord) else record
     return (json.dumps(payload, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
+
+
+_read_sample_line = line_reader(SampleRecord)
 
 
 def iter_sample_index(directory: Path, manifest: Manifest,
@@ -419,7 +452,7 @@ def iter_sample_index(directory: Path, manifest: Manifest,
                 digest.update(line)
             where = f"{path}: line {number}"
             try:
-                record = parse(SampleRecord, decode(line, where), f"line {number}")
+                record = _read_sample_line(line, f"line {number}")
             except ManifestError as exc:
                 message = str(exc)
                 raise ManifestError(message if message.startswith(where)

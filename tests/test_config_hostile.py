@@ -88,7 +88,8 @@ def test_a_huge_split_fraction_is_one_short_line(tmp_path):
 
 def test_a_whole_float_past_any_integer_setting_is_one_line(tmp_path):
     line = pack_with_config(tmp_path, "image:\n  max_decoded_mb: 1.0e+300\n")
-    assert "image.max_decoded_mb" in line and "out of range" in line and len(line) < 200, line
+    assert "image.max_decoded_mb: expected an integer, got 1e+300" in line and len(line) < 200, \
+        line
 
 
 def test_a_number_key_given_twice_is_an_error_like_a_name_given_twice(tmp_path):

@@ -50,6 +50,17 @@ def _unknown_schema(manifest: dict) -> object:
     return dict(manifest, schema_version=99)
 
 
+def _masks_a_string(manifest: dict) -> object:
+    return dict(manifest, has_masks="yes")
+
+
+def _older_manifest_with_settings_that_do_not_validate(manifest: dict) -> object:
+    for fact in ("image_size", "image_resize", "has_masks"):
+        del manifest[fact]
+    manifest["config"]["image"]["size"] = 10**30
+    return manifest
+
+
 MALFORMED: dict[str, Callable[[dict], object]] = {
     "top-level list": _top_level_list,
     "shards is a string": _shards_a_string,
@@ -58,6 +69,9 @@ MALFORMED: dict[str, Callable[[dict], object]] = {
     "no format": _no_format,
     "a shard listed twice": _shard_listed_twice,
     "unknown schema version": _unknown_schema,
+    "has_masks a string": _masks_a_string,
+    "an older manifest whose settings do not validate":
+        _older_manifest_with_settings_that_do_not_validate,
 }
 
 

@@ -48,6 +48,8 @@ def as_previous_release(dataset: Path, source: Path) -> None:
     for shard_list in dataset.glob("*-shards.*"):
         shard_list.unlink()
     manifest["schema_version"] = 1
+    for fact in ("image_size", "image_resize", "has_masks"):  # recorded since issue 17
+        del manifest[fact]
     manifest["samples_index"] = {"name": "samples.jsonl", "samples": len(records),
                                  "bytes": len(data), "sha256": sha256(data)}
     for version in manifest["history"]:
@@ -97,6 +99,7 @@ def test_the_next_pack_upgrades_the_previous_release_without_decoding_or_overwri
     manifest = manifest_of(dataset)
     assert manifest["schema_version"] == 2 and manifest["version"] == 2
     assert manifest["run"]["decoded"] == 0
+    assert manifest["image_size"] == 32 and manifest["has_masks"] is False  # facts recorded
     assert {s["name"]: (s["bytes"], s["sha256"]) for s in manifest["shards"]} == before
     assert all((dataset / s["index"]["name"]).exists() for s in manifest["shards"])
     assert cli("verify", dataset, "--decode").exit_code == 0

@@ -1,8 +1,11 @@
-"""Reading a job config: strict, safe YAML, every value coerced to its setting's type and
-checked, errors naming the key (``config.load_config`` is the way in).
+"""Reading a job config: strict, safe YAML, every value checked against its setting's type
+by the one schema (``jsonmodel``: no ``"1"`` for 1, no ``1.0`` for 1) and then against what the
+setting allows, errors naming the key (``config.load_config`` is the way in).
 
 A job file is untrusted input: a key given twice, an alias bomb, a value of the wrong type or
 an impossible number is one ``ConfigError`` line, and values quoted in errors are cut short.
+What is here is what a type cannot say: the YAML's safety limits, duplicate and unknown keys,
+the ``splits`` mapping, regular expressions, and the rules between settings.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import typing
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,7 @@ import yaml
 
 from ..door import CONFIG_CAP, Refused, read_file
 from ..errors import ConfigError
+from ..jsonmodel import parse
 from ..text import cut, shown
 from ..tiling import grid_problem
 from .model import (
@@ -48,7 +54,7 @@ from .pattern import check_group_pattern
 
 def build(raw: dict[str, Any]) -> Config:
     """The validated ``Config`` of a raw settings tree (YAML file plus overrides)."""
-    return _validate(_build(Config, raw, ""))
+    return _validate(_build(raw))
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -150,82 +156,59 @@ def _count_values(node: Any, budget: int) -> int:
     return count
 
 
-def _build(cls: type, raw: Any, prefix: str) -> Any:
+def _build(raw: dict[str, Any]) -> Config:
+    """``raw`` as a ``Config``: the keys checked here, the types by the schema (``jsonmodel``),
+    ``splits`` (a mapping with reserved keys, or the CLI's ``train=0.9,val=0.1``) by hand."""
+    raw = dict(raw)
+    splits = _splits(raw.pop("splits"), "splits") if "splits" in raw else None
+    _check_section(Config, raw, "")
+    config = parse(Config, raw, "", error=ConfigError)
+    if splits is None:
+        return config
+    fractions, group, folder = splits
+    return dataclasses.replace(config, splits=fractions, split_group=group, split_folder=folder)
+
+
+@cache
+def _keys(cls: type) -> dict[str, Any]:
+    """The YAML keys of a settings section and their types (``splits.group`` and
+    ``splits.folder`` are keys of ``splits``, not of the section holding their fields)."""
+    hints = typing.get_type_hints(cls)
+    return {item.name: hints[item.name] for item in dataclasses.fields(cls)
+            if "yaml" not in item.metadata}
+
+
+def _check_section(cls: type, raw: Any, prefix: str) -> None:
+    """Refuse what the schema would not name well, in place: a section that is not a mapping,
+    an unknown key, an integer past 63 bits (before it is turned into a float, or printed past
+    Python's 4,300-digit limit), a number that is not finite; and read a comma-separated string
+    where a list of names belongs (``extensions: jpg, png``) as that list."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got "
                           f"{type(raw).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if "yaml" not in f.metadata}
-    unknown = sorted(str(key) for key in set(raw) - set(fields))
+    known = _keys(cls)
+    unknown = sorted(str(key) for key in set(raw) - set(known))
     if unknown:
         raise ConfigError(f"{cut(prefix + unknown[0])}: unknown key (known here: "
-                          f"{', '.join(sorted(fields))})")
-    values = {}
+                          f"{', '.join(sorted(known))})")
     for name, value in raw.items():
-        key = f"{prefix}{name}"
-        default = getattr(cls(), name)
-        if dataclasses.is_dataclass(default):
-            values[name] = _build(type(default), value, key + ".")
-        elif name == "splits":
-            values[name], group, folder = _splits(value, key)
-            if group:
-                values["split_group"] = group
-            if folder:
-                values["split_folder"] = True
+        key, annotation = f"{prefix}{name}", known[name]
+        if dataclasses.is_dataclass(annotation):
+            _check_section(annotation, value, key + ".")
+        elif isinstance(value, str) and annotation == tuple[str, ...]:
+            raw[name] = [part.strip() for part in value.split(",") if part.strip()]
         else:
-            values[name] = _coerce(value, default, fields[name].type, key)
-    return cls(**values)
+            for item in value if isinstance(value, list) else (value,):
+                _check_number(item, key)
 
 
-def _coerce(value: Any, default: Any, annotation: Any, key: str) -> Any:
-    """Check one leaf value against the type of its default (the annotation for ``None``)."""
+def _check_number(value: Any, key: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and \
             abs(value) > MAX_CONFIG_INTEGER:  # from JSON settings; YAML refuses it when read
         raise ConfigError(f"{key}: a {value.bit_length():,}-bit integer is out of range (at "
                           "most 2**63 - 1)")
-    if default is None:
-        if value is None:
-            return None
-        default = 0 if "int" in str(annotation) else ""
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true or false, got {shown(value)}")
-    if isinstance(default, tuple):
-        return _coerce_list(value, default, key)
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if is_number and not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key}: expected a finite number, got {shown(value)}")
-    if isinstance(default, float):
-        if is_number:
-            return float(value)
-        raise ConfigError(f"{key}: expected a number, got {shown(value)}")
-    if isinstance(default, int):
-        if is_number and value == int(value):
-            if abs(int(value)) > MAX_CONFIG_INTEGER:  # 1e300 is a whole number too
-                raise ConfigError(f"{key}: {shown(value)} is out of range")
-            return int(value)
-        raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
-    if isinstance(value, str) or is_number:
-        return str(value)
-    raise ConfigError(f"{key}: expected a string, got {shown(value)}")
-
-
-def _coerce_list(value: Any, default: tuple, key: str) -> tuple:
-    """Lists of strings (comma-separated strings accepted) or fixed-length colour triples."""
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{key}: expected a list, got {shown(value)}")
-    if default and isinstance(default[0], int):
-        if len(value) != len(default) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value
-        ):
-            raise ConfigError(f"{key}: expected {len(default)} integers 0-255, got "
-                              f"{shown(value)}")
-        return tuple(value)
-    if not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{key}: expected a list of strings, got {shown(value)}")
-    return tuple(value)
 
 
 def split_mapping(value: Any, key: str) -> Any:
@@ -265,7 +248,7 @@ def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str, b
                               "(a-z, 0-9, _; at most 64)")
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
             raise ConfigError(f"{key}.{name}: expected a fraction, got {shown(fraction)}")
-        fraction = _coerce(fraction, 0.0, float, f"{key}.{name}")
+        _check_number(fraction, f"{key}.{name}")
         if not 0 < fraction <= 1:
             raise ConfigError(f"{key}.{name}: fraction must be in (0, 1], got {fraction}")
         splits.append((name, float(fraction)))
@@ -301,6 +284,9 @@ def _validate(config: Config) -> Config:
     if not src.extensions:
         raise ConfigError("source.extensions: at least one extension is needed")
     extensions = tuple(sorted({e.lower().lstrip(".") for e in src.extensions}))
+    for key, color in (("image.background", img.background), ("image.pad_color", img.pad_color)):
+        if not all(0 <= value <= 255 for value in color):
+            raise ConfigError(f"{key}: expected 3 integers 0-255, got {list(color)}")
     if not 16 <= img.size <= 16384:
         raise ConfigError(f"image.size: expected 16..16384 pixels, got {img.size}")
     if not 1 <= img.quality <= 100:

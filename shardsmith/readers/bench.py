@@ -117,11 +117,12 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
 def _check_same_images(manifest: Manifest, other: Manifest, where: str | Path) -> None:
     if other.format != "tfrecord":
         raise ConfigError(f"--tfrecords: {where} holds {other.format} shards, not TFRecords")
-    mine, theirs = manifest.config.get("image", {}), other.config.get("image", {})
-    if (mine.get("size"), mine.get("resize")) != (theirs.get("size"), theirs.get("resize")):
-        raise ConfigError(f"--tfrecords: {where} was packed at {theirs.get('size')} px "
-                          f"({theirs.get('resize')}), SHARDS at {mine.get('size')} px "
-                          f"({mine.get('resize')}): rates of different images do not compare")
+    mine, theirs = (manifest.image_size, manifest.image_resize), \
+        (other.image_size, other.image_resize)
+    if mine != theirs:
+        raise ConfigError(f"--tfrecords: {where} was packed at {theirs[0]} px ({theirs[1]}), "
+                          f"SHARDS at {mine[0]} px ({mine[1]}): rates of different images do "
+                          "not compare")
 
 
 def _floor(data, seconds: float, per_sample: float) -> ReadResult:
@@ -230,7 +231,7 @@ def _original_jobs(shards: Path, manifest: Manifest, source: Path, split: str | 
     if not source.is_dir():
         raise ConfigError(f"--source: {source} is not a directory")
     root = os.path.realpath(source)
-    size = manifest.config.get("image", {}).get("size", 512)
+    size = manifest.image_size
     found = _OriginalJobs([], [], 0)
     for record in iter_sample_index(shards, manifest):
         if split is not None and record.split != split:

@@ -70,12 +70,6 @@ EDGES = ("ymin", "xmin", "ymax", "xmax")
 READ_BATCH = 64  # records checked per call into Python: the call costs more than the checks
 
 
-def _has_masks(manifest: Any) -> bool:
-    from ..census import packed_config
-
-    return packed_config(manifest).source.annotations.has_masks
-
-
 def object_classes(path: str | Path) -> list[str]:
     """The object classes of a dataset: class id ``k`` is ``object_classes(path)[k - 1]``."""
     manifest, _ = select_shards(path, None, "tfrecord")
@@ -330,7 +324,7 @@ def dataset(
     if targets and manifest.object_classes is None:
         raise ConfigError(f"{path} has no box or mask annotations (packed without "
                           "source.annotations): targets=True needs them")
-    with_mask = targets and _has_masks(manifest)
+    with_mask = targets and manifest.has_masks
     paths = [file for file, _ in shards]
     checked = [checked_shard(file, entry) for file, entry in shards]
     reader = _Records(paths, checked, len(manifest.classes),
