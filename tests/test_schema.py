@@ -51,7 +51,7 @@ def test_the_settings_fingerprint_is_the_one_every_release_computed(name):
     ({"image.size": True}, "image.size: expected an integer, got True"),
     ({"run.quiet": 1}, "run.quiet: expected true or false, got 1"),
     ({"output.shard_samples": "x"}, "output.shard_samples: expected an integer, got 'x'"),
-    ({"image.subsampling": 444}, 'image.subsampling: expected a string, got 444 (quote it: "444")'),
+    ({"image.subsampling": 443}, 'image.subsampling: expected a string, got 443 (quote it: "443")'),
     ({"image.background": [1, 2, "x"]}, "image.background[2]: expected an integer, got 'x'"),
     ({"image.background": [1, 2, 300]}, "image.background: expected 3 integers 0-255, got "
                                         "[1, 2, 300]"),
@@ -62,6 +62,10 @@ def test_a_setting_of_the_wrong_type_is_one_line_naming_it(overrides, message):
     with pytest.raises(ConfigError) as caught:
         load_config(None, overrides)
     assert str(caught.value) == message
+
+
+def test_an_unquoted_subsampling_is_read_as_its_name_as_every_release_read_it():
+    assert load_config(None, {"image.subsampling": 444}).image.subsampling == "444"
 
 
 def test_a_whole_number_is_still_a_fraction_and_a_comma_list_still_a_list():

@@ -197,6 +197,10 @@ def _check_section(cls: type, raw: Any, prefix: str) -> None:
             _check_section(annotation, value, key + ".")
         elif isinstance(value, str) and annotation == tuple[str, ...]:
             raw[name] = [part.strip() for part in value.split(",") if part.strip()]
+        elif annotation is str and type(value) is int and str(value) in SUBSAMPLING:
+            # ``subsampling: 444`` unquoted is how YAML users write it, and every release
+            # before the strict schema read it as the name "444": it stays readable.
+            raw[name] = str(value)
         else:
             for item in value if isinstance(value, list) else (value,):
                 _check_number(item, key)
