@@ -223,7 +223,7 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
             return True
 
     def decode_again(number: int) -> None:
-        flags[number] = (flags[number] | WORK) & ~CANDIDATE
+        flags[number] = (int(flags[number]) | WORK) & ~CANDIDATE & 0xFF
         expected.pop(number, None)
 
     for record in records:

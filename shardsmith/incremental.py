@@ -53,11 +53,7 @@ def rewrite(outcome: Outcome, shards: list[ShardEntry], output: Path, roller: Sh
     damaged = outcome.damaged
     rewrite_names = set(outcome.stale_shards)
     if compact_below is not None:
-        small: dict[str, list[str]] = {}
-        for shard in shards:
-            if shard.name not in damaged and _is_small(shard, compact_below):
-                small.setdefault(shard.split, []).append(shard.name)
-        rewrite_names |= {name for group in small.values() if len(group) > 1 for name in group}
+        rewrite_names |= merged_by_compaction(shards, compact_below, damaged)
 
     obsolete = [shard for shard in shards if shard.name in rewrite_names | damaged]
     kept = [shard for shard in shards if shard.name not in rewrite_names | damaged]
@@ -71,6 +67,17 @@ def rewrite(outcome: Outcome, shards: list[ShardEntry], output: Path, roller: Sh
     roller.close()
     return Rewritten(tuple(kept + roller.closed), MappingProxyType(moved), tuple(obsolete),
                      MappingProxyType(dict(roller.numbers)))
+
+
+def merged_by_compaction(shards: Sequence[ShardEntry], limits: ShardLimits,
+                         damaged: frozenset[str] = frozenset()) -> set[str]:
+    """The shards ``--compact`` merges: in each split, the small ones (under half the
+    limit), when there are two or more to merge; damaged shards are packed again instead."""
+    small: dict[str, list[str]] = {}
+    for shard in shards:
+        if shard.name not in damaged and _is_small(shard, limits):
+            small.setdefault(shard.split, []).append(shard.name)
+    return {name for group in small.values() if len(group) > 1 for name in group}
 
 
 def _is_small(shard: ShardEntry, limits: ShardLimits) -> bool:
