@@ -46,6 +46,9 @@ SAMPLES_NAME = "samples.jsonl"
 # manifest, which holds the same rejects.  The sample spool is read only up to a checkpoint.
 JOURNAL_CAP = MANIFEST_CAP
 SPOOL_CAP = 1 << 62
+# The first line names the format and the run (the digest of its Delta).  Journals of older
+# releases begin {"run": {"config": ..., "sources": ..., "base": ...}}: not resumed from.
+JOURNAL_FORMAT = 2
 
 
 @dataclass
@@ -102,7 +105,8 @@ class JournalState:
 class Journal:
     """Append-only record of published shards, so a killed pack resumes where it stopped.
 
-    The first line identifies the run (config, sources and base fingerprints); each further
+    The first line names the journal's format and identifies the run (the digest of the
+    Delta it executes: config, sources, the version it builds on, the work); each further
     line is a checkpoint written after a shard was published: the plan position reached, the
     shard, the rejects and unchanged sources, and the count and end of its sample records.  A
     torn last line is cut off on load, and so are sample records after the last checkpoint.
@@ -182,7 +186,11 @@ class Journal:
                 except ManifestError as exc:
                     raise _Mismatch(str(exc)) from None
                 if state is None:
-                    if entry != {"run": self.identity}:
+                    if isinstance(entry, dict) and "run" in entry and "journal" not in entry:
+                        log.warning("%s: written by an older release, not resumed from; "
+                                    "packing afresh", self.path)
+                        return None
+                    if entry != {"journal": JOURNAL_FORMAT, "run": self.identity}:
                         return None
                     state = JournalState()
                     valid_bytes += len(line)
@@ -268,7 +276,8 @@ class Journal:
         """Begin a new journal for this run."""
         state_folder(self.path.parent)
         write_bytes_atomic(self.samples_path, b"")
-        write_bytes_atomic(self.path, (json.dumps({"run": self.identity}) + "\n").encode())
+        first = {"journal": JOURNAL_FORMAT, "run": self.identity}
+        write_bytes_atomic(self.path, (json.dumps(first) + "\n").encode())
         self._open_spool(open_state_file(self.samples_path, create=False))
         return JournalState()
 

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -21,16 +22,10 @@ from .annotations.model import ObjectClasses, Vocabulary
 from .annotations.prepare import Prepared, prepare
 from .atomic import remove_stale_tmp
 from .config import Config, check_paths
+from .delta import Delta, Execution, Job, Outcome, WorkItems, diff, resolve
 from .errors import OutputStateError, ShardsmithError
 from .formats import ShardLimits, ShardRoller, shard_format, write_index
-from .incremental import (
-    Base,
-    append_classes,
-    kept_samples,
-    prepare_base,
-    rewrite,
-    settle,
-)
+from .incremental import Rewritten, append_classes, kept_samples, rewrite
 from .journal import Journal, JournalState
 from .lock import DirectoryLock
 from .manifest import (
@@ -42,6 +37,7 @@ from .manifest import (
     ShardEntry,
     commit,
     files_intact,
+    iter_sample_index,
     no_longer_named,
     remove_unnamed,
     samples_index_name,
@@ -104,21 +100,8 @@ def _pack_scanned(
     started: float,
 ) -> PackResult:
     previous = previous_dataset(output, config)
-    if previous is not None:  # new classes go after the existing ones: labels keep meaning
-        scanned = replace(scanned, classes=append_classes(scanned.files, previous.classes,
-                                                          scanned.classes))
-    if not len(scanned.files):
-        reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
-        raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
-                              + _flat_folder_hint(scanned, config))
-    notes = prepare(scanned.files.relpaths, scanned.classes, str(source), config,
-                    previous.object_classes if previous is not None else None)
-    plan = make_plan(scanned.files, config.splits, config.seed, config.split_group,
-                     config.split_folder)
-    plan.annotations = notes.records
-    table = plan.table  # in path order, as the fingerprint wants
-    plan_fingerprint = sources_fingerprint(_source_entries(table, notes, config))
-    if previous is not None and _up_to_date(output, previous, plan_fingerprint):
+    job = make_job(scanned, config, source, output, previous, started)
+    if previous is not None and _up_to_date(output, previous, job.sources_fingerprint):
         # Nothing to pack, but a shard list edited or swapped by hand is still made what the
         # manifest says: readers trust the lists.
         repaired = write_derived(output, previous)
@@ -126,15 +109,10 @@ def _pack_scanned(
             log.warning("rewrote %s to match the manifest", ", ".join(repaired))
         return PackResult(previous, output, up_to_date=True)
 
-    journal = Journal(output, {
-        "config": config.fingerprint(),
-        "sources": plan_fingerprint,
-        "base": previous.content_fingerprint if previous is not None else None,
-    })
+    delta = find_delta(job, previous)
+    journal = Journal(output, {"delta": delta.digest})
     # What is left to do comes first: a journal is resumed from only if it fits that work.
-    base = prepare_base(output, previous, plan, scanned.classes, notes.digests,
-                        config.source.labels == "file")
-    state = journal.load(base.work, base.next_numbers, FORMATS[config.output.format])
+    state = journal.load(delta.items(), delta.next_numbers, FORMATS[config.output.format])
     if state is None:
         if previous is None:
             clear_previous_output(output)
@@ -145,45 +123,81 @@ def _pack_scanned(
         log.info("resuming at image %d", state.next_index)
     remove_stale_tmp(output)
 
-    fmt = shard_format(config.output.format)
-    limits = ShardLimits(config.output.shard_bytes, config.output.shard_samples)
-    numbers = base.next_numbers + Counter(shard.split for shard in state.shards)
-    resumed_at = state.next_index
-    roller = ShardRoller(fmt, output, limits, numbers)
-    object_classes = ObjectClasses(notes.known + tuple(state.object_classes)) \
-        if config.source.annotations.has_objects else None
-    vocabulary = Vocabulary(scanned.classes, tuple(object_classes.names)
-                            if object_classes is not None else ())
-    unchanged = _write_shards(base, state, journal, pool, roller, source, config,
-                              scanned.classes, object_classes, vocabulary)
-    if notes.problems:
-        scanned = replace(scanned, bad_annotations=scanned.bad_annotations
-                          + tuple(notes.problems))
-
-    settle(base, state)
-    before = list(previous.shards) if previous is not None else []
-    compact_below = limits if config.run.compact else None
-    shards, moved, obsolete = rewrite(base, before + state.shards, output,
-                                      ShardRoller(fmt, output, limits, numbers),
-                                      compact_below, [name for name, _ in config.splits])
-    shards = [shard if shard.index is not None else write_index(fmt, output, shard)
-              for shard in shards]  # shards of a dataset written before indexes existed
-
-    manifest = version_manifest(config, source, base, state, shards, scanned, plan_fingerprint,
-                               started, resumed_at, numbers, unchanged, len(plan))
-    if object_classes is not None:
-        manifest = replace(manifest, object_classes=tuple(object_classes.names))
+    execution = execute(delta, job, journal, state, pool)
+    outcome = resolve(delta, state.rejects, state.sources, state.unchanged)
+    done = _rewrite(job, outcome, execution)
+    manifest = version_manifest(job, outcome, execution, done)
+    moved = done.moved
     samples = itertools.chain(
-        kept_samples(output, base, moved, state),
+        kept_samples(output, outcome, moved),
         (dict(s, shard=moved.get(s["key"], s.get("shard")))
          for s in journal.samples(state.samples_end)),
     )
     index = write_sample_index(output, samples_index_name(manifest.version), samples)
     manifest = replace(manifest, samples_index=index).with_content_fingerprint()
-    merged_away = [entry.name for shard in obsolete for entry in shard.files()]
+    merged_away = [entry.name for shard in done.obsolete for entry in shard.files()]
     commit(output, manifest, no_longer_named(previous, manifest) + merged_away)
     journal.remove()
-    return PackResult(manifest, output, resumed_at=resumed_at)
+    return PackResult(manifest, output, resumed_at=execution.resumed_at)
+
+
+def make_job(scanned: ScanResult, config: Config, source: Path, output: Path,
+             previous: Manifest | None, started: float) -> Job:
+    """The scan made a job: classes new in this scan go after the previous version's (labels
+    keep their meaning), annotations read up front, the plan, the sources fingerprint.
+    Raises ShardsmithError when there is nothing to pack."""
+    if previous is not None:
+        files, classes = append_classes(scanned.files, previous.classes, scanned.classes)
+        scanned = replace(scanned, files=files, classes=classes)
+    if not len(scanned.files):
+        reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
+        raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
+                              + _flat_folder_hint(scanned, config))
+    notes = prepare(scanned.files.relpaths, scanned.classes, str(source), config,
+                    previous.object_classes if previous is not None else None)
+    plan = make_plan(scanned.files, config.splits, config.seed, config.split_group,
+                     config.split_folder, notes.records)
+    fingerprint = sources_fingerprint(_source_entries(plan.table, notes, config))
+    if notes.problems:
+        scanned = replace(scanned, bad_annotations=scanned.bad_annotations
+                          + tuple(notes.problems))
+    return Job(config, source, output, scanned, notes, plan, fingerprint, started)
+
+
+def find_delta(job: Job, previous: Manifest | None) -> Delta:
+    """What this version changes against ``previous``: its shards checked on disk, its
+    sample index streamed once."""
+    if previous is None:
+        return diff(None, (), job.plan, job.facts())
+    _check_classes(job.output, previous.classes, job.scanned.classes)
+    damaged = frozenset(shard.name for shard in previous.shards
+                        if not files_intact(job.output, shard.files()))
+    return diff(previous, iter_sample_index(job.output, previous), job.plan,
+                job.facts(damaged))
+
+
+def _check_classes(output: Path, before: tuple[str, ...], now: tuple[str, ...]) -> None:
+    """Labels are indices into the class list: existing ones must keep their meaning."""
+    if tuple(now[: len(before)]) != tuple(before):
+        raise OutputStateError(f"{output}: the class list of this version does not begin "
+                               "with the previous one's; pass --overwrite to rebuild")
+
+
+def _rewrite(job: Job, outcome: Outcome, execution: Execution) -> Rewritten:
+    """The shards of the new version: the previous ones kept, this run's, and those the
+    rewrite (stale shards, and with --compact small ones) makes; every one with an index."""
+    config, output = job.config, job.output
+    fmt = shard_format(config.output.format)
+    limits = ShardLimits(config.output.shard_bytes, config.output.shard_samples)
+    previous = outcome.delta.previous
+    before = list(previous.shards) if previous is not None else []
+    done = rewrite(outcome, before + execution.state.shards, output,
+                   ShardRoller(fmt, output, limits, Counter(execution.numbers)),
+                   limits if config.run.compact else None, [name for name, _ in config.splits])
+    # shards of a dataset written before indexes existed get one
+    return replace(done, shards=tuple(shard if shard.index is not None
+                                      else write_index(fmt, output, shard)
+                                      for shard in done.shards))
 
 
 def _source_entries(table: SourceTable, notes: Prepared, config: Config) -> Iterator[tuple]:
@@ -214,25 +228,27 @@ def _up_to_date(output: Path, previous: Manifest, plan_fingerprint: str) -> bool
     return not damaged
 
 
-def _write_shards(
-    base: Base,
-    state: JournalState,
-    journal: Journal,
-    pool: WorkerPool,
-    roller: ShardRoller,
-    source: Path,
-    config: Config,
-    classes: tuple[str, ...],
-    object_classes: ObjectClasses | None = None,
-    vocabulary: Vocabulary | None = None,
-) -> int:
-    """Stream processed images, in plan order, into shards; checkpoint each published shard.
+def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
+            pool: WorkerPool) -> Execution:
+    """Process the Delta's work, in plan order, into shards; checkpoint each published shard
+    in ``journal`` (``state``: where it stands, advanced as shards are published).
 
     An image may give several samples (its tiles); a shard can close between two of them,
     so a checkpoint records how many of the next image's samples are already published.
-    Returns how many sources were read but found unchanged (not decoded).
+    Candidates are decoded only if their content differs; the others come back
+    ``Unchanged`` and are counted and recorded as such.
     """
-    plan = base.work
+    config, source = job.config, job.source
+    numbers = Counter(delta.next_numbers) + Counter(shard.split for shard in state.shards)
+    roller = ShardRoller(shard_format(config.output.format), job.output,
+                         ShardLimits(config.output.shard_bytes, config.output.shard_samples),
+                         numbers)
+    object_classes = ObjectClasses(job.notes.known + tuple(state.object_classes)) \
+        if config.source.annotations.has_objects else None
+    classes = job.scanned.classes
+    vocabulary = Vocabulary(classes, tuple(object_classes.names)
+                            if object_classes is not None else ())
+    work = delta.items()
     pending_rejects: list[RejectEntry] = []
     pending_unchanged: dict[str, list] = {}
 
@@ -244,15 +260,15 @@ def _write_shards(
         pending_unchanged.clear()
 
     start, published = state.next_index, state.next_part
-    remaining = plan[start:]
+    remaining = work[start:]
     # Read-ahead warms this machine's page cache: it helps local workers only.
     local = config.run.backend == "local"
     window = 4 * config.run.worker_count if config.run.readahead and local else 0
     readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks,
                           original_cap(config.image))
-    results = pool.map_ordered(process_item, remaining, str(source), config,
-                               vocabulary or Vocabulary(classes), batch_size=_batch_size(plan))
-    progress = Progress(len(plan), start, "img", "pack", config.run.quiet)
+    results = pool.map_ordered(process_item, remaining, str(source), config, vocabulary,
+                               batch_size=_batch_size(work))
+    progress = Progress(len(work), start, "img", "pack", config.run.quiet)
     unchanged = 0
     try:
         paired = zip(remaining, results, strict=True)
@@ -279,13 +295,14 @@ def _write_shards(
                 unchanged += 1
             progress.update(1)
             readahead.consumed(index + 1 - start)
-        checkpoint(len(plan), roller.close())
+        checkpoint(len(work), roller.close())
     finally:
         readahead.close()
         progress.close()
         roller.discard()
         journal.close()
-    return unchanged
+    return Execution(state, start, unchanged, MappingProxyType(dict(numbers)),
+                     tuple(object_classes.names) if object_classes is not None else None)
 
 
 def _batch_size(work) -> int:
@@ -294,6 +311,8 @@ def _batch_size(work) -> int:
     if isinstance(work, Plan):
         sizes = work.table.sizes[work.order] if len(work) else work.table.sizes[:0]
         mean = float(sizes.mean()) if len(sizes) else 1.0
+    elif isinstance(work, WorkItems):
+        mean = work.mean_size()
     else:
         mean = sum(item.source.size for item in work) / max(1, len(work))
     return max(1, min(64, int(TASK_BYTES // max(mean, 1.0))))

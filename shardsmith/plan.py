@@ -157,12 +157,14 @@ class Plan(Sequence[PlanItem]):
 
 
 def make_plan(files: SourceTable, splits: tuple[tuple[str, float], ...], seed: int,
-              group: str = "", folder: bool = False) -> Plan:
+              group: str = "", folder: bool = False,
+              annotations: dict[str, bytes] | None = None) -> Plan:
     """Order of work: split by split (config order), each split shuffled with ``seed``.
 
     With ``group`` (``splits.group``), a file whose path matches goes to its group's split;
     a file that does not match is a group of its own (split by its path, as without one).
     With ``folder`` (``splits.folder``), the top folder of a path is its split.
+    ``annotations``: each image's record from the shared annotation files (by path).
     """
     pattern = group_pattern(group) if group else None
     names = tuple(name for name, _ in splits)
@@ -184,4 +186,4 @@ def make_plan(files: SourceTable, splits: tuple[tuple[str, float], ...], seed: i
         random.Random(f"{seed}:{name}").shuffle(positions)  # depends on the length only
         parts.append(np.asarray(positions, np.int32))
     order = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    return Plan(files, names, split_of, order, pattern)
+    return Plan(files, names, split_of, order, pattern, annotations)

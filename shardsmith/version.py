@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
 
 from . import __version__
-from .config import Config
+from .delta import Execution, Job, Outcome
 from .errors import OutputStateError
-from .incremental import Base, history_entry
-from .journal import JournalState
+from .incremental import Rewritten, history_entry
 from .manifest import (
     MAX_SHARD_NUMBER,
     MAX_VERSION,
@@ -19,36 +18,26 @@ from .manifest import (
     Manifest,
     RejectEntry,
     SampleIndexEntry,
-    ShardEntry,
     SplitTotals,
     Totals,
     shard_list_names,
 )
-from .scan import ScanResult
 
 PLACEHOLDER = "0" * 64
 
 
-def version_manifest(
-    config: Config,
-    source: Path,
-    base: Base,
-    state: JournalState,
-    shards: list[ShardEntry],
-    scanned: ScanResult,
-    plan_fingerprint: str,
-    started: float,
-    resumed_at: int,
-    numbers: Counter,
-    unchanged: int,
-    planned: int,
-) -> Manifest:
-    """The new version's manifest, less its sample index (written next, from the records)."""
+def version_manifest(job: Job, outcome: Outcome, execution: Execution,
+                     done: Rewritten) -> Manifest:
+    """The new version's manifest, less its sample index (written next, from the records):
+    what ``job`` packed, what changed (``outcome``), how the run went (``execution``), and
+    the shards the version lists (``done``, with the shard numbers it used)."""
+    config, scanned, delta, shards = job.config, job.scanned, outcome.delta, done.shards
+    previous, state = delta.previous, execution.state
     scan_rejects = [RejectEntry(path, "unreadable", detail) for path, detail in scanned.unreadable]
     scan_rejects += [RejectEntry(path, "bad_annotation", detail)
                      for path, detail in scanned.bad_annotations]
-    rejects = scan_rejects + base.kept_rejects + state.rejects
-    seconds = time.monotonic() - started
+    rejects = scan_rejects + list(delta.kept_rejects) + state.rejects
+    seconds = time.monotonic() - job.started
     splits = {name: SplitTotals() for name, _ in config.splits}
     for shard in shards:
         totals = splits[shard.split]
@@ -57,29 +46,28 @@ def version_manifest(
     packed = sum(shard.samples for shard in shards)
     excluded = sum(scanned.excluded.values())
     # Tiles: many samples an original; every planned original is packed or rejected.
-    sources = planned - len(base.kept_rejects) - len(state.rejects) \
+    sources = len(job.plan) - len(delta.kept_rejects) - len(state.rejects) \
         if config.image.tiles.enabled else None
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    version = base.version + 1
-    upgrade = None if base.previous is None or base.previous.current else \
-        f"upgraded from schema {base.previous.schema_version}"
-    decoded = state.next_index - resumed_at - unchanged
-    _check_numbers(version, numbers)
-    return Manifest(
+    version = delta.version + 1
+    upgrade = None if previous is None or previous.current else \
+        f"upgraded from schema {previous.schema_version}"
+    decoded = state.next_index - execution.resumed_at - execution.unchanged
+    _check_numbers(version, done.numbers)
+    manifest = Manifest(
         schema_version=SCHEMA_VERSION,
         version=version,
         created=created,
         tool={"name": "shardsmith", "version": __version__, "libraries": _library_versions()},
-        source=str(source),
+        source=str(job.source),
         config=config.dataset_settings(),
         fingerprint=config.fingerprint(),
-        sources_fingerprint=plan_fingerprint,
-        previous_content_fingerprint=(base.previous.content_fingerprint
-                                      if base.previous else None),
+        sources_fingerprint=job.sources_fingerprint,
+        previous_content_fingerprint=previous.content_fingerprint if previous else None,
         format=config.output.format,
         classes=scanned.classes,
         splits=splits,
-        shards=tuple(shards),
+        shards=shards,
         samples_index=_placeholder_index(),
         rejects=tuple(rejects),
         excluded=dict(sorted(scanned.excluded.items())),
@@ -89,26 +77,29 @@ def version_manifest(
             packed=packed,
             rejected=len(rejects),
             excluded=excluded,
-            bytes_in=_bytes_in(base, state),
+            bytes_in=state.bytes_in + (previous.totals.bytes_in if previous else 0),
             bytes_out=sum(shard.bytes for shard in shards),
             sources=sources,
         ),
-        history=(*(base.previous.history if base.previous else ()),
-                 history_entry(base, version, created, shards, upgrade)),
+        history=(*(previous.history if previous else ()),
+                 history_entry(outcome, version, created, shards, upgrade)),
         run={
             "seconds": round(seconds, 3),
             "images_per_second": round(decoded / max(seconds, 1e-9), 2),
             "decoded": decoded,
-            "resumed_at": resumed_at,
+            "resumed_at": execution.resumed_at,
             "workers": config.run.worker_count,
         },
-        next_shard_numbers=dict(sorted(numbers.items())),
+        next_shard_numbers=dict(sorted(done.numbers.items())),
         shard_lists=tuple(name for split, _ in config.splits
                           for name in shard_list_names(split, config.output.format)),
     )
+    if execution.object_classes is not None:
+        manifest = replace(manifest, object_classes=execution.object_classes)
+    return manifest
 
 
-def _check_numbers(version: int, numbers: Counter) -> None:
+def _check_numbers(version: int, numbers: Mapping[str, int]) -> None:
     """Never publish a number the manifest model refuses on reading: the next run would fail."""
     if version > MAX_VERSION:
         raise OutputStateError(f"the dataset has reached version {version - 1}, the last one "
@@ -122,10 +113,6 @@ def _check_numbers(version: int, numbers: Counter) -> None:
 
 def _placeholder_index() -> SampleIndexEntry:
     return SampleIndexEntry("samples.jsonl", 0, PLACEHOLDER)  # replaced before the commit
-
-
-def _bytes_in(base: Base, state: JournalState) -> int:
-    return state.bytes_in + (base.previous.totals.bytes_in if base.previous else 0)
 
 
 def _library_versions() -> dict[str, str]:

@@ -247,3 +247,25 @@ def test_compact_merges_small_delta_shards(tmp_path):
     assert all((output / name).exists() for name in names)
     report = verify(output, decode=True)
     assert report.ok, report.problems
+
+
+def test_a_dry_run_over_an_existing_dataset_prints_what_the_pack_would_change(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new1.jpg", images.jpeg(300, 200, 101))
+    images.write(source / "b" / "new2.jpg", images.jpeg(300, 200, 102))
+    (source / "a" / "03.jpg").unlink()
+    touched = source / "b" / "04.jpg"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    before = sorted(path.name for path in output.iterdir())
+
+    shown = pack(source, output, "--dry-run")
+    line = next(line for line in shown.splitlines() if line.strip().startswith("changes:"))
+    assert "2 new, 1 removed, up to 1 changed; " in line
+    assert sorted(path.name for path in output.iterdir()) == before  # nothing written
+
+    history = manifest_of(output)["history"]
+    pack(source, output)
+    after = manifest_of(output)["history"][-1]
+    assert len(history) == 1 and (after["added"], after["removed"]) == (2, 1)
+    assert after["changed"] + after["touched"] == 1

@@ -310,3 +310,38 @@ def test_verify_names_a_hostile_sample_index_line_as_a_problem(source, tmp_path,
     assert result.returncode in (1, 2), result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert f"{index.name}: line 2:" in result.stdout + result.stderr
+
+
+def test_a_journal_written_by_an_older_release_is_discarded_with_one_line(source, tmp_path):
+    """Journals of releases before the Delta began {"run": {config, sources, base}}: such
+    a run is packed again from the start (correct, just not resumed)."""
+    output = tmp_path / "out"
+    interrupted(source, output)
+    state = State(output)
+    state.lines[0] = json.dumps({"run": {"config": "c" * 64, "sources": "s" * 64,
+                                         "base": None}})
+    state.save(follow=False)
+    result = run("pack", source, output, *PACK_ARGS)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    warnings = result.stderr.strip().splitlines()
+    assert len(warnings) == 1 and "written by an older release" in warnings[0], warnings
+    assert "resumed" not in result.stdout
+    assert manifest_of(output)["totals"]["packed"] == ORIGINALS
+    assert run("verify", output, "--quiet").returncode == 0
+
+
+@pytest.mark.parametrize("first", ['{"journal": 2, "run": 5}', '{"journal": "2", "run": {}}',
+                                   "[1, 2]", '{"journal": ' + "9" * 5000 + "}", "null"],
+                         ids=["run-a-number", "format-a-string", "a-list", "huge-number",
+                              "null"])
+def test_a_damaged_first_journal_line_is_never_a_traceback(source, tmp_path, first):
+    output = tmp_path / "out"
+    interrupted(source, output)
+    state = State(output)
+    state.lines[0] = first
+    state.save(follow=False)
+    result = run("pack", source, output, *PACK_ARGS)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 1
+    assert "resumed" not in result.stdout
+    assert manifest_of(output)["totals"]["packed"] == ORIGINALS

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..config import Config, check_paths
 from ..errors import ManifestError, ShardsmithError
 from ..manifest import MANIFEST_NAME, read_manifest
+from ..outputdir import previous_dataset
 from ..scan import ScanResult
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .memory import MemoryEstimate, worst_case_memory
@@ -42,6 +43,7 @@ class DryRun:
     existing: str
     memory: MemoryEstimate
     probe: ProbeReport | None = None
+    changes: str | None = None  # the Delta against the dataset there, when it builds on one
 
 
 def dry_run(config: Config, probe_options: ProbeOptions | None = None,
@@ -72,7 +74,26 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
     memory = worst_case_memory(config, tree.files, tree.bytes, _coco_bytes(source, config))
     return DryRun(str(source), str(output), tree, dict(sorted(scanned.excluded.items())),
                   len(scanned.unreadable), shards, existing_output(output, config), memory,
-                  report)
+                  report, changes(scanned, config, source, output))
+
+
+def changes(scanned: ScanResult, config: Config, source: Path, output: Path) -> str | None:
+    """What a pack would change in the dataset in ``output`` (its Delta, in one line: "2 new,
+    1 removed, up to 1 changed; 1 shard rewritten, 3 kept"); None when there is none to
+    build on (``existing_output`` says why); a line saying why not for one it cannot read."""
+    from ..pipeline import find_delta, make_job
+
+    try:
+        previous = previous_dataset(output, config)
+    except ShardsmithError:
+        return None  # other settings, or a manifest it cannot read: ``existing_output`` says
+    if previous is None:
+        return None
+    try:
+        job = make_job(scanned, config, source, output, previous, 0.0)
+        return find_delta(job, previous).summary()
+    except ShardsmithError as exc:
+        return f"not known: {exc}"
 
 
 def _coco_bytes(source: Path, config: Config) -> int:

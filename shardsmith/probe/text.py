@@ -258,6 +258,8 @@ def dry_run_table(result: DryRun) -> str:
                      f"{result.shards.basis}")
     if result.existing:
         lines.append(f"  output: {result.existing}")
+    if result.changes:
+        lines.append(f"  changes: {result.changes}")
     lines += memory_lines(result.memory)
     if result.probe is not None:
         lines += [""] + prediction_lines(result.probe)
@@ -321,6 +323,7 @@ def dry_run_json(result: DryRun) -> dict[str, Any]:
         "bytes_per_sample": round(result.shards.bytes_per_sample),
         "shard_estimate_basis": result.shards.basis,
         "existing_output": result.existing,
+        "changes": result.changes,
         "memory": memory_json(result.memory),
         "probe": probe_json(result.probe) if result.probe is not None else None,
     }
