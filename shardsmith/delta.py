@@ -13,6 +13,13 @@ this run's plan and returns a frozen ``Delta``:
   ``resolve`` turns the execution's answer into an ``Outcome``: which candidates were only
   touched, which changed (their samples leave too, and their shards are rewritten).
 
+A source decoded again (changed, relabelled, with no digest to compare, or with a sample in a
+damaged shard) makes all its samples anew: every previous sample of it leaves, and every shard
+holding one is rewritten.  An original cut into tiles has several samples, in any shards; when
+one of them sends it to be decoded again after another was judged kept, ``diff`` reads the
+records a second time for those few sources rather than hold a key per sample (docs/design.md,
+invariant 5).
+
 It is columnar: per plan position one byte of flags, and NumPy arrays of plan positions for
 the work and the candidates, so the driver's memory stays a few bytes a file above the plan.
 Its ``digest`` names it in the journal: a resumed run continues only the same Delta.
@@ -39,8 +46,11 @@ from .scan import ScanResult
 # Flags per plan position.
 WORK = 1  # processed by this run
 NEW = 2  # not in the previous version
-STALE = 4  # its previous samples leave (label or annotations changed)
+STALE = 4  # its previous samples leave (label or annotations changed, or no digest)
 CANDIDATE = 8  # stat changed: processed with its previous digest, decoded only if it differs
+
+# Per plan position while ``diff`` reads the records: one seen, one kept so far.
+SEEN, KEPT = 1, 2
 
 
 @dataclass(frozen=True)
@@ -190,8 +200,14 @@ class WorkItems(Sequence[PlanItem]):
 def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
          facts: Facts) -> Delta:
     """What this run changes against ``previous``, whose sample records ``records`` streams
-    (read once, never kept).  Pure: no file is touched.  Raises OutputStateError when the
-    class list does not begin with the previous one's (labels would change meaning)."""
+    (never kept).  Read once, and a second time only when a source with a sample judged kept
+    is then sent to be decoded again by another one (a tile in a damaged shard): so
+    ``records`` must be re-iterable, not an iterator (TypeError).  Pure: no file is touched.
+    Raises OutputStateError when the class list does not begin with the previous one's
+    (labels would change meaning)."""
+    if isinstance(records, Iterator):
+        raise TypeError("diff may read the sample records again: pass an iterable, "
+                        "not an iterator")
     if previous is None:
         return Delta(plan, digest=_digest(facts.identity, "", plan, None, None, (), ()))
     if tuple(facts.classes[: len(previous.classes)]) != tuple(previous.classes):
@@ -199,7 +215,7 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
                                "previous one's; pass --overwrite to rebuild")
     table, plan_position = plan.table, plan.position_of()
     flags = np.zeros(len(plan), np.uint8)
-    seen = np.zeros(len(plan), np.bool_)
+    seen = np.zeros(len(plan), np.uint8)  # SEEN | KEPT
     expected: dict[int, str] = {}  # candidate plan position -> digest (the few that changed)
     samples: list[tuple[int, int]] = []
     sample_keys: list[str] = []
@@ -226,38 +242,53 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
         flags[number] = (int(flags[number]) | WORK) & ~CANDIDATE & 0xFF
         expected.pop(number, None)
 
+    def decoded_again(number: int) -> bool:
+        return int(flags[number]) & (WORK | CANDIDATE) == WORK
+
+    def certainly_changed(number: int) -> None:  # its samples go; it is decoded again
+        nonlocal changed
+        if not flags[number] & STALE:
+            changed += 1
+        decode_again(number)
+        flags[number] |= STALE
+
+    def leaves(record: SampleRecord) -> None:
+        leaving.add(record.key)
+        stale_shards.add(record.shard)
+
     for record in records:
         number = position(record.path)
         if number is not None:
-            seen[number] = True
+            seen[number] |= SEEN
         if record.shard in facts.damaged:
             leaving.add(record.key)
             repaired += 1
             if number is not None:
                 decode_again(number)
         elif number is None:
-            leaving.add(record.key)
-            stale_shards.add(record.shard)
+            leaves(record)
             removed += 1
         else:
             at = int(plan.order[number])
-            if annotations_changed(record, at):  # its samples go; it is processed again
-                if not flags[number] & STALE:
-                    changed += 1
-                decode_again(number)
-                flags[number] |= STALE
-                leaving.add(record.key)
-                stale_shards.add(record.shard)
+            if annotations_changed(record, at):
+                certainly_changed(number)
+                leaves(record)
+            elif decoded_again(number):  # an earlier sample of its source sent it
+                leaves(record)
             elif (record.source_size, record.source_mtime_ns) != (int(table.sizes[at]),
                                                                    int(table.mtimes[at])):
                 if record.source_digest:
                     flags[number] |= WORK | CANDIDATE
                     expected[number] = record.source_digest
-                else:
-                    decode_again(number)
-                shard = shard_numbers.setdefault(record.shard, len(shard_numbers))
-                samples.append((number, shard))
-                sample_keys.append(record.key)
+                    shard = shard_numbers.setdefault(record.shard, len(shard_numbers))
+                    samples.append((number, shard))
+                    sample_keys.append(record.key)
+                    seen[number] |= KEPT
+                else:  # nothing to compare its content with
+                    certainly_changed(number)
+                    leaves(record)
+            else:
+                seen[number] |= KEPT
     kept_rejects = []
     for reject in previous.rejects:
         if reject.source_size is None:
@@ -274,7 +305,14 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
         else:
             decode_again(number)
             changed += 1
-    flags[~seen] |= WORK | NEW
+    # sources sent to be decoded again after one of their samples was judged kept (rare)
+    again = ((flags & (WORK | CANDIDATE)) == WORK) & ((seen & KEPT) != 0)
+    if again.any():
+        for record in records:
+            number = position(record.path)
+            if number is not None and again[number] and record.shard not in facts.damaged:
+                leaves(record)
+    flags[seen == 0] |= WORK | NEW
 
     candidates = np.array(sorted(expected), np.int32)
     rows = np.array(samples, np.int32).reshape(-1, 2)

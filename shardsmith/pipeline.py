@@ -34,6 +34,7 @@ from .manifest import (
     STATE_DIR,
     Manifest,
     RejectEntry,
+    SampleRecord,
     ShardEntry,
     commit,
     files_intact,
@@ -166,14 +167,25 @@ def make_job(scanned: ScanResult, config: Config, source: Path, output: Path,
 
 def find_delta(job: Job, previous: Manifest | None) -> Delta:
     """What this version changes against ``previous``: its shards checked on disk, its
-    sample index streamed once."""
+    sample index streamed (twice in rare cases, see ``diff``)."""
     if previous is None:
         return diff(None, (), job.plan, job.facts())
     _check_classes(job.output, previous.classes, job.scanned.classes)
     damaged = frozenset(shard.name for shard in previous.shards
                         if not files_intact(job.output, shard.files()))
-    return diff(previous, iter_sample_index(job.output, previous), job.plan,
-                job.facts(damaged))
+    return diff(previous, SampleIndex(job.output, previous), job.plan, job.facts(damaged))
+
+
+@dataclass(frozen=True)
+class SampleIndex:
+    """The sample index of the version ``manifest`` in ``output``, streamed anew by every
+    iteration (``diff`` may read it twice)."""
+
+    output: Path
+    manifest: Manifest
+
+    def __iter__(self) -> Iterator[SampleRecord]:
+        return iter_sample_index(self.output, self.manifest)
 
 
 def _check_classes(output: Path, before: tuple[str, ...], now: tuple[str, ...]) -> None:

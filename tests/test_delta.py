@@ -99,11 +99,28 @@ def test_a_new_source_is_processed_and_a_removed_one_leaves_and_rewrites_its_sha
     assert delta.summary() == "1 new, 1 removed, 0 changed; 1 shard rewritten, 1 kept"
 
 
+class Passes:
+    """Records that can be read again, counting how often they are."""
+
+    def __init__(self, records: list[SampleRecord]):
+        self.records, self.passes = records, 0
+
+    def __iter__(self):
+        self.passes += 1
+        return iter(self.records)
+
+
 def test_the_records_are_read_once_as_a_stream():
+    plan = planned(("a.jpg", 10, 1), ("b.jpg", 10, 9))
+    records = Passes([record("a.jpg", SHARD_0), record("b.jpg", SHARD_0, digest="")])
+    diff(manifest(shard(SHARD_0)), records, plan, Facts())
+    assert records.passes == 1
+
+
+def test_records_that_cannot_be_read_again_are_refused():
     plan = planned(("a.jpg", 10, 1))
-    stream = iter([record("a.jpg", SHARD_0)])
-    diff(manifest(shard(SHARD_0)), stream, plan, Facts())
-    assert next(stream, None) is None
+    with pytest.raises(TypeError, match="not an iterator"):
+        diff(manifest(shard(SHARD_0)), iter([record("a.jpg", SHARD_0)]), plan, Facts())
 
 
 def test_a_label_changed_in_the_labels_file_is_certain_and_rewrites_the_shard():
@@ -147,6 +164,52 @@ def test_a_damaged_shard_is_repaired_its_samples_packed_again_not_copied():
     assert not delta.stale_shards and delta.leaving_keys == {sample_key("b.jpg")}
     assert delta.summary() == ("0 new, 0 removed, 0 changed, 1 repaired; 0 shards rewritten, "
                                "1 kept, 1 damaged")
+
+
+def tiles(path: str, *shards: str, **fields) -> list[SampleRecord]:
+    """The sample records of the tiles of ``path``, one in each of ``shards``."""
+    return [replace(record(path, name, **fields), key=f"{sample_key(path)}_r000c{column:03d}")
+            for column, name in enumerate(shards)]
+
+
+@pytest.mark.parametrize("damaged_first", [False, True])
+def test_an_original_with_a_tile_in_a_damaged_shard_is_packed_again_all_its_tiles_leave(
+        damaged_first):
+    plan = planned(("a.jpg", 10, 1), ("b.jpg", 10, 1))
+    previous = manifest(shard(SHARD_0), shard(SHARD_1))
+    records = [*tiles("a.jpg", SHARD_0, SHARD_1), record("b.jpg", SHARD_0)]
+    if damaged_first:
+        records[0], records[1] = records[1], records[0]
+    delta = diff(previous, records, plan, Facts(damaged=frozenset({SHARD_1})))
+    assert [item.source.relpath for item in delta.items()] == ["a.jpg"]
+    assert delta.items()[0].expected_digest is None  # decoded: every tile is made anew
+    assert delta.leaving_keys == {tile.key for tile in records if tile.path == "a.jpg"}
+    assert delta.stale_shards == {SHARD_0}  # b.jpg is copied out of it, not decoded
+    assert delta.repaired == 1 and not len(delta.candidates)
+
+
+@pytest.mark.parametrize("damaged_first", [False, True])
+def test_a_touched_original_with_a_tile_in_a_damaged_shard_is_no_longer_a_candidate(
+        damaged_first):
+    plan = planned(("a.jpg", 10, 9))
+    records = tiles("a.jpg", SHARD_0, SHARD_1, digest="xxh3:a1")
+    if damaged_first:
+        records.reverse()
+    delta = diff(manifest(shard(SHARD_0), shard(SHARD_1)), records, plan,
+                 Facts(damaged=frozenset({SHARD_1})))
+    assert delta.items()[0].expected_digest is None and not len(delta.candidates)
+    assert delta.leaving_keys == {tile.key for tile in records}
+    assert delta.stale_shards == {SHARD_0} and not len(delta.candidate_samples)
+
+
+def test_the_records_are_read_a_second_time_only_for_a_tile_kept_before_its_damaged_one():
+    plan = planned(("a.jpg", 10, 1))
+    previous, damaged = manifest(shard(SHARD_0), shard(SHARD_1)), frozenset({SHARD_1})
+    kept_first = Passes(tiles("a.jpg", SHARD_0, SHARD_1))
+    diff(previous, kept_first, plan, Facts(damaged=damaged))
+    damaged_first = Passes(tiles("a.jpg", SHARD_1, SHARD_0))
+    diff(previous, damaged_first, plan, Facts(damaged=damaged))
+    assert (kept_first.passes, damaged_first.passes) == (2, 1)
 
 
 def test_a_reject_whose_file_did_not_change_is_kept_without_reading_it():
@@ -217,6 +280,28 @@ def test_a_previous_sample_without_a_digest_is_decoded_not_compared():
     delta = diff(manifest(shard(SHARD_0)), [record("a.jpg", SHARD_0, digest="")], plan,
                  Facts())
     assert delta.items()[0].expected_digest is None and not len(delta.candidates)
+
+
+def test_a_touched_sample_without_a_digest_changed_it_leaves_and_its_shard_is_rewritten():
+    plan = planned(("a.jpg", 10, 9), ("b.jpg", 10, 1))
+    records = [record("a.jpg", SHARD_0, digest=""), record("b.jpg", SHARD_0)]
+    delta = diff(manifest(shard(SHARD_0)), records, plan, Facts())
+    assert delta.leaving_keys == {sample_key("a.jpg")} and delta.stale_shards == {SHARD_0}
+    assert delta.changed == 1
+    assert delta.summary() == "0 new, 0 removed, 1 changed; 1 shard rewritten, 0 kept"
+    outcome = resolve(delta, [], 1, {})
+    assert outcome.leaving_keys == {sample_key("a.jpg")} and outcome.changes["changed"] == 1
+
+
+def test_a_tile_without_a_digest_sends_every_tile_of_its_original_out_once():
+    plan = planned(("a.jpg", 10, 9))
+    records = tiles("a.jpg", SHARD_0, SHARD_1, "train-000002.tar", digest="xxh3:a1")
+    records[1] = replace(records[1], source_digest="")  # tile 0 was a candidate before it
+    previous = manifest(shard(SHARD_0), shard(SHARD_1), shard("train-000002.tar"))
+    delta = diff(previous, records, plan, Facts())
+    assert not len(delta.candidates) and delta.changed == 1
+    assert delta.leaving_keys == {tile.key for tile in records}
+    assert delta.stale_shards == {SHARD_0, SHARD_1, "train-000002.tar"}
 
 
 def test_new_sources_rejected_count_as_rejected_not_added():

@@ -269,3 +269,53 @@ def test_a_dry_run_over_an_existing_dataset_prints_what_the_pack_would_change(tm
     after = manifest_of(output)["history"][-1]
     assert len(history) == 1 and (after["added"], after["removed"]) == (2, 1)
     assert after["changed"] + after["touched"] == 1
+
+
+def tiled_pack(source: Path, output: Path) -> dict:
+    """Tiles of 64 px, three to a shard: an original's tiles span several shards."""
+    from defects import pack_with
+
+    return pack_with(source, output, {}, **{"image.tiles.size": 64, "image.tiles.overlap": 0,
+                                           "output.shard_samples": 3, "splits": "train=1.0"})
+
+
+def keys_of(output: Path) -> list[str]:
+    return sorted(sample["key"] for sample in images.samples_of(output))
+
+
+def test_a_deleted_shard_of_a_tiled_original_is_repaired_every_tile_present_once(tmp_path):
+    source, output = tmp_path / "source", tmp_path / "out"
+    for number in range(2):
+        images.write(source / "a" / f"{number}.jpg", images.jpeg(192, 128, number))
+    tiled_pack(source, output)
+    tile_keys = keys_of(output)
+    spans = {path: {sample["shard"] for sample in images.samples_of(output)
+                    if sample["path"] == path} for path in ("a/0.jpg", "a/1.jpg")}
+    assert len(tile_keys) == 12 and spans["a/0.jpg"] == {"train-000000.tar", "train-000001.tar"}
+    (output / "train-000001.tar").unlink()  # half of a/0.jpg's tiles; the other half kept
+
+    after = tiled_pack(source, output)
+    assert keys_of(output) == tile_keys  # each tile once: none kept beside its new copy
+    assert sum(shard["samples"] for shard in after["shards"]) == 12
+    names = {shard["name"] for shard in after["shards"]}
+    assert spans["a/1.jpg"] <= names and "train-000000.tar" not in names  # rewritten
+    report = verify(output, decode=True)
+    assert report.ok, report.problems
+
+
+def test_a_touched_source_packed_before_digests_were_recorded_is_replaced_not_doubled(tmp_path):
+    from hostile_helpers import index_bytes, replace_sample_index
+
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    records = [dict(record, source_digest="") for record in images.samples_of(output)]
+    replace_sample_index(output, index_bytes(records))  # as a release without digests wrote it
+    touched = source / "b" / "04.jpg"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+
+    pack(source, output)
+    keys = [sample["key"] for sample in images.samples_of(output)]
+    assert len(keys) == len(set(keys)) == 18
+    assert manifest_of(output)["history"][-1]["changed"] == 1
+    report = verify(output, decode=True)
+    assert report.ok, report.problems
