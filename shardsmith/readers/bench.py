@@ -128,7 +128,6 @@ def _floor(data, seconds: float, per_sample: float) -> ReadResult:
     """Every JPEG of the selection decoded from memory through the readers' checked decode
     (header first); a sample that does not decode is a ``CorruptSampleError`` naming it,
     found before the timing starts."""
-    from ..errors import CorruptSampleError
     from .plan import ShardFiles
     from .sample_jpeg import SampleJpegError, decode_sample
 
@@ -142,7 +141,7 @@ def _floor(data, seconds: float, per_sample: float) -> ReadResult:
                                   int(table.image_size[index]))
                 decode_sample(jpeg, expect=size)
             except (OSError, ShardFormatError, SampleJpegError) as exc:
-                raise CorruptSampleError(f"{data._where(index)}: {exc}") from None
+                raise data.reader.named(index, str(exc)) from None
             jpegs.append(jpeg)
     finally:
         files.close()
