@@ -136,15 +136,9 @@ class DaliLoader:
                                                  prepare_first_batch=False)
             self._batches = self.plan.batches(len(self.plan.share(0)))
         else:
-            paths = [str(directory / shard.name) for _, shard in selected]
-            indexes = [str(directory / shard.index.name) for _, shard in selected]
-            pipe = _pipeline(manifest.format, paths, indexes, device, shuffle, rank,
-                             world_size, shuffle_buffer, **options)
-            pipe.build()
-            self._iterator = DALIGenericIterator(
-                [pipe], ["images", "labels"], reader_name=READER,
-                last_batch_policy=LastBatchPolicy.FILL, auto_reset=True)
-            self._batches = len(self._iterator)
+            self._iterator, self._batches = _own_reader(
+                directory, selected, manifest.format, device, shuffle, rank, world_size,
+                shuffle_buffer, options)
         self._started = self._open = False
         self._state = {"epoch": 0, "start": 0, "done": 0}
 
@@ -194,6 +188,36 @@ class DaliLoader:
             self._state["done"] += 1
             yield outputs["images"], outputs["labels"].reshape(-1).to(torch.int64)
         self._open = False
+
+
+def own_reader(path: str | Path, split: str | None = None, batch_size: int = 64,
+               device: str = "cpu", num_threads: int = 1) -> Iterator[Any]:
+    """Batches (images, raw labels) of one epoch of the selection through DALI's own reader
+    (``fn.readers.webdataset`` or ``tfrecord``), shuffled its way: what ``bench-read``
+    compares the plan's external source with."""
+    directory = Path(path)
+    manifest, selected = select_shards(directory, split, None)
+    options = dict(batch_size=batch_size, num_threads=num_threads, device_id=None
+                   if device == "cpu" else 0, seed=0, prefetch_queue_depth=2)
+    iterator, _ = _own_reader(directory, selected, manifest.format, device, True, 0, 1, 4096,
+                              options)
+    return iterator
+
+
+def _own_reader(directory: Path, selected: list[Any], fmt: str, device: str, shuffle: bool,
+                rank: int, world_size: int, shuffle_buffer: int,
+                options: dict[str, Any]) -> tuple[Any, int]:
+    if any(shard.index is None for _, shard in selected):
+        raise ConfigError(f"{directory}: shards without an index (an older pack): run "
+                          "`shardsmith pack` (or stage a packed copy) to add them")
+    paths = [str(directory / shard.name) for _, shard in selected]
+    indexes = [str(directory / shard.index.name) for _, shard in selected]
+    pipe = _pipeline(fmt, paths, indexes, device, shuffle, rank, world_size, shuffle_buffer,
+                     **options)
+    pipe.build()
+    iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name=READER,
+                                   last_batch_policy=LastBatchPolicy.FILL, auto_reset=True)
+    return iterator, len(iterator)
 
 
 def _count(value: Any) -> int:
