@@ -191,7 +191,7 @@ class DaliLoader:
 
 
 def own_reader(path: str | Path, split: str | None = None, batch_size: int = 64,
-               device: str = "cpu", num_threads: int = 1) -> Iterator[Any]:
+               device: str = "cpu", num_threads: int = 1) -> _Epochs:
     """Batches (images, raw labels) of one epoch of the selection through DALI's own reader
     (``fn.readers.webdataset`` or ``tfrecord``), shuffled its way: what ``bench-read``
     compares the plan's external source with."""
@@ -201,7 +201,18 @@ def own_reader(path: str | Path, split: str | None = None, batch_size: int = 64,
                    if device == "cpu" else 0, seed=0, prefetch_queue_depth=2)
     iterator, _ = _own_reader(directory, selected, manifest.format, device, True, 0, 1, 4096,
                               options)
-    return iterator
+    return _Epochs(iterator)
+
+
+class _Epochs:
+    """(images, raw labels) of each batch of a DALI iterator, one epoch per iteration."""
+
+    def __init__(self, iterator: Any):
+        self.iterator = iterator
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for (outputs,) in self.iterator:
+            yield outputs["images"], outputs["labels"]
 
 
 def _own_reader(directory: Path, selected: list[Any], fmt: str, device: str, shuffle: bool,
