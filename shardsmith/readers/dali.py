@@ -45,6 +45,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import logging
 import multiprocessing
+import os
 
 import numpy as np
 import torch
@@ -119,7 +120,7 @@ class DaliLoader:
                                  batch_size)
         self.height, self.width = equal_image_size(directory, manifest, split)
         if device == "gpu" and device_id is None:
-            device_id = torch.cuda.current_device() if torch.cuda.is_available() else 0
+            device_id = _device_id(py_workers)
         options = dict(batch_size=batch_size, num_threads=num_threads,
                        device_id=device_id if device == "gpu" else None, seed=seed,
                        prefetch_queue_depth=2)
@@ -229,6 +230,16 @@ def _own_reader(directory: Path, selected: list[Any], fmt: str, device: str, shu
     iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name=READER,
                                    last_batch_policy=LastBatchPolicy.FILL, auto_reset=True)
     return iterator, len(iterator)
+
+
+def _device_id(py_workers: int) -> int:
+    """The GPU this process uses.  DALI forks its Python workers, which CUDA forbids once
+    started here: with workers, CUDA is not started to ask (``LOCAL_RANK``, as torchrun sets
+    it, or 0)."""
+    if py_workers and not torch.cuda.is_initialized():
+        local = os.environ.get("LOCAL_RANK", "0")
+        return int(local) if local.isdigit() else 0
+    return torch.cuda.current_device() if torch.cuda.is_available() else 0
 
 
 def _count(value: Any) -> int:
