@@ -8,7 +8,8 @@ Rows, all over the same samples in one run (``seconds`` each, epoch after epoch)
 * ``DataLoader(num_workers=1, persistent_workers=True)``, epochs after the first: the same plus
   a new shared-memory batch per batch (a mapping and a page fault per 4 KiB);
 * ``ShardLoader`` (a DataLoader whose workers decode into reused shared buffers), one worker
-  and all cores; DALI's CPU pipeline on one thread (when DALI is installed);
+  and all cores; DALI's CPU pipeline on one thread (when DALI is installed), fed by our plan
+  and, for comparison, by DALI's own reader;
   the tf.data reader over a TFRecord copy of the same images (``--tfrecords``);
 * a naive loader over the originals (``--source``): open, full decode, resize; with ``--cold``
   each file is dropped from the page cache first, as a NAS-bound loader would see it.
@@ -129,7 +130,6 @@ def _floor(data, seconds: float, per_sample: float) -> ReadResult:
     """Every JPEG of the selection decoded from memory through the readers' checked decode
     (header first); a sample that does not decode is a ``CorruptSampleError`` naming it,
     found before the timing starts."""
-    from ..errors import CorruptSampleError
     from .plan import ShardFiles
     from .sample_jpeg import SampleJpegError, decode_sample
 
@@ -143,7 +143,7 @@ def _floor(data, seconds: float, per_sample: float) -> ReadResult:
                                   int(table.image_size[index]))
                 decode_sample(jpeg, expect=size)
             except (OSError, ShardFormatError, SampleJpegError) as exc:
-                raise CorruptSampleError(f"{data._where(index)}: {exc}") from None
+                raise data.reader.named(index, str(exc)) from None
             jpegs.append(jpeg)
     finally:
         files.close()
@@ -158,15 +158,27 @@ def _floor(data, seconds: float, per_sample: float) -> ReadResult:
 
 def _dali_cpu(shards: Path, split: str | None, batch_size: int, seconds: float,
               per_sample: float, say: Callable[[str], None]) -> list[ReadResult]:
+    """DALI's CPU pipeline on one thread fed by our plan (external source), and the same
+    decode behind DALI's own reader (``fn.readers.webdataset``): what the plan costs."""
     try:
-        from .dali import loader
+        from .dali import loader, own_reader
     except ImportError:
-        return [ReadResult("DALI CPU, 1 thread", 0, 0.0, per_sample,
-                           "skipped: DALI is not installed (pip install 'shardsmith[dali]')")]
-    say("DALI CPU pipeline, 1 thread")
+        return [ReadResult(name, 0, 0.0, per_sample,
+                           "skipped: DALI is not installed (pip install 'shardsmith[dali]')")
+                for name in (DALI_PLAN, DALI_OWN)]
+    say("DALI CPU pipeline, 1 thread, our plan")
     batches = loader(shards, split=split, batch_size=batch_size, device="cpu", num_threads=1)
-    return [_timed("DALI CPU, 1 thread", lambda: (len(labels) for _, labels in batches), seconds,
-                   per_sample, warm_epochs=1)]
+    results = [_timed(DALI_PLAN, lambda: (len(labels) for _, labels in batches), seconds,
+                      per_sample, warm_epochs=1)]
+    say("DALI CPU pipeline, 1 thread, its own reader")
+    own = own_reader(shards, split=split, batch_size=batch_size, device="cpu", num_threads=1)
+    results.append(_timed(DALI_OWN, lambda: (len(labels) for _, labels in own), seconds,
+                          per_sample, warm_epochs=1))
+    return results
+
+
+DALI_PLAN = "DALI CPU, 1 thread, our plan"
+DALI_OWN = "DALI CPU, 1 thread, its own reader"
 
 
 def _tf(tfrecords: Path, split: str | None, batch_size: int, seconds: float,

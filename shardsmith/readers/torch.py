@@ -36,9 +36,7 @@ and, when the dataset has masks, ``masks`` uint8 N×H×W::
 
 from __future__ import annotations
 
-import json
 import logging
-import multiprocessing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,32 +51,29 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import numpy as np
 
-from ..errors import ConfigError, CorruptSampleError, ShardFormatError
-from ..formats.webdataset import parse_label
+from ..errors import ConfigError
 from . import equal_image_size, largest_image_size, select_shards
-from .plan import (
-    DEFAULT_BLOCK,
-    ShardFiles,
-    batch_count,
-    check_shards,
-    epoch_order,
-    load_table,
-    rank_share,
-)
+from .batches import COLORSPACES, BatchAssembler, checked_jpegs, each_sample
+from .epochs import EpochPlan, EpochSettings
+from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .ring import BatchRing, RingBatch, ShardLoader
-from .sample_jpeg import SampleJpegError, check_header, decode_sample
-from .targets import detection_target
+from .samples import Corruptions, SampleReader
 
 __all__ = ["ShardDataset", "ShardLoader", "dataset", "detection_collate", "distributed_rank"]
 
 log = logging.getLogger(__name__)
 
-MAX_WORKERS = 256
-
 
 class ShardDataset(IterableDataset):
     """The samples of one split (or all) of a dataset; ``len()`` is this rank's epoch length:
-    batches in batch mode, samples otherwise."""
+    batches in batch mode, samples otherwise.
+
+    Put together from four parts, each with one job: ``plan`` (``epochs.EpochPlan``: which
+    samples this rank and worker read in an epoch, ``set_epoch``, resume), ``reader``
+    (``samples.SampleReader``: a sample's bytes, label and metadata from its shard, checked),
+    ``assembler`` (``batches.BatchAssembler``: a batch decoded into one array) and the targets
+    decoder (``targets.detection_target``, through the reader).
+    """
 
     def __init__(
         self,
@@ -100,76 +95,57 @@ class ShardDataset(IterableDataset):
         targets: bool = False,
     ):
         super().__init__()
-        if channels not in (1, 3):
+        if channels not in COLORSPACES:
             raise ConfigError(f"channels: expected 1 or 3, got {channels!r}")
-        if on_corrupt not in ("replace", "raise"):
-            raise ConfigError(f"on_corrupt: expected 'replace' or 'raise', got {on_corrupt!r}")
-        if batch_size is not None and batch_size < 1:
-            raise ConfigError(f"batch_size: expected a positive number, got {batch_size!r}")
+        Corruptions(on_corrupt)  # checks the value now, not in a worker
+        rank, world_size = distributed_rank(rank, world_size)
+        settings = EpochSettings(seed, shuffle, block, rank, world_size, pad, drop_last,
+                                 batch_size)
         directory = Path(path)
         self.manifest, selected = select_shards(directory, split, "webdataset")
         self.shards = selected
         self.classes: list[str] = list(self.manifest.classes)
-        self.table = load_table(directory, [shard for _, shard in selected])
-        check_shards(self.table)  # a shard swapped for another is refused now, not served
-        self.shuffle, self.seed, self.block = shuffle, seed, block
-        self.batch_size, self.drop_last, self.pad = batch_size, drop_last, pad
-        self.transform, self.batch_transform = transform, batch_transform
-        self.decode, self.channels, self.on_corrupt = decode, channels, on_corrupt
-        self.targets = targets
         self.object_classes: list[str] = list(self.manifest.object_classes or ())
-        self.with_masks = bool(len(self.table) and (self.table.mask_offset >= 0).any())
         if targets and self.manifest.object_classes is None:
             raise ConfigError(f"{directory} has no box or mask annotations (packed without "
                               "source.annotations): targets=True needs them")
-        rank, world_size = distributed_rank(rank, world_size)
-        self.rank, self.world_size = rank, world_size
+        self.table = load_table(directory, [shard for _, shard in selected])
+        check_shards(self.table)  # a shard swapped for another is refused now, not served
+        self.batch_size, self.decode, self.channels = batch_size, decode, channels
+        self.transform, self.batch_transform = transform, batch_transform
+        self.on_corrupt, self.targets = on_corrupt, targets
         self.image_size = equal_image_size(directory, self.manifest, split) \
             if batch_size is not None and decode else None
         # No sample's JPEG header may say more than the largest size the sample index records
         # (a 16x16 JPEG whose header says 65500x65500 would allocate 12 GB when decoded).
-        self.largest = self.image_size or (largest_image_size(directory, self.manifest, split)
-                                           if decode or targets else None)
-        # Shared with the workers (also persistent ones): [0] the epoch set_epoch gave (-1:
-        # never), [1 + w] how many epochs worker w began without one.
-        self._epochs = multiprocessing.RawArray("q", [-1] + [0] * MAX_WORKERS)
-        self._resume: dict[str, int] | None = None
+        largest = self.image_size or (largest_image_size(directory, self.manifest, split)
+                                      if decode or targets else None)
+        self.plan = EpochPlan(self.table, settings)
+        self.reader = SampleReader(self.table, len(self.classes), len(self.object_classes),
+                                   largest)
+        self.assembler = BatchAssembler(self.reader, self.image_size, channels, targets) \
+            if self.image_size is not None else None
         self._ring: BatchRing | None = None  # set on the copy a ShardLoader reads
         self._state: dict[str, int] = {"epoch": 0, "start": 0, "done": 0}
-        self._files = ShardFiles(self.table)
+
+    @property
+    def with_masks(self) -> bool:
+        return self.reader.with_masks
 
     # --- epochs and their partition ------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
         """Call before each epoch (every epoch, or never: then each one advances by itself).
         Reaches persistent workers too."""
-        self._epochs[0] = epoch
+        self.plan.set_epoch(epoch)
 
     def rank_samples(self, epoch: int = 0) -> int:
         """How many samples this rank reads in an epoch (with ``pad=False``, shares differ)."""
-        return len(self._share(epoch))
+        return len(self.plan.share(epoch))
 
     def __len__(self) -> int:
         samples = self.rank_samples()
-        if self.batch_size is None:
-            return samples
-        return batch_count(samples, self.batch_size, self.drop_last)
-
-    def _share(self, epoch: int) -> np.ndarray:
-        order = epoch_order(self.table, self.seed, epoch, self.shuffle, self.block)
-        return rank_share(order, self.rank, self.world_size, self.pad, self.drop_last)
-
-    def _begin(self, worker: int) -> tuple[int, int, int]:
-        """(epoch, start, done) of the iteration about to run in ``worker``."""
-        if self._epochs[0] >= 0:
-            epoch = self._epochs[0]
-        else:
-            epoch = self._epochs[1 + worker]
-            self._epochs[1 + worker] = epoch + 1
-        resume = self._resume
-        if resume is not None and resume["epoch"] == epoch:  # only the epoch it belongs to
-            return epoch, resume["start"], resume["done"]
-        return epoch, 0, 0
+        return samples if self.batch_size is None else self.plan.batches(samples)
 
     # --- resumable position (torchdata's StatefulDataLoader calls these in each worker) ----
 
@@ -180,195 +156,69 @@ class ShardDataset(IterableDataset):
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume from ``state_dict()``, or from ``{"epoch": e, "start": k}``: the k-th batch
         (batch mode; the k-th sample otherwise) of epoch e, for every worker."""
-        self._resume = {key: int(state.get(key, 0)) for key in ("epoch", "start", "done")}
-        for worker in range(MAX_WORKERS):  # without set_epoch, epochs go on from this one
-            self._epochs[1 + worker] = self._resume["epoch"]
+        self.plan.resume(state)
 
     # --- iteration -----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        epoch, start, done = self._begin(worker)
-        share = self._share(epoch)
+        epoch, start, done = self.plan.begin(worker)
+        share = self.plan.share(epoch)
         self._state = {"epoch": epoch, "start": start, "done": done}
-        corrupt: list[str] = []
+        corruptions = Corruptions(self.on_corrupt)
         try:
             if self.batch_size is None:
-                yield from self._samples(share, worker, workers, start, done, corrupt)
+                mine = self.plan.worker_samples(share, worker, workers, start)
+                yield from each_sample(mine, self._sample, corruptions, self._progress, done)
             else:
-                yield from self._batches(share, worker, workers, start, done, corrupt)
+                yield from self._batches(share, worker, workers, start, done, corruptions)
         finally:
-            if corrupt:
-                log.warning("epoch %d: %d corrupt samples replaced (%s%s)", epoch, len(corrupt),
-                            ", ".join(corrupt[:5]), ", ..." if len(corrupt) > 5 else "")
+            corruptions.warn(epoch)
+
+    def _progress(self, count: int) -> None:
+        self._state["done"] = count
 
     def _batches(self, share: np.ndarray, worker: int, workers: int, start: int, done: int,
-                 corrupt: list[str]) -> Iterator[Any]:
-        size = self.batch_size
-        mine = range(start + worker, batch_count(len(share), size, self.drop_last), workers)
-        for count, batch in enumerate(mine[done:], done + 1):
-            indices = share[batch * size : (batch + 1) * size]
-            result = self._read_batch(indices, corrupt, worker) if self.decode else \
-                self._raw_batch(indices)
+                 corruptions: Corruptions) -> Iterator[Any]:
+        for count, number in enumerate(
+                self.plan.worker_batches(share, worker, workers, start, done), done + 1):
+            indices = self.plan.batch(share, number)
+            result = self._decoded_batch(indices, corruptions, worker) if self.decode else \
+                self._raw_batch(indices, corruptions)
             self._state["done"] = count
             yield result
 
-    def _samples(self, share: np.ndarray, worker: int, workers: int, start: int, done: int,
-                 corrupt: list[str]) -> Iterator[Any]:
-        rest = share[start:]
-        mine = rest[worker * len(rest) // workers : (worker + 1) * len(rest) // workers]
-        last_good = None
-        for count, index in enumerate(mine[done:], done + 1):
-            try:
-                item = self._read_sample(int(index))
-                last_good = index
-            except CorruptSampleError as exc:
-                self._corrupt(exc, corrupt)
-                item = self._replacement(mine, index, last_good)
-            self._state["done"] = count
-            yield item
-
-    def _replacement(self, mine: np.ndarray, index: int, last_good: int | None) -> Any:
-        """Another sample for a corrupt one: the last good one, else the next that decodes."""
-        candidates = [last_good] if last_good is not None else []
-        candidates += [int(i) for i in mine if i != index]
-        for candidate in candidates:
-            try:
-                return self._read_sample(candidate)
-            except CorruptSampleError:
-                continue
-        raise CorruptSampleError("no sample of this worker's share decodes")
-
-    def _corrupt(self, exc: CorruptSampleError, corrupt: list[str]) -> None:
-        if self.on_corrupt == "raise":
-            raise exc
-        corrupt.append(str(exc))
-
-    # --- reading -------------------------------------------------------------------------
-
-    def _read(self, index: int) -> tuple[memoryview, int]:
-        """The JPEG bytes and label of sample ``index``: one read covering both members."""
-        table = self.table
-        shard, offset = int(table.shard[index]), int(table.image_offset[index])
-        label_at = int(table.label_offset[index]) - offset
-        span = label_at + int(table.label_size[index])
-        try:
-            data = memoryview(self._files.read(shard, offset, span))
-            label = self._label(data[label_at:span])
-        except (OSError, ShardFormatError, ValueError) as exc:
-            raise self._named(index, f"unreadable ({exc})") from None
-        return data[: int(table.image_size[index])], label
-
-    def _label(self, data: memoryview) -> int:
-        """The label of a ``.cls`` member: a class index (or -1, unlabelled); anything else
-        would index past a model's outputs, so it is a corrupt sample."""
-        label = parse_label(data)
-        if not -1 <= label < len(self.classes):
-            raise ShardFormatError(f"label {label} is not one of the "
-                                   f"{len(self.classes)} classes")
-        return label
-
-    def _read_meta(self, index: int) -> tuple[memoryview, int, Any]:
-        """The JPEG bytes, label and metadata (``KEY.json``) of sample ``index``: one read."""
-        table = self.table
-        shard, offset = int(table.shard[index]), int(table.image_offset[index])
-        label_at, meta_at = (int(table.label_offset[index]) - offset,
-                             int(table.meta_offset[index]) - offset)
-        if meta_at < 0:
-            raise self._named(index, "has no .json")
-        span = meta_at + int(table.meta_size[index])
-        try:
-            data = memoryview(self._files.read(shard, offset, span))
-            label = self._label(data[label_at : label_at + int(table.label_size[index])])
-            meta = json.loads(bytes(data[meta_at:span]))
-        except (OSError, ShardFormatError, ValueError, RecursionError) as exc:
-            raise self._named(index, f"unreadable ({exc})") from None
-        return data[: int(table.image_size[index])], label, meta
-
-    def _target(self, index: int, meta: Any, height: int, width: int) -> dict[str, Any]:
-        try:
-            target = detection_target(meta, height, width, self.with_masks,
-                                      len(self.object_classes))
-        except ValueError as exc:
-            raise self._named(index, f"bad annotations ({exc})") from None
-        return {key: torch.from_numpy(value) for key, value in target.items()}
-
-    def _where(self, index: int) -> str:
-        """``SHARD: sample KEY`` for messages."""
-        table = self.table
-        shard = int(table.shard[index])
-        name = self._files.member_name(shard, int(table.image_offset[index]))
-        return f"{Path(table.paths[shard]).name}: sample {name.rsplit('.', 1)[0]}"
-
-    def _named(self, index: int, problem: str) -> CorruptSampleError:
-        return CorruptSampleError(f"{self._where(index)}: {problem}")
-
-    def _read_sample(self, index: int) -> tuple[Any, Any]:
+    def _sample(self, index: int) -> tuple[Any, Any]:
+        """One sample as tensors: the image (CHW, or JPEG bytes) and its label or target."""
+        reader = self.reader
         if self.targets:
-            jpeg, _, meta = self._read_meta(index)
+            jpeg, label, meta = reader.read_meta(index)
         else:
-            jpeg, label = self._read(index)
-        if self.targets and not self.decode:
-            height, width = self._jpeg_shape(index, jpeg)
-            return (torch.frombuffer(bytearray(jpeg), dtype=torch.uint8),
-                    self._target(index, meta, height, width))
+            jpeg, label = reader.read(index)
         if not self.decode:
+            if self.targets:
+                label = _tensors(reader.target(index, meta, *reader.jpeg_shape(index, jpeg)))
             return torch.frombuffer(bytearray(jpeg), dtype=torch.uint8), label
-        try:
-            pixels = decode_sample(jpeg, "RGB" if self.channels == 3 else "GRAY",
-                                   bound=self.largest)
-        except SampleJpegError as exc:
-            raise self._named(index, str(exc)) from None
+        pixels = reader.decode(index, jpeg, COLORSPACES[self.channels])
         image = torch.from_numpy(pixels).permute(2, 0, 1)
         if self.targets:
-            label = self._target(index, meta, pixels.shape[0], pixels.shape[1])
+            label = _tensors(reader.target(index, meta, pixels.shape[0], pixels.shape[1]))
         if self.transform is not None:
             image = self.transform(image)
         return image, label
 
-    def _jpeg_shape(self, index: int, jpeg: memoryview) -> tuple[int, int]:
-        try:
-            return check_header(jpeg, bound=self.largest)[:2]
-        except SampleJpegError as exc:
-            raise self._named(index, str(exc)) from None
-
-    def _read_batch(self, indices: np.ndarray, corrupt: list[str], worker: int = 0) -> Any:
-        height, width = self.image_size
+    def _decoded_batch(self, indices: np.ndarray, corruptions: Corruptions,
+                       worker: int = 0) -> Any:
         ring = self._ring
         if ring is not None:
             ring_slot = ring.acquire(worker)
             images = ring.view(ring_slot)[: len(indices)]
         else:
-            images = np.empty((len(indices), height, width, self.channels), np.uint8)
-        labels = np.empty(len(indices), np.int64)
-        targets: list[Any] = [None] * len(indices)
-        colorspace = "RGB" if self.channels == 3 else "GRAY"
-        bad = []
-        for slot, index in enumerate(indices):
-            try:
-                if self.targets:
-                    jpeg, labels[slot], meta = self._read_meta(int(index))
-                    targets[slot] = self._target(int(index), meta, height, width)
-                else:
-                    jpeg, labels[slot] = self._read(int(index))
-                try:  # the batch's size, which every record of the selection has
-                    decode_sample(jpeg, colorspace, expect=(height, width),
-                                  buffer=images[slot])
-                except SampleJpegError as exc:
-                    raise self._named(int(index), str(exc)) from None
-            except CorruptSampleError as exc:
-                self._corrupt(exc, corrupt)
-                bad.append(slot)
-        if bad:
-            good = [slot for slot in range(len(indices)) if slot not in set(bad)]
-            if not good:
-                raise CorruptSampleError(f"every sample of a batch is corrupt: {corrupt[-1]}")
-            for number, slot in enumerate(bad):
-                other = good[number % len(good)]
-                images[slot], labels[slot], targets[slot] = images[other], labels[other], \
-                    targets[other]
-        second = targets if self.targets else torch.from_numpy(labels)
+            images = self.assembler.empty(len(indices))
+        labels, targets = self.assembler.decode(indices, images, corruptions)
+        second = [_tensors(target) for target in targets] if self.targets else \
+            torch.from_numpy(labels)
         if ring is not None:
             return RingBatch(ring_slot, len(indices)), second
         # N×H×W×C memory seen as N×C×H×W: PyTorch's channels_last, no copy.
@@ -377,21 +227,19 @@ class ShardDataset(IterableDataset):
             batch = self.batch_transform(batch)
         return batch, second
 
-    def _raw_batch(self, indices: np.ndarray) -> tuple[list[torch.Tensor], Any]:
+    def _raw_batch(self, indices: np.ndarray,
+                   corruptions: Corruptions) -> tuple[list[torch.Tensor], Any]:
         """JPEG bytes, for decoding on the GPU (``torchvision.io.decode_jpeg(device="cuda")``)."""
         if self.targets:
-            samples = [self._read_sample(int(index)) for index in indices]
+            samples = list(each_sample(indices, self._sample, corruptions))
             return [jpeg for jpeg, _ in samples], [target for _, target in samples]
-        jpegs, labels = [], np.empty(len(indices), np.int64)
-        for slot, index in enumerate(indices):
-            jpeg, labels[slot] = self._read(int(index))
-            jpegs.append(torch.frombuffer(bytearray(jpeg), dtype=torch.uint8))
-        return jpegs, torch.from_numpy(labels)
+        jpegs, labels = checked_jpegs(self.reader, indices, corruptions)
+        return [torch.frombuffer(bytearray(jpeg), dtype=torch.uint8) for jpeg in jpegs], \
+            torch.from_numpy(labels)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_files"] = ShardFiles(self.table)  # each process opens its own
-        return state
+
+def _tensors(target: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {key: torch.from_numpy(value) for key, value in target.items()}
 
 
 def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:

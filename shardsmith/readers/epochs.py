@@ -1,0 +1,121 @@
+"""Which samples (or batches) a rank and a worker read in each epoch, and where an iteration
+starts: the epoch ``set_epoch`` gave (or the next one), and a resume position.
+
+Framework-free; the torch reader and the DALI reader both iterate through an ``EpochPlan``, so
+they read the same samples for the same (seed, epoch, rank, world size), in the same order
+(docs/design.md, invariant 9).  The epoch counters live in memory shared with the processes
+forked from this one (DataLoader workers, DALI's Python workers), so ``set_epoch`` reaches
+persistent workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from .plan import DEFAULT_BLOCK, SampleTable, batch_count, epoch_order, rank_share
+
+MAX_WORKERS = 256
+
+
+@dataclass(frozen=True)
+class EpochSettings:
+    """How epochs are cut: the order's seed, shuffle and block; this rank's part; batches."""
+
+    seed: int = 0
+    shuffle: bool = True
+    block: int = DEFAULT_BLOCK
+    rank: int = 0
+    world_size: int = 1
+    pad: bool = True
+    drop_last: bool = False
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"batch_size: expected a positive number, got "
+                              f"{self.batch_size!r}")
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank {self.rank} is not in a world of {self.world_size}")
+        if self.block < 1:
+            raise ConfigError(f"block: expected a positive number, got {self.block!r}")
+
+
+class EpochPlan:
+    """The epochs of one rank over ``table``: its share of each epoch's order, cut into
+    batches (batch mode) or samples, and each worker's part of it."""
+
+    def __init__(self, table: SampleTable, settings: EpochSettings):
+        self.table, self.settings = table, settings
+        # [0] the epoch set_epoch gave (-1: never), [1 + w] the next epoch of worker w
+        # without one.
+        self._epochs = multiprocessing.RawArray("q", [-1] + [0] * MAX_WORKERS)
+        self._resume: dict[str, int] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration reads, in every process forked from this one."""
+        self._epochs[0] = epoch
+
+    def share(self, epoch: int) -> np.ndarray:
+        """This rank's sample numbers in ``epoch``, in order."""
+        settings = self.settings
+        order = epoch_order(self.table, settings.seed, epoch, settings.shuffle, settings.block)
+        return rank_share(order, settings.rank, settings.world_size, settings.pad,
+                          settings.drop_last)
+
+    def batches(self, samples: int) -> int:
+        """How many batches a share of ``samples`` makes."""
+        return batch_count(samples, self.settings.batch_size, self.settings.drop_last)
+
+    def begin(self, worker: int = 0) -> tuple[int, int, int]:
+        """(epoch, start, done) of the iteration about to run in ``worker``: the epoch
+        ``set_epoch`` gave, else the worker's next; the resume position in the epoch it
+        belongs to, else the start."""
+        if self._epochs[0] >= 0:
+            epoch = self._epochs[0]
+        else:
+            epoch = self._epochs[1 + worker]
+            self._epochs[1 + worker] = epoch + 1
+        resume = self._resume
+        if resume is not None and resume["epoch"] == epoch:
+            return epoch, resume["start"], resume["done"]
+        return epoch, 0, 0
+
+    def resume(self, state: dict[str, int]) -> None:
+        """Continue from ``state`` (``epoch``, ``start``, ``done``); without ``set_epoch``
+        epochs go on from that one."""
+        self._resume = {key: _whole(state, key) for key in ("epoch", "start", "done")}
+        for worker in range(MAX_WORKERS):
+            self._epochs[1 + worker] = self._resume["epoch"]
+
+    def worker_batches(self, share: np.ndarray, worker: int, workers: int, start: int,
+                       done: int) -> range:
+        """The batch numbers ``worker`` of ``workers`` makes, from batch ``start`` of the
+        share, less the ``done`` it already gave: batch ``i`` goes to worker ``i % workers``,
+        which a DataLoader collects round-robin, so batches come in order."""
+        mine = range(start + worker, self.batches(len(share)), workers)
+        return mine[done:]
+
+    def batch(self, share: np.ndarray, number: int) -> np.ndarray:
+        """The sample numbers of batch ``number`` of ``share``."""
+        size = self.settings.batch_size
+        return share[number * size : (number + 1) * size]
+
+    def worker_samples(self, share: np.ndarray, worker: int, workers: int,
+                       start: int) -> np.ndarray:
+        """The samples ``worker`` of ``workers`` reads, from sample ``start`` of the share:
+        one contiguous part each."""
+        rest = share[start:]
+        return rest[worker * len(rest) // workers : (worker + 1) * len(rest) // workers]
+
+
+def _whole(state: dict[str, int], key: str) -> int:
+    value = state.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) \
+            or not 0 <= value < 1 << 62:  # the shared counters are int64
+        raise ConfigError(f"resume state: {key} must be a whole number from 0 to 2**62, "
+                          f"got {value!r}")
+    return int(value)
