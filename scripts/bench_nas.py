@@ -188,10 +188,10 @@ def format_ops(ops: dict) -> str:
 def part_writer(args: argparse.Namespace, scratch: Path) -> dict:
     """The single writer's limit per shard format, on samples converted from the corpus."""
     from shardsmith.config import load_config
-    from shardsmith.imaging import convert
-    from shardsmith.plan import sample_key
+    from shardsmith.dataset.records import Sample
+    from shardsmith.packing.imaging import convert
+    from shardsmith.packing.plan import sample_key
     from shardsmith.probe.compute import measure_writer
-    from shardsmith.records import Sample
 
     source = args.cache / "subsets" / f"jpeg-{args.images}"
     link_subset(ensure_corpus(args.cache, "jpeg", args.images), source, args.images)
@@ -249,18 +249,19 @@ def serial_noop(source: Path, output: Path) -> float:
 def child_serial(source: str, output: str) -> None:
     import functools
 
-    from shardsmith import pipeline, scan
     from shardsmith.cli import main
+    from shardsmith.packing import pipeline, scan
 
     if getattr(pipeline, "scan", None) is not scan.scan:
-        raise SystemExit("shardsmith.pipeline no longer calls scan.scan: update this benchmark")
+        raise SystemExit("shardsmith.packing.pipeline no longer calls scan.scan: update this "
+                         "benchmark")
     pipeline.scan = functools.partial(scan.scan, threads=1)
     main(["pack", source, output, "--quiet", "--size", "64"])
 
 
 def timed_scan(root: Path, threads: int) -> float:
     from shardsmith.config import load_config
-    from shardsmith.scan import scan
+    from shardsmith.packing.scan import scan
 
     started = time.perf_counter()
     found = scan(root, load_config(None, {}).source, threads=threads)

@@ -169,7 +169,7 @@ def warm_up(method: str, path: Path, size: int) -> None:
         decode_floors(path, size)
     elif method == "pack1":
         from shardsmith.config import ImageConfig
-        from shardsmith.imaging import convert
+        from shardsmith.packing.imaging import convert
 
         convert(path.read_bytes(), ImageConfig(size=size))
 
@@ -258,7 +258,7 @@ def quality(source: Path, size: int, samples: int = 2) -> dict:
     from PIL import Image
 
     from shardsmith.config import ImageConfig
-    from shardsmith.imaging import convert, decode
+    from shardsmith.packing.imaging import convert, decode
 
     config = ImageConfig(size=size)
     before, after, naive_after = [], [], []
@@ -285,7 +285,7 @@ def digest_costs(source: Path, reps: int = 5) -> dict[str, float]:
     every byte for comparison (medians of ``reps``, bytes already in memory)."""
     import hashlib
 
-    from shardsmith.records import content_digest, edges_digest
+    from shardsmith.dataset.records import content_digest, edges_digest
 
     methods = {"content (XXH3-128)": content_digest, "edges (64 KiB x 2)": edges_digest,
                "sha256 (not used)": lambda data: hashlib.sha256(data).hexdigest()}
@@ -306,8 +306,9 @@ def profile_one(path: Path, size: int, reps: int = 5) -> dict[str, float]:
     """Milliseconds per stage of the fast path for one original (medians of ``reps``)."""
     import numpy as np
 
-    from shardsmith import decoders, imaging
+    from shardsmith import decoders
     from shardsmith.config import ImageConfig
+    from shardsmith.packing import imaging
 
     config = ImageConfig(size=size)
     stages: dict[str, list[float]] = {}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""How fast the sample index is validated: shardsmith's own readers (``jsonmodel.line_reader``,
-what ``iter_sample_index`` uses, and ``json`` + ``jsonmodel.parse``, what the journal uses)
+"""How fast the sample index is validated: shardsmith's own readers (``schema.line_reader``,
+what ``iter_sample_index`` uses, and ``json`` + ``schema.parse``, what the journal uses)
 against a bare msgspec Struct and pydantic v2, strict, on the same lines.
 
     scripts/bench_schema.py [--lines N] [--reps R] [--json FILE]
@@ -9,9 +9,9 @@ Every reader and command streams the sample index line by line, so the cost per 
 a 1M-sample ``inspect``, ``stage`` or increment pays.  Each library parses and type-checks a
 line into a frozen record (strict: no "1" for 1) and runs the same name checks (the sample
 key and shard patterns).  Medians of R rounds, interleaved; microseconds a line and the ratio
-to ``json`` + ``jsonmodel.parse``.  msgspec and pydantic are imported only when installed (a
-row says when not).  Run against an older checkout (``PYTHONPATH=OLD``), where jsonmodel was a
-hand-written validator (~16 us a line) without ``line_reader``, to compare releases.
+to ``json`` + ``schema.parse``.  msgspec and pydantic are imported only when installed (a
+row says when not).  Run against an older checkout (``PYTHONPATH=OLD``), where the schema
+module was a hand-written validator (~16 us a line) without ``line_reader``, to compare releases.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from benchkit import REPO, parser, write_report  # noqa: E402
 
 sys.path.insert(0, str(REPO))
-from shardsmith import jsonmodel  # noqa: E402
-from shardsmith.jsonmodel import parse  # noqa: E402
-from shardsmith.manifest import SAMPLE_KEY, SHARD_NAME, SampleRecord  # noqa: E402
+from shardsmith import schema  # noqa: E402
+from shardsmith.dataset.manifest import SAMPLE_KEY, SHARD_NAME, SampleRecord  # noqa: E402
+from shardsmith.schema import parse  # noqa: E402
 
 
 def sample_lines(count: int) -> list[bytes]:
@@ -57,10 +57,10 @@ def json_and_parse(lines: list[bytes]) -> None:
 
 
 def shardsmith_reader():
-    """``jsonmodel.line_reader``: decode, type checks and the record's own name checks."""
-    if not hasattr(jsonmodel, "line_reader"):
+    """``schema.line_reader``: decode, type checks and the record's own name checks."""
+    if not hasattr(schema, "line_reader"):
         return None
-    read = jsonmodel.line_reader(SampleRecord)
+    read = schema.line_reader(SampleRecord)
 
     def run(lines: list[bytes]) -> None:
         for line in lines:
@@ -142,7 +142,7 @@ def strictness(reader) -> bool:
     return False
 
 
-BASE = "json + jsonmodel.parse"
+BASE = "json + schema.parse"
 
 
 def main() -> None:
@@ -150,7 +150,7 @@ def main() -> None:
     arguments.add_argument("--lines", type=int, default=200_000)
     options = arguments.parse_args()
     lines = sample_lines(options.lines)
-    readers = {BASE: json_and_parse, "jsonmodel.line_reader": shardsmith_reader(),
+    readers = {BASE: json_and_parse, "schema.line_reader": shardsmith_reader(),
                "msgspec (Struct, strict)": msgspec_reader(),
                "pydantic v2 (strict)": pydantic_reader()}
     times: dict[str, list[float]] = {name: [] for name, run in readers.items() if run}

@@ -11,10 +11,10 @@ __version__ = "0.1.0"
 _LAZY = {
     "Config": ("config", "Config"),
     "load_config": ("config", "load_config"),
-    "pack": ("pipeline", "pack"),
-    "PackResult": ("pipeline", "PackResult"),
-    "stage": ("stage", "stage"),
-    "verify": ("verify", "verify"),
+    "pack": ("packing.pipeline", "pack"),
+    "PackResult": ("packing.pipeline", "PackResult"),
+    "stage": ("ops.stage", "stage"),
+    "verify": ("ops.verify", "verify"),
 }
 
 __all__ = ["__version__", *_LAZY]

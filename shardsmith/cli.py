@@ -25,7 +25,7 @@ from .atomic import write_json_atomic
 from .config import Config, load_config
 from .config.settings import example_file, flags, overrides_of
 from .errors import ConfigError, OutputStateError, ShardsmithError, Terminated, TooManyRejectsError
-from .report import (
+from .ops.report import (
     pack_report,
     pack_summary,
     reject_budget_exceeded,
@@ -147,8 +147,8 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, **settin
     Rerunning a finished pack with the same settings does nothing; rerunning an interrupted
     one resumes it.
     """
-    from .inspection import findings_lines, findings_report, pack_findings
-    from .pipeline import pack as run_pack
+    from .insight.inspection import findings_lines, findings_report, pack_findings
+    from .packing.pipeline import pack as run_pack
 
     if with_probe and not dry_run:
         raise click.UsageError("--probe goes with --dry-run")
@@ -287,7 +287,7 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
     excluded files, duplicates (leakage across splits), groups and warnings."""
     import json
 
-    from .inspection import inspect_dataset, inspection_json, inspection_text
+    from .insight.inspection import inspect_dataset, inspection_json, inspection_text
 
     inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
                                  seed=seed, quiet=as_json)
@@ -314,8 +314,8 @@ def sheet(dataset, output, split, per_class, seed, thumb) -> None:
     split, and the rejected originals."""
     import time
 
-    from .manifest import read_manifest
-    from .sheet import render_sheet
+    from .dataset.manifest import read_manifest
+    from .insight.sheet import render_sheet
 
     started = time.monotonic()
     _refuse_output_inside(Path(output), Path(dataset))
@@ -346,7 +346,7 @@ def _refuse_output_inside(output: Path, dataset: Path) -> None:
 @_fail_cleanly
 def log(dataset) -> None:
     """List the versions of the dataset in DATASET, oldest first."""
-    from .manifest import read_manifest
+    from .dataset.manifest import read_manifest
 
     _echo(version_log(read_manifest(Path(dataset))))
 
@@ -370,7 +370,7 @@ def stage(dataset, destination, config_file, split, prune, workers, rehash, quie
 
     Only new or changed shards are copied; the manifest is written last.
     """
-    from .stage import stage as run_stage
+    from .ops.stage import stage as run_stage
 
     if config_file is not None:
         config = load_config(config_file)
@@ -395,7 +395,7 @@ def stage(dataset, destination, config_file, split, prune, workers, rehash, quie
 @_fail_cleanly
 def verify(dataset, config_file, decode, workers, quiet) -> None:
     """Check that DATASET holds exactly what its manifest lists; exit 0 only if all holds."""
-    from .verify import verify as run_verify
+    from .ops.verify import verify as run_verify
 
     if dataset is None and config_file is not None:
         dataset = load_config(config_file).output.path

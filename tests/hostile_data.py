@@ -58,8 +58,8 @@ def rebuild_shard(dataset: Path, name: str,
                   edit: Callable[[str, dict[str, bytes]], dict[str, bytes]]) -> None:
     """Rewrite the WebDataset shard ``name`` with each sample's members passed through
     ``edit(key, {extension: bytes})``; its index and the manifest's sizes and digests follow."""
-    from shardsmith.formats import Placed, index_bytes
-    from shardsmith.formats.webdataset import WebDatasetFormat, _record
+    from shardsmith.dataset.formats import Placed, index_bytes
+    from shardsmith.dataset.formats.webdataset import WebDatasetFormat, _record
 
     fmt = WebDatasetFormat()
     samples = defects.members(dataset)

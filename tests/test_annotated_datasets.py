@@ -12,10 +12,10 @@ import torch
 from click.testing import CliRunner
 
 from shardsmith.cli import main
-from shardsmith.formats import ShardWriter
+from shardsmith.dataset.formats import ShardWriter
+from shardsmith.ops.stage import stage
+from shardsmith.ops.verify import verify
 from shardsmith.readers.torch import dataset, detection_collate
-from shardsmith.stage import stage
-from shardsmith.verify import verify
 
 import defects
 import images

@@ -18,7 +18,7 @@ from shardsmith.config import config_from_settings, load_config
 from shardsmith.config.pattern import MAX_GROUP_PATTERN_CHARS, MAX_GROUP_REPEAT
 from shardsmith.door import CONFIG_CAP
 from shardsmith.errors import ConfigError
-from shardsmith.plan import group_pattern
+from shardsmith.packing.plan import group_pattern
 
 MiB = 2**20
 # Patterns whose compiled form would take gigabytes: counted repeats nested four deep (10**8

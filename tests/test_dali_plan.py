@@ -5,6 +5,7 @@ mid-epoch work as in the torch reader.  Real DALI on the CPU (the GPU path diffe
 
 from __future__ import annotations
 
+import copyreg
 import hashlib
 import logging
 import os
@@ -148,9 +149,24 @@ def test_parallel_python_workers_read_the_same_batches(crops):
         image_ids(dali_batches(crops, 1))
 
 
+def test_parallel_workers_end_an_epoch_after_dask_installed_tblib(crops):
+    # dask.multiprocessing installs tblib's exception pickling, which DALI's workers' own
+    # unpickler refuses: the epoch's end must still reach the loader.
+    pickling_support = pytest.importorskip("tblib.pickling_support",
+                                           reason="tblib comes with dask")
+    saved = dict(copyreg.dispatch_table)
+    pickling_support.install()
+    try:
+        assert image_ids(dali_batches(crops, 1, py_workers=2)) == \
+            image_ids(dali_batches(crops, 1))
+    finally:
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(saved)
+
+
 def test_a_sample_whose_jpeg_is_broken_is_replaced_and_named(tmp_path, caplog):
     output = packed(tmp_path, count=10)
-    from shardsmith.manifest import read_manifest
+    from shardsmith.dataset.manifest import read_manifest
 
     manifest = read_manifest(output)
     train = [shard for shard in manifest.shards if shard.split == "train"]

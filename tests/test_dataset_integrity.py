@@ -57,7 +57,7 @@ def user_folder(path: Path) -> Path:
 
 def derived_now(dataset: Path) -> dict[str, bytes]:
     """What the derived files of the dataset's manifest must hold."""
-    from shardsmith.manifest import derived_contents, read_manifest
+    from shardsmith.dataset.manifest import derived_contents, read_manifest
 
     return derived_contents(read_manifest(dataset))
 

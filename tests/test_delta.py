@@ -9,11 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from shardsmith.delta import Facts, diff, resolve
-from shardsmith.errors import OutputStateError
-from shardsmith.formats import ShardLimits
-from shardsmith.incremental import append_classes, merged_by_compaction
-from shardsmith.manifest import (
+from shardsmith.dataset.formats import ShardLimits
+from shardsmith.dataset.manifest import (
     Manifest,
     RejectEntry,
     SampleIndexEntry,
@@ -22,8 +19,11 @@ from shardsmith.manifest import (
     SplitTotals,
     Totals,
 )
-from shardsmith.plan import Plan, make_plan, sample_key
-from shardsmith.scan import SourceFile, SourceTable
+from shardsmith.errors import OutputStateError
+from shardsmith.packing.delta import Facts, diff, resolve
+from shardsmith.packing.incremental import append_classes, merged_by_compaction
+from shardsmith.packing.plan import Plan, make_plan, sample_key
+from shardsmith.packing.scan import SourceFile, SourceTable
 
 SPLITS = (("train", 1.0),)
 SHARD_0 = "train-000000.tar"

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 from shardsmith.cli import main
 from shardsmith.config import load_config
+from shardsmith.ops.report import stage_summary, verify_summary
+from shardsmith.ops.stage import StageResult
+from shardsmith.ops.verify import VerifyReport
 from shardsmith.progress import clock
-from shardsmith.report import stage_summary, verify_summary
-from shardsmith.stage import StageResult
-from shardsmith.verify import VerifyReport
 
 import images
 from images import manifest_of

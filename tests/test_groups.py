@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from shardsmith.cli import main
 from shardsmith.config import load_config
 from shardsmith.errors import ConfigError
-from shardsmith.plan import assign_split, group_of, make_plan
-from shardsmith.scan import SourceFile, SourceTable
+from shardsmith.packing.plan import assign_split, group_of, make_plan
+from shardsmith.packing.scan import SourceFile, SourceTable
 
 import images
 from images import samples_of

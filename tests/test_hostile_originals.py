@@ -24,12 +24,12 @@ from images import manifest_of, samples_of
 def test_an_original_swapped_for_a_symlink_after_the_scan_is_rejected_not_followed(
     tmp_path, monkeypatch
 ):
-    import shardsmith.pipeline
+    import shardsmith.packing.pipeline
 
     source = originals(tmp_path / "source")
     secret = images.write(tmp_path / "outside" / "secret.jpg", images.jpeg(120, 80, 42))
     victim = source / "a" / "0.jpg"
-    real_scan = shardsmith.pipeline.scan
+    real_scan = shardsmith.packing.pipeline.scan
 
     def scan_then_swap(*args, **kwargs):
         scanned = real_scan(*args, **kwargs)
@@ -37,7 +37,7 @@ def test_an_original_swapped_for_a_symlink_after_the_scan_is_rejected_not_follow
         victim.symlink_to(secret)
         return scanned
 
-    monkeypatch.setattr(shardsmith.pipeline, "scan", scan_then_swap)
+    monkeypatch.setattr(shardsmith.packing.pipeline, "scan", scan_then_swap)
     output = tmp_path / "out"
     result = pack_cli(source, output, "--max-reject-fraction", "1")
     assert result.exit_code == 0, result.output + crashed(result)
@@ -48,7 +48,7 @@ def test_an_original_swapped_for_a_symlink_after_the_scan_is_rejected_not_follow
 
 SWAP_FOR_A_FIFO = """
 import os
-import shardsmith.pipeline as pipeline
+import shardsmith.packing.pipeline as pipeline
 real_scan = pipeline.scan
 def scan_then_swap(*args, **kwargs):
     scanned = real_scan(*args, **kwargs)
@@ -122,7 +122,7 @@ def test_more_than_a_thousand_nested_directories_do_not_overflow_the_stack(tmp_p
 def test_a_16bit_rgba_png_over_max_decoded_mb_is_rejected_before_decoding(tmp_path, monkeypatch):
     import tracemalloc
 
-    import shardsmith.imaging
+    import shardsmith.packing.imaging
 
     pixels = np.full((2000, 2000, 4), 40000, np.uint16)
     ok, png = cv2.imencode(".png", pixels)
@@ -133,14 +133,14 @@ def test_a_16bit_rgba_png_over_max_decoded_mb_is_rejected_before_decoding(tmp_pa
     images.write(source / "a" / "small.jpg", images.jpeg(96, 64, 1))
     config = tmp_path / "limits.yaml"
     config.write_text("image:\n  max_decoded_mb: 16\n")
-    real_decode = shardsmith.imaging.decode_pixels
+    real_decode = shardsmith.packing.imaging.decode_pixels
     decoded_formats = []
 
     def recording_decode(data, image, *args):
         decoded_formats.append(image.format)
         return real_decode(data, image, *args)
 
-    monkeypatch.setattr(shardsmith.imaging, "decode_pixels", recording_decode)
+    monkeypatch.setattr(shardsmith.packing.imaging, "decode_pixels", recording_decode)
     tracemalloc.start()
     try:
         result = cli("pack", source, tmp_path / "out", "--config", config, "--size", "32",

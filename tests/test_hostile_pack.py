@@ -139,15 +139,15 @@ def test_a_full_disk_when_taking_the_lock_does_not_keep_the_dataset_locked(tmp_p
 
 def test_a_rewrite_during_decoding_keeps_the_digest_of_the_decoded_bytes(tmp_path, monkeypatch):
     """The bytes decoded are the bytes hashed; the next pack sees the rewrite and decodes it."""
-    import shardsmith.imaging
-    from shardsmith.records import content_digest
+    import shardsmith.packing.imaging
+    from shardsmith.dataset.records import content_digest
 
     source = tmp_path / "source"
     victim = images.write(source / "a" / "scan.bmp", images.bmp(160, 120, 1))
     images.write(source / "b" / "other.bmp", images.bmp(160, 120, 2))
     decoded, rewritten = victim.read_bytes(), images.bmp(160, 120, 3)
     assert len(decoded) == len(rewritten) and decoded != rewritten
-    real_convert = shardsmith.imaging.convert
+    real_convert = shardsmith.packing.imaging.convert
     rewrites = []
 
     def convert_while_rewritten(data, config):
@@ -159,7 +159,7 @@ def test_a_rewrite_during_decoding_keeps_the_digest_of_the_decoded_bytes(tmp_pat
             rewrites.append(victim)
         return real_convert(data, config)
 
-    monkeypatch.setattr(shardsmith.imaging, "convert", convert_while_rewritten)
+    monkeypatch.setattr(shardsmith.packing.imaging, "convert", convert_while_rewritten)
     output = tmp_path / "out"
     assert pack_cli(source, output).exit_code == 0
     assert rewrites

@@ -119,9 +119,9 @@ def test_a_full_destination_at_any_point_of_a_restage_keeps_the_old_staged_versi
 
 
 def test_a_restage_keeps_the_destination_manifest_valid_while_copying(tmp_path, monkeypatch):
-    import shardsmith.stage
-    from shardsmith.manifest import read_manifest
-    from shardsmith.verify import verify
+    import shardsmith.ops.stage
+    from shardsmith.dataset.manifest import read_manifest
+    from shardsmith.ops.verify import verify
 
     dataset = packed(tmp_path)
     staged = tmp_path / "nvme"
@@ -131,7 +131,7 @@ def test_a_restage_keeps_the_destination_manifest_valid_while_copying(tmp_path, 
         images.write(source / "ab"[number % 2] / f"{number}.jpg", images.jpeg(96, 64, number))
     images.write(source / "a" / "0.jpg", images.jpeg(96, 64, 50))  # a shard is rewritten
     assert pack_cli(source, dataset).exit_code == 0
-    real_copy = shardsmith.stage._copy_verified
+    real_copy = shardsmith.ops.stage._copy_verified
     seen: list[tuple[str, object, list[str]]] = []
 
     def copy_checking_the_destination(source_dir, destination, entry, *rest):
@@ -143,7 +143,7 @@ def test_a_restage_keeps_the_destination_manifest_valid_while_copying(tmp_path, 
         seen.append((entry.name, version, problems))
         return real_copy(source_dir, destination, entry, *rest)
 
-    monkeypatch.setattr(shardsmith.stage, "_copy_verified", copy_checking_the_destination)
+    monkeypatch.setattr(shardsmith.ops.stage, "_copy_verified", copy_checking_the_destination)
     result = cli("stage", dataset, "--to", staged, "--workers", "1", "--quiet")
     assert result.exit_code == 0, result.output + crashed(result)
     assert len(seen) >= 2

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-import shardsmith.imaging
+import shardsmith.packing.imaging
 from shardsmith import load_config
 from shardsmith.annotations.geometry import (
     ORIENTATIONS,
@@ -32,11 +32,11 @@ from shardsmith.annotations.geometry import (
 )
 from shardsmith.annotations.model import Shape, Vocabulary
 from shardsmith.config import ImageConfig, TileConfig
-from shardsmith.imaging import convert, decode_frame
-from shardsmith.pipeline import process_item
-from shardsmith.plan import PlanItem
-from shardsmith.records import Sample
-from shardsmith.scan import SourceFile
+from shardsmith.dataset.records import Sample
+from shardsmith.packing.imaging import convert, decode_frame
+from shardsmith.packing.pipeline import process_item
+from shardsmith.packing.plan import PlanItem
+from shardsmith.packing.scan import SourceFile
 from shardsmith.tiling import Tile
 
 import images
@@ -160,14 +160,14 @@ def test_an_untiled_image_is_a_frame_with_one_window_the_whole_frame():
 def test_an_untiled_image_and_a_one_tile_grid_are_cut_by_the_same_code(tmp_path, monkeypatch):
     original = annotated_source(tmp_path)
     cuts: list[tuple[Tile, tuple[int, int]]] = []
-    real_cut = shardsmith.imaging.cut_window
+    real_cut = shardsmith.packing.imaging.cut_window
 
     def recording(pixels, tile, size, fill):
         if pixels.ndim == 3:  # the image, not the class mask
             cuts.append((tile, size))
         return real_cut(pixels, tile, size, fill)
 
-    monkeypatch.setattr(shardsmith.imaging, "cut_window", recording)
+    monkeypatch.setattr(shardsmith.packing.imaging, "cut_window", recording)
     untiled = process(tmp_path, original)
     plain = convert(original.read_bytes(), ImageConfig(size=SIDE))
     tiled = process(tmp_path, original, **{"image.tiles.size": SIDE})
@@ -182,5 +182,5 @@ def test_a_one_tile_grid_of_a_small_image_pads_like_the_letterbox_fill(tmp_path)
     config = ImageConfig(size=40, pad_color=(10, 20, 30), tiles=TileConfig(size=40))
     frame = decode_frame(images.png(40, 25), config, tiles=config.tiles)
     assert frame.windows == (Tile(0, 0, 0, 0, 40, 25),) and frame.window == (40, 40)
-    pixels = shardsmith.imaging.window_pixels(frame, frame.windows[0], config)
+    pixels = shardsmith.packing.imaging.window_pixels(frame, frame.windows[0], config)
     assert pixels.shape == (40, 40, 3) and (pixels[25:] == (10, 20, 30)).all()

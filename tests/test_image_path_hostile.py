@@ -18,7 +18,7 @@ from PIL import Image
 from shardsmith.annotations.parse import read_mask
 from shardsmith.config import ImageConfig
 from shardsmith.errors import BadImage
-from shardsmith.imaging import convert
+from shardsmith.packing.imaging import convert
 
 import images
 from images import manifest_of, samples_of

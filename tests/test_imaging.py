@@ -11,11 +11,11 @@ import pytest
 from PIL import Image
 
 from shardsmith.config import ImageConfig
+from shardsmith.dataset.records import Reject
 from shardsmith.errors import BadImage
-from shardsmith.imaging import convert, plan_geometry, process
-from shardsmith.plan import PlanItem
-from shardsmith.records import Reject
-from shardsmith.scan import SourceFile
+from shardsmith.packing.imaging import convert, plan_geometry, process
+from shardsmith.packing.plan import PlanItem
+from shardsmith.packing.scan import SourceFile
 
 import images
 
@@ -166,7 +166,7 @@ def test_default_chroma_subsampling_is_420():
 
 def test_reduced_decode_matches_a_full_decode_reference():
     """Decoding at a DCT scale must not cost visible quality (>= 40 dB before encoding)."""
-    from shardsmith.imaging import decode
+    from shardsmith.packing.imaging import decode
 
     data = images.jpeg(2048, 1536, quality=95)
     fast, _ = decode(data, ImageConfig(size=256))

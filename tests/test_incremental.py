@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from PIL import Image
 
 from shardsmith.cli import main
-from shardsmith.stage import stage
-from shardsmith.verify import verify
+from shardsmith.ops.stage import stage
+from shardsmith.ops.verify import verify
 
 import images
 
@@ -189,7 +189,7 @@ def test_log_lists_the_versions(tmp_path):
 
 
 def test_an_interrupted_increment_resumes_to_the_same_result(tmp_path, monkeypatch):
-    from shardsmith.formats import ShardWriter
+    from shardsmith.dataset.formats import ShardWriter
 
     from images import dataset_bytes
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardsmith.cli import main
-from shardsmith.plan import assign_split
+from shardsmith.packing.plan import assign_split
 
 import images
 from images import manifest_of

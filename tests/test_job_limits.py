@@ -13,8 +13,8 @@ import pytest
 
 from shardsmith.config import LOCAL_WORKERS_PER_CORE, machine_cores
 from shardsmith.errors import ConfigError
-from shardsmith.plan import make_plan
-from shardsmith.scan import SourceFile, SourceTable
+from shardsmith.packing.plan import make_plan
+from shardsmith.packing.scan import SourceFile, SourceTable
 
 import images
 

@@ -59,7 +59,7 @@ def source(tmp_path: Path) -> Path:
 def interrupted(source: Path, output: Path, checkpoints: int = 3) -> None:
     """A first pack of ``source`` that stopped right after its third checkpoint (the state
     a kill leaves), its journal and spool in ``output/.shardsmith``."""
-    hook = ("import shardsmith.journal as journal\n"
+    hook = ("import shardsmith.packing.journal as journal\n"
             "real, count = journal.Journal.checkpoint, [0]\n"
             "def checkpoint(self, *args, **kwargs):\n"
             "    real(self, *args, **kwargs)\n"

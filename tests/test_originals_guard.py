@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-import shardsmith.pipeline
+import shardsmith.packing.pipeline
 from shardsmith.cli import main
 from shardsmith.config import ImageConfig
+from shardsmith.dataset.records import Reject, Sample, content_digest
 from shardsmith.door import OpenFile
-from shardsmith.imaging import process
-from shardsmith.plan import PlanItem
-from shardsmith.records import Reject, Sample, content_digest
-from shardsmith.scan import SourceFile, scan
+from shardsmith.packing.imaging import process
+from shardsmith.packing.plan import PlanItem
+from shardsmith.packing.scan import SourceFile, scan
 
 import images
 from images import manifest_of, samples_of
@@ -132,7 +132,7 @@ def test_the_scan_keeps_each_files_inode_number_and_size(tmp_path):
 
 def swap_folder_after_the_scan(monkeypatch, folder: Path, outside: Path, stash: Path) -> None:
     """Once the scan has listed the tree, ``folder`` becomes a symlink to ``outside``."""
-    real_scan = shardsmith.pipeline.scan
+    real_scan = shardsmith.packing.pipeline.scan
 
     def scan_then_swap(*args, **kwargs):
         scanned = real_scan(*args, **kwargs)
@@ -140,7 +140,7 @@ def swap_folder_after_the_scan(monkeypatch, folder: Path, outside: Path, stash: 
         folder.symlink_to(outside, target_is_directory=True)
         return scanned
 
-    monkeypatch.setattr(shardsmith.pipeline, "scan", scan_then_swap)
+    monkeypatch.setattr(shardsmith.packing.pipeline, "scan", scan_then_swap)
 
 
 def outside_twins(source: Path, outside: Path) -> set[str]:
@@ -218,14 +218,14 @@ def test_a_file_replaced_after_the_scan_is_packed_with_its_new_content(tmp_path,
     """Another inode and size, but reached without a link: a legitimate edit, not a reject."""
     source = originals(tmp_path / "source")
     victim, replacement = source / "a" / "0.jpg", images.jpeg(128, 96, 55)
-    real_scan = shardsmith.pipeline.scan
+    real_scan = shardsmith.packing.pipeline.scan
 
     def scan_then_replace(*args, **kwargs):
         scanned = real_scan(*args, **kwargs)
         images.write(source / "a" / "0.tmp", replacement).rename(victim)  # a new inode
         return scanned
 
-    monkeypatch.setattr(shardsmith.pipeline, "scan", scan_then_replace)
+    monkeypatch.setattr(shardsmith.packing.pipeline, "scan", scan_then_replace)
 
     result = pack(source, tmp_path / "out", "--workers", "1")
 
@@ -238,7 +238,7 @@ def test_a_file_replaced_after_the_scan_is_packed_with_its_new_content(tmp_path,
 
 def test_a_folder_recreated_as_a_real_folder_after_the_scan_is_packed(tmp_path, monkeypatch):
     source = originals(tmp_path / "source")
-    real_scan = shardsmith.pipeline.scan
+    real_scan = shardsmith.packing.pipeline.scan
 
     def scan_then_recreate(*args, **kwargs):
         scanned = real_scan(*args, **kwargs)
@@ -250,7 +250,7 @@ def test_a_folder_recreated_as_a_real_folder_after_the_scan_is_packed(tmp_path, 
             path.write_bytes(data)
         return scanned
 
-    monkeypatch.setattr(shardsmith.pipeline, "scan", scan_then_recreate)
+    monkeypatch.setattr(shardsmith.packing.pipeline, "scan", scan_then_recreate)
 
     result = pack(source, tmp_path / "out", "--workers", "1")
 

@@ -183,7 +183,7 @@ def test_output_with_foreign_files_is_refused(mixed_source, tmp_path):
 def test_interrupted_pack_resumes_and_equals_an_uninterrupted_run(
     mixed_source, tmp_path, monkeypatch
 ):
-    from shardsmith.formats import ShardWriter
+    from shardsmith.dataset.formats import ShardWriter
 
     source, _ = mixed_source
     args = ["--size", "64", "--shard-samples", "2", "--workers", "1",
@@ -238,7 +238,7 @@ def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path, kill_after_sh
     if process.poll() is None:  # (a fast machine may finish first: then nothing to kill)
         os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    from shardsmith.formats.webdataset import iter_members
+    from shardsmith.dataset.formats.webdataset import iter_members
 
     for shard in output.glob("*.tar"):  # every shard under a final name is complete
         assert len(list(iter_members(shard))) == 2
@@ -275,10 +275,10 @@ def test_a_sample_survives_the_round_trip_visually(tmp_path):
 
 
 def test_journal_cuts_a_torn_last_line_and_resumes_from_the_last_good_checkpoint(tmp_path):
-    from shardsmith.journal import Journal
-    from shardsmith.manifest import RejectEntry, ShardEntry
-    from shardsmith.plan import PlanItem
-    from shardsmith.scan import SourceFile
+    from shardsmith.dataset.manifest import RejectEntry, ShardEntry
+    from shardsmith.packing.journal import Journal
+    from shardsmith.packing.plan import PlanItem
+    from shardsmith.packing.scan import SourceFile
 
     work = [PlanItem(SourceFile(f"{number}.jpg", 10 * number, 0), "train")
             for number in range(6)]

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from shardsmith.cli import main
 from shardsmith.config import ImageConfig
 from shardsmith.errors import ManifestError
-from shardsmith.imaging import convert
-from shardsmith.originals import original_path
-from shardsmith.quality import compare, ssim
+from shardsmith.insight.quality import compare, ssim
+from shardsmith.packing.imaging import convert
+from shardsmith.packing.originals import original_path
 
 import images
 from images import samples_of

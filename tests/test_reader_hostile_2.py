@@ -167,7 +167,7 @@ def reindex(output: Path, shard: dict, data: bytes) -> None:
 
 def edit_first_record(output: Path, edit: Callable[[bytes], bytes]) -> str:
     """Replace the first train record's payload by ``edit(payload)``, framed with valid CRCs."""
-    from shardsmith.formats.tfrecord import frame_record
+    from shardsmith.dataset.formats.tfrecord import frame_record
 
     shard = first_shard(output)
     data = (output / shard["name"]).read_bytes()
@@ -276,7 +276,7 @@ except ManifestError as exc:
 
 def test_a_length_field_of_2_40_with_a_valid_crc_is_refused_not_a_crash(tmp_path):
     pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
-    from shardsmith.formats.tfrecord import masked_crc
+    from shardsmith.dataset.formats.tfrecord import masked_crc
 
     output = small_dataset(tmp_path, "tfrecord")
     shard = first_shard(output)

@@ -52,8 +52,8 @@ def samples(output: Path, split: str | None = "train") -> list[dict]:
 
 def jpeg_ids(output: Path, split: str | None = "train") -> dict[str, int]:
     """sha1 of every packed JPEG of the split -> its label (what the readers must return)."""
-    from shardsmith.formats import shard_format
-    from shardsmith.manifest import read_manifest
+    from shardsmith.dataset.formats import shard_format
+    from shardsmith.dataset.manifest import read_manifest
 
     manifest = read_manifest(output)
     fmt = shard_format(manifest.format)
@@ -125,8 +125,8 @@ def test_batch_mode_yields_len_batches_in_the_same_order_for_any_worker_count(cr
 
 
 def test_batch_mode_images_and_labels_are_the_packed_ones(crops):
-    from shardsmith.formats import shard_format
-    from shardsmith.manifest import read_manifest
+    from shardsmith.dataset.formats import shard_format
+    from shardsmith.dataset.manifest import read_manifest
 
     manifest = read_manifest(crops)
     fmt = shard_format("webdataset")
@@ -300,7 +300,7 @@ def test_a_plain_loader_resumes_from_epoch_and_batch_position(crops):
 def damaged(tmp_path) -> tuple[Path, str]:
     """A dataset whose first shard has one JPEG overwritten with junk (the manifest's sha256
     fixed up so that only decoding can tell)."""
-    from shardsmith.formats.webdataset import iter_members
+    from shardsmith.dataset.formats.webdataset import iter_members
 
     output = packed(tmp_path)
     manifest = images.manifest_of(output)

@@ -6,8 +6,8 @@ import os
 from collections import Counter
 
 from shardsmith.config import SourceConfig
-from shardsmith.plan import assign_split, make_plan, sample_key
-from shardsmith.scan import scan
+from shardsmith.packing.plan import assign_split, make_plan, sample_key
+from shardsmith.packing.scan import scan
 
 import images
 

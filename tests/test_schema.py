@@ -10,15 +10,15 @@ import json
 import pytest
 
 from shardsmith.config import load_config
-from shardsmith.errors import ConfigError, ManifestError
-from shardsmith.jsonmodel import line_reader, parse
-from shardsmith.manifest import (
+from shardsmith.dataset.manifest import (
     Manifest,
     SampleRecord,
     read_manifest,
     sample_line,
     write_manifest,
 )
+from shardsmith.errors import ConfigError, ManifestError
+from shardsmith.schema import line_reader, parse
 
 # Computed with the release before the schema engine changed (issue 17): a dataset packed by any
 # release with these settings has this fingerprint.  A change here makes every existing

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from PIL import Image
 
 from shardsmith.cli import main
-from shardsmith.manifest import read_manifest
-from shardsmith.sheet import render_sheet
+from shardsmith.dataset.manifest import read_manifest
+from shardsmith.insight.sheet import render_sheet
 
 import images
 from images import manifest_of

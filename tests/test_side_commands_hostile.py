@@ -12,7 +12,7 @@ from hostile_data import cli, mixed_annotated, one_error_line, sha256, small_dat
 from hostile_data import write_manifest as save_manifest
 from PIL import Image
 
-from shardsmith.formats.tfrecord import frame_record
+from shardsmith.dataset.formats.tfrecord import frame_record
 
 import images
 

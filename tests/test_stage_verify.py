@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from shardsmith.cli import main
+from shardsmith.dataset.formats.webdataset import iter_members
 from shardsmith.errors import LockedError, ShardFormatError, StageError
-from shardsmith.formats.webdataset import iter_members
-from shardsmith.stage import stage
-from shardsmith.verify import verify
+from shardsmith.ops.stage import stage
+from shardsmith.ops.verify import verify
 
 import images
 

@@ -207,7 +207,7 @@ def interrupted_journal(dataset: Path) -> Path:
     """The journal of an increment that stopped before its commit: written by a real pack
     told to fail right after its first checkpoint."""
     add_original(dataset)
-    hook = ("import shardsmith.journal as journal\n"
+    hook = ("import shardsmith.packing.journal as journal\n"
             "real = journal.Journal.checkpoint\n"
             "def checkpoint(self, *args, **kwargs):\n"
             "    real(self, *args, **kwargs)\n"

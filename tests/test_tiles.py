@@ -126,8 +126,8 @@ def test_without_annotations_every_tile_is_kept_with_the_image_label(tmp_path):
         by_path.setdefault(meta["path"], set()).add(meta["split"])
         assert (meta["width"], meta["height"]) == (TILE, TILE)  # a small image is padded
     assert all(len(splits) == 1 for splits in by_path.values())  # an original's tiles: 1 split
-    from shardsmith.census import take_census
-    from shardsmith.manifest import read_manifest
+    from shardsmith.dataset.manifest import read_manifest
+    from shardsmith.insight.census import take_census
 
     census = take_census(tmp_path / "out", read_manifest(tmp_path / "out"))
     assert census.duplicates == ()  # an original's tiles share its digest: not copies

@@ -14,8 +14,8 @@ import pytest
 from hostile_data import cli, mixed_annotated, rebuild_shard, sha256, small_dataset
 from hostile_data import write_manifest as save_manifest
 
-from shardsmith.formats.tfrecord import frame_record
-from shardsmith.manifest import label_map
+from shardsmith.dataset.formats.tfrecord import frame_record
+from shardsmith.dataset.manifest import label_map
 
 import images
 

@@ -13,9 +13,9 @@ import pytest
 from hostile_data import cli, mixed_annotated, one_error_line, sha256, small_dataset
 from hostile_data import write_manifest as save_manifest
 
-from shardsmith.formats import Placed, index_bytes
-from shardsmith.formats.example_check import feature_lists
-from shardsmith.formats.tfrecord import (
+from shardsmith.dataset.formats import Placed, index_bytes
+from shardsmith.dataset.formats.example_check import feature_lists
+from shardsmith.dataset.formats.tfrecord import (
     ByteStrings,
     Floats,
     Ints,
@@ -251,8 +251,8 @@ def test_a_sheet_inside_the_dataset_is_refused(tmp_path, target):
 
 
 def test_object_labels_that_are_not_integers_are_a_problem_not_a_traceback():
-    from shardsmith.formats.example_check import example_problems
-    from shardsmith.formats.tfrecord import ByteStrings, encode_example
+    from shardsmith.dataset.formats.example_check import example_problems
+    from shardsmith.dataset.formats.tfrecord import ByteStrings, encode_example
 
     payload = encode_example({"image/object/class/label": ByteStrings([b"x"])})
     assert example_problems(payload, None, 2) == [

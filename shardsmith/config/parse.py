@@ -24,7 +24,7 @@ import yaml
 
 from ..door import CONFIG_CAP, Refused, read_file
 from ..errors import ConfigError
-from ..jsonmodel import parse
+from ..schema import parse
 from ..text import cut, shown
 from ..tiling import grid_problem
 from .model import (

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import ConfigError, ShardsmithError
-from ..originals import original_cap
-from ..scan import ScanResult
+from ..packing.originals import original_cap
+from ..packing.scan import ScanResult
 from .compute import ImagePath, LoaderCosts, WriterRate, measure_sample, measure_writer
 from .predict import Prediction, TrainingFeed, TreeCounts, count_tree, predict, training_feed
 from .storage import ColdReads, Listing, drop_all, measure_listing, measure_reads, reader_levels

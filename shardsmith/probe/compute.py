@@ -29,18 +29,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import Config, ImageConfig
+from ..dataset.formats import ShardLimits, ShardRoller, shard_format
+from ..dataset.records import Sample, content_digest
 from ..errors import BadImage
-from ..formats import ShardLimits, ShardRoller, shard_format
-from ..originals import open_source, original_cap, read_all
-from ..parallel import IDLE_WORKER_SECONDS
-from ..plan import sample_key
-from ..records import Sample, content_digest
-from ..scan import SourceFile
+from ..packing.originals import open_source, original_cap, read_all
+from ..packing.parallel import IDLE_WORKER_SECONDS
+from ..packing.plan import sample_key
+from ..packing.scan import SourceFile
 from ..text import plural
 from .storage import ReadLevel, level_of
 
 if TYPE_CHECKING:
-    from ..imaging import Encoded
+    from ..packing.imaging import Encoded
 
 WRITER_BYTES = 64 * 2**20
 WRITER_SECONDS = 1.0
@@ -211,7 +211,7 @@ class Converted:
 
 def convert_timed(data: bytes, image: ImageConfig, with_naive: bool) -> Converted:
     """The per-image work of a pack worker on bytes already read, timed (runs in a worker)."""
-    from ..imaging import convert
+    from ..packing.imaging import convert
 
     started = time.perf_counter()
     digest = content_digest(data)

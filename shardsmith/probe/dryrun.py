@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config, check_paths
+from ..dataset.manifest import MANIFEST_NAME, read_manifest
 from ..errors import ManifestError, ShardsmithError
-from ..manifest import MANIFEST_NAME, read_manifest
-from ..outputdir import previous_dataset
-from ..scan import ScanResult
+from ..packing.outputdir import previous_dataset
+from ..packing.scan import ScanResult
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .memory import MemoryEstimate, worst_case_memory
 from .predict import ShardEstimate, TreeCounts, count_tree, estimate_shards
@@ -81,7 +81,7 @@ def changes(scanned: ScanResult, config: Config, source: Path, output: Path) -> 
     """What a pack would change in the dataset in ``output`` (its Delta, in one line: "2 new,
     1 removed, up to 1 changed; 1 shard rewritten, 3 kept"); None when there is none to
     build on (``existing_output`` says why); a line saying why not for one it cannot read."""
-    from ..pipeline import find_delta, make_job
+    from ..packing.pipeline import find_delta, make_job
 
     try:
         previous = previous_dataset(output, config)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..door import ANNOTATION_CAP, MIB
-from ..pipeline import TASK_BYTES
+from ..packing.pipeline import TASK_BYTES
 
 DRIVER_BASELINE_BYTES = 98 * MIB
 WORKER_BASELINE_BYTES = 95 * MIB

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Config
-from ..plan import make_plan
-from ..scan import SourceTable
+from ..packing.plan import make_plan
+from ..packing.scan import SourceTable
 from .compute import ImagePath, LoaderCosts, WriterRate
 from .storage import ReadLevel
 

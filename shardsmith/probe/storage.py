@@ -28,8 +28,8 @@ from pathlib import Path
 
 from ..config import Config, SourceConfig
 from ..errors import BadImage
-from ..originals import open_regular, open_source
-from ..scan import SCAN_THREADS, ScanResult, scan
+from ..packing.originals import open_regular, open_source
+from ..packing.scan import SCAN_THREADS, ScanResult, scan
 
 READ_CHUNK = 1 << 20
 MIN_LEVELS = 3  # 1, 2 and 4 readers are always measured (when the sample has that many files)

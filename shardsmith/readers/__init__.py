@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..dataset.manifest import Manifest, ShardEntry, iter_sample_index, read_manifest
 from ..errors import ConfigError
-from ..manifest import Manifest, ShardEntry, iter_sample_index, read_manifest
 
 
 def select_shards(path: str | Path, split: str | None,

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
+from ..dataset.manifest import Manifest, iter_sample_index, read_manifest
 from ..errors import ConfigError, ShardFormatError
-from ..manifest import Manifest, iter_sample_index, read_manifest
 
 
 @dataclass
@@ -201,7 +201,7 @@ def _load_original(args: tuple[str, str, int, int, bool]) -> int:
 
     from PIL import Image
 
-    from ..originals import read_under_root
+    from ..packing.originals import read_under_root
 
     root, relpath, source_size, size, cold = args
     if cold:
@@ -216,7 +216,7 @@ def _load_original(args: tuple[str, str, int, int, bool]) -> int:
 
 
 def _drop_from_cache(root: str, relpath: str) -> None:
-    from ..originals import open_original, original_path
+    from ..packing.originals import open_original, original_path
 
     with open_original(original_path(root, relpath), False) as handle:
         os.posix_fadvise(handle.fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -238,7 +238,7 @@ def _original_jobs(shards: Path, manifest: Manifest, source: Path, split: str | 
     (``originals.original_path``: a path out of the source is a ManifestError) and its file
     looked at through the door, before any timing starts."""
     from ..door import Refused, open_file
-    from ..originals import original_path
+    from ..packing.originals import original_path
 
     if not source.is_dir():
         raise ConfigError(f"--source: {source} is not a directory")

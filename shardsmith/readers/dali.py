@@ -43,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(nvidia-dali-cuda120)"
     ) from exc
 
+import copyreg
 import logging
 import multiprocessing
 import os
@@ -88,6 +89,10 @@ class PlanFeed:
         if stop or number >= self.plan.batches(len(self._share)):
             self._corruptions.warn(epoch)
             self._corruptions = Corruptions("replace")
+            # A forked DALI worker sends this StopIteration back pickled, and DALI unpickles
+            # only its own globals; tblib (installed by dask.multiprocessing, dask.distributed)
+            # registers every exception's pickling to its own function, which DALI refuses.
+            copyreg.dispatch_table.pop(StopIteration, None)
             raise StopIteration
         indices = self.plan.batch(self._share, number)
         jpegs, labels = checked_jpegs(self.reader, indices, self._corruptions, self.image_size)

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..dataset.formats import open_shard
+from ..dataset.formats.webdataset import BLOCK, INDEX_VERSION, check_member_name, iter_members
+from ..dataset.manifest import ShardEntry
 from ..door import OpenFile, Refused, read_file
 from ..errors import ManifestError, ShardFormatError
-from ..formats import open_shard
-from ..formats.webdataset import BLOCK, INDEX_VERSION, check_member_name, iter_members
-from ..manifest import ShardEntry
 from ..text import shown
 
 log = logging.getLogger(__name__)

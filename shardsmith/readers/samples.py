@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..dataset.formats.webdataset import parse_label
 from ..errors import ConfigError, CorruptSampleError, ShardFormatError
-from ..formats.webdataset import parse_label
 from .plan import SampleTable, ShardFiles
 from .sample_jpeg import SampleJpegError, check_header, decode_sample
 from .targets import detection_target

@@ -53,11 +53,11 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from PIL import Image, UnidentifiedImageError
 
+from ..dataset.formats.base import SHARD_CAP, open_shard
+from ..dataset.formats.tfrecord import check_framing, framed_spans, index_spans, read_payload
+from ..dataset.manifest import ShardEntry
 from ..door import Identity, OpenFile, Refused, open_file, read_file
 from ..errors import ConfigError, ManifestError, ShardFormatError
-from ..formats.base import SHARD_CAP, open_shard
-from ..formats.tfrecord import check_framing, framed_spans, index_spans, read_payload
-from ..manifest import ShardEntry
 from . import largest_image_size, select_shards
 from .plan import OPEN_SHARDS
 from .sample_jpeg import SampleJpegError, check_header, decode_sample

@@ -1,0 +1,128 @@
+"""What every shard format shares: records, their members and places, the format protocol, how a
+shard is opened, and the metadata stored beside each image."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from ...door import OpenFile, Refused, open_file
+from ...errors import ShardFormatError
+
+if TYPE_CHECKING:
+    from ...annotations.model import ObjectClasses
+    from ..records import Sample
+
+
+# Shards have no cap of their own kind: every read of one is bounded by the size the manifest
+# gives it (and the size ``fstat`` gives), never by what the file claims inside.
+SHARD_CAP = 1 << 62
+
+
+def open_shard(path: str | Path) -> OpenFile:
+    """Open a shard through the door (no link, no FIFO or device); a refusal is a
+    ShardFormatError, a missing file an OSError."""
+    try:
+        return open_file(path, SHARD_CAP)
+    except Refused as exc:
+        raise ShardFormatError(exc.detail) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A file inside a record: extension, offset of its header and of its data, data size."""
+
+    extension: str
+    header: int
+    data: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One sample as bytes in a shard; member offsets are relative to the record's start."""
+
+    key: str
+    data: bytes
+    members: tuple[Member, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a record went in its shard: what the per-record index is made of."""
+
+    offset: int
+    size: int
+    key: str
+    members: tuple[Member, ...]
+
+
+class ShardFormat(Protocol):
+    name: str
+    extension: str
+
+    def encode(self, sample: Sample, classes: tuple[str, ...],
+               object_classes: ObjectClasses | None = None) -> Record: ...
+
+    def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]: ...
+
+    def jpeg(self, record: Record) -> bytes: ...
+
+    def label(self, record: Record) -> int: ...
+
+    def trailer(self, size: int) -> bytes: ...
+
+    def index_header(self, count: int) -> bytes: ...
+
+    def index_line(self, placed: Placed) -> bytes: ...
+
+
+def index_bytes(fmt: ShardFormat, placed: list[Placed]) -> bytes:
+    """The whole per-record index of a shard holding ``placed``."""
+    return fmt.index_header(len(placed)) + b"".join(fmt.index_line(p) for p in placed)
+
+
+def class_name(classes: tuple[str, ...], label: int) -> str:
+    return classes[label] if 0 <= label < len(classes) else ""
+
+
+def sample_metadata(sample: Sample, class_name: str,
+                    object_classes: ObjectClasses | None = None) -> dict:
+    """The per-sample metadata stored next to the image (WebDataset ``KEY.json``): with
+    annotations, also the objects (``boxes`` x0, y0, x1, y1 in the sample's pixels, ``labels``
+    as object class ids, ``label_names``, ``polygons`` as flat x, y rings, ``rle`` the instance
+    masks as uncompressed COCO RLE or null), and for a tile where it lies in its original."""
+    metadata = {
+        "path": sample.relpath,
+        "label": sample.label,
+        "class": class_name,
+        "split": sample.split,
+        "width": sample.width,
+        "height": sample.height,
+        "channels": sample.channels,
+        "original": {
+            "width": sample.original_width,
+            "height": sample.original_height,
+            "mode": sample.original_mode,
+            "format": sample.original_format,
+            "bytes": sample.source_size,
+        },
+    }
+    objects = sample.objects
+    if objects is not None and object_classes is not None:
+        metadata.update(
+            boxes=[list(box) for box in objects.boxes],
+            labels=[object_classes.id(name) for name in objects.names],
+            label_names=list(objects.names),
+            polygons=[[list(ring) for ring in rings] for rings in objects.polygons],
+            rle=[None if counts is None else {"size": [sample.height, sample.width],
+                                              "counts": list(counts)}
+                 for counts in objects.rles],
+        )
+        if objects.mask_png is not None:
+            metadata["mask"] = "mask.png"
+    if sample.tile is not None:
+        metadata["tile"] = sample.tile
+    return metadata

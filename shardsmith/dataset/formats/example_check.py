@@ -1,0 +1,123 @@
+"""What ``verify --decode`` checks in a TFRecord's ``tf.train.Example`` beyond its JPEG: the
+features the readers parse, as they parse them.
+
+A reader takes ``image/class/label`` as one value, the object lists as parallel lists (the
+k-th box is the k-th label), object ids as indexes into ``object_classes`` and the mask as a
+PNG; a record that breaks one of these fails a training run far from the dataset, or trains
+on nonsense.  Each is one named problem here instead.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+from PIL import Image
+
+from ...errors import ShardFormatError
+from .tfrecord import _fields, _message, _read_varint, iter_features
+
+# Features our writer gives exactly one value, and that every reader parses as a scalar.
+SINGLE = ("image/encoded", "image/format", "image/class/label", "image/class/text",
+          "image/height", "image/width", "image/channels", "image/filename", "image/key",
+          "image/segmentation/class/encoded", "image/segmentation/class/format",
+          "image/tile/row", "image/tile/column", "image/tile/x", "image/tile/y",
+          "image/tile/scale")
+# The per-object lists, one entry per object each.
+OBJECT_LISTS = ("image/object/bbox/xmin", "image/object/bbox/ymin", "image/object/bbox/xmax",
+                "image/object/bbox/ymax", "image/object/class/label",
+                "image/object/class/text")
+MASK = "image/segmentation/class/encoded"
+# Written as int64 lists: compared with numbers below, so anything else is reported first.
+INTEGERS = ("image/class/label", "image/height", "image/width", "image/channels",
+            "image/object/class/label", "image/tile/row", "image/tile/column", "image/tile/x",
+            "image/tile/y")
+
+Values = list[bytes] | list[int] | list[float]
+
+
+def feature_lists(payload: bytes) -> dict[str, Values]:
+    """Every feature of a serialized ``tf.train.Example`` with all its values (bytes, int64
+    or float32 lists, packed or not).  Raises ShardFormatError when it is not one."""
+    features: dict[str, Values] = {}
+    for name, kind, listed in iter_features(payload):
+        features[name] = _values(kind, listed)
+    return features
+
+
+def _values(kind: int, listed: memoryview) -> Values:
+    values: list = []
+    for number, wire_type, value in _fields(listed):
+        if number != 1:
+            continue
+        if kind == 1:
+            values.append(bytes(_message(value)))
+        elif kind == 2:
+            data = bytes(_message(value)) if wire_type != 0 else b""
+            values.extend(item for (item,) in struct.iter_unpack("<f", data[: len(data) // 4 * 4]))
+        elif wire_type == 0:
+            values.append(_signed(value))
+        else:
+            packed, position = _message(value), 0
+            while position < len(packed):
+                integer, position = _read_varint(packed, position)
+                values.append(_signed(integer))
+    return values
+
+
+def _signed(integer: int) -> int:
+    return integer - (1 << 64) if integer >= 1 << 63 else integer
+
+
+def example_problems(payload: bytes, size: tuple[int, int] | None,
+                     object_classes: int) -> list[str]:
+    """What is wrong with the features of one record, a phrase each (the caller names the
+    shard and sample): ``size`` is the sample's (width, height) in the sample index,
+    ``object_classes`` how many object classes the manifest names."""
+    try:
+        features = feature_lists(payload)
+    except ShardFormatError as exc:
+        return [str(exc)]
+    problems = []
+    for name in INTEGERS:
+        if any(not isinstance(value, int) for value in features.get(name, ())):
+            problems.append(f"{name} holds other values than integers")
+            features.pop(name)  # not compared below
+    for name in SINGLE:
+        if name in features and len(features[name]) != 1:
+            problems.append(f"{name} holds {len(features[name])} values, not one")
+    if size is not None:
+        for name, expected in (("image/width", size[0]), ("image/height", size[1])):
+            values = features.get(name)
+            if values and values[0] != expected:
+                problems.append(f"{name} is {values[0]}, the index says {expected}")
+    lengths = {name: len(features[name]) for name in OBJECT_LISTS if name in features}
+    if len(set(lengths.values())) > 1:
+        problems.append("object lists of unequal length (" + ", ".join(
+            f"{name.removeprefix('image/object/')} {length}"
+            for name, length in lengths.items()) + ")")
+    for label in features.get("image/object/class/label", ()):
+        if not 1 <= label <= object_classes:
+            problems.append(f"object label {label} is not one of the {object_classes} "
+                            "object classes")
+            break
+    mask = features.get(MASK)
+    if mask and isinstance(mask[0], bytes):
+        problem = _mask_problem(mask[0], size)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def _mask_problem(png: bytes, size: tuple[int, int] | None) -> str | None:
+    """Why the mask is not a PNG a reader decodes (its header read first: a mask claiming
+    another size than its image is not decoded at all)."""
+    try:
+        with Image.open(io.BytesIO(png), formats=("PNG",)) as image:
+            if size is not None and image.size != size:
+                return (f"{MASK} is {image.width}x{image.height}, the image "
+                        f"{size[0]}x{size[1]}")
+            image.load()
+    except Exception as exc:  # noqa: BLE001 - Pillow raises arbitrary types on hostile bytes
+        return f"{MASK} is not a PNG that decodes ({type(exc).__name__}: {str(exc)[:80]})"
+    return None

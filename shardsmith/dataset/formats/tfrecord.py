@@ -1,0 +1,394 @@
+"""TFRecord shards of ``tf.train.Example`` records, written without TensorFlow.
+
+The Example protobuf is simple enough to serialise by hand (a map of named byte or int64
+lists), which keeps TensorFlow's import cost (seconds and hundreds of MB) out of the packing
+processes.  Framing: uint64 length, masked CRC32C of the length, payload, masked CRC32C of the
+payload.  Each shard ``X.tfrecord`` gets a DALI-compatible index ``X.idx``: one
+``offset size`` line per record.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+import crc32c
+
+from ...errors import ShardFormatError
+from .base import Placed, Record, class_name, open_shard
+
+if TYPE_CHECKING:
+    from ...annotations.model import ObjectClasses
+    from ...door import OpenFile
+    from ..records import Sample
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC32C."""
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame_record(payload: bytes) -> bytes:
+    """One TFRecord: length, its CRC, payload, payload CRC."""
+    length = struct.pack("<Q", len(payload))
+    length_crc = struct.pack("<I", masked_crc(length))
+    return b"".join((length, length_crc, payload, struct.pack("<I", masked_crc(payload))))
+
+
+def _varint(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF  # negative int64 → two's complement, as protobuf does
+    out = bytearray()
+    while True:
+        bits = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(bits | 0x80)
+        else:
+            out.append(bits)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+class Floats(tuple):
+    """A ``float_list`` feature (float32) of any length."""
+
+
+class Ints(tuple):
+    """An ``int64_list`` feature of any length."""
+
+
+class ByteStrings(tuple):
+    """A ``bytes_list`` feature of any length."""
+
+
+Feature = bytes | int | Floats | Ints | ByteStrings
+
+
+def encode_example(features: dict[str, Feature]) -> bytes:
+    """Serialise a ``tf.train.Example``: single bytes or int64 values, or lists of floats,
+    int64s or byte strings (``Floats``, ``Ints``, ``ByteStrings``)."""
+    entries = []
+    for name in sorted(features):  # sorted: same features → same bytes
+        value = features[name]
+        if isinstance(value, bytes):
+            feature = _field(1, _field(1, value))  # Feature.bytes_list{value}
+        elif isinstance(value, ByteStrings):
+            feature = _field(1, b"".join(_field(1, item) for item in value))
+        elif isinstance(value, Floats):  # Feature.float_list{packed value}
+            packed = struct.pack(f"<{len(value)}f", *value)
+            feature = _field(2, _field(1, packed) if value else b"")
+        elif isinstance(value, Ints):  # Feature.int64_list{packed value}
+            packed = b"".join(_varint(item) for item in value)
+            feature = _field(3, _field(1, packed) if value else b"")
+        else:
+            feature = _field(3, _field(1, _varint(value)))  # Feature.int64_list{packed value}
+        entries.append(_field(1, _field(1, name.encode()) + _field(2, feature)))
+    return _field(1, b"".join(entries))  # Example.features{feature map}
+
+
+def example_features(sample: Sample, classes: tuple[str, ...],
+                     object_classes: ObjectClasses | None = None) -> dict[str, Feature]:
+    """The common image-classification feature keys; with annotations also the TensorFlow
+    Object Detection API's (boxes normalised to 0..1, class ids from 1, the class mask as PNG),
+    and for a tile where it lies in its original."""
+    features: dict[str, Feature] = {
+        "image/encoded": sample.jpeg,
+        "image/format": b"jpeg",
+        "image/class/label": sample.label,
+        "image/class/text": os.fsencode(class_name(classes, sample.label)),
+        "image/height": sample.height,
+        "image/width": sample.width,
+        "image/channels": sample.channels,
+        "image/filename": os.fsencode(sample.relpath),
+        "image/key": sample.key.encode(),
+    }
+    objects = sample.objects
+    if objects is not None and object_classes is not None:
+        width, height = sample.width, sample.height
+        features.update({
+            "image/object/bbox/xmin": Floats(box[0] / width for box in objects.boxes),
+            "image/object/bbox/ymin": Floats(box[1] / height for box in objects.boxes),
+            "image/object/bbox/xmax": Floats(box[2] / width for box in objects.boxes),
+            "image/object/bbox/ymax": Floats(box[3] / height for box in objects.boxes),
+            "image/object/class/label": Ints(object_classes.id(name) for name in objects.names),
+            "image/object/class/text": ByteStrings(name.encode() for name in objects.names),
+        })
+        if objects.mask_png is not None:
+            features["image/segmentation/class/encoded"] = objects.mask_png
+            features["image/segmentation/class/format"] = b"png"
+    if sample.tile is not None:
+        tile = sample.tile
+        features.update({"image/tile/row": tile["row"], "image/tile/column": tile["column"],
+                         "image/tile/x": tile["x"], "image/tile/y": tile["y"],
+                         "image/tile/scale": Floats((tile["scale"],))})
+    return features
+
+
+def iter_records(path: Path, size: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, payload) of each record, checking both CRCs; raises ShardFormatError.
+
+    The shard is opened through the door (no link, no FIFO: a ShardFormatError); reads at most
+    ``size`` bytes (the manifest's count), so a damaged length field cannot make it read or
+    allocate past the shard.
+    """
+    with open_shard(path) as shard:
+        size = shard.size if size is None else min(size, shard.size)
+        handle = os.fdopen(os.dup(shard.fd), "rb")
+        with handle:
+            yield from _framed(handle, size)
+
+
+def _framed(handle: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
+    offset = 0
+    while offset < size:
+        header = handle.read(12)
+        if len(header) < 12:
+            raise ShardFormatError(f"truncated record header at byte {offset}")
+        length_bytes = header[:8]
+        if struct.unpack("<I", header[8:])[0] != masked_crc(length_bytes):
+            raise ShardFormatError(f"bad length CRC at byte {offset}")
+        (length,) = struct.unpack("<Q", length_bytes)
+        if offset + 16 + length > size:
+            raise ShardFormatError(f"the record at byte {offset} runs past the end")
+        payload = handle.read(length)
+        footer = handle.read(4)
+        if len(payload) < length or len(footer) < 4:
+            raise ShardFormatError(f"truncated record at byte {offset}")
+        if struct.unpack("<I", footer)[0] != masked_crc(payload):
+            raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
+        yield offset, payload
+        offset += 16 + length
+
+
+RECORD_OVERHEAD = 16  # length (8), its CRC (4), the payload's CRC (4)
+
+
+def index_spans(data: bytes, shard_bytes: int) -> list[tuple[int, int]]:
+    """(offset, size) of each record of a DALI TFRecord index (``OFFSET SIZE`` lines), which
+    must tile the shard: the first record at 0, each next where the last ends, the last
+    ending at ``shard_bytes``.  Raises ShardFormatError naming the line."""
+    spans, end = [], 0
+    for number, line in enumerate(data.decode("ascii", "replace").splitlines(), 1):
+        fields = line.split()
+        if len(fields) != 2 or not all(field.isdigit() for field in fields):
+            raise ShardFormatError(f"index line {number} is not OFFSET SIZE")
+        offset, size = int(fields[0]), int(fields[1])
+        if offset != end or size < RECORD_OVERHEAD or offset + size > shard_bytes:
+            raise ShardFormatError(f"index line {number} ({offset} {size}) does not follow "
+                                   f"the record before it, which ends at byte {end}, within "
+                                   f"the shard's {shard_bytes:,} bytes")
+        spans.append((offset, size))
+        end = offset + size
+    if end != shard_bytes:
+        raise ShardFormatError(f"the index's records end at byte {end:,}, the shard at "
+                               f"{shard_bytes:,}")
+    return spans
+
+
+def framed_spans(handle: OpenFile, shard_bytes: int) -> list[tuple[int, int]]:
+    """(offset, size) of each record, from the shard's own 12-byte headers (a shard without an
+    index), each length's CRC checked and each record within ``shard_bytes``."""
+    spans, offset = [], 0
+    while offset < shard_bytes:
+        length = _checked_length(handle, offset, shard_bytes)
+        spans.append((offset, length + RECORD_OVERHEAD))
+        offset += length + RECORD_OVERHEAD
+    return spans
+
+
+def check_framing(handle: OpenFile, spans: list[tuple[int, int]]) -> None:
+    """ShardFormatError unless each record's length field is its span's size (less the
+    framing) with a valid CRC: one 12-byte read a record, so that nothing downstream ever
+    sees a length the index does not vouch for (TensorFlow's reader crashes on 2**40)."""
+    for offset, size in spans:
+        length = _checked_length(handle, offset, handle.size)
+        if length + RECORD_OVERHEAD != size:
+            raise ShardFormatError(f"the record at byte {offset} says {length:,} bytes, its "
+                                   f"index {size - RECORD_OVERHEAD:,}")
+
+
+def _checked_length(handle: OpenFile, offset: int, shard_bytes: int) -> int:
+    header = os.pread(handle.fd, 12, offset)
+    if len(header) < 12:
+        raise ShardFormatError(f"truncated record header at byte {offset}")
+    if struct.unpack("<I", header[8:])[0] != masked_crc(header[:8]):
+        raise ShardFormatError(f"bad length CRC at byte {offset}")
+    (length,) = struct.unpack("<Q", header[:8])
+    if length > shard_bytes - offset - RECORD_OVERHEAD:
+        raise ShardFormatError(f"the record at byte {offset} runs past the end")
+    return length
+
+
+def read_payload(handle: OpenFile, offset: int, size: int) -> bytes:
+    """The payload of the record at ``offset`` whose framing ``check_framing`` vouched for
+    (``size`` bytes with it), its CRC checked; raises ShardFormatError."""
+    data = os.pread(handle.fd, size, offset)
+    if len(data) != size:
+        raise ShardFormatError(f"the record at byte {offset} is cut short")
+    (length,) = struct.unpack("<Q", data[:8])
+    if length + RECORD_OVERHEAD != size:
+        raise ShardFormatError(f"the record at byte {offset} changed since it was checked")
+    payload = data[12:-4]
+    if struct.unpack("<I", data[-4:])[0] != masked_crc(payload):
+        raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
+    return payload
+
+
+MAX_VARINT_BYTES = 10  # a 64-bit value takes at most ten 7-bit groups
+
+
+def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
+    """(value, next position) of the varint at ``position``: at most ten bytes, so a record
+    made of one endless varint costs ten steps, not a shift per byte of it."""
+    value = 0
+    for shift in range(0, 7 * MAX_VARINT_BYTES, 7):
+        if position >= len(data):
+            raise ShardFormatError("malformed tf.train.Example (a varint runs past its end)")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value & 0xFFFFFFFFFFFFFFFF, position
+    raise ShardFormatError("malformed tf.train.Example (a varint longer than 10 bytes)")
+
+
+def _fields(data: memoryview) -> Iterator[tuple[int, int, memoryview | int]]:
+    """(field number, wire type, value) of a protobuf message: a length-delimited field's
+    value as a view of ``data`` (no copy), a varint's as an int."""
+    position = 0
+    while position < len(data):
+        tag, position = _read_varint(data, position)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            value, position = _read_varint(data, position)
+        elif wire_type == 2:
+            length, position = _read_varint(data, position)
+            if length > len(data) - position:
+                raise ShardFormatError("malformed tf.train.Example (a field runs past its "
+                                       "message)")
+            value, position = data[position : position + length], position + length
+        elif wire_type == 5:  # fixed32 (an unpacked float)
+            value, position = data[position : position + 4], position + 4
+        elif wire_type == 1:  # fixed64
+            value, position = data[position : position + 8], position + 8
+        else:
+            raise ShardFormatError(f"unexpected protobuf wire type {wire_type}")
+        if position > len(data):
+            raise ShardFormatError("malformed tf.train.Example (a field runs past its message)")
+        yield number, wire_type, value
+
+
+def _message(value: memoryview | int) -> memoryview:
+    if isinstance(value, int):
+        raise ShardFormatError("malformed tf.train.Example (a number where a message belongs)")
+    return value
+
+
+def _first_value(kind: int, values: memoryview) -> bytes | int | None:
+    """The first value of a ``bytes_list`` (1) or ``int64_list`` (3), packed or not; the packed
+    floats of a ``float_list`` (2); None for an empty list (an image without objects)."""
+    for number, wire_type, value in _fields(values):
+        if number != 1:
+            continue
+        if kind == 3:
+            if wire_type == 0:
+                integer = value
+            else:
+                packed = _message(value)
+                if not len(packed):
+                    continue
+                integer, _ = _read_varint(packed, 0)
+            return integer - (1 << 64) if integer >= 1 << 63 else integer
+        return bytes(_message(value)) if kind == 1 or wire_type == 2 else None
+    return None
+
+
+def iter_features(payload: bytes) -> Iterator[tuple[str, int, memoryview]]:
+    """(name, kind, list) of each feature of a serialized ``tf.train.Example``: kind 1 bytes,
+    2 float, 3 int64, and the list message holding its values.
+
+    One pass over the payload, each varint at most ten bytes: time and memory linear in its
+    size.  Raises ShardFormatError when it is not a ``tf.train.Example``.
+    """
+    try:
+        for number, _, feature_map in _fields(memoryview(payload)):
+            if number != 1:
+                continue
+            for _, _, entry in _fields(_message(feature_map)):
+                name, feature = None, None
+                for entry_number, _, value in _fields(_message(entry)):
+                    if entry_number == 1:
+                        name = bytes(_message(value)).decode()
+                    elif entry_number == 2:
+                        feature = _message(value)
+                if name is None or feature is None:
+                    raise ShardFormatError("malformed tf.train.Example (a feature without a "
+                                           "name or value)")
+                for kind, _, values in _fields(feature):
+                    if kind in (1, 2, 3):
+                        yield name, kind, _message(values)
+    except UnicodeDecodeError:
+        raise ShardFormatError("malformed tf.train.Example (a feature name not UTF-8)") from None
+
+
+def decode_example(payload: bytes) -> dict[str, bytes | int]:
+    """Inverse of ``encode_example`` for single-valued bytes/int64 features (a list feature
+    gives its first value; an empty list, as an image without objects has, none)."""
+    features: dict[str, bytes | int] = {}
+    for name, kind, values in iter_features(payload):
+        first = _first_value(kind, values)
+        if first is not None:
+            features[name] = first
+    return features
+
+
+class TFRecordFormat:
+    name = "tfrecord"
+    extension = ".tfrecord"
+
+    def encode(self, sample: Sample, classes: tuple[str, ...],
+               object_classes: ObjectClasses | None = None) -> Record:
+        features = example_features(sample, classes, object_classes)
+        return Record(sample.key, frame_record(encode_example(features)))
+
+    def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]:
+        """(offset, record) of each framed record, unchanged, with its ``image/key``."""
+        for offset, payload in iter_records(path, size):
+            key = decode_example(payload).get("image/key", b"")
+            if not isinstance(key, bytes):
+                raise ShardFormatError("a record without an image/key")
+            yield offset, Record(key.decode("ascii", "replace"), frame_record(payload))
+
+    def jpeg(self, record: Record) -> bytes:
+        """The image bytes of a framed record as ``records`` yields it."""
+        value = decode_example(record.data[12:-4]).get("image/encoded")
+        if not isinstance(value, bytes):
+            raise ShardFormatError(f"record {record.key} has no image/encoded")
+        return value
+
+    def label(self, record: Record) -> int:
+        """The ``image/class/label`` of a framed record as ``records`` yields it."""
+        value = decode_example(record.data[12:-4]).get("image/class/label")
+        if not isinstance(value, int):
+            raise ShardFormatError(f"record {record.key} has no image/class/label")
+        return value
+
+    def trailer(self, size: int) -> bytes:
+        return b""
+
+    def index_header(self, count: int) -> bytes:
+        """DALI's TFRecord index has no header: ``OFFSET SIZE`` of each record, a line each."""
+        return b""
+
+    def index_line(self, placed: Placed) -> bytes:
+        return f"{placed.offset} {placed.size}\n".encode("ascii")

@@ -1,0 +1,635 @@
+"""The dataset's manifest and per-sample index: one typed, validated model for every command.
+
+Layout of a packed (or staged) directory::
+
+    manifest.json          the commit point: a directory without it is not a dataset
+    samples-vN.jsonl       the sample index of version N (key, path, label, split, shard, ...)
+    SPLIT-NNNNNN.tar       or .tfrecord, each with SPLIT-NNNNNN.idx (per-record offsets)
+    .shardsmith/           lock, journal of an unfinished pack, stage records
+
+A manifest and its sample index are untrusted input: they may come from another team's share
+or be damaged.  ``read_manifest`` checks types and required fields, and that every file name
+is a plain name of our own pattern (no separator, no ``..``), before any command touches a
+file; sizes bound every copy and read.  Anything else is one ``ManifestError`` (exit 2).
+
+The manifest is the single commit point (docs/design.md, invariant 8): new files go under new names,
+then the manifest is renamed into place, then files the new manifest no longer names are
+removed.  Shard numbers and index versions only grow, so a name never changes its content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+from ..atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
+from ..config import config_from_settings
+from ..door import MANIFEST_CAP, Refused, open_file
+from ..errors import ConfigError, ManifestError
+from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse, to_json
+from ..text import shown
+
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
+MANIFEST_NAME = "manifest.json"
+LEGACY_SAMPLES_NAME = "samples.jsonl"
+STATE_DIR = ".shardsmith"
+LOCK_NAME = "lock"
+FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
+
+SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+SHARD_NAME = re.compile(r"(?P<split>[a-z][a-z0-9_]{0,63})-(?P<number>\d{6,9})"
+                        r"\.(?P<ext>tar|tfrecord|idx)")
+SAMPLES_INDEX_NAME = re.compile(r"samples(-v\d{1,9}(-[a-z][a-z0-9_]{0,63})?)?\.jsonl")
+SHARD_LIST_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}-shards\.(txt|json)")
+LABEL_MAP_NAME = "label_map.pbtxt"  # TFRecord datasets with objects: the OD API's class ids
+SAMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+# The numbers our own writer produces, and so all a manifest may hold: shard numbers fit the
+# six digits of ``SPLIT-NNNNNN`` (a split's next number too: the writer never goes past it),
+# a version's sample index name ``samples-vN`` its nine, a label is a class index or -1.
+MAX_SHARD_NUMBER = 999_999
+ShardNumber = Annotated[int, Bounds(0, MAX_SHARD_NUMBER)]
+MAX_VERSION = 10**9 - 1
+Version = Annotated[int, Bounds(0, MAX_VERSION)]
+Label = Annotated[int, Bounds(-1, 2**31 - 1)]
+ImageSide = Annotated[int, Bounds(16, 16384)]  # as ``image.size`` allows
+MtimeNs = Annotated[int, INT64]
+
+
+def shard_name(split: str, number: int, extension: str) -> str:
+    return f"{split}-{number:06d}{extension}"
+
+
+def index_name(shard: str) -> str:
+    """The per-record index beside a shard: ``train-000003.tar`` -> ``train-000003.idx``."""
+    return shard.rsplit(".", 1)[0] + ".idx"
+
+
+def samples_index_name(version: int, split: str | None = None) -> str:
+    return f"samples-v{version}" + (f"-{split}" if split else "") + ".jsonl"
+
+
+def is_shard_file(name: str) -> bool:
+    """True for names shardsmith writes as shards or shard indexes."""
+    return SHARD_NAME.fullmatch(name) is not None
+
+
+def is_dataset_file(name: str) -> bool:
+    """True for names the manifest may list: shards, their indexes, sample indexes."""
+    return is_shard_file(name) or SAMPLES_INDEX_NAME.fullmatch(name) is not None
+
+
+def is_shard_list(name: str) -> bool:
+    """True for the per-split shard lists (derived from the manifest, stable names)."""
+    return SHARD_LIST_NAME.fullmatch(name) is not None
+
+
+def is_derived_file(name: str) -> bool:
+    """True for files derived from the manifest under stable names: shard lists, label map."""
+    return is_shard_list(name) or name == LABEL_MAP_NAME
+
+
+def shard_list_names(split: str, fmt: str) -> tuple[str, ...]:
+    """``SPLIT-shards.txt`` (one shard per line), and for tars ``SPLIT-shards.json``, the
+    index webdataset's ``wids.ShardListDataset`` reads."""
+    txt = f"{split}-shards.txt"
+    return (txt, f"{split}-shards.json") if fmt == "webdataset" else (txt,)
+
+
+def shard_number(name: str) -> int:
+    return int(SHARD_NAME.fullmatch(name)["number"])
+
+
+def _plain_name(name: str, pattern: re.Pattern, where: str, what: str) -> None:
+    if pattern.fullmatch(name) is None:
+        raise ManifestError(f"{where}: {shown(name)} is not a {what} name shardsmith writes "
+                            "(refused: names must be plain file names of the dataset)")
+    if pattern is SHARD_NAME and shard_number(name) > MAX_SHARD_NUMBER:
+        raise ManifestError(f"{where}: {shown(name)} has a shard number past "
+                            f"{MAX_SHARD_NUMBER}, which shardsmith never writes (refused)")
+
+
+def _size(value: int, where: str) -> None:
+    if not 0 <= value < 1 << 50:
+        raise ManifestError(f"{where}: {value} is not a possible size")
+
+
+def settings_facts(settings: dict[str, Any]) -> dict[str, Any]:
+    """The facts of a dataset packed with ``settings`` (a manifest's ``config``), by the
+    fields of ``Manifest`` that hold them; ManifestError when the settings do not validate."""
+    try:
+        config = config_from_settings(settings)
+    except ConfigError as exc:
+        raise ManifestError(f"config: {exc}") from None
+    return {"image_size": config.image.size, "image_resize": config.image.resize,
+            "has_masks": config.source.annotations.has_masks}
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file of the dataset: plain name, exact size, sha256."""
+
+    name: str
+    bytes: Count
+    sha256: str
+
+    def check(self, where: str) -> None:
+        _size(self.bytes, f"{where}.bytes")
+        if SHA256.fullmatch(self.sha256) is None:
+            raise ManifestError(f"{where}.sha256: not a sha256 hex digest: {shown(self.sha256)}")
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """A shard: its file, split, sample count, and its per-record index."""
+
+    name: str
+    split: str
+    samples: Count
+    bytes: Count
+    sha256: str
+    index: FileEntry | None = None
+
+    def check(self, where: str) -> None:
+        _plain_name(self.name, SHARD_NAME, f"{where}.name", "shard")
+        match = SHARD_NAME.fullmatch(self.name)
+        if match["ext"] == "idx":
+            raise ManifestError(f"{where}.name: {self.name} is an index, not a shard")
+        if match["split"] != self.split:
+            raise ManifestError(f"{where}: shard {self.name} is listed under split "
+                                f"{shown(self.split)}")
+        FileEntry.check(self, where)  # same size and digest rules
+        if self.samples < 0:
+            raise ManifestError(f"{where}.samples: {self.samples} is negative")
+        if self.index is not None and self.index.name != index_name(self.name):
+            raise ManifestError(f"{where}.index.name: {shown(self.index.name)} is not the "
+                                f"index of {self.name}")
+
+    @property
+    def file(self) -> FileEntry:
+        return FileEntry(self.name, self.bytes, self.sha256)
+
+    def files(self) -> tuple[FileEntry, ...]:
+        """The files of this shard: the shard, then its index if it has one."""
+        return (self.file,) if self.index is None else (self.file, self.index)
+
+
+@dataclass(frozen=True)
+class SampleIndexEntry:
+    """The per-sample index file and how many lines it holds."""
+
+    name: str
+    bytes: Count
+    sha256: str
+    samples: Count = 0
+
+    def check(self, where: str) -> None:
+        _plain_name(self.name, SAMPLES_INDEX_NAME, f"{where}.name", "sample index")
+        FileEntry.check(self, where)
+
+    @property
+    def file(self) -> FileEntry:
+        return FileEntry(self.name, self.bytes, self.sha256)
+
+
+@dataclass(frozen=True)
+class SplitTotals:
+    samples: Count = 0
+    shards: Count = 0
+    bytes: Count = 0
+
+
+@dataclass(frozen=True)
+class RejectEntry:
+    """A source file that is not a sample, and why; its stat when it was judged."""
+
+    path: str
+    reason: str
+    detail: str
+    source_size: Count | None = None
+    source_mtime_ns: MtimeNs | None = None
+
+
+@dataclass(frozen=True)
+class Totals:
+    """``seen`` = originals packed + rejected + excluded; ``packed`` counts samples, which are
+    the packed originals unless they were cut into tiles (then ``sources`` counts those)."""
+
+    seen: Count
+    packed: Count
+    rejected: Count
+    excluded: Count
+    bytes_in: Count
+    bytes_out: Count
+    sources: Count | None = None
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    """What one dataset version changed (``shardsmith log``)."""
+
+    version: Version
+    created: str = ""
+    added: Count = 0
+    changed: Count = 0
+    removed: Count = 0
+    rejected: Count = 0
+    touched: Count = 0
+    repaired: Count = 0
+    shards_added: tuple[str, ...] = ()
+    shards_removed: tuple[str, ...] = ()
+    previous_content_fingerprint: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a dataset directory promises.  Built by ``pack``; read by every command."""
+
+    schema_version: int
+    format: str
+    classes: tuple[str, ...]
+    splits: dict[str, SplitTotals]
+    shards: tuple[ShardEntry, ...]
+    samples_index: SampleIndexEntry
+    totals: Totals
+    fingerprint: str
+    rejects: tuple[RejectEntry, ...] = ()
+    excluded: dict[str, Count] = field(default_factory=dict)
+    # The first paths of each reason (``scan.EXCLUDED_PATHS_KEPT``); ``excluded`` has the counts.
+    excluded_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    version: Version = 1
+    created: str = ""
+    tool: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    sources_fingerprint: str = ""
+    previous_content_fingerprint: str | None = None
+    content_fingerprint: str = ""
+    history: tuple[VersionEntry, ...] = ()
+    run: dict[str, Any] = field(default_factory=dict)
+    next_shard_numbers: dict[str, ShardNumber] = field(default_factory=dict)
+    staged: dict[str, Any] | None = None
+    shard_lists: tuple[str, ...] = ()  # derived from ``shards``, replaced after each commit
+    # Classes of annotated objects (boxes, polygons, masks): id k is object_classes[k - 1],
+    # 0 is the background.  Only appended to, so an id keeps its meaning across versions.
+    object_classes: tuple[str, ...] | None = None
+    # The dataset's facts a reader needs, as fields (docs/format.md), so that no reader
+    # re-derives them from ``config``.  Left out (None), they are derived from ``config``: a
+    # manifest of an older release gets them when read, a new one when it is built.
+    image_size: ImageSide | None = None  # ``image.size``: what a whole original is resized to
+    image_resize: str | None = None  # how an original became a sample (``image.resize``)
+    has_masks: bool | None = None  # every sample carries a class mask (``KEY.mask.png``)
+
+    def __post_init__(self) -> None:
+        if self.image_size is None or self.image_resize is None or self.has_masks is None:
+            for name, value in settings_facts(self.config).items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
+
+    def check(self, where: str) -> None:
+        if self.schema_version not in READABLE_SCHEMAS:
+            raise ManifestError(f"unsupported manifest schema {self.schema_version} (this "
+                                f"shardsmith reads {', '.join(map(str, READABLE_SCHEMAS))})")
+        if self.format not in FORMATS:
+            raise ManifestError(f"format: {shown(self.format)} is not one of "
+                                f"{', '.join(FORMATS)}")
+        for split in self.splits:
+            _plain_name(split, SPLIT_NAME, "splits", "split")
+        for split in self.next_shard_numbers:
+            _plain_name(split, SPLIT_NAME, "next_shard_numbers", "split")
+        for name in self.shard_lists:
+            _plain_name(name, SHARD_LIST_NAME, "shard_lists", "shard list")
+        names: set[str] = set()
+        for number, shard in enumerate(self.shards):
+            where_shard = f"shards[{number}]"
+            if not shard.name.endswith(FORMATS[self.format]):
+                raise ManifestError(f"{where_shard}.name: {shard.name} is not a "
+                                    f"{self.format} shard")
+            if self.format == "tfrecord" and shard.index is None:
+                raise ManifestError(f"{where_shard}.index: missing (TFRecord shards have one)")
+            if shard.split not in self.splits:
+                raise ManifestError(f"{where_shard}: split {shard.split} is not in splits")
+            for entry in shard.files():
+                if entry.name in names:
+                    raise ManifestError(f"{where_shard}: {entry.name} is listed twice")
+                names.add(entry.name)
+
+    @property
+    def current(self) -> bool:
+        """Written by this schema (an older one is upgraded by the next pack)."""
+        return self.schema_version == SCHEMA_VERSION
+
+    def files(self) -> tuple[FileEntry, ...]:
+        """Every file the manifest names: shards, their indexes, the sample index."""
+        return (*(f for shard in self.shards for f in shard.files()), self.samples_index.file)
+
+    def only_split(self, split: str) -> Manifest:
+        """The same dataset restricted to one split (``stage --split``)."""
+        return replace(self, shards=tuple(s for s in self.shards if s.split == split),
+                       splits={split: self.splits[split]},
+                       shard_lists=tuple(name for name in self.shard_lists
+                                         if name.startswith(f"{split}-")))
+
+    def with_content_fingerprint(self) -> Manifest:
+        listing = [(shard.name, shard.sha256) for shard in self.shards]
+        listing.append((LEGACY_SAMPLES_NAME if self.schema_version == 1
+                        else self.samples_index.name, self.samples_index.sha256))
+        digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+        return replace(self, content_fingerprint=digest)
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """Load and validate ``directory/manifest.json``; raises ManifestError (exit 2)."""
+    path = directory / MANIFEST_NAME
+    try:
+        with open_file(path, MANIFEST_CAP) as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        raise ManifestError(f"{directory}: no {MANIFEST_NAME}: not a packed dataset (or its "
+                            "pack has not finished)") from None
+    except Refused as exc:
+        raise ManifestError(f"{path}: {exc.detail}") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    data = decode(raw, str(path))
+    try:
+        return parse(Manifest, data, "")
+    except ManifestError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Publish the manifest atomically: the commit point of a dataset version."""
+    text = json.dumps(to_json(manifest), indent=1, sort_keys=True) + "\n"
+    write_bytes_atomic(directory / MANIFEST_NAME, text.encode("ascii"))
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRecord:
+    """One line of the sample index."""
+
+    key: str
+    path: str
+    label: Label
+    split: str
+    shard: str
+    width: Count
+    height: Count
+    jpeg_bytes: Count
+    source_size: Count
+    source_mtime_ns: MtimeNs
+    source_digest: str = ""
+    group: str | None = None  # the group id under ``splits.group``, when it matched
+    annotation_digest: str | None = None  # of the annotations it was made from
+
+    def check(self, where: str) -> None:
+        shard = SHARD_NAME.fullmatch(self.shard)
+        if shard is not None and shard["split"] == self.split \
+                and int(shard["number"]) <= MAX_SHARD_NUMBER \
+                and SAMPLE_KEY.fullmatch(self.key) is not None:
+            return  # every line of a sound index: two matches, not five
+        if SAMPLE_KEY.fullmatch(self.key) is None:
+            raise ManifestError(f"{where}.key: {shown(self.key)} is not a sample key")
+        _plain_name(self.split, SPLIT_NAME, f"{where}.split", "split")
+        _plain_name(self.shard, SHARD_NAME, f"{where}.shard", "shard")
+        if SHARD_NAME.fullmatch(self.shard)["split"] != self.split:
+            raise ManifestError(f"{where}: sample {self.key} of split {self.split} is in "
+                                f"{self.shard}, a shard of another split")
+
+
+def sample_line(record: dict[str, Any] | SampleRecord) -> bytes:
+    """The JSON line of a sample record (ASCII: odd bytes in names are escaped, not lost)."""
+    payload = to_json(record) if isinstance(record, SampleRecord) else record
+    return (json.dumps(payload, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
+
+
+_read_sample_line = line_reader(SampleRecord)
+
+
+def iter_sample_index(directory: Path, manifest: Manifest,
+                      check_digest: bool = False) -> Iterator[SampleRecord]:
+    """The sample index, validated line by line, streamed (memory does not grow with it).
+
+    Reads at most the manifest's byte count; with ``check_digest`` the sha256 of what was read
+    must match the manifest's (checked after the last line: consumers must finish the loop).
+    """
+    entry = manifest.samples_index
+    path = directory / entry.name
+    digest = hashlib.sha256()
+    try:
+        opened = open_file(path, entry.bytes)
+    except Refused as exc:
+        raise ManifestError(f"{path}: not the {entry.bytes:,}-byte sample index the manifest "
+                            f"names: {exc.detail}") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot open the sample index: "
+                            f"{exc.strerror or exc}") from None
+    if opened.size != entry.bytes:
+        opened.close()
+        raise ManifestError(f"{path}: the sample index is not the {entry.bytes:,}-byte "
+                            "file the manifest names")
+    fd, opened.fd = opened.fd, -1
+    with os.fdopen(fd, "rb") as handle:
+        remaining = entry.bytes
+        number = 0
+        while remaining > 0 and (line := handle.readline(min(remaining, LINE_CAP + 1))):
+            remaining -= len(line)
+            number += 1
+            if len(line) > LINE_CAP:
+                raise ManifestError(f"{path}: line {number}: longer than {LINE_CAP:,} bytes, "
+                                    "which no sample record is")
+            if check_digest:
+                digest.update(line)
+            where = f"{path}: line {number}"
+            try:
+                record = _read_sample_line(line, f"line {number}")
+            except ManifestError as exc:
+                message = str(exc)
+                raise ManifestError(message if message.startswith(where)
+                                    else f"{path}: {message}") from None
+            yield record
+    if check_digest and digest.hexdigest() != entry.sha256:
+        raise ManifestError(f"{path}: sha256 differs from the manifest")
+
+
+def write_sample_index(directory: Path, name: str,
+                       records: Iterable[dict[str, Any] | SampleRecord]) -> SampleIndexEntry:
+    """Write the sample index under ``name`` (a new name: nothing published is replaced)."""
+    index = HashingFile(directory / name)
+    count = 0
+    try:
+        for record in records:
+            index.write(sample_line(record))
+            count += 1
+        sha256 = index.publish()
+    except BaseException:
+        index.discard()
+        raise
+    return SampleIndexEntry(name, index.bytes_written, sha256, count)
+
+
+def sources_fingerprint(entries: Iterable[tuple]) -> str:
+    """Hash of (relpath, size, mtime_ns, ...) of every candidate source, in path order: equal
+    means unchanged."""
+    digest = hashlib.sha256()
+    for entry in entries:
+        digest.update(os.fsencode("\0".join(str(value) for value in entry) + "\n"))
+    return digest.hexdigest()
+
+
+def files_intact(directory: Path, entries: Iterable[FileEntry]) -> bool:
+    """Every file is there, a regular file (not a link, FIFO or device) at its listed size (an
+    ``lstat`` each: cheap, no reading, never blocks)."""
+    for entry in entries:
+        try:
+            info = os.lstat(directory / entry.name)
+        except OSError:
+            return False
+        if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
+            return False
+    return True
+
+
+def remove_unnamed(directory: Path, keep: Iterable[str]) -> list[str]:
+    """Remove dataset files (our name patterns only, regular files only: a folder or link
+    under such a name is not ours) that ``keep`` does not name."""
+    keep = set(keep)
+    removed = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if is_dataset_file(entry.name) and entry.name not in keep \
+                and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+            removed.append(entry.name)
+    return removed
+
+
+def _remove_file(path: Path) -> None:
+    """Remove a file of ours the new version no longer names; a folder that took its name is
+    someone else's and stays (a link goes: removing it touches nothing it points to)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            return
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def shard_list_contents(manifest: Manifest) -> dict[str, bytes]:
+    """The content of every shard list of ``manifest``: name -> bytes.
+
+    Names in them are relative to the dataset directory (wids resolves them against the JSON
+    file's own directory), so a staged copy's lists work where they are.
+    """
+    lists: dict[str, bytes] = {}
+    for split in manifest.splits:
+        shards = [shard for shard in manifest.shards if shard.split == split]
+        names = shard_list_names(split, manifest.format)
+        lists[names[0]] = "".join(f"{shard.name}\n" for shard in shards).encode("ascii")
+        if len(names) > 1:
+            wids = {
+                "__kind__": "wids-shard-index-v1",
+                "wids_version": 1,
+                "name": split,
+                "shardlist": [{"url": shard.name, "nsamples": shard.samples,
+                               "filesize": shard.bytes} for shard in shards],
+            }
+            lists[names[1]] = (json.dumps(wids, indent=1) + "\n").encode("ascii")
+    return lists
+
+
+def label_map(object_classes: tuple[str, ...]) -> bytes:
+    """The TensorFlow Object Detection API's ``label_map.pbtxt``: an item per class, ids from
+    1 (0 is the background), names quoted as protobuf text strings."""
+    items = []
+    for number, name in enumerate(object_classes, 1):
+        items.append(f"item {{\n  id: {number}\n  name: {_text_string(name)}\n}}\n")
+    return "".join(items).encode("ascii")
+
+
+def _text_string(text: str) -> str:
+    """``text`` as a protobuf text-format string literal: its UTF-8 bytes, printable ASCII as
+    is and every other byte as an octal escape, which every protobuf parser reads back (a
+    JSON ``\\uD83D`` surrogate pair, outside the Basic Multilingual Plane, it does not)."""
+    out = []
+    for byte in text.encode("utf-8", "surrogateescape"):
+        if byte in b'"\\':
+            out.append("\\" + chr(byte))
+        elif 0x20 <= byte < 0x7F:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def derived_contents(manifest: Manifest) -> dict[str, bytes]:
+    """Every file derived from ``manifest`` under a stable name: its shard lists, and for
+    TFRecord datasets with objects the label map."""
+    contents = shard_list_contents(manifest)
+    if manifest.format == "tfrecord" and manifest.object_classes is not None:
+        contents[LABEL_MAP_NAME] = label_map(manifest.object_classes)
+    return contents
+
+
+def commit(directory: Path, manifest: Manifest, obsolete: Iterable[str] = ()) -> None:
+    """Publish a version: the manifest rename is the commit point; the shard lists and label
+    map (derived, stable names) are replaced right after it, naming only files that exist;
+    then the ``obsolete`` files, which the new manifest does not name, are removed.
+
+    A folder under the name of a derived file is refused before the commit (OutputStateError),
+    so a published manifest is never left without its lists."""
+    derived = derived_contents(manifest)
+    for name in (MANIFEST_NAME, *derived):
+        check_replaceable(directory / name)
+    write_manifest(directory, manifest)
+    write_derived(directory, manifest, derived)
+    named = {entry.name for entry in manifest.files()}
+    for name in obsolete:
+        if name not in named:
+            _remove_file(directory / name)
+    fsync_directory(directory)
+
+
+def write_derived(directory: Path, manifest: Manifest,
+                  derived: dict[str, bytes] | None = None) -> list[str]:
+    """Make the derived files (shard lists, label map) what ``manifest`` implies: each one that
+    differs (or is a link, a FIFO, a device) is replaced atomically, and lists of splits the
+    manifest does not hold are removed.  Returns the names replaced or removed.
+
+    What is there now is read through the door, within the size the right content has: a
+    FIFO or a link to ``/dev/zero`` under a list's name is replaced, never waited on."""
+    changed = []
+    for name, content in (derived or derived_contents(manifest)).items():
+        path = directory / name
+        try:
+            with open_file(path, len(content)) as handle:
+                unchanged = handle.read() == content
+        except (OSError, Refused):
+            unchanged = False
+        if not unchanged:
+            write_bytes_atomic(path, content)
+            changed.append(name)
+    if manifest.shard_lists:  # lists of splits this version does not hold name nothing of it
+        for entry in os.scandir(directory):
+            if is_shard_list(entry.name) and entry.name not in manifest.shard_lists \
+                    and not entry.is_dir(follow_symlinks=False):
+                os.unlink(entry.path)
+                changed.append(entry.name)
+    return changed
+
+
+def no_longer_named(previous: Manifest | None, manifest: Manifest) -> list[str]:
+    """Files ``previous`` named that ``manifest`` does not."""
+    if previous is None:
+        return []
+    named = {entry.name for entry in manifest.files()}
+    return [entry.name for entry in previous.files() if entry.name not in named]

@@ -1,0 +1,95 @@
+"""Seeded choices of samples and rejects, and the packed images of chosen samples.
+
+A sample is chosen by the rank ``sha256(seed, key)``: the same seed chooses the same samples
+whatever the order of the index, and a sample chosen once stays chosen when others are added
+(unless a newcomer ranks before it).  Packed images are read back from their shards with the
+format's own record reader, stopping in each shard at the last chosen sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import heapq
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from ..dataset.formats import shard_format
+from ..dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
+from ..errors import CorruptSampleError, ManifestError, ShardFormatError
+
+
+def seeded_rank(seed: int, name: str) -> int:
+    """Where ``name`` (a key or a path) comes in the seeded order: lower comes first."""
+    digest = hashlib.sha256(f"{seed}\0".encode() + os.fsencode(name)).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def pick_per_class(directory: Path, manifest: Manifest, per_class: int, seed: int,
+                   split: str | None = None) -> dict[int, list[SampleRecord]]:
+    """Up to ``per_class`` samples of each label (of ``split``), in seeded order."""
+    kept: dict[int, list[tuple[int, str, SampleRecord]]] = defaultdict(list)
+    for record in iter_sample_index(directory, manifest):
+        if split is not None and record.split != split:
+            continue
+        heap = kept[record.label]
+        entry = (-seeded_rank(seed, record.key), record.key, record)  # a max-heap of ranks
+        if len(heap) < per_class:
+            heapq.heappush(heap, entry)
+        elif per_class and entry[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, entry)
+    return {label: [record for _, _, record in sorted(heap, key=lambda e: (-e[0], e[1]))]
+            for label, heap in sorted(kept.items())}
+
+
+def interleave(picks: dict[int, list[SampleRecord]], count: int) -> list[SampleRecord]:
+    """``count`` samples taken from the classes in turn, so every class gets its share."""
+    chosen: list[SampleRecord] = []
+    depth = 0
+    while len(chosen) < count and any(depth < len(records) for records in picks.values()):
+        for records in picks.values():
+            if depth < len(records) and len(chosen) < count:
+                chosen.append(records[depth])
+        depth += 1
+    return chosen
+
+
+def pick_rejects(rejects: tuple[RejectEntry, ...], count: int, seed: int) -> list[RejectEntry]:
+    """Up to ``count`` rejects in seeded order."""
+    ranked = sorted(rejects, key=lambda reject: (seeded_rank(seed, reject.path), reject.path))
+    return ranked[:count]
+
+
+def read_packed(directory: Path, manifest: Manifest,
+                records: list[SampleRecord]) -> dict[str, bytes]:
+    """key -> packed JPEG bytes of ``records``, read from their shards.
+
+    A key its shard does not hold is left out (``verify`` tells why); a shard that does not
+    parse is a CorruptSampleError, a shard the manifest does not list a ManifestError.
+    """
+    listed = {shard.name: shard for shard in manifest.shards}
+    wanted: dict[str, set[str]] = defaultdict(set)
+    for record in records:
+        if record.shard not in listed:
+            raise ManifestError(f"sample {record.key}: its shard {record.shard} is not in the "
+                                "manifest")
+        wanted[record.shard].add(record.key)
+    fmt = shard_format(manifest.format)
+    found: dict[str, bytes] = {}
+    for name, keys in sorted(wanted.items()):
+        try:
+            with contextlib.closing(fmt.records(directory / name, listed[name].bytes)) as stream:
+                for _, record in stream:
+                    if record.key in keys:
+                        found[record.key] = fmt.jpeg(record)
+                        keys.discard(record.key)
+                        if not keys:
+                            break
+        except ShardFormatError as exc:
+            raise CorruptSampleError(f"{directory / name}: {exc} (shardsmith verify "
+                                     "checks the whole dataset)") from None
+        except FileNotFoundError:
+            raise CorruptSampleError(f"{directory / name}: missing (a staged copy of another "
+                                     "split? shardsmith verify checks the dataset)") from None
+    return found

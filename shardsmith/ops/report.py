@@ -1,0 +1,158 @@
+"""Human-readable summaries of what a command did (printed by the CLI)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from ..text import human_bytes, plural, printable
+
+if TYPE_CHECKING:
+    from ..dataset.manifest import Manifest, RejectEntry
+    from ..packing.pipeline import PackResult
+    from .stage import StageResult
+    from .verify import VerifyReport
+
+
+def pack_summary(result: PackResult) -> str:
+    """Seen / packed / rejected, bytes in → out, shards, time and rate."""
+    manifest = result.manifest
+    totals, run = manifest.totals, manifest.run
+    change = manifest.history[-1] if manifest.history else None
+    if result.up_to_date:
+        head = f"{result.output}: up to date, nothing to do (same settings, sources unchanged)"
+    elif manifest.version > 1 and change is not None:
+        parts = [f"{change.added:,} added", f"{change.changed:,} changed",
+                 f"{change.removed:,} removed"]
+        parts += [f"{value:,} {name}" for name, value in (
+            ("rejected", change.rejected), ("touched (same content)", change.touched),
+            ("repaired", change.repaired)) if value]
+        head = (f"{result.output}: version {manifest.version}: {', '.join(parts)}; "
+                f"{plural(run.get('decoded', 0), 'image')} decoded, "
+                f"{plural(len(change.shards_added), 'shard')} new, "
+                f"{len(change.shards_removed):,} rewritten or dropped"
+                + (f" ({change.note})" if change.note else ""))
+    elif result.resumed_at:
+        head = f"{result.output}: packed (resumed after {plural(result.resumed_at, 'image')})"
+    else:
+        head = f"{result.output}: packed"
+    lines = [
+        head,
+        f"  files seen   {totals.seen:>9,}   excluded {totals.excluded:,}"
+        + _excluded_detail(manifest.excluded),
+        f"  packed       {totals.packed:>9,}   "
+        + ", ".join(f"{name}: {split.samples:,}" for name, split in manifest.splits.items())
+        + (f" (tiles of {plural(totals.sources, 'original')})"
+           if totals.sources is not None else ""),
+        f"  rejected     {totals.rejected:>9,}" + _reject_detail(manifest.rejects),
+    ]
+    ratio = f" ({totals.bytes_in / totals.bytes_out:,.1f}x smaller)" if totals.bytes_out else ""
+    lines.append(f"  bytes        {human_bytes(totals.bytes_in)} -> "
+                 f"{human_bytes(totals.bytes_out)}{ratio}")
+    lines.append(f"  shards       {len(manifest.shards):>9,}   format {manifest.format}")
+    if run and not result.up_to_date:
+        rate = run.get("images_per_second")
+        lines.append(
+            f"  time         {run.get('seconds', 0):>8.1f}s   "
+            + (f"{rate:,.1f} images/s " if rate else "")
+            + f"with {plural(run.get('workers', 1), 'worker')}"
+        )
+    return "\n".join(lines)
+
+
+def reject_budget_exceeded(result: PackResult, allowed: float) -> str:
+    """Why a pack exits with code 3: the dataset is there and complete, but more images were
+    rejected than allowed; what to look at and which option changes the budget."""
+    totals = result.manifest.totals
+    candidates = (totals.packed if totals.sources is None else totals.sources) + totals.rejected
+    state = ("nothing to do: the dataset is unchanged and complete" if result.up_to_date
+             else "the dataset was written and is complete")
+    needed = math.ceil(result.reject_fraction * 1000) / 1000
+    return (f"{state} (version {result.manifest.version}, "
+            f"{plural(totals.packed, 'sample')}), but {totals.rejected:,} of "
+            f"{plural(candidates, 'image')} ({result.reject_fraction:.1%}) were rejected, more "
+            f"than the allowed {allowed:.1%}: see `shardsmith inspect {result.output} "
+            f"--rejects`, then fix or remove those files, or allow it with "
+            f"--max-reject-fraction {needed:g} (run.max_reject_fraction in the config)")
+
+
+def pack_report(result: PackResult) -> dict:
+    """The machine-readable part of ``--report``: counts, rejects by reason, timing, version."""
+    from ..schema import to_json
+
+    manifest = result.manifest
+    return {
+        "output": str(result.output),
+        "status": "up_to_date" if result.up_to_date else "packed",
+        "version": manifest.version,
+        "resumed_at": result.resumed_at,
+        "totals": to_json(manifest.totals),
+        "splits": to_json(manifest.splits),
+        "rejects_by_reason": dict(Counter(r.reason for r in manifest.rejects)),
+        "reject_fraction": round(result.reject_fraction, 6),
+        "shards": len(manifest.shards),
+        "run": manifest.run,
+        "fingerprint": manifest.fingerprint,
+    }
+
+
+def version_log(manifest: Manifest) -> str:
+    """One line per dataset version: what it added, changed and removed."""
+    lines = [f"{'version':>7}  {'created':<25} {'added':>7} {'changed':>7} {'removed':>7} "
+             f"{'rejected':>8} {'new shards':>10} {'gone shards':>11}"]
+    for entry in manifest.history:
+        lines.append(
+            f"{entry.version:>7}  {entry.created:<25} {entry.added:>7,} {entry.changed:>7,} "
+            f"{entry.removed:>7,} {entry.rejected:>8,} {len(entry.shards_added):>10,} "
+            f"{len(entry.shards_removed):>11,}" + (f"  {entry.note}" if entry.note else "")
+        )
+    lines.append(f"current: version {manifest.version}, "
+                 f"{plural(manifest.totals.packed, 'sample')} in "
+                 f"{plural(len(manifest.shards), 'shard')}")
+    return "\n".join(lines)
+
+
+def _excluded_detail(excluded: dict[str, int]) -> str:
+    if not excluded:
+        return ""
+    return " (" + ", ".join(f"{why}: {n}" for why, n in Counter(excluded).most_common(3)) + ")"
+
+
+def _reject_detail(rejects: tuple[RejectEntry, ...]) -> str:
+    if not rejects:
+        return ""
+    reasons = Counter(r.reason for r in rejects).most_common(4)
+    return "   " + ", ".join(f"{reason}: {n}" for reason, n in reasons)
+
+
+def reject_lines(rejects: tuple[RejectEntry, ...], limit: int = 10) -> list[str]:
+    """First few rejects, one line each: path and reason."""
+    lines = [f"  {printable(r.path)}: {r.reason} ({r.detail})" for r in rejects[:limit]]
+    if len(rejects) > limit:
+        lines.append(f"  ... and {len(rejects) - limit:,} more (see manifest.json)")
+    return lines
+
+
+def stage_summary(result: StageResult) -> str:
+    """Files copied / already present / removed, bytes, time and throughput (over the copies
+    alone, as the progress line measures it)."""
+    rate = result.bytes_copied / result.copy_seconds if result.copy_seconds > 0 else 0.0
+    lines = [
+        f"{result.destination}: staged",
+        f"  copied {plural(result.copied, 'file')} ({human_bytes(result.bytes_copied)}), "
+        f"{result.present:,} already present and verified, {result.removed:,} removed",
+        f"  time   {result.seconds:.1f}s" + (
+            f", copying {result.copy_seconds:.1f}s at {human_bytes(rate)}/s" if result.copied
+            else " (nothing to copy)"),
+    ]
+    if result.stale:
+        lines.append(f"  {plural(len(result.stale), 'staged shard')} no longer listed "
+                     "(--prune removes them)")
+    return "\n".join(lines)
+
+
+def verify_summary(report: VerifyReport) -> str:
+    verdict = "OK" if report.ok else plural(len(report.problems), "problem")
+    return (f"{report.directory}: {verdict}: {plural(report.shards, 'shard')}, "
+            f"{plural(report.samples, 'sample')}, {human_bytes(report.bytes)}")

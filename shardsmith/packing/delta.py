@@ -1,0 +1,434 @@
+"""A dataset version as a value: what a pack run changes, decided before any pixel is read.
+
+``diff`` compares the previous version (its manifest and its sample records, streamed) with
+this run's plan and returns a frozen ``Delta``:
+
+* certain facts: new sources, removed ones, sources whose label or annotations changed
+  (their samples leave; they are processed again), rejects kept or judged again, shards
+  missing or damaged (their samples are packed again), shards that hold a leaving sample
+  (rewritten), and the shard numbers this version starts from (they only grow: a name, once
+  used, never stands for other content);
+* candidates: sources whose size or mtime changed.  Only reading tells whether their content
+  did: ``imaging.process`` compares the digest and returns ``Unchanged`` when it did not.
+  ``resolve`` turns the execution's answer into an ``Outcome``: which candidates were only
+  touched, which changed (their samples leave too, and their shards are rewritten).
+
+A source decoded again (changed, relabelled, with no digest to compare, or with a sample in a
+damaged shard) makes all its samples anew: every previous sample of it leaves, and every shard
+holding one is rewritten.  An original cut into tiles has several samples, in any shards; when
+one of them sends it to be decoded again after another was judged kept, ``diff`` reads the
+records a second time for those few sources rather than hold a key per sample (docs/design.md,
+invariant 5).
+
+It is columnar: per plan position one byte of flags, and NumPy arrays of plan positions for
+the work and the candidates, so the driver's memory stays a few bytes a file above the plan.
+Its ``digest`` names it in the journal: a resumed run continues only the same Delta.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+
+from ..annotations.prepare import Prepared
+from ..config import Config
+from ..dataset.manifest import Manifest, RejectEntry, SampleRecord, ShardEntry, shard_number
+from ..errors import OutputStateError
+from .plan import Plan, PlanItem
+from .scan import ScanResult
+
+# Flags per plan position.
+WORK = 1  # processed by this run
+NEW = 2  # not in the previous version
+STALE = 4  # its previous samples leave (label or annotations changed, or no digest)
+CANDIDATE = 8  # stat changed: processed with its previous digest, decoded only if it differs
+
+# Per plan position while ``diff`` reads the records: one seen, one kept so far.
+SEEN, KEPT = 1, 2
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What ``diff`` judges by besides the two versions: the class list, the shards found
+    missing or damaged, per table position the annotation digest (uint64; None without
+    annotations), whether labels come from a file (a label can change without the bytes),
+    and ``identity``, the run's config and sources fingerprints (part of the digest)."""
+
+    classes: tuple[str, ...] = ()
+    damaged: frozenset[str] = frozenset()
+    annotation_digests: np.ndarray | None = None
+    compare_labels: bool = False
+    identity: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """What a run packs, fixed before it writes: the config, the scan (its class list already
+    merged with the previous version's), the annotations read up front, the plan, and the
+    sources fingerprint.  ``started``: ``time.monotonic()`` when the run began."""
+
+    config: Config
+    source: Path
+    output: Path
+    scanned: ScanResult
+    notes: Prepared
+    plan: Plan
+    sources_fingerprint: str
+    started: float
+
+    def facts(self, damaged: frozenset[str] = frozenset()) -> Facts:
+        """The facts ``diff`` needs, with the previous version's ``damaged`` shards."""
+        return Facts(self.scanned.classes, damaged, self.notes.digests,
+                     self.config.source.labels == "file",
+                     f"{self.config.fingerprint()}:{self.sources_fingerprint}")
+
+
+@dataclass(frozen=True, eq=False)
+class Delta:
+    """What this version changes against ``previous`` (None: a first pack, all new)."""
+
+    plan: Plan
+    previous: Manifest | None = None
+    flags: np.ndarray | None = None  # uint8 per plan position; None for a first pack
+    work: np.ndarray | None = None  # int32 plan positions processed, ascending; None: all
+    candidates: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    expected: tuple[str, ...] = ()  # the previous digest of each candidate
+    # (plan position, number in ``shard_names``) of each previous sample of a candidate, and
+    # its key: the samples that leave, and the shards rewritten, when it turns out changed
+    candidate_samples: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int32))
+    candidate_keys: tuple[str, ...] = ()
+    shard_names: tuple[str, ...] = ()
+    # keys of the previous samples that certainly leave: their source is gone or changed, or
+    # their shard is damaged (few: a key per changed file, as the shards hold them)
+    leaving_keys: frozenset[str] = frozenset()
+    stale_shards: frozenset[str] = frozenset()  # hold a sample that certainly leaves
+    damaged: tuple[ShardEntry, ...] = ()
+    kept_rejects: tuple[RejectEntry, ...] = ()
+    removed: int = 0  # previous samples and rejects whose source is gone
+    repaired: int = 0  # samples of damaged shards, packed again
+    changed: int = 0  # sources certainly changed (relabelled, a reject changed)
+    next_numbers: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    digest: str = ""
+
+    @property
+    def version(self) -> int:
+        """The previous version's number (0 before the first)."""
+        return self.previous.version if self.previous is not None else 0
+
+    @property
+    def new(self) -> int:
+        """Sources new in this version (all of them for a first pack)."""
+        if self.flags is None:
+            return len(self.plan)
+        return int(np.count_nonzero(self.flags & NEW))
+
+    def new_positions(self) -> np.ndarray:
+        """Plan positions of the new sources (empty for a first pack: nothing to tell)."""
+        if self.flags is None:
+            return np.zeros(0, np.int32)
+        return np.flatnonzero(self.flags & NEW).astype(np.int32)
+
+    def items(self) -> Sequence[PlanItem]:
+        """The plan items this run processes, in plan order, made as they are used."""
+        if self.work is None:
+            return self.plan
+        return WorkItems(self.plan, self.work, self.candidates, self.expected)
+
+    def summary(self) -> str:
+        """One line for ``pack --dry-run``: "2 new, 1 removed, up to 1 changed; 1 shard
+        rewritten, 3 kept"."""
+        if self.previous is None:
+            return f"{self.new:,} new (a first pack)"
+        changed = f"{self.changed + len(self.candidates):,} changed"
+        if len(self.candidates):
+            changed = f"up to {changed}"
+        parts = [f"{self.new:,} new", f"{self.removed:,} removed", changed]
+        if self.repaired:
+            parts.append(f"{self.repaired:,} repaired")
+        rewritten = len(self.stale_shards)
+        maybe = len(self._candidate_shards() - self.stale_shards)
+        shards = f"{rewritten:,}" if not maybe else f"{rewritten:,} to {rewritten + maybe:,}"
+        kept = len(self.previous.shards) - rewritten - len(self.damaged)
+        line = f"{', '.join(parts)}; {shards} {_plural(rewritten + maybe, 'shard')} " \
+               f"rewritten, {kept - maybe:,}{'' if not maybe else f' to {kept:,}'} kept"
+        if self.damaged:
+            line += f", {len(self.damaged):,} damaged"
+        return line
+
+    def _candidate_shards(self) -> frozenset[str]:
+        return frozenset(self.shard_names[number]
+                         for number in np.unique(self.candidate_samples[:, 1]).tolist())
+
+
+class WorkItems(Sequence[PlanItem]):
+    """The plan items at ``work`` (plan positions), candidates given their expected digest."""
+
+    def __init__(self, plan: Plan, work: np.ndarray, candidates: np.ndarray,
+                 expected: tuple[str, ...]):
+        self.plan, self.work = plan, work
+        self.candidates, self.expected = candidates, expected
+
+    def __len__(self) -> int:
+        return len(self.work)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return WorkItems(self.plan, self.work[index], self.candidates, self.expected)
+        position = int(self.work[index])
+        item = self.plan[position]
+        at = int(np.searchsorted(self.candidates, position))
+        if at < len(self.candidates) and int(self.candidates[at]) == position:
+            return replace(item, expected_digest=self.expected[at])
+        return item
+
+    def __iter__(self) -> Iterator[PlanItem]:
+        return (self[index] for index in range(len(self)))
+
+    def mean_size(self) -> float:
+        """The mean size of the originals (1.0 with none)."""
+        if not len(self.work):
+            return 1.0
+        return float(self.plan.table.sizes[self.plan.order[self.work]].mean())
+
+
+def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
+         facts: Facts) -> Delta:
+    """What this run changes against ``previous``, whose sample records ``records`` streams
+    (never kept).  Read once, and a second time only when a source with a sample judged kept
+    is then sent to be decoded again by another one (a tile in a damaged shard): so
+    ``records`` must be re-iterable, not an iterator (TypeError).  Pure: no file is touched.
+    Raises OutputStateError when the class list does not begin with the previous one's
+    (labels would change meaning)."""
+    if isinstance(records, Iterator):
+        raise TypeError("diff may read the sample records again: pass an iterable, "
+                        "not an iterator")
+    if previous is None:
+        return Delta(plan, digest=_digest(facts.identity, "", plan, None, None, (), ()))
+    if tuple(facts.classes[: len(previous.classes)]) != tuple(previous.classes):
+        raise OutputStateError("the class list of this version does not begin with the "
+                               "previous one's; pass --overwrite to rebuild")
+    table, plan_position = plan.table, plan.position_of()
+    flags = np.zeros(len(plan), np.uint8)
+    seen = np.zeros(len(plan), np.uint8)  # SEEN | KEPT
+    expected: dict[int, str] = {}  # candidate plan position -> digest (the few that changed)
+    samples: list[tuple[int, int]] = []
+    sample_keys: list[str] = []
+    leaving: set[str] = set()
+    shard_numbers: dict[str, int] = {}
+    stale_shards: set[str] = set()
+    removed = repaired = changed = 0
+
+    def position(relpath: str) -> int | None:
+        index = table.index_of(relpath)
+        return None if index is None else int(plan_position[index])
+
+    def annotations_changed(record: SampleRecord, at: int) -> bool:
+        if facts.compare_labels and record.label != int(table.labels[at]):
+            return True
+        if facts.annotation_digests is None:
+            return False
+        try:
+            return int(record.annotation_digest or "", 16) != int(facts.annotation_digests[at])
+        except ValueError:
+            return True
+
+    def decode_again(number: int) -> None:
+        flags[number] = (int(flags[number]) | WORK) & ~CANDIDATE & 0xFF
+        expected.pop(number, None)
+
+    def decoded_again(number: int) -> bool:
+        return int(flags[number]) & (WORK | CANDIDATE) == WORK
+
+    def certainly_changed(number: int) -> None:  # its samples go; it is decoded again
+        nonlocal changed
+        if not flags[number] & STALE:
+            changed += 1
+        decode_again(number)
+        flags[number] |= STALE
+
+    def leaves(record: SampleRecord) -> None:
+        leaving.add(record.key)
+        stale_shards.add(record.shard)
+
+    for record in records:
+        number = position(record.path)
+        if number is not None:
+            seen[number] |= SEEN
+        if record.shard in facts.damaged:
+            leaving.add(record.key)
+            repaired += 1
+            if number is not None:
+                decode_again(number)
+        elif number is None:
+            leaves(record)
+            removed += 1
+        else:
+            at = int(plan.order[number])
+            if annotations_changed(record, at):
+                certainly_changed(number)
+                leaves(record)
+            elif decoded_again(number):  # an earlier sample of its source sent it
+                leaves(record)
+            elif (record.source_size, record.source_mtime_ns) != (int(table.sizes[at]),
+                                                                   int(table.mtimes[at])):
+                if record.source_digest:
+                    flags[number] |= WORK | CANDIDATE
+                    expected[number] = record.source_digest
+                    shard = shard_numbers.setdefault(record.shard, len(shard_numbers))
+                    samples.append((number, shard))
+                    sample_keys.append(record.key)
+                    seen[number] |= KEPT
+                else:  # nothing to compare its content with
+                    certainly_changed(number)
+                    leaves(record)
+            else:
+                seen[number] |= KEPT
+    kept_rejects = []
+    for reject in previous.rejects:
+        if reject.source_size is None:
+            continue  # found by the scan (a folder it could not list): the scan judges again
+        number = position(reject.path)
+        if number is None:
+            removed += 1
+            continue
+        seen[number] = True
+        at = int(plan.order[number])
+        if (reject.source_size, reject.source_mtime_ns) == (int(table.sizes[at]),
+                                                            int(table.mtimes[at])):
+            kept_rejects.append(reject)
+        else:
+            decode_again(number)
+            changed += 1
+    # sources sent to be decoded again after one of their samples was judged kept (rare)
+    again = ((flags & (WORK | CANDIDATE)) == WORK) & ((seen & KEPT) != 0)
+    if again.any():
+        for record in records:
+            number = position(record.path)
+            if number is not None and again[number] and record.shard not in facts.damaged:
+                leaves(record)
+    flags[seen == 0] |= WORK | NEW
+
+    candidates = np.array(sorted(expected), np.int32)
+    rows = np.array(samples, np.int32).reshape(-1, 2)
+    of_candidates = np.isin(rows[:, 0], candidates)
+    return Delta(
+        plan=plan,
+        previous=previous,
+        flags=flags,
+        work=np.flatnonzero(flags & WORK).astype(np.int32),
+        candidates=candidates,
+        expected=tuple(expected[number] for number in candidates.tolist()),
+        candidate_samples=rows[of_candidates],
+        candidate_keys=tuple(key for key, kept in zip(sample_keys, of_candidates.tolist(),
+                                                      strict=True) if kept),
+        shard_names=tuple(shard_numbers),
+        leaving_keys=frozenset(leaving),
+        stale_shards=frozenset(stale_shards),
+        damaged=tuple(shard for shard in previous.shards if shard.name in facts.damaged),
+        kept_rejects=tuple(kept_rejects),
+        removed=removed,
+        repaired=repaired,
+        changed=changed,
+        next_numbers=MappingProxyType(next_numbers(previous)),
+        digest=_digest(facts.identity, previous.content_fingerprint or "", plan, flags,
+                       candidates, tuple(expected[number] for number in candidates.tolist()),
+                       sorted(facts.damaged)),
+    )
+
+
+def next_numbers(previous: Manifest) -> dict[str, int]:
+    """The next shard number of each split: past every number the previous version used or
+    reserved.  Numbers only grow: a name, once used, never stands for other content."""
+    numbers: Counter = Counter()
+    for shard in previous.shards:
+        numbers[shard.split] = max(numbers[shard.split], shard_number(shard.name) + 1)
+    for split, number in previous.next_shard_numbers.items():
+        numbers[split] = max(numbers[split], number)
+    return dict(numbers)
+
+
+@dataclass(frozen=True, eq=False)
+class Execution:
+    """What ``execute`` did: where it stands (``state``, a ``journal.JournalState``), where
+    it resumed, how many sources it found unchanged, the shard numbers it used, and the object
+    classes it ended with (None without objects)."""
+
+    state: object
+    resumed_at: int
+    unchanged: int
+    numbers: Mapping[str, int]
+    object_classes: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Outcome:
+    """The Delta with its candidates resolved: the counts of the version's history, the keys
+    of the previous samples that leave, the previous shards rewritten (they hold one) and
+    those damaged (packed again), and the stat and digest of touched sources."""
+
+    delta: Delta
+    changes: Mapping[str, int]
+    leaving_keys: frozenset[str]
+    stale_shards: frozenset[str]
+    damaged: frozenset[str]
+    touched: Mapping[str, list]  # relpath -> [digest, size, mtime_ns]
+
+def resolve(delta: Delta, rejects: Sequence[RejectEntry], sources: int,
+            unchanged: Mapping[str, list]) -> Outcome:
+    """The Delta once executed: ``rejects`` are this run's, ``sources`` the originals it
+    packed, ``unchanged`` the candidates found with their previous content (relpath ->
+    [digest, size, mtime_ns]).  A candidate not among them changed: its samples leave."""
+    changes: Counter = Counter(removed=delta.removed, repaired=delta.repaired,
+                               changed=delta.changed)
+    if delta.flags is None:
+        changes.update(added=sources, rejected=len(rejects))
+        return Outcome(delta, MappingProxyType(dict(changes)), frozenset(), frozenset(),
+                       frozenset(), MappingProxyType(dict(unchanged)))
+    new = delta.flags & NEW
+    rejected = 0
+    if rejects:
+        table, positions = delta.plan.table, delta.plan.position_of()
+        for reject in rejects:
+            index = table.index_of(reject.path)
+            rejected += index is not None and positions[index] >= 0 \
+                and bool(new[positions[index]])
+    changes.update(added=int(np.count_nonzero(new)) - rejected, rejected=rejected)
+    is_changed = np.zeros(len(delta.plan), np.bool_)
+    for number in delta.candidates.tolist():
+        relpath = delta.plan.table.relpaths[int(delta.plan.order[number])]
+        if relpath in unchanged:
+            changes["touched"] += 1
+        else:
+            changes["changed"] += 1
+            is_changed[number] = True
+    rows = delta.candidate_samples
+    leaves = is_changed[rows[:, 0]]
+    changed_shards = {delta.shard_names[shard] for shard in np.unique(rows[leaves, 1]).tolist()}
+    changed_keys = (key for key, gone in zip(delta.candidate_keys, leaves.tolist(), strict=True)
+                    if gone)
+    return Outcome(delta, MappingProxyType(dict(changes)),
+                   delta.leaving_keys.union(changed_keys), delta.stale_shards | changed_shards,
+                   frozenset(shard.name for shard in delta.damaged),
+                   MappingProxyType(dict(unchanged)))
+
+
+def _digest(identity: str, base: str, plan: Plan, flags: np.ndarray | None,
+            candidates: np.ndarray | None, expected: tuple[str, ...],
+            damaged: Sequence[str] = ()) -> str:
+    """The Delta's name: the run's identity, the version it builds on, and its decisions."""
+    hasher = hashlib.sha256()
+    for text in (identity, base, str(len(plan)), *expected, "\0", *damaged):
+        hasher.update(text.encode("utf-8", "surrogateescape") + b"\0")
+    for array in (flags, candidates):
+        hasher.update(b"-" if array is None else array.tobytes())
+    return hasher.hexdigest()
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else f"{word}s"

@@ -1,0 +1,177 @@
+"""Reading an original: once, as a regular file, never through a link swapped in after the scan.
+
+The scan saw a regular file; by the time a worker opens it, it may be a symlink to somewhere
+outside the source tree, a FIFO (whose ``open`` would block forever) or a device, or one of the
+folders on its path may have been swapped for a symlink.  Every original comes in through the
+door (``door.open_file``): ``O_NOFOLLOW | O_NONBLOCK`` and checks on the open descriptor, so a
+link fails to open and a FIFO opens at once and is refused by ``fstat``.
+
+``O_NOFOLLOW`` guards the last name only.  For the folders above it, the worker checks that the
+descriptor is the file the scan saw (its inode number and size, ``SourceFile.identity``); only
+when it is not does it walk the path again one folder at a time without following links
+(``door.open_beneath``), and only a refused walk rejects the file.  A walk that opens is a file
+legitimately replaced or edited since the scan: that descriptor is used.  The inode does not
+decide on its own because FUSE mounts without stable inode numbers and CIFS ``noserverino``
+renumber them; ``st_dev`` is not compared at all (it differs between NFS clients, and Dask
+workers on other hosts read the same tree).  The common case costs no extra system call.
+
+Size: an original is refused ``too_large`` before a byte is read when it holds more bytes than
+its decode budget (``image.max_decoded_mb``, ``original_cap``).  That never refuses a file the
+decoder would take: the decode check counts the file's bytes plus its decoded pixels, so a file
+over the budget fails it anyway, only after being read whole (a 1.5 GB sparse ``.jpg`` cost
+1.6 GB of memory, a 2.6 GB one 5.4 GB).  And no supported format packs more pixels into a file
+than it holds decoded (compressed formats hold fewer bytes; BMP and uncompressed TIFF are the
+1:1 cases), so the cap is never the tighter limit on an image that fits the budget.
+
+The bytes read are the bytes that are hashed and decoded, so a rewrite between two opens cannot
+pair new pixels with an old digest.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from ..config import ImageConfig
+from ..dataset.records import EDGE_BYTES
+from ..door import MIB, Identity, OpenFile, Refused, open_beneath, open_file
+from ..errors import BadImage, ManifestError, SourceUnavailableError
+from ..text import shown
+
+UNCAPPED = 1 << 62
+# The fast open found no file (or a non-folder) where the scan saw one: a folder on the way may
+# have been swapped for a link to a folder that lacks it, which the walk names.
+_WALK_AGAIN_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+def original_cap(config: ImageConfig) -> int:
+    """The most bytes an original may hold: its decode budget (see the module docstring)."""
+    return config.max_decoded_mb * MIB
+
+
+def open_source(root: str, relpath: str, follow_symlinks: bool, cap: int = UNCAPPED,
+                expect: Identity | None = None) -> OpenFile:
+    """Open the original ``root/relpath`` that the scan saw as ``expect`` (inode and size).
+
+    Without ``follow_symlinks``, a descriptor that is not that file, or a refusal, has the
+    path walked again folder by folder (``open_beneath``): a symlink on the way rejects it
+    ``not_a_file`` naming the folder; a walk that opens returns that descriptor (the file was
+    replaced or edited).  ``expect`` None (unknown) always walks.  With ``follow_symlinks``
+    links are allowed anywhere and nothing is compared.  ``cap``: ``original_cap``, refused
+    ``too_large`` before reading.  Raises BadImage or OSError.
+    """
+    path = os.path.join(root, relpath)
+    budget = cap if cap != UNCAPPED else 0
+    try:
+        if follow_symlinks:
+            return open_file(path, cap, follow_symlinks=True)
+        if expect is not None:
+            try:
+                return open_file(path, cap, expect=expect)
+            except Refused as exc:
+                if exc.reason == "link":  # the file itself is a link: that is the whole story
+                    raise
+            except OSError as exc:
+                if exc.errno not in _WALK_AGAIN_ERRNOS:
+                    raise
+        return open_beneath(root, relpath, cap)
+    except Refused as exc:
+        raise _as_bad_image(exc, budget) from None
+
+
+def open_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED) -> OpenFile:
+    """Open an original through the door, last name only (no identity: ``open_source`` is the
+    guarded open of a scanned file); raises BadImage (``not_a_file``, ``too_large``) or
+    OSError."""
+    try:
+        return open_file(path, cap, follow_symlinks=follow_symlinks)
+    except Refused as exc:
+        raise _as_bad_image(exc) from None
+
+
+def open_regular(path: str, follow_symlinks: bool,
+                 cap: int = UNCAPPED) -> tuple[int, os.stat_result]:
+    """(fd, its stat) of a regular file opened through the door (refused ``too_large`` over
+    ``cap`` bytes); the caller closes the fd."""
+    handle = open_original(path, follow_symlinks, cap)
+    fd, handle.fd = handle.fd, -1
+    return fd, handle.info
+
+
+def _as_bad_image(exc: Refused, budget: int = 0) -> BadImage:
+    """The reject a refusal of the door makes; ``budget``: the cap was ``original_cap``."""
+    if exc.reason == "link":
+        if exc.detail.startswith("folder"):  # a folder on the way (``open_beneath``)
+            return BadImage("not_a_file", f"{exc.detail}; source.follow_symlinks is false")
+        return BadImage("not_a_file", "is a symbolic link now (source.follow_symlinks is false)")
+    if exc.reason == "changed":
+        return BadImage("unreadable", exc.detail)
+    if exc.reason == "too_large":
+        if budget:
+            return BadImage("too_large", f"holds more bytes than the {budget // MIB:,} MiB a "
+                            "worker may use to decode it (image.max_decoded_mb): not read")
+        return BadImage("too_large", exc.detail)
+    return BadImage("not_a_file", exc.detail)
+
+
+def read_all(handle: OpenFile) -> bytes:
+    """Every byte of an opened original; BadImage (``unreadable``) when it grew while read."""
+    try:
+        return handle.read()
+    except Refused as exc:
+        raise _as_bad_image(exc) from None
+
+
+def read_edges(handle: OpenFile) -> tuple[bytes, bytes]:
+    """(first 64 KiB, last 64 KiB) of an opened original: with its size, the parts
+    ``edges_digest_of`` takes."""
+    size = handle.size
+    head = os.pread(handle.fd, EDGE_BYTES, 0)
+    tail = os.pread(handle.fd, EDGE_BYTES, max(EDGE_BYTES, size - EDGE_BYTES)) \
+        if size > EDGE_BYTES else b""
+    return head, tail
+
+
+def source_root(recorded: str) -> str:
+    """The source root a manifest records, as a real path; SourceUnavailableError when it is
+    not a directory here (the NAS is not mounted, or the dataset was copied elsewhere)."""
+    if not recorded or not os.path.isabs(recorded):
+        raise SourceUnavailableError("the manifest records no absolute source path (packed by "
+                                     "an earlier version?): the originals cannot be found")
+    if not os.path.isdir(recorded):
+        raise SourceUnavailableError(f"the originals are not reachable: {recorded} (the source "
+                                     "the dataset was packed from) is not a directory here; "
+                                     "mount it at that path and rerun")
+    return os.path.realpath(recorded)
+
+
+def original_path(root: str, relpath: str) -> str:
+    """``root/relpath`` for a relative path read from a manifest or sample index (untrusted).
+
+    Refused (ManifestError): an absolute path, an empty, ``.`` or ``..`` component, a NUL, or
+    a path whose real location (symlinks resolved) is not under ``root`` (a real path).
+    """
+    if (not relpath or relpath.startswith("/") or "\0" in relpath
+            or any(part in ("", ".", "..") for part in relpath.split("/"))):
+        raise ManifestError(f"the path {shown(relpath)} is not a plain relative path under the "
+                            "source (refused)")
+    path = os.path.realpath(os.path.join(root, relpath))
+    if os.path.commonpath([root, path]) != root or path == root:
+        raise ManifestError(f"the path {shown(relpath)} leads out of the source {root} "
+                            "(refused)")
+    return path
+
+
+def read_under_root(root: str, relpath: str, max_bytes: int) -> bytes:
+    """The bytes of the original ``relpath`` under ``root`` (checked by ``original_path``).
+
+    Its real path is opened one folder at a time from ``root`` with no link followed
+    (``door.open_beneath``), so a folder swapped for a link between the check and the open is
+    refused too; raises BadImage (not a regular file, larger than ``max_bytes``) or OSError.
+    """
+    inside = os.path.relpath(original_path(root, relpath), root)
+    try:
+        with open_beneath(root, inside, max_bytes) as handle:
+            return handle.read()
+    except Refused as exc:
+        raise _as_bad_image(exc) from None

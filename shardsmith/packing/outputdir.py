@@ -1,0 +1,84 @@
+"""The output directory before a pack: the dataset to build on, or what a fresh build may
+remove (shardsmith's own files only; anything else is refused).
+
+Ours means a regular file under a name we write: a folder named ``train-000000.tar`` or
+``.keep.tmp`` (or a link, a FIFO) is someone else's, whatever its name, and is never removed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from ..config import Config
+from ..dataset.manifest import (
+    MANIFEST_NAME,
+    STATE_DIR,
+    Manifest,
+    is_dataset_file,
+    is_derived_file,
+    read_manifest,
+)
+from ..errors import OutputStateError
+
+
+def previous_dataset(output: Path, config: Config) -> Manifest | None:
+    """The finished dataset in ``output`` to build on, or None for a fresh build.
+
+    Raises OutputStateError when it was packed with other settings (unless --overwrite).
+    """
+    if config.run.overwrite or not (output / MANIFEST_NAME).exists():
+        return None
+    manifest = read_manifest(output)
+    if manifest.fingerprint != config.fingerprint():
+        changed = ", ".join(_changed_keys(manifest.config, config.dataset_settings()))
+        raise OutputStateError(
+            f"{output} holds a dataset packed with different settings ({changed or 'version'}); "
+            "pass --overwrite to replace it, or choose a new output directory"
+        )
+    if manifest.format != config.output.format:
+        raise OutputStateError(f"{output} holds {manifest.format} shards; pass --overwrite "
+                               "to replace them")
+    return manifest
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two settings trees."""
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, dict) and isinstance(after, dict) and key != "splits":
+            changed += _changed_keys(before, after, f"{prefix}{key}.")
+        elif before != after:
+            changed.append(f"{prefix}{key}")
+    return changed
+
+
+def clear_previous_output(output: Path) -> None:
+    """Remove an earlier dataset's files (ours only) before a fresh run; refuse foreign files."""
+    ours, foreign = [], []
+    for entry in sorted(output.iterdir()):
+        name = entry.name
+        if name == STATE_DIR:
+            continue  # holds our lock; the journal in it is started afresh
+        try:
+            mode = os.lstat(entry).st_mode
+        except FileNotFoundError:
+            continue
+        regular = stat.S_ISREG(mode)
+        our_name = name == MANIFEST_NAME or is_dataset_file(name) or is_derived_file(name) \
+            or (name.startswith(".") and name.endswith(".tmp"))
+        if our_name and regular:
+            ours.append(entry)
+        else:
+            foreign.append(f"{name}/" if stat.S_ISDIR(mode) else name)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+        raise OutputStateError(
+            f"{output} is not empty and holds files shardsmith did not write ({shown}); "
+            "choose an empty or new output directory"
+        )
+    (output / MANIFEST_NAME).unlink(missing_ok=True)  # first: the directory stops being one
+    for entry in ours:
+        entry.unlink(missing_ok=True)

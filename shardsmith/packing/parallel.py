@@ -1,0 +1,183 @@
+"""Where the per-image work runs: an ordered, bounded parallel map over the plan.
+
+Locally that is a pool of loky worker processes (joblib's process pool: robust to a worker
+crash, reused between calls); across machines it is joblib's dask backend on an existing Dask
+cluster, whose workers read the originals from the shared mount while this process still
+writes every shard.  Either way results come back in plan order, so shards are byte-identical
+whatever runs them.
+
+Locally the map submits batches to the pool itself and keeps at most ``2 x workers`` of them
+submitted or waiting: a new batch goes out only when the oldest result has been taken.
+joblib's ``Parallel(return_as="generator")`` dispatches the next batch whenever a worker
+finishes, so when the writer is the slower side (thumbnails) finished results pile up in the
+driver (measured: +50 MB on 100,000 tiny images, growing with the tree).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ..config import RunConfig
+from ..errors import ConfigError, ShardsmithError
+
+log = logging.getLogger(__name__)
+# A dask run that stops early (an error, Ctrl-C) closes joblib's result generator; joblib then
+# warns that finished tasks went unused, which says nothing the user needs.
+warnings.filterwarnings("ignore", category=UserWarning,
+                        message=r".*tasks (have been successfully executed|which were still)")
+IDLE_WORKER_SECONDS = 300
+LOKY_TRACKER = "joblib.externals.loky.backend.resource_tracker"
+STOP_SECONDS = 5.0  # what loky gets to tidy its threads after an interrupt
+
+
+def _import_image_libraries() -> None:
+    from . import imaging  # noqa: F401  (cv2, numpy, Pillow, simplejpeg, tifffile)
+
+
+def _run_batch(function: Callable, items: Sequence, args: tuple) -> list:
+    return [function(item, *args) for item in items]
+
+
+class WorkerPool:
+    """The workers of one pack run; use as a context manager.
+
+    Local worker processes start at once, in the background, so that their start-up
+    (interpreter, image libraries: ~0.7 s) overlaps the scan of the source tree.
+    """
+
+    def __init__(self, run: RunConfig):
+        self.run = run
+        self.workers = run.worker_count
+        self._client = None
+        self._executor = None
+        self._warmup: threading.Thread | None = None
+        if run.backend == "local" and self.workers > 1:
+            self._warmup = threading.Thread(target=self._start, name="shardsmith-warmup",
+                                            daemon=True)
+            self._warmup.start()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._warmup is not None:
+            # Workers may be starting in the background: wait for the executor to exist, so
+            # an interrupt during the scan still has workers to stop (the warm-up does not
+            # wait for them to be ready, so this is short; bounded all the same, a daemon
+            # thread stuck in loky must not keep an interrupted run from ending).
+            self._warmup.join(STOP_SECONDS)
+        if exc_type is not None and self._executor is not None:
+            # Interrupted or failed: end the workers now.  Left alone, loky keeps them for
+            # 300 s in case of reuse, which after SIGTERM means orphans busy on a NAS.
+            self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        """Kill the worker processes, then let loky wind down its threads, for a bounded time.
+
+        The workers are killed from here, not by ``shutdown(kill_workers=True)``: loky's
+        manager thread then drops the queued tasks but not their ids, and dies on a KeyError
+        (a traceback on stderr) with queues and workers left as they were.  Workers that died
+        are a "broken" pool to it instead, a path that fails every task and closes the queues
+        cleanly.  Whatever loky does, no worker outlives this call by more than its join."""
+        executor, self._executor = self._executor, None
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        manager = getattr(executor, "_executor_manager_thread", None)
+        for process in processes:
+            try:
+                os.kill(process.pid, signal.SIGKILL)  # loky's Popen has no kill()
+            except (OSError, TypeError):  # gone already, or not started (no pid)
+                pass
+        executor.shutdown(wait=False)
+        if manager is not None:
+            manager.join(STOP_SECONDS)
+        for process in processes:
+            process.join(STOP_SECONDS)  # reaped: no zombies while the driver finishes
+
+    def _start(self) -> None:
+        from multiprocessing import resource_tracker
+
+        from joblib.externals.loky import get_reusable_executor
+
+        # Workers start from this thread: with SIGINT blocked here they inherit the block, so
+        # a Ctrl-C at the terminal, which goes to the whole process group, reaches only the
+        # driver, which stops them (instead of each printing a KeyboardInterrupt traceback).
+        # The resource tracker first: starting it unblocks SIGINT in the calling thread.
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # Workers killed mid-task (Ctrl-C) leave loky's resource tracker, a process of its
+        # own started with the pool, warning about "leaked" semaphores that are already gone
+        # (FileNotFoundError): lines on stderr that tell the user nothing.
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (
+            os.environ.get("PYTHONWARNINGS"), f"ignore::UserWarning:{LOKY_TRACKER}")))
+        try:
+            self._executor = get_reusable_executor(max_workers=self.workers,
+                                                   timeout=IDLE_WORKER_SECONDS)
+            # Queued, not waited for: the map's first tasks follow them, and ``__exit__``
+            # joins this thread, so it must not wait for the workers to be ready.
+            for _ in range(self.workers):
+                self._executor.submit(_import_image_libraries)
+        except Exception as exc:  # noqa: BLE001 - a warm-up only: the real map reports errors
+            log.debug("worker warm-up did not finish: %s", exc)
+
+    def map_ordered(self, function: Callable, items: Sequence, *args: Any,
+                    batch_size: int = 1) -> Iterator:
+        """``function(item, *args)`` for every item, results in item order, lazily.
+
+        ``batch_size`` items go to a worker at once (tiny images: the dispatch cost of one
+        task is more than the work); at most ``2 x workers`` batches are out at a time.
+        """
+        if self.run.backend == "dask":
+            return self._map_dask(function, items, *args)
+        if self._warmup is not None:
+            self._warmup.join()
+        if self.workers == 1 or len(items) <= 1:
+            return (function(item, *args) for item in items)
+        if self._executor is None:
+            from joblib.externals.loky import get_reusable_executor
+
+            self._executor = get_reusable_executor(max_workers=self.workers,
+                                                   timeout=IDLE_WORKER_SECONDS)
+        return self._map_local(function, items, args, batch_size)
+
+    def _map_local(self, function: Callable, items: Sequence, args: tuple,
+                   batch_size: int) -> Iterator:
+        window: collections.deque = collections.deque()
+        batches = ([items[at] for at in range(start, min(start + batch_size, len(items)))]
+                   for start in range(0, len(items), batch_size))
+        # No future is cancelled when the map stops early (an error, Ctrl-C): loky's manager
+        # thread then fails on setting the result of a cancelled future (InvalidStateError),
+        # and dies without stopping the workers.  ``__exit__`` stops them instead.
+        for batch in batches:
+            window.append(self._executor.submit(_run_batch, function, batch, args))
+            if len(window) >= 2 * self.workers:
+                yield from window.popleft().result()
+        while window:
+            yield from window.popleft().result()
+
+    def _map_dask(self, function: Callable, items: Sequence, *args: Any) -> Iterator:
+        try:
+            from distributed import Client
+            from joblib import Parallel, delayed, parallel_config
+        except ImportError:
+            raise ConfigError(
+                "run.backend: dask needs the dask extra: pip install 'shardsmith[dask]'"
+            ) from None
+        try:
+            self._client = Client(self.run.scheduler, timeout=10)
+        except OSError as exc:
+            raise ShardsmithError(
+                f"run.scheduler: cannot reach the Dask scheduler at {self.run.scheduler}: {exc}"
+            ) from None
+        with parallel_config(backend="dask", n_jobs=-1):
+            parallel = Parallel(return_as="generator", pre_dispatch="2*n_jobs")
+            return parallel(delayed(function)(item, *args) for item in items)

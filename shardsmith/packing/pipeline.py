@@ -1,0 +1,376 @@
+"""``pack``: scan → plan → process (worker processes) → write shards → commit a version.
+
+One driver process owns the writers; images are processed by a bounded, ordered parallel map,
+so shards are byte-identical whatever the worker count and memory stays flat.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from ..annotations.model import ObjectClasses, Vocabulary
+from ..annotations.prepare import Prepared, prepare
+from ..atomic import remove_stale_tmp
+from ..config import Config, check_paths
+from ..dataset.formats import ShardLimits, ShardRoller, shard_format, write_index
+from ..dataset.lock import DirectoryLock
+from ..dataset.manifest import (
+    FORMATS,
+    LOCK_NAME,
+    STATE_DIR,
+    Manifest,
+    RejectEntry,
+    SampleRecord,
+    ShardEntry,
+    commit,
+    files_intact,
+    iter_sample_index,
+    no_longer_named,
+    remove_unnamed,
+    samples_index_name,
+    sources_fingerprint,
+    write_derived,
+    write_sample_index,
+)
+from ..dataset.records import Reject, Sample, Unchanged
+from ..errors import OutputStateError, ShardsmithError
+from ..progress import Progress
+from .delta import Delta, Execution, Job, Outcome, WorkItems, diff, resolve
+from .incremental import Rewritten, append_classes, kept_samples, rewrite
+from .journal import Journal, JournalState
+from .originals import original_cap
+from .outputdir import clear_previous_output, previous_dataset
+from .parallel import WorkerPool
+from .plan import Plan, PlanItem, make_plan
+from .readahead import ReadAhead
+from .scan import ScanResult, SourceTable, scan
+from .version import version_manifest
+
+log = logging.getLogger(__name__)
+
+TASK_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What a pack run did; ``manifest`` is the dataset's manifest as written (or found)."""
+
+    manifest: Manifest
+    output: Path
+    up_to_date: bool = False
+    resumed_at: int = 0
+
+    @property
+    def reject_fraction(self) -> float:
+        totals = self.manifest.totals  # originals, also when they were cut into tiles
+        candidates = (totals.packed if totals.sources is None else totals.sources) \
+            + totals.rejected
+        return totals.rejected / candidates if candidates else 0.0
+
+
+def pack(config: Config) -> PackResult:
+    """Pack the source tree into shards and a manifest, as ``config`` says.
+
+    Re-running on a finished output with the same config and unchanged sources does nothing;
+    with changed sources (or a damaged or older-schema output) it adds a dataset version
+    (only new or changed sources decoded); after an interruption it resumes from the last
+    published shard.
+    """
+    started = time.monotonic()
+    source, output = check_paths(config)
+    with DirectoryLock(output / STATE_DIR / LOCK_NAME, "packed"):
+        with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
+            split_folders = tuple(name for name, _ in config.splits) \
+                if config.split_folder else ()
+            scanned = scan(source, config.source, split_folders=split_folders)
+            return _pack_scanned(pool, scanned, config, source, output, started)
+
+
+def _pack_scanned(
+    pool: WorkerPool, scanned: ScanResult, config: Config, source: Path, output: Path,
+    started: float,
+) -> PackResult:
+    previous = previous_dataset(output, config)
+    job = make_job(scanned, config, source, output, previous, started)
+    if previous is not None and _up_to_date(output, previous, job.sources_fingerprint):
+        # Nothing to pack, but a shard list edited or swapped by hand is still made what the
+        # manifest says: readers trust the lists.
+        repaired = write_derived(output, previous)
+        if repaired:
+            log.warning("rewrote %s to match the manifest", ", ".join(repaired))
+        return PackResult(previous, output, up_to_date=True)
+
+    delta = find_delta(job, previous)
+    journal = Journal(output, {"delta": delta.digest})
+    # What is left to do comes first: a journal is resumed from only if it fits that work.
+    state = journal.load(delta.items(), delta.next_numbers, FORMATS[config.output.format])
+    if state is None:
+        if previous is None:
+            clear_previous_output(output)
+        else:  # files of an unfinished version: the manifest does not name them
+            remove_unnamed(output, {entry.name for entry in previous.files()})
+        state = journal.start()
+    else:
+        log.info("resuming at image %d", state.next_index)
+    remove_stale_tmp(output)
+
+    execution = execute(delta, job, journal, state, pool)
+    outcome = resolve(delta, state.rejects, state.sources, state.unchanged)
+    done = _rewrite(job, outcome, execution)
+    manifest = version_manifest(job, outcome, execution, done)
+    moved = done.moved
+    samples = itertools.chain(
+        kept_samples(output, outcome, moved),
+        (dict(s, shard=moved.get(s["key"], s.get("shard")))
+         for s in journal.samples(state.samples_end)),
+    )
+    index = write_sample_index(output, samples_index_name(manifest.version), samples)
+    manifest = replace(manifest, samples_index=index).with_content_fingerprint()
+    merged_away = [entry.name for shard in done.obsolete for entry in shard.files()]
+    commit(output, manifest, no_longer_named(previous, manifest) + merged_away)
+    journal.remove()
+    return PackResult(manifest, output, resumed_at=execution.resumed_at)
+
+
+def make_job(scanned: ScanResult, config: Config, source: Path, output: Path,
+             previous: Manifest | None, started: float) -> Job:
+    """The scan made a job: classes new in this scan go after the previous version's (labels
+    keep their meaning), annotations read up front, the plan, the sources fingerprint.
+    Raises ShardsmithError when there is nothing to pack."""
+    if previous is not None:
+        files, classes = append_classes(scanned.files, previous.classes, scanned.classes)
+        scanned = replace(scanned, files=files, classes=classes)
+    if not len(scanned.files):
+        reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
+        raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
+                              + _flat_folder_hint(scanned, config))
+    notes = prepare(scanned.files.relpaths, scanned.classes, str(source), config,
+                    previous.object_classes if previous is not None else None)
+    plan = make_plan(scanned.files, config.splits, config.seed, config.split_group,
+                     config.split_folder, notes.records)
+    fingerprint = sources_fingerprint(_source_entries(plan.table, notes, config))
+    if notes.problems:
+        scanned = replace(scanned, bad_annotations=scanned.bad_annotations
+                          + tuple(notes.problems))
+    return Job(config, source, output, scanned, notes, plan, fingerprint, started)
+
+
+def find_delta(job: Job, previous: Manifest | None) -> Delta:
+    """What this version changes against ``previous``: its shards checked on disk, its
+    sample index streamed (twice in rare cases, see ``diff``)."""
+    if previous is None:
+        return diff(None, (), job.plan, job.facts())
+    _check_classes(job.output, previous.classes, job.scanned.classes)
+    damaged = frozenset(shard.name for shard in previous.shards
+                        if not files_intact(job.output, shard.files()))
+    return diff(previous, SampleIndex(job.output, previous), job.plan, job.facts(damaged))
+
+
+@dataclass(frozen=True)
+class SampleIndex:
+    """The sample index of the version ``manifest`` in ``output``, streamed anew by every
+    iteration (``diff`` may read it twice)."""
+
+    output: Path
+    manifest: Manifest
+
+    def __iter__(self) -> Iterator[SampleRecord]:
+        return iter_sample_index(self.output, self.manifest)
+
+
+def _check_classes(output: Path, before: tuple[str, ...], now: tuple[str, ...]) -> None:
+    """Labels are indices into the class list: existing ones must keep their meaning."""
+    if tuple(now[: len(before)]) != tuple(before):
+        raise OutputStateError(f"{output}: the class list of this version does not begin "
+                               "with the previous one's; pass --overwrite to rebuild")
+
+
+def _rewrite(job: Job, outcome: Outcome, execution: Execution) -> Rewritten:
+    """The shards of the new version: the previous ones kept, this run's, and those the
+    rewrite (stale shards, and with --compact small ones) makes; every one with an index."""
+    config, output = job.config, job.output
+    fmt = shard_format(config.output.format)
+    limits = ShardLimits(config.output.shard_bytes, config.output.shard_samples)
+    previous = outcome.delta.previous
+    before = list(previous.shards) if previous is not None else []
+    done = rewrite(outcome, before + execution.state.shards, output,
+                   ShardRoller(fmt, output, limits, Counter(execution.numbers)),
+                   limits if config.run.compact else None, [name for name, _ in config.splits])
+    # shards of a dataset written before indexes existed get one
+    return replace(done, shards=tuple(shard if shard.index is not None
+                                      else write_index(fmt, output, shard)
+                                      for shard in done.shards))
+
+
+def _source_entries(table: SourceTable, notes: Prepared, config: Config) -> Iterator[tuple]:
+    """What the sources fingerprint hashes per file: path, size, mtime; with annotations also
+    the annotation digest and the label (a labels file can change one without the other)."""
+    if notes.digests is None and config.source.labels != "file":
+        return zip(table.relpaths, table.sizes, table.mtimes, strict=True)
+    digests = notes.digests if notes.digests is not None else np.zeros(len(table), np.uint64)
+    return zip(table.relpaths, table.sizes, table.mtimes, digests, table.labels, strict=True)
+
+
+def _up_to_date(output: Path, previous: Manifest, plan_fingerprint: str) -> bool:
+    """Nothing to do: same sources, this schema, and every listed file there at its size."""
+    if not previous.current or previous.sources_fingerprint != plan_fingerprint:
+        return False
+    damaged = [shard.name for shard in previous.shards
+               if not files_intact(output, shard.files())]
+    index = previous.samples_index
+    index_ok = files_intact(output, [index.file])
+    if damaged:
+        log.warning("%d listed shards are missing or damaged (%s): their samples are packed "
+                    "again", len(damaged), ", ".join(damaged[:3]))
+    if not index_ok:
+        raise OutputStateError(
+            f"{output}: the sample index {index.name} is missing or damaged, so the samples "
+            "cannot be told apart; pass --overwrite to rebuild the dataset"
+        )
+    return not damaged
+
+
+def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
+            pool: WorkerPool) -> Execution:
+    """Process the Delta's work, in plan order, into shards; checkpoint each published shard
+    in ``journal`` (``state``: where it stands, advanced as shards are published).
+
+    An image may give several samples (its tiles); a shard can close between two of them,
+    so a checkpoint records how many of the next image's samples are already published.
+    Candidates are decoded only if their content differs; the others come back
+    ``Unchanged`` and are counted and recorded as such.
+    """
+    config, source = job.config, job.source
+    numbers = Counter(delta.next_numbers) + Counter(shard.split for shard in state.shards)
+    roller = ShardRoller(shard_format(config.output.format), job.output,
+                         ShardLimits(config.output.shard_bytes, config.output.shard_samples),
+                         numbers)
+    object_classes = ObjectClasses(job.notes.known + tuple(state.object_classes)) \
+        if config.source.annotations.has_objects else None
+    classes = job.scanned.classes
+    vocabulary = Vocabulary(classes, tuple(object_classes.names)
+                            if object_classes is not None else ())
+    work = delta.items()
+    pending_rejects: list[RejectEntry] = []
+    pending_unchanged: dict[str, list] = {}
+
+    def checkpoint(next_index: int, shard: ShardEntry | None, part: int = 0) -> None:
+        if shard is not None or pending_rejects or pending_unchanged:
+            journal.checkpoint(state, next_index, shard, pending_rejects, pending_unchanged,
+                               part, list(object_classes.names) if object_classes else None)
+        pending_rejects.clear()
+        pending_unchanged.clear()
+
+    start, published = state.next_index, state.next_part
+    remaining = work[start:]
+    # Read-ahead warms this machine's page cache: it helps local workers only.
+    local = config.run.backend == "local"
+    window = 4 * config.run.worker_count if config.run.readahead and local else 0
+    readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks,
+                          original_cap(config.image))
+    results = pool.map_ordered(process_item, remaining, str(source), config, vocabulary,
+                               batch_size=_batch_size(work))
+    progress = Progress(len(work), start, "img", "pack", config.run.quiet)
+    unchanged = 0
+    try:
+        paired = zip(remaining, results, strict=True)
+        for index, (item, result) in enumerate(paired, start):
+            if isinstance(result, Sample):
+                result = (result,)
+            if isinstance(result, tuple):
+                for part, sample in enumerate(result):
+                    if index == start and part < published:
+                        continue  # in a shard published before the run was interrupted
+                    if object_classes is not None and sample.objects is not None:
+                        sample = replace(sample, objects=object_classes.resolve(sample.objects))
+                    record = roller.fmt.encode(sample, classes, object_classes)
+                    shard, closed = roller.add(item.split, record)
+                    if closed is not None:
+                        checkpoint(index, closed, part)
+                    journal.add_sample(_sample_record(sample, shard, item.group), part == 0)
+            elif isinstance(result, Reject):
+                pending_rejects.append(_reject_record(result, item))
+                progress.note(rejected=len(state.rejects) + len(pending_rejects))
+            else:
+                pending_unchanged[result.relpath] = [result.source_digest, result.source_size,
+                                                     result.source_mtime_ns]
+                unchanged += 1
+            progress.update(1)
+            readahead.consumed(index + 1 - start)
+        checkpoint(len(work), roller.close())
+    finally:
+        readahead.close()
+        progress.close()
+        roller.discard()
+        journal.close()
+    return Execution(state, start, unchanged, MappingProxyType(dict(numbers)),
+                     tuple(object_classes.names) if object_classes is not None else None)
+
+
+def _batch_size(work) -> int:
+    """Images per worker task: ~1 MB of originals (one 20 MB original alone; 64 thumbnails),
+    so dispatch costs stay small next to decoding, and results waiting stay few."""
+    if isinstance(work, Plan):
+        sizes = work.table.sizes[work.order] if len(work) else work.table.sizes[:0]
+        mean = float(sizes.mean()) if len(sizes) else 1.0
+    elif isinstance(work, WorkItems):
+        mean = work.mean_size()
+    else:
+        mean = sum(item.source.size for item in work) / max(1, len(work))
+    return max(1, min(64, int(TASK_BYTES // max(mean, 1.0))))
+
+
+def process_item(item: PlanItem, root: str, config: Config, vocabulary: Vocabulary
+                 ) -> Sample | tuple[Sample, ...] | Reject | Unchanged:
+    """The per-image work, as the worker pool runs it."""
+    if config.source.annotations.has_objects or config.image.tiles.enabled:
+        from .annotated import process_annotated
+
+        return process_annotated(item, root, config, vocabulary)
+    from .imaging import process
+
+    return process(item, root, config.image, config.source.follow_symlinks,
+                   config.run.change_detection)
+
+
+def _sample_record(sample: Sample, shard: str, group: str | None) -> dict[str, Any]:
+    record = {
+        "key": sample.key,
+        "path": sample.relpath,
+        "label": sample.label,
+        "split": sample.split,
+        "shard": shard,
+        "width": sample.width,
+        "height": sample.height,
+        "jpeg_bytes": len(sample.jpeg),
+        "source_size": sample.source_size,
+        "source_mtime_ns": sample.source_mtime_ns,
+        "source_digest": sample.source_digest,
+    }
+    if group is not None:
+        record["group"] = group
+    if sample.annotation_digest is not None:
+        record["annotation_digest"] = sample.annotation_digest
+    return record
+
+
+def _reject_record(reject: Reject, item: PlanItem) -> RejectEntry:
+    return RejectEntry(reject.relpath, reject.reason, reject.detail, item.source.size,
+                       item.source.mtime_ns)
+
+
+def _flat_folder_hint(scanned: ScanResult, config: Config) -> str:
+    if config.source.labels == "folders" and scanned.excluded.get("not in a class folder"):
+        return ("; the images are not in class folders: pass --labels none (source.labels: "
+                "none) to pack them without labels")
+    return ""

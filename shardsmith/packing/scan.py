@@ -1,0 +1,401 @@
+"""Walk the source tree and list the originals to pack, in a deterministic order.
+
+On a NAS every directory listing and every ``stat`` is a network round trip, so the walk goes
+breadth first and lists the directories of one level, and stats their files, on a pool of
+threads: the round trips overlap instead of adding up.  The result is sorted, so it is the
+same whatever finished first.  The walk is iterative: depth is not limited by the stack.
+
+Memory: the result is a ``SourceTable`` of columns (the paths, and NumPy arrays of sizes,
+mtimes, inode numbers and labels), about 100 bytes a file instead of several Python objects
+per file.
+
+Each file's inode number and size travel to the worker that reads it (``SourceFile.identity``):
+the worker opens the path and checks that the descriptor is that file.  A folder on the path
+swapped for a symlink after the scan leads to another file, which fails the check; the worker
+then walks the path again folder by folder without following links (``originals.open_source``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import fnmatch
+import functools
+import logging
+import os
+import stat
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ..annotations.sources import annotation_reason, read_labels, read_shared
+from ..config import SourceConfig
+from ..door import Identity
+
+log = logging.getLogger(__name__)
+
+SCAN_THREADS = 16
+STAT_BATCH = 256
+EXCLUDED_PATHS_KEPT = 1000  # per reason; the counts are always complete
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One original: its path relative to the source root (POSIX form) and what stat said
+    (``inode``: -1 when unknown)."""
+
+    relpath: str
+    size: int
+    mtime_ns: int
+    label: int = -1
+    inode: int = -1
+
+    @property
+    def identity(self) -> Identity | None:
+        """The inode and size the scan saw, for the worker's open to check; None if unknown."""
+        return Identity(self.inode, self.size) if self.inode >= 0 else None
+
+
+@dataclass(frozen=True, eq=False)
+class SourceTable:
+    """The selected originals as columns, sorted by path; ``table[i]`` is a ``SourceFile``."""
+
+    relpaths: list[str]
+    sizes: np.ndarray  # int64
+    mtimes: np.ndarray  # int64, ns
+    labels: np.ndarray  # int32, -1 without labels
+    # int64 (8 bytes a file in the driver); st_dev is left out: it differs between NFS
+    # clients, so a Dask worker on another host would refuse good files.  -1: unknown.
+    inodes: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.inodes is None:
+            object.__setattr__(self, "inodes", np.full(len(self.relpaths), -1, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.relpaths)
+
+    def __getitem__(self, index: int) -> SourceFile:
+        return SourceFile(self.relpaths[index], int(self.sizes[index]), int(self.mtimes[index]),
+                          int(self.labels[index]), int(self.inodes[index]))
+
+    def __iter__(self) -> Iterator[SourceFile]:
+        return (self[index] for index in range(len(self)))
+
+    @classmethod
+    def of(cls, files: Iterable[SourceFile]) -> SourceTable:
+        """A table of the given files (sorted by path)."""
+        rows = sorted(files, key=lambda source: source.relpath)
+        return cls([row.relpath for row in rows],
+                   np.array([row.size for row in rows], np.int64),
+                   np.array([row.mtime_ns for row in rows], np.int64),
+                   np.array([row.label for row in rows], np.int32),
+                   np.array([row.inode for row in rows], np.int64))
+
+    def index_of(self, relpath: str) -> int | None:
+        """Where ``relpath`` is in the table (a binary search: no index to keep)."""
+        index = bisect.bisect_left(self.relpaths, relpath)
+        return index if index < len(self) and self.relpaths[index] == relpath else None
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """Selected files in sorted order, the class list, and everything left out (with why)."""
+
+    files: SourceTable
+    classes: tuple[str, ...]
+    excluded: Counter = field(default_factory=Counter)
+    unreadable: tuple[tuple[str, str], ...] = ()
+    excluded_paths: dict[str, list[str]] = field(default_factory=dict)
+    # (path, detail) of images whose row in the labels file is malformed, and of rows that
+    # name no image (under the labels file's name): rejected with ``bad_annotation``.
+    bad_annotations: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Directory:
+    path: str
+    relpath: str  # "" for the root
+    ancestors: frozenset  # (st_dev, st_ino) of the directories above: symlink loops
+
+
+class _Walk:
+    """The state of one scan.  Threads only list and stat; this object is updated by the
+    calling thread alone, from their results."""
+
+    def __init__(self, config: SourceConfig, split_folders: tuple[str, ...] = ()):
+        self.config = config
+        self.split_folders = set(split_folders)
+        self.annotations = config.annotations if config.annotations.enabled else None
+        self.extensions = {"." + ext for ext in config.extensions}
+        self.relpaths: list[str] = []
+        self.sizes, self.mtimes, self.inodes = array("q"), array("q"), array("q")
+        self.excluded: Counter = Counter()
+        self.excluded_paths: dict[str, list[str]] = {}
+        self.unreadable: list[tuple[str, str]] = []
+
+    def exclude(self, reason: str, relpath: str) -> None:
+        self.excluded[reason] += 1
+        kept = self.excluded_paths.setdefault(reason, [])
+        if len(kept) < EXCLUDED_PATHS_KEPT:
+            kept.append(relpath)
+
+    def sort(self, directory: _Directory, listing: _Listing | OSError,
+             subdirectories: list[_Directory], files: list[str]) -> None:
+        """Put each entry of a listing in its place: a directory to visit, a file to stat, or
+        a reason it is left out."""
+        if isinstance(listing, OSError):
+            self.unreadable.append((directory.relpath or ".",
+                                    f"cannot list directory: {listing.strerror}"))
+            return
+        names, kinds, errors = listing
+        # Sorted: which paths are kept as examples does not depend on the listing order.
+        for at in sorted(range(len(names)), key=names.__getitem__):
+            name, kind = names[at], kinds[at : at + 1]
+            relpath = f"{directory.relpath}/{name}" if directory.relpath else name
+            if name.startswith("."):
+                self.exclude("hidden", relpath)
+                continue
+            if kind == b"e":
+                self.unreadable.append((relpath, f"cannot stat: {errors[name].strerror}"))
+                continue
+            if kind in b"lFD" and not self.config.follow_symlinks:
+                self.exclude("symlink", relpath)
+                continue
+            reason = None if self.annotations is None else annotation_reason(
+                relpath, kind in b"dD", self.annotations)
+            if reason is not None:
+                self.exclude(reason, relpath)
+                continue
+            if self.split_folders and not directory.relpath and kind in b"dD" and \
+                    name not in self.split_folders:
+                self.exclude("not in a split folder", relpath)
+                continue
+            if kind in b"dD":
+                subdirectories.append(_Directory(os.path.join(directory.path, name), relpath,
+                                                 directory.ancestors))
+            elif kind not in b"fF":
+                self.exclude("not a regular file", relpath)
+            elif os.path.splitext(name)[1].lower() not in self.extensions:
+                self.exclude("extension", relpath)
+            elif not _selected(relpath, self.config):
+                self.exclude("include/exclude pattern", relpath)
+            else:
+                files.append(relpath)
+
+    def add_files(self, relpaths: list[str], stats: _Stats) -> None:
+        for at, relpath in enumerate(relpaths):
+            if relpath in stats.errors:
+                self.unreadable.append((relpath, f"cannot stat: {stats.errors[relpath].strerror}"))
+            elif stat.S_ISREG(stats.modes[at]):
+                self.relpaths.append(relpath)
+                self.sizes.append(stats.sizes[at])
+                self.mtimes.append(stats.mtimes[at])
+                self.inodes.append(stats.inodes[at])
+            else:
+                self.exclude("not a regular file", relpath)
+
+    def enter(self, directory: _Directory, info: os.stat_result | OSError) -> _Directory | None:
+        """The directory with itself among its ancestors, or None (a symlink loop)."""
+        if isinstance(info, OSError):
+            self.unreadable.append((directory.relpath, f"cannot stat: {info.strerror}"))
+            return None
+        identity = (info.st_dev, info.st_ino)
+        if identity in directory.ancestors:
+            self.exclude("symlink loop", directory.relpath)
+            return None
+        return _Directory(directory.path, directory.relpath, directory.ancestors | {identity})
+
+
+def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS,
+         split_folders: tuple[str, ...] = ()) -> ScanResult:
+    """List the image files under ``root`` that the config selects.
+
+    Hidden entries are skipped; symlinks are skipped unless ``follow_symlinks``; annotation
+    files and mask trees are left out (``annotation``).  Files that do not match the extension
+    or glob filters are counted in ``excluded`` by reason (with the first paths of each
+    reason), files and directories that cannot be read are returned in ``unreadable``.
+    With ``split_folders`` (``splits.folder``), the top folder is a split and the class
+    folder is the one below it.  With ``labels: file``, the labels come from the labels file.
+    """
+    walk = _Walk(config, split_folders)
+    root_info = os.stat(root)
+    level = [_Directory(str(root), "", frozenset({(root_info.st_dev, root_info.st_ino)}))]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-scan") as pool:
+        while level:
+            subdirectories: list[_Directory] = []
+            files: list[str] = []
+            listings = _in_order(pool, _list, [directory.path for directory in level], threads)
+            for directory, listing in zip(level, listings, strict=True):
+                walk.sort(directory, listing, subdirectories, files)
+            batches = _batches(files, STAT_BATCH)
+            stats = _in_order(pool, functools.partial(_stat_batch, str(root)), batches, threads)
+            for batch, batch_stats in zip(batches, stats, strict=True):
+                walk.add_files(batch, batch_stats)
+            del files, batches
+            if config.follow_symlinks:  # only links can make a loop
+                infos = pool.map(_stat, (directory.path for directory in subdirectories))
+                entered = [walk.enter(directory, info)
+                           for directory, info in zip(subdirectories, infos, strict=True)]
+                subdirectories = [directory for directory in entered if directory is not None]
+            level = subdirectories
+
+    depth = 1 if split_folders else 0
+    table = _table(walk, config, depth)
+    bad: list[tuple[str, str]] = []
+    if config.labels == "file":
+        table, classes, bad = _labels_from_file(table, walk, root, config)
+    else:
+        classes = tuple(sorted({path.split("/")[depth] for path in table.relpaths})) \
+            if config.labels == "folders" else ()
+        if classes:
+            label_of = {name: index for index, name in enumerate(classes)}
+            table.labels[:] = [label_of[path.split("/")[depth]] for path in table.relpaths]
+    paths = {reason: sorted(kept) for reason, kept in sorted(walk.excluded_paths.items())}
+    return ScanResult(table, classes, +walk.excluded, tuple(sorted(walk.unreadable)), paths,
+                      tuple(bad))
+
+
+def _labels_from_file(table: SourceTable, walk: _Walk, root: Path, config: SourceConfig
+                      ) -> tuple[SourceTable, tuple[str, ...], list[tuple[str, str]]]:
+    """Labels from the labels file: images it does not name are left out (``not in the labels
+    file``), images whose row is malformed are rejected; classes sorted by name."""
+    where = config.annotations.labels
+    rows = read_labels(read_shared(str(root), where, follow_symlinks=config.follow_symlinks),
+                       where)
+    keep = np.zeros(len(table), bool)
+    bad = [(where, problem) for problem in rows.problems]
+    for at, relpath in enumerate(table.relpaths):
+        if relpath in rows.labels:
+            keep[at] = True
+        elif relpath in rows.bad:
+            bad.append((relpath, rows.bad[relpath]))
+        else:
+            walk.exclude("not in the labels file", relpath)
+    present = set(table.relpaths)
+    missing = sum(1 for relpath in rows.labels if relpath not in present)
+    if missing:
+        log.info("%s: %d rows name no image the scan selected (left out)", where, missing)
+    relpaths = [relpath for relpath, taken in zip(table.relpaths, keep, strict=True) if taken]
+    classes = tuple(sorted({rows.labels[relpath] for relpath in relpaths}))
+    label_of = {name: index for index, name in enumerate(classes)}
+    labels = np.array([label_of[rows.labels[relpath]] for relpath in relpaths], np.int32)
+    return SourceTable(relpaths, table.sizes[keep], table.mtimes[keep], labels,
+                       table.inodes[keep]), classes, bad
+
+
+def _table(walk: _Walk, config: SourceConfig, depth: int = 0) -> SourceTable:
+    """The found files as sorted columns (files outside class folders left out, with why);
+    ``depth`` is the number of folders above the class folder (1 under split folders)."""
+    order = np.argsort(np.array(walk.relpaths, dtype=object), kind="stable")
+    relpaths = [walk.relpaths[index] for index in order]
+    sizes = np.frombuffer(walk.sizes, np.int64)[order] if len(order) else np.zeros(0, np.int64)
+    mtimes = np.frombuffer(walk.mtimes, np.int64)[order] if len(order) else sizes.copy()
+    inodes = np.frombuffer(walk.inodes, np.int64)[order] if len(order) else sizes.copy()
+    if config.labels == "folders":
+        nested = np.fromiter((path.count("/") > depth for path in relpaths), bool,
+                             len(relpaths))
+        for path in (path for path, keep in zip(relpaths, nested, strict=True) if not keep):
+            walk.exclude("not in a class folder", path)
+        relpaths = [path for path, keep in zip(relpaths, nested, strict=True) if keep]
+        sizes, mtimes, inodes = sizes[nested], mtimes[nested], inodes[nested]
+    return SourceTable(relpaths, sizes, mtimes, np.full(len(relpaths), -1, np.int32), inodes)
+
+
+class _Listing(NamedTuple):
+    """A directory's entries, compact: names, a kind byte each (f file, d dir, F and D a link
+    to one, l another link, o anything else, e a stat error), and the errors by name."""
+
+    names: list[str]
+    kinds: bytes
+    errors: dict[str, OSError]
+
+
+def _list(path: str) -> _Listing | OSError:
+    names, kinds, errors = [], bytearray(), {}
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                names.append(entry.name)
+                try:
+                    kinds += _kind(entry)
+                except OSError as exc:
+                    kinds += b"e"
+                    errors[entry.name] = exc
+    except OSError as exc:
+        return exc
+    return _Listing(names, bytes(kinds), errors)
+
+
+def _kind(entry: os.DirEntry) -> bytes:
+    if entry.is_symlink():
+        if entry.is_dir():
+            return b"D"
+        return b"F" if entry.is_file() else b"l"
+    if entry.is_dir(follow_symlinks=False):
+        return b"d"
+    return b"f" if entry.is_file(follow_symlinks=False) else b"o"
+
+
+def _stat(path: str) -> os.stat_result | OSError:
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        return exc
+
+
+class _Stats(NamedTuple):
+    """(mode, size, mtime, inode) of a batch of files as compact columns, and the errors by
+    path."""
+
+    modes: array
+    sizes: array
+    mtimes: array
+    inodes: array
+    errors: dict[str, OSError]
+
+
+def _stat_batch(root: str, relpaths: list[str]) -> _Stats:
+    """Stat each file; follows a link only if one got this far (``follow_symlinks``)."""
+    stats = _Stats(array("q"), array("q"), array("q"), array("q"), {})
+    for relpath in relpaths:
+        try:
+            info = os.stat(os.path.join(root, relpath))
+        except OSError as exc:
+            stats.errors[relpath] = exc
+            info = None
+        stats.modes.append(info.st_mode if info else 0)
+        stats.sizes.append(info.st_size if info else 0)
+        stats.mtimes.append(info.st_mtime_ns if info else 0)
+        # A 64-bit inode number above 2**63 (some FUSE and network mounts) does not fit the
+        # column: kept as unknown, so that file is checked by the walk alone.
+        stats.inodes.append(info.st_ino if info and info.st_ino < 1 << 63 else -1)
+    return stats
+
+
+def _in_order(pool: ThreadPoolExecutor, function, items: list, threads: int) -> Iterator:
+    """``function(item)`` on the pool, results in item order, at most ``2 x threads`` waiting:
+    the listings of a level of a million files are not all held at once."""
+    window: collections.deque = collections.deque()
+    for item in items:
+        window.append(pool.submit(function, item))
+        if len(window) >= 2 * threads:
+            yield window.popleft().result()
+    while window:
+        yield window.popleft().result()
+
+
+def _batches(items: list, size: int) -> list[list]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+def _selected(relpath: str, config: SourceConfig) -> bool:
+    if config.include and not any(fnmatch.fnmatchcase(relpath, p) for p in config.include):
+        return False
+    return not any(fnmatch.fnmatchcase(relpath, p) for p in config.exclude)

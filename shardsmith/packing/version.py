@@ -1,0 +1,129 @@
+"""The manifest of the version a pack run commits: what it holds, what changed, how it ran."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from .. import __version__
+from ..dataset.manifest import (
+    MAX_SHARD_NUMBER,
+    MAX_VERSION,
+    SCHEMA_VERSION,
+    Manifest,
+    RejectEntry,
+    SampleIndexEntry,
+    SplitTotals,
+    Totals,
+    shard_list_names,
+)
+from ..errors import OutputStateError
+from .delta import Execution, Job, Outcome
+from .incremental import Rewritten, history_entry
+
+PLACEHOLDER = "0" * 64
+
+
+def version_manifest(job: Job, outcome: Outcome, execution: Execution,
+                     done: Rewritten) -> Manifest:
+    """The new version's manifest, less its sample index (written next, from the records):
+    what ``job`` packed, what changed (``outcome``), how the run went (``execution``), and
+    the shards the version lists (``done``, with the shard numbers it used)."""
+    config, scanned, delta, shards = job.config, job.scanned, outcome.delta, done.shards
+    previous, state = delta.previous, execution.state
+    scan_rejects = [RejectEntry(path, "unreadable", detail) for path, detail in scanned.unreadable]
+    scan_rejects += [RejectEntry(path, "bad_annotation", detail)
+                     for path, detail in scanned.bad_annotations]
+    rejects = scan_rejects + list(delta.kept_rejects) + state.rejects
+    seconds = time.monotonic() - job.started
+    splits = {name: SplitTotals() for name, _ in config.splits}
+    for shard in shards:
+        totals = splits[shard.split]
+        splits[shard.split] = SplitTotals(totals.samples + shard.samples, totals.shards + 1,
+                                          totals.bytes + shard.bytes)
+    packed = sum(shard.samples for shard in shards)
+    excluded = sum(scanned.excluded.values())
+    # Tiles: many samples an original; every planned original is packed or rejected.
+    sources = len(job.plan) - len(delta.kept_rejects) - len(state.rejects) \
+        if config.image.tiles.enabled else None
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    version = delta.version + 1
+    upgrade = None if previous is None or previous.current else \
+        f"upgraded from schema {previous.schema_version}"
+    decoded = state.next_index - execution.resumed_at - execution.unchanged
+    _check_numbers(version, done.numbers)
+    manifest = Manifest(
+        schema_version=SCHEMA_VERSION,
+        version=version,
+        created=created,
+        tool={"name": "shardsmith", "version": __version__, "libraries": _library_versions()},
+        source=str(job.source),
+        config=config.dataset_settings(),
+        fingerprint=config.fingerprint(),
+        sources_fingerprint=job.sources_fingerprint,
+        previous_content_fingerprint=previous.content_fingerprint if previous else None,
+        format=config.output.format,
+        classes=scanned.classes,
+        splits=splits,
+        shards=shards,
+        samples_index=_placeholder_index(),
+        rejects=tuple(rejects),
+        excluded=dict(sorted(scanned.excluded.items())),
+        excluded_paths={reason: tuple(paths) for reason, paths in scanned.excluded_paths.items()},
+        totals=Totals(
+            seen=(packed if sources is None else sources) + len(rejects) + excluded,
+            packed=packed,
+            rejected=len(rejects),
+            excluded=excluded,
+            bytes_in=state.bytes_in + (previous.totals.bytes_in if previous else 0),
+            bytes_out=sum(shard.bytes for shard in shards),
+            sources=sources,
+        ),
+        history=(*(previous.history if previous else ()),
+                 history_entry(outcome, version, created, shards, upgrade)),
+        run={
+            "seconds": round(seconds, 3),
+            "images_per_second": round(decoded / max(seconds, 1e-9), 2),
+            "decoded": decoded,
+            "resumed_at": execution.resumed_at,
+            "workers": config.run.worker_count,
+        },
+        next_shard_numbers=dict(sorted(done.numbers.items())),
+        shard_lists=tuple(name for split, _ in config.splits
+                          for name in shard_list_names(split, config.output.format)),
+    )
+    if execution.object_classes is not None:
+        manifest = replace(manifest, object_classes=execution.object_classes)
+    return manifest
+
+
+def _check_numbers(version: int, numbers: Mapping[str, int]) -> None:
+    """Never publish a number the manifest model refuses on reading: the next run would fail."""
+    if version > MAX_VERSION:
+        raise OutputStateError(f"the dataset has reached version {version - 1}, the last one "
+                               "shardsmith numbers; pack with --overwrite to start afresh")
+    for split, number in numbers.items():
+        if number > MAX_SHARD_NUMBER:
+            raise OutputStateError(f"split {split} has used every shard number up to "
+                                   f"{MAX_SHARD_NUMBER}; pack with --overwrite "
+                                   "to number its shards afresh")
+
+
+def _placeholder_index() -> SampleIndexEntry:
+    return SampleIndexEntry("samples.jsonl", 0, PLACEHOLDER)  # replaced before the commit
+
+
+def _library_versions() -> dict[str, str]:
+    import cv2
+    import numpy
+    import PIL
+    import simplejpeg
+
+    return {
+        "pillow": PIL.__version__,
+        "opencv": cv2.__version__,
+        "simplejpeg": simplejpeg.__version__,
+        "numpy": numpy.__version__,
+    }
