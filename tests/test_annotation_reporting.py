@@ -232,3 +232,57 @@ def test_damaged_object_counts_in_the_sample_index_are_one_line_and_exit_2(tmp_p
     result = run("inspect", out)
     assert result.exit_code == 2 and "objects" in result.output
     assert "Traceback" not in result.output
+
+
+def dry_run(root: Path, config: Path) -> tuple[object, dict]:
+    report = root / "dry.json"
+    result = run("pack", root / "source", root / "out", "--config", config, "--dry-run",
+                 "--quiet", "--report", report)
+    return result, json.loads(report.read_text()).get("dry_run", {}) if report.exists() else {}
+
+
+def test_the_dry_run_of_an_annotated_job_checks_ids_orphans_and_how_many_it_read(tmp_path):
+    config = yolo_job(tmp_path)
+    images.write(tmp_path / "source" / "labels" / "scratch" / "c.txt", b"7 0.5 0.5 0.1 0.1\n")
+    result, document = dry_run(tmp_path, config)
+    assert result.exit_code == 0, result.output
+    check = document["annotations"]
+    assert check["checked"] == 3 and check["originals"] == 3
+    assert check["problem_count"] == 1 and "class 7 is not in" in check["problems"][0]
+    assert check["orphans"] == 1 and check["orphan_paths"] == ["labels/dent/gone.txt"]
+    assert "annotations: read for 3 of 3 originals" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_dry_run_compares_the_size_a_voc_file_records_with_the_header(tmp_path):
+    source = tmp_path / "source"
+    images.write(source / "dent" / "a.jpg", images.jpeg(160, 120, 1))
+    images.write(source / "dent" / "b.jpg", images.jpeg(160, 120, 2))
+    voc = ("<annotation><size><width>{w}</width><height>{h}</height></size><object>"
+           "<name>crack</name><bndbox><xmin>10</xmin><ymin>10</ymin><xmax>50</xmax>"
+           "<ymax>50</ymax></bndbox></object></annotation>")
+    images.write(source / "dent" / "a.xml", voc.format(w=160, h=120).encode())
+    images.write(source / "dent" / "b.xml", voc.format(w=4000, h=3000).encode())
+    config = tmp_path / "job.yaml"
+    config.write_text("source:\n  annotations:\n    files: voc\n")
+    result, document = dry_run(tmp_path, config)
+    assert result.exit_code == 0, result.output
+    problems = document["annotations"]["problems"]
+    assert len(problems) == 1 and problems[0].startswith("dent/b.jpg")
+    assert "made for a 4000x3000 image, this one is 160x120" in problems[0]
+
+
+def test_the_dry_run_of_a_job_with_a_missing_masks_folder_fails_naming_it(tmp_path):
+    images.write(tmp_path / "source" / "dent" / "a.jpg", images.jpeg(160, 120, 1))
+    config = tmp_path / "job.yaml"
+    config.write_text("source:\n  annotations:\n    masks: ../maskz\n")
+    result, _ = dry_run(tmp_path, config)
+    assert result.exit_code == 2 and "source.annotations.masks" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_dry_run_of_a_tiled_annotated_job_is_accepted(tmp_path):
+    config = yolo_job(tmp_path, extra="image:\n  tiles:\n    size: 64\n")
+    result, document = dry_run(tmp_path, config)
+    assert result.exit_code == 0, result.output
+    assert document["annotations"]["checked"] == 3

@@ -106,7 +106,7 @@ def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") 
     splits = list(manifest.splits)
     names = manifest.object_classes or ()
     ids = sorted({number for number, _ in objects.per_class} | set(range(1, len(names) + 1)))
-    width = max([len(printable(_object_name(names, number))) for number in ids] + [20])
+    width = max([len(printable(_object_name(names, number))) for number in ids] + [24])
     lines = [f"objects  {objects.objects:,} in "
              + plural(sum(objects.with_objects.values()), "sample")
              + f"; {plural(sum(objects.without_objects.values()), 'sample')} without objects",
