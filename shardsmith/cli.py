@@ -147,7 +147,14 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, **settin
     Rerunning a finished pack with the same settings does nothing; rerunning an interrupted
     one resumes it.
     """
-    from .insight.inspection import findings_lines, findings_report, pack_findings
+    from .insight.inspection import (
+        count_objects,
+        findings_lines,
+        findings_report,
+        object_json,
+        object_lines,
+        pack_findings,
+    )
     from .packing.pipeline import pack as run_pack
 
     if with_probe and not dry_run:
@@ -167,6 +174,10 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, **settin
             report["findings"] = findings_report(census)
             for line in findings_lines(census, result.output):
                 _echo(line)
+        objects = None if result.up_to_date else count_objects(result.output, result.manifest)
+        if objects is not None:
+            report["objects"] = object_json(objects, result.manifest)
+            _echo("\n".join("  " + line for line in object_lines(objects, result.manifest)))
         if result.manifest.rejects and not config.run.quiet and not result.up_to_date:
             _echo("rejected files:", err=True)
             _echo("\n".join(reject_lines(result.manifest.rejects)), err=True)

@@ -106,14 +106,29 @@ def test_probe_of_a_tree_without_images_fails_in_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_probe_of_a_tiled_job_says_its_image_path_is_not_measured(tree, tmp_path):
+def test_probe_accepts_a_tiled_job_and_says_what_its_image_path_leaves_out(tree, tmp_path):
     config = tmp_path / "tiles.yaml"
     config.write_text("image:\n  tiles:\n    size: 256\n    keep: all\n")
 
-    result = CliRunner().invoke(main, ["probe", str(tree), "--config", str(config), "--quiet"])
+    result = CliRunner().invoke(main, ["probe", str(tree), "--config", str(config), "--quiet",
+                                       "--sample", "4"])
 
-    assert result.exit_code == 2
-    assert result.stderr.startswith("shardsmith: error: probe: the image path of image.tiles")
+    assert result.exit_code == 0, result.output
+    assert "note: image path measured as a whole-image conversion" in result.stdout
+    assert "cutting tiles" in result.stdout
+
+
+def test_probe_accepts_an_annotated_job(tree, tmp_path):
+    config = tmp_path / "yolo.yaml"
+    (tmp_path / "labels").mkdir()
+    config.write_text(f"source:\n  annotations:\n    files: yolo\n    files_dir: "
+                      f"{tmp_path / 'labels'}\n    classes: [crack]\n")
+
+    document = json.loads(CliRunner().invoke(main, [
+        "probe", str(tree), "--config", str(config), "--quiet", "--sample", "4",
+        "--json"]).stdout)
+
+    assert "reading annotations" in document["note"]
 
 
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")

@@ -330,10 +330,11 @@ def shapes_from_record(record: dict[str, Any], where: str, frame: Frame) -> list
 
 
 def read_mask(data: bytes, where: str, frame: Frame, values: str, names: tuple[str, ...],
-              image_class: str) -> tuple[np.ndarray, tuple[str, ...]]:
+              image_class: str, mask_class: str = "") -> tuple[np.ndarray, tuple[str, ...]]:
     """A PNG mask → (class mask in the original's frame, its class names).
 
-    ``binary``: every non-zero pixel is the image's class (``defect`` without one);
+    ``binary``: every non-zero pixel is ``mask_class`` when set, else the image's class
+    (``defect`` without one);
     ``index``: pixel value ``k`` is ``names[k - 1]``.
     """
     from PIL import Image, UnidentifiedImageError
@@ -358,7 +359,7 @@ def read_mask(data: bytes, where: str, frame: Frame, values: str, names: tuple[s
     if pixels.ndim == 3:
         pixels = pixels.max(axis=2)
     if values == "binary":
-        return (pixels > 0).astype(np.uint8), (image_class or "defect",)
+        return (pixels > 0).astype(np.uint8), (mask_class or image_class or "defect",)
     top = int(pixels.max()) if pixels.size else 0
     if top > len(names):
         raise bad(where, f"pixel value {top} is not a class of source.annotations.classes "

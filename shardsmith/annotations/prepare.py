@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import Config
+from .audit import SourceReport, check_sources, survey
 from .coco import read_coco
 from .limits import COCO_CAP
 from .model import ObjectClasses
@@ -20,21 +21,27 @@ from .sources import digests, read_shared
 class Prepared:
     """Per image, its record from the COCO file; problems that belong to no image (path of
     the annotation file, detail); the object classes known before any image is read (their
-    ids first); and per table position the ``annotation_digest`` (uint64)."""
+    ids first); per table position the ``annotation_digest`` (uint64); and the survey of the
+    annotation sources (orphan files, warnings)."""
 
     records: dict[str, bytes] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)
     known: tuple[str, ...] = ()
     digests: np.ndarray | None = None
+    report: SourceReport | None = None  # with boxes, polygons or masks
 
 
 def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: str, config: Config,
             previous: tuple[str, ...] | None) -> Prepared:
-    """Read the shared annotation files, stat every image's own files, list the known object
-    classes: the previous version's (ids never change), the configured ones, the COCO
-    categories, the MVTec defect folders.  ``relpaths``: the scanned images, sorted."""
+    """Check that every configured annotation source is there (AnnotationError naming the
+    setting), read the shared annotation files, survey the annotation files for orphans, stat
+    every image's own files, list the known object classes: the previous version's (ids never
+    change), the configured ones, the COCO categories, the MVTec defect folders.
+    ``relpaths``: the scanned images, sorted."""
     notes = config.source.annotations
     prepared = Prepared()
+    if notes.enabled:
+        check_sources(root, notes)
     if not notes.has_objects:
         return prepared
     known = list(previous or ()) + list(notes.classes)
@@ -53,6 +60,8 @@ def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: str, 
     prepared.known = tuple(dict.fromkeys(known))
     if notes.has_masks:  # refused before any image is read, not at the 255th class
         ObjectClasses(prepared.known).check_mask_limit()
+    prepared.report = survey(relpaths, root, notes, image_classes if config.source.labels
+                             != "none" else (), len(prepared.records) if notes.coco else -1)
     prepared.digests = digests(relpaths, prepared.records, root, notes,
                                config.source.follow_symlinks)
     return prepared

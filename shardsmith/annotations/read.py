@@ -69,7 +69,7 @@ def read_annotations(relpath: str, record: bytes | None, root: str, config: Anno
             continue
         if kind == "mask":
             mask, mask_names = read_mask(data, path, frame, config.mask_values, config.classes,
-                                         image_class)
+                                         image_class, config.mask_class)
             mask_file = path
         elif config.files == "yolo":
             shapes += parse_yolo(data, path, frame, config.classes)

@@ -73,6 +73,9 @@ class AnnotationConfig:
         "added to the image's stem for its mask: _mask -> x_mask.png"))
     mask_values: str = setting("binary", comment=(
         "binary: non-zero = the image's class; index: value k = classes[k-1]"))
+    mask_class: str = setting("", fingerprinted_unless_default=True, comment=(
+        "binary masks: the object class of their marked pixels (e.g. crack);",
+        '"" = the image\'s class (its folder name), with a warning'))
     classes: tuple[str, ...] = setting((), comment=(
         "object classes in id order (ids from 1): YOLO ids, index masks; other",
         "names (VOC, LabelMe, COCO) are appended, never reordered"))

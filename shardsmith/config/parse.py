@@ -374,6 +374,12 @@ def _validate_annotations(config: Config) -> Config:
     if notes.mask_values == "index" and not notes.classes:
         raise ConfigError("source.annotations.classes: index masks give class ids; list their "
                           "names in id order (pixel value 1 is the first)")
+    if notes.mask_class and not (notes.masks and notes.mask_values == "binary"):
+        raise ConfigError("source.annotations.mask_class: names the class of binary masks; set "
+                          "source.annotations.masks too (and mask_values: binary)")
+    if notes.mask_class != notes.mask_class.strip():
+        raise ConfigError("source.annotations.mask_class: a class name without leading or "
+                          "trailing blanks")
     if len(set(notes.classes)) != len(notes.classes) or "" in notes.classes:
         raise ConfigError("source.annotations.classes: names must be distinct and not empty")
     if notes.preset != "mvtec":

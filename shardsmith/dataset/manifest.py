@@ -29,6 +29,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
+
+from ..annotations.audit import SourceReport
+from ..annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS
 from ..atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
 from ..config import config_from_settings
 from ..door import MANIFEST_CAP, Refused, open_file
@@ -63,6 +67,8 @@ Version = Annotated[int, Bounds(0, MAX_VERSION)]
 Label = Annotated[int, Bounds(-1, 2**31 - 1)]
 ImageSide = Annotated[int, Bounds(16, 16384)]  # as ``image.size`` allows
 MtimeNs = Annotated[int, INT64]
+ObjectCounts = Annotated[tuple[Annotated[int, Bounds(0, MAX_OBJECTS)], ...],
+                         msgspec.Meta(max_length=MAX_OBJECT_CLASSES)]
 
 
 def shard_name(split: str, number: int, extension: str) -> str:
@@ -289,6 +295,8 @@ class Manifest:
     image_size: ImageSide | None = None  # ``image.size``: what a whole original is resized to
     image_resize: str | None = None  # how an original became a sample (``image.resize``)
     has_masks: bool | None = None  # every sample carries a class mask (``KEY.mask.png``)
+    # With objects: annotation files that match no image, and warnings about the sources.
+    annotation_sources: SourceReport | None = None
 
     def __post_init__(self) -> None:
         if self.image_size is None or self.image_resize is None or self.has_masks is None:
@@ -391,6 +399,10 @@ class SampleRecord:
     source_digest: str = ""
     group: str | None = None  # the group id under ``splits.group``, when it matched
     annotation_digest: str | None = None  # of the annotations it was made from
+    # With objects: per object class id k, objects[k - 1] of that class in the sample (the
+    # list ends at its last class); and the objects a crop or tile left out (min_visible).
+    objects: ObjectCounts | None = None
+    objects_dropped: Count | None = None
 
     def check(self, where: str) -> None:
         shard = SHARD_NAME.fullmatch(self.shard)

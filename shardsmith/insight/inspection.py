@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..dataset.manifest import Manifest, read_manifest
+from ..dataset.manifest import Manifest, iter_sample_index, read_manifest
 from ..errors import ManifestError
 from ..text import human_bytes, plural, printable
 from .census import Census, DuplicateSet, Spread, packed_config, require_split, take_census
@@ -28,6 +28,23 @@ COPIES_SHOWN = 6  # paths of one duplicate set in the text report (--json has al
 
 
 @dataclass(frozen=True)
+class ObjectCensus:
+    """The objects of an annotated dataset, from its sample index: samples with and without
+    objects per split, objects per class id and split, objects dropped by ``min_visible``
+    (None when no sample records it), and samples packed before objects were counted."""
+
+    with_objects: dict[str, int]
+    without_objects: dict[str, int]
+    per_class: dict[tuple[int, str], int]
+    dropped: int | None
+    uncounted: int
+
+    @property
+    def objects(self) -> int:
+        return sum(self.per_class.values())
+
+
+@dataclass(frozen=True)
 class Inspection:
     """Everything ``inspect`` reports about one dataset directory."""
 
@@ -37,6 +54,7 @@ class Inspection:
     warnings: tuple[str, ...]
     configured: dict[str, float]
     quality: QualityFigure | None = None
+    objects: ObjectCensus | None = None
 
 
 def inspect_dataset(directory: str | Path, split: str | None = None,
@@ -53,7 +71,95 @@ def inspect_dataset(directory: str | Path, split: str | None = None,
         configured = {}
     figure = measure_quality(directory, manifest, quality, seed, split, quiet) if quality else None
     return Inspection(directory, manifest, census, tuple(warnings_of(census, imbalance)),
-                      configured, figure)
+                      configured, figure, count_objects(directory, manifest, split))
+
+
+def count_objects(directory: Path, manifest: Manifest,
+                  split: str | None = None) -> ObjectCensus | None:
+    """The ``ObjectCensus`` of a dataset with objects (one streamed pass over its sample
+    index, a few counters); None for a dataset without them."""
+    if manifest.object_classes is None:
+        return None
+    with_objects: Counter = Counter()
+    without_objects: Counter = Counter()
+    per_class: Counter = Counter()
+    dropped, uncounted = None, 0
+    for record in iter_sample_index(directory, manifest):
+        if split is not None and record.split != split:
+            continue
+        if record.objects is None:
+            uncounted += 1
+            continue
+        (with_objects if any(record.objects) else without_objects)[record.split] += 1
+        for number, count in enumerate(record.objects, 1):
+            if count:
+                per_class[(number, record.split)] += count
+        if record.objects_dropped is not None:
+            dropped = (dropped or 0) + record.objects_dropped
+    return ObjectCensus(dict(with_objects), dict(without_objects), dict(per_class), dropped,
+                        uncounted)
+
+
+def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") -> list[str]:
+    """The object census for people: samples with and without objects, a line per class with
+    its objects per split, dropped objects, samples packed before objects were counted."""
+    splits = list(manifest.splits)
+    names = manifest.object_classes or ()
+    ids = sorted({number for number, _ in objects.per_class} | set(range(1, len(names) + 1)))
+    width = max([len(printable(_object_name(names, number))) for number in ids] + [24])
+    lines = [f"objects  {objects.objects:,} in "
+             + plural(sum(objects.with_objects.values()), "sample")
+             + f"; {plural(sum(objects.without_objects.values()), 'sample')} without objects",
+             f"{indent}{'id':>5}  {'class':<{width}}" + "".join(f"{split:>12}" for split in splits)
+             + f"{'total':>10}"]
+    for number in ids:
+        cells = [objects.per_class.get((number, split), 0) for split in splits]
+        lines.append(f"{indent}{number:>5}  {printable(_object_name(names, number)):<{width}}"
+                     + "".join(f"{cell:>12,}" for cell in cells) + f"{sum(cells):>10,}")
+    for title, counts in (("with objects", objects.with_objects),
+                          ("without objects", objects.without_objects)):
+        lines.append(f"{indent}{'':>5}  {'samples ' + title:<{width}}"
+                     + "".join(f"{counts.get(split, 0):>12,}" for split in splits)
+                     + f"{sum(counts.values()):>10,}")
+    lines.append(f"{indent}dropped by min_visible: " + (
+        f"{objects.dropped:,}" if objects.dropped is not None
+        else "not counted (this release's image path does not record them)"))
+    if objects.uncounted:
+        lines.append(f"{indent}{plural(objects.uncounted, 'sample')} packed before objects were "
+                     "counted: not in these numbers")
+    return lines
+
+
+def object_json(objects: ObjectCensus, manifest: Manifest) -> dict[str, Any]:
+    """The object census as JSON: per class (id, name, per split, total)."""
+    names = manifest.object_classes or ()
+    ids = sorted({number for number, _ in objects.per_class} | set(range(1, len(names) + 1)))
+    splits = list(manifest.splits)
+    return {
+        "objects": objects.objects,
+        "samples_with_objects": dict(objects.with_objects),
+        "samples_without_objects": dict(objects.without_objects),
+        "classes": [{
+            "id": number, "name": _object_name(names, number),
+            "objects": {split: objects.per_class.get((number, split), 0) for split in splits},
+            "total": sum(objects.per_class.get((number, split), 0) for split in splits),
+        } for number in ids],
+        "dropped_by_min_visible": objects.dropped,
+        "samples_not_counted": objects.uncounted,
+    }
+
+
+def _object_name(names: tuple[str, ...], number: int) -> str:
+    return names[number - 1] if 0 < number <= len(names) else f"(class {number})"
+
+
+def annotation_sources_json(manifest: Manifest) -> dict[str, Any] | None:
+    """Orphan annotation files and warnings about the sources, as the pack recorded them."""
+    report = manifest.annotation_sources
+    if report is None:
+        return None
+    return {"orphans": report.orphans, "orphan_paths": list(report.orphan_paths),
+            "warnings": list(report.warnings)}
 
 
 def warnings_of(census: Census, imbalance: float | None = IMBALANCE_RATIO) -> list[str]:
@@ -149,6 +255,10 @@ def inspection_text(inspection: Inspection, all_rejects: bool = False,
             f"{name}: {plural(census.groups.get(name, 0), 'group')}" for name in census.splits)]
         for group in census.groups_in_several_splits[:SHOWN]:
             lines.append(f"  in more than one split: {printable(group)}")
+    if inspection.objects is not None:
+        lines += ["", *object_lines(inspection.objects, manifest)]
+    if manifest.annotation_sources is not None:
+        lines += ["", *_annotation_source_lines(manifest)]
     lines += ["", *_duplicate_lines(census)]
     lines += ["", *_reject_lines(manifest, all_rejects)]
     lines += ["", *_excluded_lines(manifest, all_excluded)]
@@ -244,6 +354,19 @@ def _duplicate_lines(census: Census) -> list[str]:
         lines.append(f"  {plural(census.undigested, 'sample')} carry no content digest "
                      "(packed with run.change_detection edges or by an earlier version): not "
                      "compared")
+    return lines
+
+
+def _annotation_source_lines(manifest: Manifest) -> list[str]:
+    report = manifest.annotation_sources
+    if report is None:
+        return []
+    lines = [f"orphan annotation files  {report.orphans:,} (match no image)"]
+    lines += [f"  {printable(path)}" for path in report.orphan_paths]
+    if report.orphans > len(report.orphan_paths):
+        lines.append(f"  ... and {report.orphans - len(report.orphan_paths):,} more (the first "
+                     f"{len(report.orphan_paths)} are recorded)")
+    lines += [f"  ! {printable(warning)}" for warning in report.warnings]
     return lines
 
 
@@ -344,6 +467,10 @@ def inspection_json(inspection: Inspection) -> dict[str, Any]:
                    if census.group_pattern else None),
         "warnings": list(inspection.warnings),
     }
+    if inspection.objects is not None:
+        document["objects"] = object_json(inspection.objects, manifest)
+    if manifest.annotation_sources is not None:
+        document["annotation_sources"] = annotation_sources_json(manifest)
     if inspection.quality is not None:
         document["quality"] = quality_json(inspection.quality, census.class_name)
     return document

@@ -51,6 +51,7 @@ def pack_summary(result: PackResult) -> str:
     lines.append(f"  bytes        {human_bytes(totals.bytes_in)} -> "
                  f"{human_bytes(totals.bytes_out)}{ratio}")
     lines.append(f"  shards       {len(manifest.shards):>9,}   format {manifest.format}")
+    lines += annotation_source_lines(manifest)
     if run and not result.up_to_date:
         rate = run.get("images_per_second")
         lines.append(
@@ -59,6 +60,24 @@ def pack_summary(result: PackResult) -> str:
             + f"with {plural(run.get('workers', 1), 'worker')}"
         )
     return "\n".join(lines)
+
+
+ORPHANS_NAMED = 3  # orphan annotation files the pack summary names (inspect names more)
+
+
+def annotation_source_lines(manifest: Manifest, named: int = ORPHANS_NAMED) -> list[str]:
+    """Orphan annotation files (a few named, then "and N more") and the warnings about the
+    annotation sources, as the pack recorded them; nothing for a dataset without objects."""
+    report = manifest.annotation_sources
+    if report is None:
+        return []
+    lines = [f"  orphans      {report.orphans:>9,}   annotation files that match no image"
+             + (": " + ", ".join(printable(path) for path in report.orphan_paths[:named])
+                + (f" and {report.orphans - min(named, len(report.orphan_paths)):,} more"
+                   if report.orphans > min(named, len(report.orphan_paths)) else "")
+                if report.orphan_paths else "")]
+    lines += [f"  warning: {printable(warning)}" for warning in report.warnings]
+    return lines
 
 
 def reject_budget_exceeded(result: PackResult, allowed: float) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..annotations.counts import object_counts
 from ..annotations.model import ObjectClasses, Vocabulary
 from ..annotations.prepare import Prepared, prepare
 from ..atomic import remove_stale_tmp
@@ -127,7 +128,8 @@ def _pack_scanned(
     execution = execute(delta, job, journal, state, pool)
     outcome = resolve(delta, state.rejects, state.sources, state.unchanged)
     done = _rewrite(job, outcome, execution)
-    manifest = version_manifest(job, outcome, execution, done)
+    manifest = replace(version_manifest(job, outcome, execution, done),
+                       annotation_sources=job.notes.report)
     moved = done.moved
     samples = itertools.chain(
         kept_samples(output, outcome, moved),
@@ -297,7 +299,10 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
                     shard, closed = roller.add(item.split, record)
                     if closed is not None:
                         checkpoint(index, closed, part)
-                    journal.add_sample(_sample_record(sample, shard, item.group), part == 0)
+                    line = _sample_record(sample, shard, item.group)
+                    if object_classes is not None and sample.objects is not None:
+                        line |= object_counts(sample.objects, object_classes)
+                    journal.add_sample(line, part == 0)
             elif isinstance(result, Reject):
                 pending_rejects.append(_reject_record(result, item))
                 progress.note(rejected=len(state.rejects) + len(pending_rejects))

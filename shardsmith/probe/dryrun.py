@@ -19,6 +19,7 @@ from ..errors import ManifestError, ShardsmithError
 from ..packing.outputdir import previous_dataset
 from ..packing.scan import ScanResult
 from . import ProbeOptions, ProbeReport, Say, probe_tree
+from .annotations import AnnotationCheck, check_annotations
 from .memory import MemoryEstimate, worst_case_memory
 from .predict import ShardEstimate, TreeCounts, count_tree, estimate_shards
 from .storage import scan_as_pack
@@ -44,6 +45,7 @@ class DryRun:
     memory: MemoryEstimate
     probe: ProbeReport | None = None
     changes: str | None = None  # the Delta against the dataset there, when it builds on one
+    annotations: AnnotationCheck | None = None  # with box, polygon or mask annotations
 
 
 def dry_run(config: Config, probe_options: ProbeOptions | None = None,
@@ -71,10 +73,11 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
         else:
             shards = estimate_shards(tree, config, assumed_bytes_per_sample(config),
                                      assumption(config))
+    notes = check_annotations(scanned, config, source)
     memory = worst_case_memory(config, tree.files, tree.bytes, _coco_bytes(source, config))
     return DryRun(str(source), str(output), tree, dict(sorted(scanned.excluded.items())),
                   len(scanned.unreadable), shards, existing_output(output, config), memory,
-                  report, changes(scanned, config, source, output))
+                  report, changes(scanned, config, source, output), notes)
 
 
 def changes(scanned: ScanResult, config: Config, source: Path, output: Path) -> str | None:

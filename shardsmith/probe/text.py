@@ -10,6 +10,7 @@ from .predict import CPU, READ, WRITER, ShardEstimate
 
 if TYPE_CHECKING:
     from . import ProbeReport
+    from .annotations import AnnotationCheck
     from .dryrun import DryRun
     from .memory import MemoryEstimate, MemoryTerm
 
@@ -36,6 +37,7 @@ def probe_table(report: ProbeReport) -> str:
         + f"; sample of {len(report.sampled)} (seed {report.seed})",
         f"job: {settings['format']}, {settings['size']} px {settings['resize']}, quality "
         f"{settings['quality']}; {plural(report.prediction.cores, 'worker core')}",
+        *([f"note: {report.note}"] if report.note else []),
         "",
         f"{'listing':<30}{'folders/s':>11}{'files/s':>11}{'seconds':>10}",
     ]
@@ -160,6 +162,7 @@ def probe_json(report: ProbeReport) -> dict[str, Any]:
 
     return {
         "source": report.source,
+        "note": report.note,
         "files": tree.files,
         "bytes": tree.bytes,
         "classes": list(report.classes),
@@ -260,10 +263,39 @@ def dry_run_table(result: DryRun) -> str:
         lines.append(f"  output: {result.existing}")
     if result.changes:
         lines.append(f"  changes: {result.changes}")
+    if result.annotations is not None:
+        lines += annotation_check_lines(result.annotations)
     lines += memory_lines(result.memory)
     if result.probe is not None:
         lines += [""] + prediction_lines(result.probe)
     return "\n".join(lines)
+
+
+def annotation_check_lines(check: AnnotationCheck) -> list[str]:
+    """The dry run's annotation check: how many originals, problems, orphans, warnings."""
+    lines = [f"  annotations: read for {check.checked:,} of {plural(check.originals, 'original')} "
+             f"(seeded sample, seed {check.seed}) against their headers: "
+             + (plural(check.problem_count, "problem") if check.problem_count else "no problem")]
+    lines += [f"    {printable(problem)}" for problem in check.problems]
+    if check.problem_count > len(check.problems):
+        lines.append(f"    ... and {check.problem_count - len(check.problems):,} more")
+    sources = check.sources
+    if sources is not None:
+        lines.append(f"    {plural(sources.orphans, 'annotation file')} match no image"
+                     + (": " + ", ".join(printable(path) for path in sources.orphan_paths[:3])
+                        + (f" and {sources.orphans - 3:,} more" if sources.orphans > 3 else "")
+                        if sources.orphan_paths else ""))
+        lines += [f"    warning: {printable(warning)}" for warning in sources.warnings]
+    return lines
+
+
+def annotation_check_json(check: AnnotationCheck) -> dict[str, Any]:
+    sources = check.sources
+    return {"originals": check.originals, "checked": check.checked, "seed": check.seed,
+            "problems": list(check.problems), "problem_count": check.problem_count,
+            "orphans": sources.orphans if sources else 0,
+            "orphan_paths": list(sources.orphan_paths) if sources else [],
+            "warnings": list(sources.warnings) if sources else []}
 
 
 def memory_lines(memory: MemoryEstimate) -> list[str]:
@@ -326,4 +358,6 @@ def dry_run_json(result: DryRun) -> dict[str, Any]:
         "changes": result.changes,
         "memory": memory_json(result.memory),
         "probe": probe_json(result.probe) if result.probe is not None else None,
+        "annotations": annotation_check_json(result.annotations)
+        if result.annotations is not None else None,
     }
