@@ -43,6 +43,14 @@ LEGACY_SAMPLES_NAME = "samples.jsonl"
 STATE_DIR = ".shardsmith"
 LOCK_NAME = "lock"
 FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
+# How this release derives a sample's objects and class mask from an original's annotations:
+# raised whenever that changes, so a dataset never mixes samples made by two sets of rules
+# (the next pack re-derives the annotated samples of an older dataset, as one new version).
+# 1: a mask object keeps its whole instance's box clipped to the window (every release before
+# this field); 2: an object with pixels has the box of its own pixels in the window, the class
+# mask holds the kept objects only, a box and a mask of one defect are one object.
+ANNOTATION_RULES = 2
+MAX_ANNOTATION_RULES = 10**6  # far past any release; a larger number is damage
 
 SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 SHARD_NAME = re.compile(r"(?P<split>[a-z][a-z0-9_]{0,63})-(?P<number>\d{6,9})"
@@ -63,6 +71,7 @@ Version = Annotated[int, Bounds(0, MAX_VERSION)]
 Label = Annotated[int, Bounds(-1, 2**31 - 1)]
 ImageSide = Annotated[int, Bounds(16, 16384)]  # as ``image.size`` allows
 MtimeNs = Annotated[int, INT64]
+AnnotationRules = Annotated[int, Bounds(1, MAX_ANNOTATION_RULES)]
 
 
 def shard_name(split: str, number: int, extension: str) -> str:
@@ -217,6 +226,9 @@ class RejectEntry:
     detail: str
     source_size: Count | None = None
     source_mtime_ns: MtimeNs | None = None
+    # the image's annotation digest when it was judged (None: none, or an older release): a
+    # ``bad_annotation`` reject is judged again when it differs, though the image did not change
+    annotation_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +257,7 @@ class VersionEntry:
     rejected: Count = 0
     touched: Count = 0
     repaired: Count = 0
+    reannotated: Count | None = None  # sources whose objects were derived again (new rules)
     shards_added: tuple[str, ...] = ()
     shards_removed: tuple[str, ...] = ()
     previous_content_fingerprint: str | None = None
@@ -289,6 +302,9 @@ class Manifest:
     image_size: ImageSide | None = None  # ``image.size``: what a whole original is resized to
     image_resize: str | None = None  # how an original became a sample (``image.resize``)
     has_masks: bool | None = None  # every sample carries a class mask (``KEY.mask.png``)
+    # The rules its objects and class masks were derived by (``ANNOTATION_RULES``); written
+    # with ``object_classes``, absent in a dataset of an older release: rules 1.
+    annotation_rules: AnnotationRules | None = None
 
     def __post_init__(self) -> None:
         if self.image_size is None or self.image_resize is None or self.has_masks is None:
@@ -323,6 +339,14 @@ class Manifest:
                 if entry.name in names:
                     raise ManifestError(f"{where_shard}: {entry.name} is listed twice")
                 names.add(entry.name)
+
+    @property
+    def rules(self) -> int | None:
+        """The annotation rules its objects were derived by (None: a dataset without
+        objects; 1 for one of a release before the rules were recorded)."""
+        if self.object_classes is None:
+            return None
+        return self.annotation_rules if self.annotation_rules is not None else 1
 
     @property
     def current(self) -> bool:
