@@ -8,6 +8,10 @@ this run's plan and returns a frozen ``Delta``:
   missing or damaged (their samples are packed again), shards that hold a leaving sample
   (rewritten), and the shard numbers this version starts from (they only grow: a name, once
   used, never stands for other content);
+* re-annotated: with a previous version whose objects were derived by older annotation
+  rules, every annotated source (``REANNOTATE``, ``Delta.reannotated_positions``): its pixels
+  did not change, its objects and mask are derived again; a ``bad_annotation`` reject is
+  judged again when its annotations, the class list or the rules changed;
 * candidates: sources whose size or mtime changed.  Only reading tells whether their content
   did: ``imaging.process`` compares the digest and returns ``Unchanged`` when it did not.
   ``resolve`` turns the execution's answer into an ``Outcome``: which candidates were only
