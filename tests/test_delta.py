@@ -362,3 +362,92 @@ def test_classes_new_in_a_scan_go_last_in_a_new_table_the_scan_unchanged():
     merged_files, classes = append_classes(files, ("b", "c"), ("a", "c"))
     assert classes == ("b", "c", "a")
     assert merged_files.labels.tolist() == [2, 1] and files.labels.tolist() == [0, 1]
+
+
+# ------------------------------------------------------- classes appended, annotation rules
+
+def bad_annotation(path: str, digest: str | None, size: int = 5) -> RejectEntry:
+    return RejectEntry(path, "bad_annotation", "class 2 is not in source.annotations.classes",
+                       size, 1, digest)
+
+
+def test_a_bad_annotation_reject_whose_annotations_did_not_change_is_kept():
+    plan = planned(("a.jpg", 10, 1), ("bad.jpg", 5, 1))
+    reject = bad_annotation("bad.jpg", "2a")
+    digests = np.array([0x1F, 0x2A], np.uint64)  # per table position: a, bad
+    delta = diff(manifest(shard(SHARD_0), rejects=(reject,)),
+                 [record("a.jpg", SHARD_0, annotation="1f")], plan,
+                 Facts(annotation_digests=digests))
+    assert delta.kept_rejects == (reject,) and len(delta.items()) == 0
+
+
+def test_a_bad_annotation_reject_is_judged_again_when_its_label_file_changed():
+    plan = planned(("a.jpg", 10, 1), ("bad.jpg", 5, 1))  # the image itself is as it was
+    digests = np.array([0x1F, 0x2B], np.uint64)
+    delta = diff(manifest(shard(SHARD_0), rejects=(bad_annotation("bad.jpg", "2a"),)),
+                 [record("a.jpg", SHARD_0, annotation="1f")], plan,
+                 Facts(annotation_digests=digests))
+    assert [item.source.relpath for item in delta.items()] == ["bad.jpg"]
+    assert delta.kept_rejects == () and delta.changed == 1
+
+
+def test_a_bad_annotation_reject_is_judged_again_when_the_classes_grew():
+    plan = planned(("a.jpg", 10, 1), ("bad.jpg", 5, 1))
+    digests = np.array([0x1F, 0x2A], np.uint64)
+    delta = diff(manifest(shard(SHARD_0), rejects=(bad_annotation("bad.jpg", "2a"),)),
+                 [record("a.jpg", SHARD_0, annotation="1f")], plan,
+                 Facts(annotation_digests=digests, classes_appended=True))
+    assert [item.source.relpath for item in delta.items()] == ["bad.jpg"]
+    assert not delta.stale_shards  # the packed samples name no new id: they stay
+
+
+@pytest.mark.parametrize("recorded", [None, "not hex", "2a" * 40])
+def test_a_bad_annotation_reject_without_a_readable_digest_is_judged_again(recorded):
+    plan = planned(("bad.jpg", 5, 1))
+    delta = diff(manifest(rejects=(bad_annotation("bad.jpg", recorded),)), [], plan,
+                 Facts(annotation_digests=np.array([0x2A], np.uint64)))
+    assert [item.source.relpath for item in delta.items()] == ["bad.jpg"]
+
+
+def test_a_reject_of_another_reason_stays_when_only_the_classes_grew():
+    plan = planned(("bad.jpg", 5, 1))
+    reject = RejectEntry("bad.jpg", "corrupt", "truncated", 5, 1, "2a")
+    delta = diff(manifest(rejects=(reject,)), [], plan,
+                 Facts(annotation_digests=np.array([0x2B], np.uint64), classes_appended=True))
+    assert delta.kept_rejects == (reject,)
+
+
+def test_older_annotation_rules_send_every_annotated_source_to_be_derived_again():
+    plan = planned(("a.jpg", 10, 1), ("b.jpg", 10, 1), ("c.jpg", 10, 1))
+    digests = np.array([0x1F, 0x2A, 0x3C], np.uint64)
+    tiles_of_b = tiles("b.jpg", SHARD_0, SHARD_1, annotation="2a")
+    records = [record("a.jpg", SHARD_0, annotation="1f"), *tiles_of_b,
+               record("c.jpg", SHARD_1, annotation="3c")]
+    delta = diff(manifest(shard(SHARD_0), shard(SHARD_1)), records, plan,
+                 Facts(annotation_digests=digests, older_rules=True))
+    assert relpaths(plan, delta.work) == ["a.jpg", "b.jpg", "c.jpg"]
+    assert relpaths(plan, delta.reannotated_positions()) == ["a.jpg", "b.jpg", "c.jpg"]
+    assert all(item.expected_digest is None for item in delta.items())  # decoded, not compared
+    assert delta.reannotated == 3 and delta.changed == 0  # b counts once for its two tiles
+    assert len(delta.leaving_keys) == 4 and delta.stale_shards == {SHARD_0, SHARD_1}
+    assert delta.summary() == ("0 new, 0 removed, 0 changed, 3 re-annotated; "
+                               "2 shards rewritten, 0 kept")
+    assert resolve(delta, [], 3, {}).changes["reannotated"] == 3
+
+
+def test_older_annotation_rules_leave_a_changed_source_counted_as_changed():
+    plan = planned(("a.jpg", 10, 1), ("b.jpg", 10, 1))
+    digests = np.array([0x1F, 0x2B], np.uint64)
+    records = [record("a.jpg", SHARD_0, annotation="1f"),
+               record("b.jpg", SHARD_0, annotation="2a")]
+    delta = diff(manifest(shard(SHARD_0)), records, plan,
+                 Facts(annotation_digests=digests, older_rules=True))
+    assert (delta.changed, delta.reannotated) == (1, 1)
+    assert relpaths(plan, delta.reannotated_positions()) == ["a.jpg"]
+
+
+def test_samples_without_annotations_are_not_derived_again_under_older_rules():
+    plan = planned(("a.jpg", 10, 1))
+    delta = diff(manifest(shard(SHARD_0)), [record("a.jpg", SHARD_0)], plan,
+                 Facts(older_rules=True))
+    assert len(delta.items()) == 0 and delta.reannotated == 0

@@ -347,9 +347,19 @@ class Config:
             "seed": self.seed,
         }
 
-    def fingerprint(self) -> str:
-        """Hash of ``dataset_settings``: equal fingerprints mean equal shards from equal sources."""
-        blob = json.dumps(self.dataset_settings(), separators=(",", ":")).encode()
+    def fingerprint(self, classes: tuple[str, ...] | None = None) -> str:
+        """Hash of ``dataset_settings``: equal fingerprints mean equal shards from equal sources.
+
+        With ``classes``: the fingerprint this config would have with
+        ``source.annotations.classes`` set to them.  A dataset's fingerprint equal to it means
+        its settings differ from these in the class list alone (the list may grow: ids index
+        it, so an appended class changes no packed sample).  Computed, not stored, so every
+        manifest ever written keeps the one fingerprint it has."""
+        settings = self if classes is None else dataclasses.replace(
+            self, source=dataclasses.replace(
+                self.source, annotations=dataclasses.replace(self.source.annotations,
+                                                             classes=tuple(classes))))
+        blob = json.dumps(settings.dataset_settings(), separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 
 

@@ -47,6 +47,14 @@ LEGACY_SAMPLES_NAME = "samples.jsonl"
 STATE_DIR = ".shardsmith"
 LOCK_NAME = "lock"
 FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
+# How this release derives a sample's objects and class mask from an original's annotations:
+# raised whenever that changes, so a dataset never mixes samples made by two sets of rules
+# (the next pack re-derives the annotated samples of an older dataset, as one new version).
+# 1: a mask object keeps its whole instance's box clipped to the window (every release before
+# this field); 2: an object with pixels has the box of its own pixels in the window, the class
+# mask holds the kept objects only, a box and a mask of one defect are one object.
+ANNOTATION_RULES = 2
+MAX_ANNOTATION_RULES = 10**6  # far past any release; a larger number is damage
 
 SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 SHARD_NAME = re.compile(r"(?P<split>[a-z][a-z0-9_]{0,63})-(?P<number>\d{6,9})"
@@ -69,6 +77,7 @@ ImageSide = Annotated[int, Bounds(16, 16384)]  # as ``image.size`` allows
 MtimeNs = Annotated[int, INT64]
 ObjectCounts = Annotated[tuple[Annotated[int, Bounds(0, MAX_OBJECTS)], ...],
                          msgspec.Meta(max_length=MAX_OBJECT_CLASSES)]
+AnnotationRules = Annotated[int, Bounds(1, MAX_ANNOTATION_RULES)]
 
 
 def shard_name(split: str, number: int, extension: str) -> str:
@@ -223,6 +232,9 @@ class RejectEntry:
     detail: str
     source_size: Count | None = None
     source_mtime_ns: MtimeNs | None = None
+    # the image's annotation digest when it was judged (None: none, or an older release): a
+    # ``bad_annotation`` reject is judged again when it differs, though the image did not change
+    annotation_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -251,6 +263,7 @@ class VersionEntry:
     rejected: Count = 0
     touched: Count = 0
     repaired: Count = 0
+    reannotated: Count | None = None  # sources whose objects were derived again (new rules)
     shards_added: tuple[str, ...] = ()
     shards_removed: tuple[str, ...] = ()
     previous_content_fingerprint: str | None = None
@@ -297,6 +310,9 @@ class Manifest:
     has_masks: bool | None = None  # every sample carries a class mask (``KEY.mask.png``)
     # With objects: annotation files that match no image, and warnings about the sources.
     annotation_sources: SourceReport | None = None
+    # The rules its objects and class masks were derived by (``ANNOTATION_RULES``); written
+    # with ``object_classes``, absent in a dataset of an older release: rules 1.
+    annotation_rules: AnnotationRules | None = None
 
     def __post_init__(self) -> None:
         if self.image_size is None or self.image_resize is None or self.has_masks is None:
@@ -331,6 +347,14 @@ class Manifest:
                 if entry.name in names:
                     raise ManifestError(f"{where_shard}: {entry.name} is listed twice")
                 names.add(entry.name)
+
+    @property
+    def rules(self) -> int | None:
+        """The annotation rules its objects were derived by (None: a dataset without
+        objects; 1 for one of a release before the rules were recorded)."""
+        if self.object_classes is None:
+            return None
+        return self.annotation_rules if self.annotation_rules is not None else 1
 
     @property
     def current(self) -> bool:

@@ -8,6 +8,10 @@ this run's plan and returns a frozen ``Delta``:
   missing or damaged (their samples are packed again), shards that hold a leaving sample
   (rewritten), and the shard numbers this version starts from (they only grow: a name, once
   used, never stands for other content);
+* re-annotated: with a previous version whose objects were derived by older annotation
+  rules, every annotated source (``REANNOTATE``, ``Delta.reannotated_positions``): its pixels
+  did not change, its objects and mask are derived again; a ``bad_annotation`` reject is
+  judged again when its annotations, the class list or the rules changed;
 * candidates: sources whose size or mtime changed.  Only reading tells whether their content
   did: ``imaging.process`` compares the digest and returns ``Unchanged`` when it did not.
   ``resolve`` turns the execution's answer into an ``Outcome``: which candidates were only
@@ -38,8 +42,16 @@ import numpy as np
 
 from ..annotations.prepare import Prepared
 from ..config import Config
-from ..dataset.manifest import Manifest, RejectEntry, SampleRecord, ShardEntry, shard_number
+from ..dataset.manifest import (
+    ANNOTATION_RULES,
+    Manifest,
+    RejectEntry,
+    SampleRecord,
+    ShardEntry,
+    shard_number,
+)
 from ..errors import OutputStateError
+from .outputdir import configured_classes
 from .plan import Plan, PlanItem
 from .scan import ScanResult
 
@@ -48,6 +60,7 @@ WORK = 1  # processed by this run
 NEW = 2  # not in the previous version
 STALE = 4  # its previous samples leave (label or annotations changed, or no digest)
 CANDIDATE = 8  # stat changed: processed with its previous digest, decoded only if it differs
+REANNOTATE = 16  # unchanged, but its objects were derived by older annotation rules
 
 # Per plan position while ``diff`` reads the records: one seen, one kept so far.
 SEEN, KEPT = 1, 2
@@ -58,13 +71,19 @@ class Facts:
     """What ``diff`` judges by besides the two versions: the class list, the shards found
     missing or damaged, per table position the annotation digest (uint64; None without
     annotations), whether labels come from a file (a label can change without the bytes),
-    and ``identity``, the run's config and sources fingerprints (part of the digest)."""
+    and ``identity``, the run's config and sources fingerprints (part of the digest).
+
+    ``classes_appended``: ``source.annotations.classes`` grew since the previous version (an
+    id it did not know may be known now); ``older_rules``: the previous version's objects
+    were derived by older annotation rules (``manifest.ANNOTATION_RULES``)."""
 
     classes: tuple[str, ...] = ()
     damaged: frozenset[str] = frozenset()
     annotation_digests: np.ndarray | None = None
     compare_labels: bool = False
     identity: str = ""
+    classes_appended: bool = False
+    older_rules: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,11 +101,17 @@ class Job:
     sources_fingerprint: str
     started: float
 
-    def facts(self, damaged: frozenset[str] = frozenset()) -> Facts:
+    def facts(self, damaged: frozenset[str] = frozenset(),
+              previous: Manifest | None = None) -> Facts:
         """The facts ``diff`` needs, with the previous version's ``damaged`` shards."""
+        classes = self.config.source.annotations.classes
+        appended = previous is not None and configured_classes(previous) != tuple(classes)
+        older = previous is not None and previous.rules is not None \
+            and previous.rules < ANNOTATION_RULES
         return Facts(self.scanned.classes, damaged, self.notes.digests,
                      self.config.source.labels == "file",
-                     f"{self.config.fingerprint()}:{self.sources_fingerprint}")
+                     f"{self.config.fingerprint()}:{self.sources_fingerprint}",
+                     appended, older)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,6 +138,7 @@ class Delta:
     removed: int = 0  # previous samples and rejects whose source is gone
     repaired: int = 0  # samples of damaged shards, packed again
     changed: int = 0  # sources certainly changed (relabelled, a reject changed)
+    reannotated: int = 0  # sources processed again only to derive their objects anew
     next_numbers: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     digest: str = ""
 
@@ -134,6 +160,16 @@ class Delta:
             return np.zeros(0, np.int32)
         return np.flatnonzero(self.flags & NEW).astype(np.int32)
 
+    def reannotated_positions(self) -> np.ndarray:
+        """Plan positions of the sources processed again only because their objects were
+        derived by older annotation rules.  Their pixels did not change: today they are
+        decoded again (same pixels, so the same JPEG bytes: encoding is deterministic); this
+        is the set a later change can serve by copying their JPEG bytes from the previous
+        shards and deriving only their objects and masks."""
+        if self.flags is None:
+            return np.zeros(0, np.int32)
+        return np.flatnonzero(self.flags & REANNOTATE).astype(np.int32)
+
     def items(self) -> Sequence[PlanItem]:
         """The plan items this run processes, in plan order, made as they are used."""
         if self.work is None:
@@ -149,6 +185,8 @@ class Delta:
         if len(self.candidates):
             changed = f"up to {changed}"
         parts = [f"{self.new:,} new", f"{self.removed:,} removed", changed]
+        if self.reannotated:
+            parts.append(f"{self.reannotated:,} re-annotated")
         if self.repaired:
             parts.append(f"{self.repaired:,} repaired")
         rewritten = len(self.stale_shards)
@@ -204,7 +242,12 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
     is then sent to be decoded again by another one (a tile in a damaged shard): so
     ``records`` must be re-iterable, not an iterator (TypeError).  Pure: no file is touched.
     Raises OutputStateError when the class list does not begin with the previous one's
-    (labels would change meaning)."""
+    (labels would change meaning).
+
+    With ``facts.older_rules`` every annotated source is processed again (``REANNOTATE``),
+    its previous samples leaving; a ``bad_annotation`` reject whose file did not change is
+    judged again when its annotation digest changed, the class list grew, or the rules did
+    (an unknown YOLO id may be known now; a fixed label file changes no image)."""
     if isinstance(records, Iterator):
         raise TypeError("diff may read the sample records again: pass an iterable, "
                         "not an iterator")
@@ -222,7 +265,7 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
     leaving: set[str] = set()
     shard_numbers: dict[str, int] = {}
     stale_shards: set[str] = set()
-    removed = repaired = changed = 0
+    removed = repaired = changed = reannotated = 0
 
     def position(relpath: str) -> int | None:
         index = table.index_of(relpath)
@@ -252,9 +295,28 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
         decode_again(number)
         flags[number] |= STALE
 
+    def derive_again(number: int) -> None:  # same pixels, objects by the current rules
+        nonlocal reannotated
+        if not flags[number] & REANNOTATE:
+            reannotated += 1
+        decode_again(number)
+        flags[number] |= REANNOTATE
+
     def leaves(record: SampleRecord) -> None:
         leaving.add(record.key)
         stale_shards.add(record.shard)
+
+    def judge_again(reject: RejectEntry, at: int) -> bool:
+        if reject.reason != "bad_annotation":
+            return False
+        if facts.classes_appended or facts.older_rules:
+            return True
+        if facts.annotation_digests is None:
+            return False
+        try:
+            return int(reject.annotation_digest or "", 16) != int(facts.annotation_digests[at])
+        except ValueError:  # none recorded (an older release), or not a digest
+            return True
 
     for record in records:
         number = position(record.path)
@@ -272,6 +334,9 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
             at = int(plan.order[number])
             if annotations_changed(record, at):
                 certainly_changed(number)
+                leaves(record)
+            elif facts.older_rules and record.annotation_digest is not None:
+                derive_again(number)
                 leaves(record)
             elif decoded_again(number):  # an earlier sample of its source sent it
                 leaves(record)
@@ -300,7 +365,8 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
         seen[number] = True
         at = int(plan.order[number])
         if (reject.source_size, reject.source_mtime_ns) == (int(table.sizes[at]),
-                                                            int(table.mtimes[at])):
+                                                            int(table.mtimes[at])) \
+                and not judge_again(reject, at):
             kept_rejects.append(reject)
         else:
             decode_again(number)
@@ -335,6 +401,7 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
         removed=removed,
         repaired=repaired,
         changed=changed,
+        reannotated=reannotated,
         next_numbers=MappingProxyType(next_numbers(previous)),
         digest=_digest(facts.identity, previous.content_fingerprint or "", plan, flags,
                        candidates, tuple(expected[number] for number in candidates.tolist()),
@@ -386,6 +453,8 @@ def resolve(delta: Delta, rejects: Sequence[RejectEntry], sources: int,
     [digest, size, mtime_ns]).  A candidate not among them changed: its samples leave."""
     changes: Counter = Counter(removed=delta.removed, repaired=delta.repaired,
                                changed=delta.changed)
+    if delta.reannotated:
+        changes["reannotated"] = delta.reannotated
     if delta.flags is None:
         changes.update(added=sources, rejected=len(rejects))
         return Outcome(delta, MappingProxyType(dict(changes)), frozenset(), frozenset(),

@@ -10,7 +10,7 @@ import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +26,7 @@ from ..config import Config, check_paths
 from ..dataset.formats import ShardLimits, ShardRoller, shard_format, write_index
 from ..dataset.lock import DirectoryLock
 from ..dataset.manifest import (
+    ANNOTATION_RULES,
     FORMATS,
     LOCK_NAME,
     STATE_DIR,
@@ -103,7 +104,7 @@ def _pack_scanned(
 ) -> PackResult:
     previous = previous_dataset(output, config)
     job = make_job(scanned, config, source, output, previous, started)
-    if previous is not None and _up_to_date(output, previous, job.sources_fingerprint):
+    if previous is not None and _up_to_date(output, previous, job):
         # Nothing to pack, but a shard list edited or swapped by hand is still made what the
         # manifest says: readers trust the lists.
         repaired = write_derived(output, previous)
@@ -175,7 +176,8 @@ def find_delta(job: Job, previous: Manifest | None) -> Delta:
     _check_classes(job.output, previous.classes, job.scanned.classes)
     damaged = frozenset(shard.name for shard in previous.shards
                         if not files_intact(job.output, shard.files()))
-    return diff(previous, SampleIndex(job.output, previous), job.plan, job.facts(damaged))
+    return diff(previous, SampleIndex(job.output, previous), job.plan,
+                job.facts(damaged, previous))
 
 
 @dataclass(frozen=True)
@@ -223,9 +225,13 @@ def _source_entries(table: SourceTable, notes: Prepared, config: Config) -> Iter
     return zip(table.relpaths, table.sizes, table.mtimes, digests, table.labels, strict=True)
 
 
-def _up_to_date(output: Path, previous: Manifest, plan_fingerprint: str) -> bool:
-    """Nothing to do: same sources, this schema, and every listed file there at its size."""
-    if not previous.current or previous.sources_fingerprint != plan_fingerprint:
+def _up_to_date(output: Path, previous: Manifest, job: Job) -> bool:
+    """Nothing to do: same sources, same settings (classes appended to are not: a reject may
+    be packed now), this schema and these annotation rules, and every listed file there at
+    its size."""
+    if not previous.current or previous.sources_fingerprint != job.sources_fingerprint \
+            or previous.fingerprint != job.config.fingerprint() \
+            or (previous.rules is not None and previous.rules != ANNOTATION_RULES):
         return False
     damaged = [shard.name for shard in previous.shards
                if not files_intact(output, shard.files())]
@@ -263,6 +269,7 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
     vocabulary = Vocabulary(classes, tuple(object_classes.names)
                             if object_classes is not None else ())
     work = delta.items()
+    annotation_digest = _annotation_digests(job)
     pending_rejects: list[RejectEntry] = []
     pending_unchanged: dict[str, list] = {}
 
@@ -304,7 +311,8 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
                         line |= object_counts(sample.objects, object_classes)
                     journal.add_sample(line, part == 0)
             elif isinstance(result, Reject):
-                pending_rejects.append(_reject_record(result, item))
+                pending_rejects.append(_reject_record(result, item,
+                                                      annotation_digest(item.source.relpath)))
                 progress.note(rejected=len(state.rejects) + len(pending_rejects))
             else:
                 pending_unchanged[result.relpath] = [result.source_digest, result.source_size,
@@ -369,9 +377,23 @@ def _sample_record(sample: Sample, shard: str, group: str | None) -> dict[str, A
     return record
 
 
-def _reject_record(reject: Reject, item: PlanItem) -> RejectEntry:
+def _reject_record(reject: Reject, item: PlanItem, annotation_digest: str | None
+                   ) -> RejectEntry:
     return RejectEntry(reject.relpath, reject.reason, reject.detail, item.source.size,
-                       item.source.mtime_ns)
+                       item.source.mtime_ns, annotation_digest)
+
+
+def _annotation_digests(job: Job) -> Callable[[str], str | None]:
+    """relpath -> the image's annotation digest as samples record it (None without
+    annotations): kept with a reject, so that it is judged again once its annotations
+    change (a fixed label file changes no image)."""
+    digests, table = job.notes.digests, job.plan.table
+
+    def digest_of(relpath: str) -> str | None:
+        at = table.index_of(relpath) if digests is not None else None
+        return None if at is None else f"{int(digests[at]):016x}"
+
+    return digest_of
 
 
 def _flat_folder_hint(scanned: ScanResult, config: Config) -> str:

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 from .. import __version__
 from ..dataset.manifest import (
+    ANNOTATION_RULES,
     MAX_SHARD_NUMBER,
     MAX_VERSION,
     SCHEMA_VERSION,
@@ -50,8 +51,12 @@ def version_manifest(job: Job, outcome: Outcome, execution: Execution,
         if config.image.tiles.enabled else None
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     version = delta.version + 1
-    upgrade = None if previous is None or previous.current else \
-        f"upgraded from schema {previous.schema_version}"
+    notes = [] if previous is None or previous.current else \
+        [f"upgraded from schema {previous.schema_version}"]
+    reannotated = outcome.changes.get("reannotated", 0)
+    if reannotated and previous is not None:
+        notes.append(f"{reannotated:,} re-annotated: objects derived by annotation rules "
+                     f"{ANNOTATION_RULES}, not {previous.rules}")
     decoded = state.next_index - execution.resumed_at - execution.unchanged
     _check_numbers(version, done.numbers)
     manifest = Manifest(
@@ -82,7 +87,9 @@ def version_manifest(job: Job, outcome: Outcome, execution: Execution,
             sources=sources,
         ),
         history=(*(previous.history if previous else ()),
-                 history_entry(outcome, version, created, shards, upgrade)),
+                 replace(history_entry(outcome, version, created, shards,
+                                       "; ".join(notes) or None),
+                         reannotated=reannotated or None)),
         run={
             "seconds": round(seconds, 3),
             "images_per_second": round(decoded / max(seconds, 1e-9), 2),
@@ -95,7 +102,8 @@ def version_manifest(job: Job, outcome: Outcome, execution: Execution,
                           for name in shard_list_names(split, config.output.format)),
     )
     if execution.object_classes is not None:
-        manifest = replace(manifest, object_classes=execution.object_classes)
+        manifest = replace(manifest, object_classes=execution.object_classes,
+                           annotation_rules=ANNOTATION_RULES)
     return manifest
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..config import Config, check_paths
 from ..dataset.manifest import MANIFEST_NAME, read_manifest
 from ..errors import ManifestError, ShardsmithError
-from ..packing.outputdir import previous_dataset
+from ..packing.outputdir import previous_dataset, same_settings
 from ..packing.scan import ScanResult
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .annotations import AnnotationCheck, check_annotations
@@ -139,7 +139,7 @@ def existing_output(output: Path, config: Config) -> str:
         manifest = read_manifest(output)
     except ManifestError as exc:
         return f"has a manifest a pack cannot read: {exc}"
-    if manifest.fingerprint != config.fingerprint() and not config.run.overwrite:
+    if not same_settings(manifest, config) and not config.run.overwrite:
         return (f"holds version {manifest.version} packed with other settings: a pack refuses "
                 "without --overwrite")
     if config.run.overwrite:
