@@ -176,3 +176,123 @@ def members(output: Path) -> dict[str, dict[str, bytes]]:
                 key, extension = member.name.split(".", 1)
                 found.setdefault(key, {})[extension] = tar.extractfile(member).read()
     return found
+
+
+# --- A corpus of drawn cracks (tests/test_defect_corpus.py) --------------------------------
+# A 320x240 stored original: an L-shaped crack (class crack, a region of an index mask, and a
+# YOLO box around it: one defect, two annotations), a diagonal crack (fissure, mask only) and
+# a bright scratch (a YOLO box only).  Cracks are 6 and 7 px wide, 3 px or more in a sample.
+CORPUS_SIZE = (320, 240)
+CORPUS_CLASSES = ("crack", "fissure", "scratch")
+L_CRACK = ((20, 20), (26, 20), (26, 194), (100, 194), (100, 200), (20, 200))
+DIAGONAL = ((150, 118), (155, 113), (302, 215), (297, 220))
+CORPUS_SCRATCH = (160, 20, 280, 60)
+# EXIF orientation → Pillow's transpose that turns stored pixels upright (independent of
+# shardsmith's own table).
+UPRIGHT = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+           4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+           6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+           8: Image.Transpose.ROTATE_90}
+
+
+def corpus_defects() -> dict[str, np.ndarray]:
+    """Each defect's stored pixels (bool), drawn by Pillow (a pixel whose centre is in)."""
+    from PIL import ImageDraw
+
+    found = {}
+    for name, polygon in (("crack", L_CRACK), ("fissure", DIAGONAL)):
+        canvas = Image.new("L", CORPUS_SIZE, 0)
+        ImageDraw.Draw(canvas).polygon(polygon, fill=1)
+        found[name] = np.asarray(canvas) > 0
+    scratch = np.zeros(CORPUS_SIZE[::-1], bool)
+    x0, y0, x1, y1 = CORPUS_SCRATCH
+    scratch[y0:y1, x0:x1] = True
+    found["scratch"] = scratch
+    return found
+
+
+def upright(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """Stored pixels turned upright by Pillow's transposes."""
+    if orientation == 1:
+        return pixels
+    image = Image.fromarray(pixels.astype(np.uint8))
+    return np.asarray(image.transpose(UPRIGHT[orientation])).astype(pixels.dtype)
+
+
+def corpus_original(kind: str, orientation: int, with_defects: bool = True) -> bytes:
+    """The corpus original as ``kind`` (jpeg8, png8, png16, tiff16), gray, EXIF
+    ``orientation`` (a TIFF's own orientation tag)."""
+    import io
+
+    import tifffile
+
+    grey = np.full(CORPUS_SIZE[::-1], BACKGROUND, np.uint8)
+    if with_defects:
+        drawn = corpus_defects()
+        grey[drawn["crack"] | drawn["fissure"]] = DARK
+        grey[drawn["scratch"]] = BRIGHT
+    exif = Image.Exif()
+    if orientation != 1:
+        exif[0x0112] = orientation
+    if kind == "jpeg8":
+        return images.encode(grey, "JPEG", quality=98, exif=exif)
+    if kind == "png8":
+        return images.encode(grey, "PNG", exif=exif)
+    if kind == "png16":
+        return images.encode(Image.fromarray(grey.astype(np.uint16) * 257), "PNG",
+                             exif=exif)
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, grey.astype(np.uint16) * 257,
+                     extratags=[(0x0112, 3, 1, orientation, True)] if orientation != 1 else [])
+    return buffer.getvalue()
+
+
+def write_corpus_annotations(stem: Path) -> None:
+    """The index mask (1 crack, 2 fissure) and the YOLO file (crack's and scratch's boxes),
+    in stored pixels, beside the image ``stem``."""
+    width, height = CORPUS_SIZE
+    drawn = corpus_defects()
+    index = np.zeros((height, width), np.uint8)
+    index[drawn["crack"]], index[drawn["fissure"]] = 1, 2
+    Image.fromarray(index).save(Path(f"{stem}_mask.png"))
+    lines = []
+    for number, name in ((0, "crack"), (2, "scratch")):
+        x0, y0, x1, y1 = extent(drawn[name])
+        lines.append(f"{number} {(x0 + x1) / 2 / width:.6f} {(y0 + y1) / 2 / height:.6f} "
+                     f"{(x1 - x0) / width:.6f} {(y1 - y0) / height:.6f}")
+    Path(f"{stem}.txt").write_text("\n".join(lines) + "\n")
+
+
+CORPUS_ANNOTATIONS = {"source.annotations.files": "yolo",
+                      "source.annotations.masks": "beside",
+                      "source.annotations.mask_suffix": "_mask",
+                      "source.annotations.mask_values": "index",
+                      "source.annotations.classes": list(CORPUS_CLASSES)}
+
+
+def reduce_any(pixels: np.ndarray, scale: tuple[float, float], offset: tuple[float, float],
+               size: tuple[int, int]) -> np.ndarray:
+    """The documented mask rule, written again: a ``size`` (width, height) sample pixel is
+    marked when any marked pixel of the upright original overlaps its area, the original
+    placed at ``x * scale + offset``."""
+    height, width = pixels.shape
+    summed = np.zeros((height + 1, width + 1), np.int64)
+    summed[1:, 1:] = pixels.astype(np.int64).cumsum(0).cumsum(1)
+
+    def ranges(count: int, along: int, axis_scale: float, axis_offset: float):
+        edges = (np.arange(count + 1) - axis_offset) / axis_scale
+        low = np.clip(np.floor(edges[:-1] + 1e-9).astype(int), 0, along)
+        high = np.clip(np.ceil(edges[1:] - 1e-9).astype(int), 0, along)
+        return low, np.maximum(high, low)
+
+    columns = ranges(size[0], width, scale[0], offset[0])
+    rows = ranges(size[1], height, scale[1], offset[1])
+    (x0, x1), (y0, y1) = columns, rows
+    total = (summed[y1][:, x1] - summed[y0][:, x1] - summed[y1][:, x0] + summed[y0][:, x0])
+    return total > 0
+
+
+def rle_decode_counts(counts: list[int], height: int, width: int) -> np.ndarray:
+    """Uncompressed COCO RLE counts (column-major, first run of zeros) as a bool mask."""
+    values = np.arange(len(counts)) % 2
+    return np.repeat(values.astype(bool), counts).reshape(width, height).T

@@ -155,3 +155,118 @@ def test_scaled_tiles_of_a_turned_original_carry_their_defects(tmp_path, orienta
                           max(0, round(x0) - 3) : round(x1) + 3]
             assert (ring > 180).sum() <= (round(x1) - round(x0) + 2) * (round(y1) - round(y0) + 2)
     assert seen >= 6
+
+
+def l_crack_tree(source, extra_box: bool = False) -> None:
+    """A 512x256 grey PNG with an L-shaped crack, 6 px wide, whose foot crosses into the
+    right tile of a 256 px grid; as an index mask, and (``extra_box``) a YOLO box on it."""
+    grey = np.full((256, 512), 128, np.uint8)
+    crack = np.zeros((256, 512), np.uint8)
+    crack[20:230, 40:46] = 1  # the leg, in the left tile
+    crack[224:230, 40:300] = 1  # the foot, 44 px of it in the right tile
+    grey[crack > 0] = 6
+    images.write(source / "parts" / "l.png", images.encode(grey, "PNG"))
+    Image.fromarray(crack).save(source / "parts" / "l_mask.png")
+    if extra_box:
+        (source / "parts" / "l.txt").write_text(
+            f"0 {170 / 512} {125 / 256} {260 / 512} {210 / 256}\n")
+
+
+L_CONFIG = {"source.annotations.masks": "beside", "source.annotations.mask_suffix": "_mask",
+            "source.annotations.mask_values": "index",
+            "source.annotations.classes": ["crack"], "image.tiles.size": 256,
+            "image.tiles.overlap": 0, "image.tiles.keep": "all",
+            "source.annotations.min_visible": 0.0}
+
+
+def tile_objects(output) -> dict[int, tuple[dict, np.ndarray]]:
+    """column -> (KEY.json, class mask) of a one-row tiling."""
+    import cv2
+
+    found = {}
+    for files in members(output).values():
+        meta = json.loads(files["json"])
+        found[meta["tile"]["column"]] = (meta, cv2.imdecode(
+            np.frombuffer(files["mask.png"], np.uint8), cv2.IMREAD_UNCHANGED))
+    return found
+
+
+def test_a_crack_crossing_a_tile_border_is_boxed_by_its_own_pixels_in_each_tile(tmp_path):
+    l_crack_tree(tmp_path / "source")
+    pack_with(tmp_path / "source", tmp_path / "out", L_CONFIG)
+    tiles = tile_objects(tmp_path / "out")
+    assert tiles[0][0]["boxes"] == [[40.0, 20.0, 256.0, 230.0]]
+    # Only the foot's 44 px show in the right tile: not the leg's 210 px of height.
+    assert tiles[1][0]["boxes"] == [[0.0, 224.0, 44.0, 230.0]]
+
+
+def test_an_object_dropped_by_min_visible_leaves_ignore_in_the_class_mask(tmp_path):
+    l_crack_tree(tmp_path / "source")
+    pack_with(tmp_path / "source", tmp_path / "out",
+              {**L_CONFIG, "source.annotations.min_visible": 0.25})
+    tiles = tile_objects(tmp_path / "out")
+    right, mask = tiles[1]
+    assert right["boxes"] == []  # 264 of its 2,784 pixels show: under a quarter
+    assert set(np.unique(mask[224:230, :44]).tolist()) == {255}
+    assert set(np.unique(mask).tolist()) == {0, 255}
+    assert set(np.unique(tiles[0][1]).tolist()) == {0, 1}
+
+
+def test_a_mask_and_a_yolo_box_of_one_crack_are_one_object_unless_merge_iou_is_0(tmp_path):
+    source = tmp_path / "source"
+    l_crack_tree(source, extra_box=True)
+    config = {**L_CONFIG, "source.annotations.files": "yolo", "image.tiles.size": 512}
+    pack_with(source, tmp_path / "merged", config)
+    (meta, _), = tile_objects(tmp_path / "merged").values()
+    assert meta["boxes"] == [[40.0, 20.0, 300.0, 230.0]] and meta["rle"][0] is not None
+    pack_with(source, tmp_path / "apart", {**config, "source.annotations.merge_iou": 0})
+    (meta, _), = tile_objects(tmp_path / "apart").values()
+    assert len(meta["boxes"]) == 2 and meta["rle"][0] is None  # the box, then the mask
+
+
+def test_an_empty_rle_is_no_object(tmp_path):
+    source = tmp_path / "source"
+    images.write(source / "parts" / "a.png", images.gray_png(64, 48))
+    document = {"images": [{"id": 1, "file_name": "parts/a.png", "width": 64, "height": 48}],
+                "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 1,
+                                 "bbox": [10, 10, 26, 15],
+                                 "segmentation": {"size": [48, 64], "counts": [48 * 64]}}],
+                "categories": [{"id": 1, "name": "crack"}]}
+    (source / "instances.json").write_text(json.dumps(document))
+    manifest = pack_with(source, tmp_path / "out", {"source.annotations.coco": "instances.json"})
+    assert manifest["totals"]["packed"] == 1 and not manifest["rejects"]
+    (files,) = members(tmp_path / "out").values()
+    assert json.loads(files["json"])["boxes"] == []
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan", "many"])
+def test_merge_iou_outside_0_to_1_is_one_line_and_exit_2(tmp_path, value):
+    from click.testing import CliRunner
+
+    from shardsmith.cli import main
+
+    job = tmp_path / "job.yaml"
+    job.write_text(f"source:\n  annotations:\n    files: yolo\n    merge_iou: {value}\n")
+    (tmp_path / "source").mkdir()
+    result = CliRunner().invoke(main, ["pack", str(tmp_path / "source"), str(tmp_path / "out"),
+                                       "--config", str(job)])
+    assert result.exit_code == 2, result.output
+    assert "merge_iou" in result.output and "Traceback" not in result.output
+
+
+def test_an_oriented_tiff_is_read_at_its_stored_size(tmp_path):
+    import io
+
+    import tifffile
+
+    stored = np.full((60, 100), 128, np.uint8)
+    stored[:10, :20] = 250  # the stored top-left corner
+    buffer = io.BytesIO()
+    tifffile.imwrite(buffer, stored, extratags=[(0x0112, 3, 1, 6, True)])
+    images.write(tmp_path / "source" / "a" / "t.tif", buffer.getvalue())
+    pack_with(tmp_path / "source", tmp_path / "out", {}, **{"image.size": 100,
+                                                           "image.color": "gray"})
+    (files,) = members(tmp_path / "out").values()
+    pixels = simplejpeg.decode_jpeg(files["jpg"], colorspace="GRAY")[:, :, 0]
+    assert pixels.shape == (100, 60)  # turned 90 clockwise: not squeezed into 100 x 60
+    assert pixels[:20, -10:].mean() > 230  # the stored top-left is now the top-right

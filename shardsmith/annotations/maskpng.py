@@ -18,8 +18,10 @@ def mask_png(mask: np.ndarray) -> bytes:
 
 
 def remap_png(png: bytes, ids: list[int]) -> bytes:
-    """A class mask PNG with value ``v`` replaced by ``ids[v - 1]`` (0 stays 0)."""
+    """A class mask PNG with value ``v`` replaced by ``ids[v - 1]`` (0 and 255, "ignore",
+    stay)."""
     mask = cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_UNCHANGED)
     table = np.zeros(256, np.uint8)
     table[1 : len(ids) + 1] = ids
+    table[255] = 255
     return mask_png(table[mask])

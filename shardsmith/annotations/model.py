@@ -57,7 +57,8 @@ class Objects:
     Per object: a box ``(x0, y0, x1, y1)``, its class name, its polygons (flat rings, maybe
     none) and its instance mask as uncompressed COCO RLE over the sample (or None for a box
     without a mask).  ``mask_png`` is the class mask (PNG, one byte a pixel) whose value ``v``
-    is ``mask_names[v - 1]``; the writer maps those to dataset class ids.
+    is ``mask_names[v - 1]``, and 255 marks the pixels of an object dropped by
+    ``min_visible`` ("ignore"); the writer maps the others to dataset class ids.
     """
 
     boxes: tuple[Box, ...] = ()
@@ -66,7 +67,9 @@ class Objects:
     rles: tuple[tuple[int, ...] | None, ...] = ()
     mask_png: bytes | None = None
     mask_names: tuple[str, ...] = ()
-    marked: bool = False  # the class mask marks a pixel
+    marked: bool = False  # the class mask marks a pixel of a class (not only "ignore")
+    merged: int = 0  # objects that are a mask and a box of one defect, merged
+    dropped: int = 0  # objects that showed less than source.annotations.min_visible
 
     def __len__(self) -> int:
         return len(self.boxes)

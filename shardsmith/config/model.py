@@ -85,6 +85,9 @@ class AnnotationConfig:
     min_visible: float = setting(0.25, comment=(
         "an object of which less shows in a crop or tile is dropped (share of",
         "its polygon's area, or of its box)"))
+    merge_iou: float = setting(0.5, fingerprinted_unless_default=True, comment=(
+        "a mask and a box of one class whose boxes overlap by this IoU or more",
+        "are one object (its box from the mask); 0 = never merge"))
 
     @property
     def enabled(self) -> bool:

@@ -354,6 +354,9 @@ def _validate_annotations(config: Config) -> Config:
     if not 0 <= notes.min_visible <= 1:
         raise ConfigError(f"source.annotations.min_visible: expected 0..1, got "
                           f"{notes.min_visible:g}")
+    if not 0 <= notes.merge_iou <= 1:
+        raise ConfigError(f"source.annotations.merge_iou: expected 0..1 (0 = never merge), "
+                          f"got {notes.merge_iou:g}")
     if (src.labels == "file") != bool(notes.labels):
         raise ConfigError("source.labels: file reads the labels from source.annotations.labels "
                           "(a CSV or JSON Lines file of path,label): set both or neither")

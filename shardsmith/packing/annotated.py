@@ -16,6 +16,7 @@ line), else a tuple of ``Sample``s in grid order.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,6 +37,7 @@ from ..annotations.geometry import (
 from ..annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS, too_many_objects
 from ..annotations.maskpng import mask_png
 from ..annotations.masks import (
+    EPSILON,
     binary_patch,
     class_mask,
     polygon_patch,
@@ -49,20 +51,46 @@ from ..dataset.records import Reject, Sample, Unchanged
 from ..decoders import open_header, orientation
 from ..errors import BadImage
 from ..tiling import MAX_TILES, Tile, kept, scaled_size, tile_count
-from .imaging import Frame, cut_window, decode_frame, encode_jpeg, read_source, window_pixels
+from .imaging import (
+    Frame,
+    FramePlan,
+    cut_window,
+    decode_frame,
+    encode_jpeg,
+    read_source,
+    stored_size,
+    window_pixels,
+)
 from .originals import original_cap
 from .plan import PlanItem
 
 MASK_BYTES_PER_PIXEL = 6  # the class mask, a label image of a region, a comparison
 
 
+IGNORE = 255  # the class mask's value for pixels of an object dropped by min_visible
+
+
 @dataclass
 class _Instance:
-    """An object in the upright original, with its pixels when it has a mask."""
+    """An object in the upright original, with its pixels when it has a mask (a PNG mask's
+    region, an RLE, a polygon): ``pixels`` counts them, ``bounds`` is their box."""
 
     shape: Shape
     patch: np.ndarray | None = None
     origin: tuple[int, int] = (0, 0)
+    merged: bool = False  # a box of the same defect was merged into it
+    pixels: int = 0
+    bounds: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def __post_init__(self) -> None:
+        if self.patch is not None:
+            self.pixels = int(np.count_nonzero(self.patch))
+            if self.pixels:
+                rows = np.flatnonzero(self.patch.any(axis=1))
+                cols = np.flatnonzero(self.patch.any(axis=0))
+                left, top = self.origin
+                self.bounds = (left + int(cols[0]), top + int(rows[0]),
+                               left + int(cols[-1]) + 1, top + int(rows[-1]) + 1)
 
 
 def process_annotated(item: PlanItem, root: str, config: Config,
@@ -90,7 +118,7 @@ def _samples(item: PlanItem, root: str, data: bytes, config: Config,
              vocabulary: Vocabulary) -> list[Sample]:
     notes, image = config.source.annotations, config.image
     with open_header(data) as header:
-        stored, rotation = header.size, orientation(header)
+        stored, rotation = stored_size(header), orientation(header)
     upright = upright_size(*stored, rotation)
     extra = upright[0] * upright[1] * MASK_BYTES_PER_PIXEL if notes.has_masks else 0
     tiles = image.tiles if image.tiles.enabled else None
@@ -109,8 +137,7 @@ def _samples(item: PlanItem, root: str, data: bytes, config: Config,
         annotations = read_annotations(item.source.relpath, item.annotation, root, notes,
                                        config.source.follow_symlinks, frame_of_notes,
                                        image_class, notes.coco)
-    cut = _Cutter(annotations, notes.coordinates == "stored", rotation, stored, upright,
-                  frame.placement, vocabulary, notes.has_masks)
+    found = window_objects(annotations, stored, rotation, frame, config, vocabulary)
     original = frame.header
     base = Sample(key=item.key, relpath=item.source.relpath, split=item.split, label=label,
                   jpeg=b"", width=0, height=0, channels=1 if frame.pixels.ndim == 2 else 3,
@@ -118,7 +145,29 @@ def _samples(item: PlanItem, root: str, data: bytes, config: Config,
                   original_mode=original[2], original_format=original[3], source_size=0,
                   source_mtime_ns=0, source_digest="",
                   annotation_digest=annotations.digest if annotations is not None else None)
-    return _windows(base, frame, cut, config)
+    return _windows(base, frame, found, config)
+
+
+def window_objects(annotations: ImageAnnotations | None, stored: tuple[int, int],
+                   rotation: int, plan: FramePlan | Frame, config: Config,
+                   vocabulary: Vocabulary) -> list[Objects | None]:
+    """The objects (and class mask) of each window of ``plan``, in grid order; None for
+    each when no boxes, polygons or masks are configured.
+
+    A function of the original's header facts (its stored size and EXIF orientation; the
+    decode scale is in ``plan``, see ``imaging.plan_frame``), its annotations and the
+    config: no pixel of the original is needed, so a dataset's objects and masks can be
+    derived again while its JPEG bytes are copied.
+    """
+    notes = config.source.annotations
+    if not notes.has_objects:
+        return [None for _ in plan.windows]
+    upright = upright_size(*stored, rotation)
+    cut = _Cutter(annotations, notes.coordinates == "stored", rotation, stored, upright,
+                  plan.placement, vocabulary, notes.has_masks, notes.merge_iou)
+    return [cut.objects(tile, plan.window,
+                        plan.placement.shifted(tile.x, tile.y, plan.window), notes.min_visible)
+            for tile in plan.windows]
 
 
 class _Cutter:
@@ -127,7 +176,7 @@ class _Cutter:
 
     def __init__(self, annotations: ImageAnnotations | None, stored_frame: bool, rotation: int,
                  stored: tuple[int, int], upright: tuple[int, int], placement: Placement,
-                 vocabulary: Vocabulary, with_mask: bool):
+                 vocabulary: Vocabulary, with_mask: bool, merge_iou: float = 0.0):
         self.placement, self.upright = placement, upright
         self.names = list(vocabulary.object_classes)
         self.instances: list[_Instance] = []
@@ -136,14 +185,15 @@ class _Cutter:
             if annotations.mask is not None and with_mask:
                 full_mask = self._upright_mask(annotations, stored_frame, rotation)
                 self.instances += self._components(annotations, full_mask)
-            shapes = [self._instance(to_upright(shape, rotation, stored) if stored_frame
-                                     else shape, rotation, stored_frame)
-                      for shape in annotations.shapes]
+            made = (self._instance(to_upright(shape, rotation, stored) if stored_frame
+                                   else shape, rotation, stored_frame)
+                    for shape in annotations.shapes)
+            shapes = [instance for instance in made if instance is not None]
             if with_mask and any(instance.patch is not None for instance in shapes):
                 if full_mask is None:
                     full_mask = np.zeros(upright[::-1], np.uint8)
                 self._paint(full_mask, shapes)
-            self.instances = shapes + self.instances
+            self.instances = merge_boxes(shapes + self.instances, merge_iou)
         if len(self.instances) > MAX_OBJECTS:
             raise BadImage("bad_annotation", too_many_objects(len(self.instances)))
         self.mask = None  # in the frame of the decoded pixels
@@ -174,14 +224,14 @@ class _Cutter:
         mask = table[annotations.mask]
         return orient_pixels(mask, rotation) if stored_frame else mask
 
-    def _instance(self, shape: Shape, rotation: int, stored_frame: bool) -> _Instance:
+    def _instance(self, shape: Shape, rotation: int, stored_frame: bool) -> _Instance | None:
+        """The shape as an instance; None for a polygon or RLE without a pixel (not there)."""
         if shape.polygons:
-            patch, origin = polygon_patch(shape.polygons, self.upright)
-            return _Instance(shape, patch, origin)
+            instance = _Instance(shape, *polygon_patch(shape.polygons, self.upright))
+            return instance if instance.pixels else None
         if shape.rle is not None:
             found = binary_patch(self._rle_pixels(shape.rle, rotation, stored_frame))
-            if found is not None:
-                return _Instance(shape, *found)
+            return _Instance(shape, *found) if found is not None else None
         return _Instance(shape)
 
     def _rle_pixels(self, encoded: dict[str, Any], rotation: int,
@@ -233,47 +283,161 @@ class _Cutter:
     def objects(self, tile: Tile, size: tuple[int, int], placement: Placement,
                 min_visible: float) -> Objects:
         """The objects of the sample showing ``tile`` of the decoded pixels as a ``size``
-        window, through ``placement`` (the frame's, shifted to the window)."""
+        window, through ``placement`` (the frame's, shifted to the window).
+
+        An object with pixels is there when one of its pixels overlaps the window (at the
+        original's resolution); it shows the share of its pixels that do, and its box is the
+        box of its marked pixels in the sample.  A box-only object shows the share of its box
+        (``geometry.place``).  The class mask keeps the pixels of the objects kept; those of an
+        object dropped by ``min_visible`` become ``IGNORE`` (unless a kept object marks them).
+        """
         rect = (tile.x, tile.y, *size)
+        seen = _original_window(placement)
         boxes, names, polygons, rles = [], [], [], []
+        kept_pixels = dropped_pixels = None
+        merged = dropped = 0
         for instance, reduced in zip(self.instances, self.reduced, strict=True):
-            # Issue 18 plugs in here: a mask object's box from its reduced pixels in the window.
-            placed = place(instance.shape, placement)
-            if placed is None or placed.visible < min_visible:
+            if instance.patch is None:
+                placed = place(instance.shape, placement)
+                if placed is None:
+                    continue
+                if placed.visible < min_visible:
+                    dropped += 1
+                    continue
+                boxes.append(rounded_box(placed.box))
+                names.append(instance.shape.name)
+                polygons.append(())
+                rles.append(None)
                 continue
-            boxes.append(rounded_box(placed.box))
+            inside = _pixels_inside(instance, seen)
+            if not inside:
+                continue  # no pixel of it in the window: it is not there
+            canvas = _instance_canvas(reduced, rect)
+            if canvas is None:
+                continue
+            if inside / instance.pixels < min_visible:
+                dropped += 1
+                dropped_pixels = canvas if dropped_pixels is None else dropped_pixels | canvas
+                continue
+            kept_pixels = canvas if kept_pixels is None else kept_pixels | canvas
+            boxes.append(_extent(canvas))
             names.append(instance.shape.name)
-            polygons.append(tuple(rounded_ring(ring) for ring in placed.polygons))
-            rles.append(None if reduced is None else _instance_rle(reduced, rect))
+            placed = place(instance.shape, placement) if instance.shape.polygons else None
+            polygons.append(tuple(rounded_ring(ring) for ring in placed.polygons)
+                            if placed is not None else ())
+            rles.append(rle_encode(canvas))
+            merged += instance.merged
         mask = cut_window(self.mask, tile, size, 0) if self.mask is not None else None
+        if mask is not None and dropped_pixels is not None:
+            ignored = dropped_pixels if kept_pixels is None else dropped_pixels & ~kept_pixels
+            mask[ignored] = IGNORE
+        marked = bool(mask is not None and ((mask > 0) & (mask != IGNORE)).any())
         return Objects(tuple(boxes), tuple(names), tuple(polygons), tuple(rles),
                        mask_png(mask) if mask is not None else None,
-                       tuple(self.names) if mask is not None else (),
-                       bool(mask is not None and mask.any()))
+                       tuple(self.names) if mask is not None else (), marked, merged, dropped)
 
 
-def _instance_rle(reduced: tuple[np.ndarray, tuple[int, int]],
-                  rect: tuple[int, int, int, int]) -> tuple[int, ...]:
-    """An instance's reduced pixels inside ``rect``, as RLE over a rect-sized sample."""
+def merge_boxes(instances: list[_Instance], threshold: float) -> list[_Instance]:
+    """One object a defect: each instance with pixels takes in the box-only instance of its
+    class whose IoU with its pixels' box is highest and at least ``threshold`` (0: never),
+    one to one, greedy by IoU (ties: the earlier instance, then the earlier box), so the same
+    annotations always merge the same way.  The merged instance keeps its pixels (its box
+    comes from them) and its place in the list; the box leaves."""
+    if threshold <= 0:
+        return instances
+    pairs: list[tuple[float, int, int]] = []
+    by_class: dict[str, list[int]] = {}
+    for number, instance in enumerate(instances):
+        if instance.patch is None:
+            by_class.setdefault(instance.shape.name, []).append(number)
+    if not by_class:
+        return instances
+    corners = {name: np.array([instances[number].shape.box for number in numbers], np.float64)
+               for name, numbers in by_class.items()}
+    for number, instance in enumerate(instances):
+        if instance.patch is None or instance.shape.name not in by_class:
+            continue
+        overlaps = _box_iou(instance.bounds, corners[instance.shape.name])
+        for at in np.flatnonzero(overlaps >= threshold).tolist():
+            pairs.append((-float(overlaps[at]), number, by_class[instance.shape.name][at]))
+    pairs.sort()
+    taken: set[int] = set()
+    gone: set[int] = set()
+    for _, number, box in pairs:
+        if number in taken or box in gone:
+            continue
+        taken.add(number)
+        gone.add(box)
+    return [replace(instance, merged=True) if number in taken else instance
+            for number, instance in enumerate(instances) if number not in gone]
+
+
+def _box_iou(box: tuple[int, int, int, int], others: np.ndarray) -> np.ndarray:
+    """IoU of one box with each row (x0, y0, x1, y1) of ``others``."""
+    width = np.clip(np.minimum(others[:, 2], box[2]) - np.maximum(others[:, 0], box[0]), 0,
+                    None)
+    height = np.clip(np.minimum(others[:, 3], box[3]) - np.maximum(others[:, 1], box[1]), 0,
+                     None)
+    common = width * height
+    areas = (np.clip(others[:, 2] - others[:, 0], 0, None)
+             * np.clip(others[:, 3] - others[:, 1], 0, None))
+    union = (box[2] - box[0]) * (box[3] - box[1]) + areas - common
+    return np.divide(common, union, out=np.zeros_like(common), where=union > 0)
+
+
+def _original_window(placement: Placement) -> tuple[float, float, float, float]:
+    """The part of the upright original a sample shows, in the original's pixels."""
+    x0, y0, x1, y1 = placement.window
+    return ((x0 - placement.offset_x) / placement.scale_x,
+            (y0 - placement.offset_y) / placement.scale_y,
+            (x1 - placement.offset_x) / placement.scale_x,
+            (y1 - placement.offset_y) / placement.scale_y)
+
+
+def _pixels_inside(instance: _Instance, window: tuple[float, float, float, float]) -> int:
+    """How many of the instance's pixels overlap ``window`` (original pixels, continuous
+    coordinates; an area that only touches a pixel's edge does not overlap it, as in
+    ``masks``)."""
+    x0, y0, x1, y1 = window
+    left, top, right, bottom = instance.bounds
+    low_x, high_x = max(left, math.floor(x0 + EPSILON)), min(right, math.ceil(x1 - EPSILON))
+    low_y, high_y = max(top, math.floor(y0 + EPSILON)), min(bottom, math.ceil(y1 - EPSILON))
+    if high_x <= low_x or high_y <= low_y:
+        return 0
+    origin_x, origin_y = instance.origin
+    return int(np.count_nonzero(instance.patch[low_y - origin_y : high_y - origin_y,
+                                               low_x - origin_x : high_x - origin_x]))
+
+
+def _instance_canvas(reduced: tuple[np.ndarray, tuple[int, int]],
+                     rect: tuple[int, int, int, int]) -> np.ndarray | None:
+    """An instance's reduced pixels inside ``rect`` as a rect-sized boolean mask; None when
+    none of them is there."""
     counts, (left, top) = reduced
     x, y, width, height = rect
-    canvas = np.zeros((height, width), np.uint8)
     x0, y0 = max(x, left), max(y, top)
     x1, y1 = min(x + width, left + counts.shape[1]), min(y + height, top + counts.shape[0])
-    if x1 > x0 and y1 > y0:
-        canvas[y0 - y : y1 - y, x0 - x : x1 - x] = \
-            counts[y0 - top : y1 - top, x0 - left : x1 - left] > 0
-    return rle_encode(canvas)
+    if x1 <= x0 or y1 <= y0:
+        return None
+    part = counts[y0 - top : y1 - top, x0 - left : x1 - left] > 0
+    if not part.any():
+        return None
+    canvas = np.zeros((height, width), bool)
+    canvas[y0 - y : y1 - y, x0 - x : x1 - x] = part
+    return canvas
 
 
-def _windows(base: Sample, frame: Frame, cut: _Cutter, config: Config) -> list[Sample]:
+def _extent(canvas: np.ndarray) -> tuple[float, float, float, float]:
+    """The box (x0, y0, x1, y1) of a sample mask's marked pixels, edges included."""
+    rows, cols = np.flatnonzero(canvas.any(axis=1)), np.flatnonzero(canvas.any(axis=0))
+    return float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1)
+
+
+def _windows(base: Sample, frame: Frame, found: list[Objects | None],
+             config: Config) -> list[Sample]:
     """Every kept window of the frame as a sample, in grid order: each tile, or the whole
     image (a grid of one tile, which ``kept`` always keeps)."""
     tiles, notes = config.image.tiles, config.source.annotations
-    found = [cut.objects(tile, frame.window,
-                         frame.placement.shifted(tile.x, tile.y, frame.window),
-                         notes.min_visible) if notes.has_objects else None
-             for tile in frame.windows]
     marked = [bool(objects is not None and (len(objects) or objects.marked))
               for objects in found]
     keep = kept(list(frame.windows), marked, tiles, config.seed, base.relpath,

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 import simplejpeg
+from PIL import Image
 
 from ..annotations.geometry import TRANSPOSING, Placement, decode_scale, orient_pixels
 from ..config import ImageConfig
@@ -222,6 +223,45 @@ def layout(width: int, height: int, config: ImageConfig,
     return Layout(geometry, need, (tiles.size, tiles.size))
 
 
+class FramePlan(NamedTuple):
+    """Where an upright original lands in its frame, known without a pixel: the
+    ``placement`` annotations follow, the ``windows`` (grid order) and their ``window`` size,
+    and the decoded pixels the resize shows exactly (``used``: x, y, width, height)."""
+
+    placement: Placement
+    windows: tuple[Tile, ...]
+    window: tuple[int, int]
+    used: tuple[int, int, int, int]
+
+
+def plan_frame(upright: tuple[int, int], decoded: tuple[int, int], config: ImageConfig,
+               tiles: TileSettings | None = None) -> FramePlan:
+    """The ``FramePlan`` of an upright original of ``upright`` (width, height) pixels decoded
+    upright at ``decoded`` pixels: a function of header facts (size, EXIF orientation, decode
+    scale) and the config only, so objects and masks can be derived again without decoding
+    (``decode_frame`` cuts the pixels by this very plan)."""
+    width, height = upright
+    geometry = layout(width, height, config, tiles).geometry
+    x0, y0, used_w, used_h = used = _used_source(decoded, geometry, width, height)
+    content_w, content_h = geometry.size
+    left = top = 0
+    frame_w, frame_h = geometry.size
+    if geometry.canvas is not None:  # the letterbox: the resized image centred on the canvas
+        frame_w, frame_h = geometry.canvas
+        left, top = (frame_w - content_w) // 2, (frame_h - content_h) // 2
+    scale_x, scale_y = content_w / used_w, content_h / used_h
+    decode_x, decode_y = decode_scale(upright, decoded)  # n/8 after a reduced DCT decode
+    placement = Placement(
+        decode_x * scale_x, decode_y * scale_y, left - x0 * scale_x, top - y0 * scale_y,
+        (float(left), float(top), float(left + content_w), float(top + content_h)),
+        (frame_w, frame_h))
+    if tiles is None:
+        return FramePlan(placement, (Tile(0, 0, 0, 0, frame_w, frame_h),), (frame_w, frame_h),
+                         used)
+    return FramePlan(placement, tuple(grid(frame_w, frame_h, tiles)), (tiles.size, tiles.size),
+                     used)
+
+
 def decode_frame(data: bytes, config: ImageConfig, extra_bytes: int = 0,
                  tiles: TileSettings | None = None) -> Frame:
     """Decode, orient, resize, colour and letterbox an original into the ``Frame`` its
@@ -232,30 +272,17 @@ def decode_frame(data: bytes, config: ImageConfig, extra_bytes: int = 0,
                              extra_bytes)
     width, height = upright.header[:2]
     geometry = layout(width, height, config, tiles).geometry
+    decoded = (upright.pixels.shape[1], upright.pixels.shape[0])
+    plan = plan_frame((width, height), decoded, config, tiles)
     # OpenCV decodes colour as BGR(A); the channel swap waits for the small image.
     background = config.background[::-1] if upright.bgr else config.background
-    pixels, used = resize(upright.pixels, geometry, width, height, background)
+    pixels = resize(upright.pixels, geometry, width, height, background)[0]
     pixels = to_output_color(pixels, upright.bgr, config)
-    left = top = 0
-    if geometry.canvas is not None:  # the letterbox: the resized image centred on the canvas
-        canvas_w, canvas_h = geometry.canvas
-        left, top = (canvas_w - pixels.shape[1]) // 2, (canvas_h - pixels.shape[0]) // 2
+    if geometry.canvas is not None:
+        left, top = int(plan.placement.window[0]), int(plan.placement.window[1])
         pixels = pad(pixels, (left, top), geometry.canvas, pad_fill(pixels, config))
-    x0, y0, used_w, used_h = used
-    content_w, content_h = geometry.size
-    scale_x, scale_y = content_w / used_w, content_h / used_h
-    placement = Placement(
-        upright.scale[0] * scale_x, upright.scale[1] * scale_y,
-        left - x0 * scale_x, top - y0 * scale_y,
-        (float(left), float(top), float(left + content_w), float(top + content_h)),
-        (pixels.shape[1], pixels.shape[0]))
-    pixels = np.ascontiguousarray(pixels)
-    frame_h, frame_w = pixels.shape[:2]
-    if tiles is None:
-        return Frame(pixels, upright.header, placement, (Tile(0, 0, 0, 0, frame_w, frame_h),),
-                     (frame_w, frame_h))
-    return Frame(pixels, upright.header, placement, tuple(grid(frame_w, frame_h, tiles)),
-                 (tiles.size, tiles.size))
+    return Frame(np.ascontiguousarray(pixels), upright.header, plan.placement, plan.windows,
+                 plan.window)
 
 
 def window_pixels(frame: Frame, tile: Tile, config: ImageConfig) -> np.ndarray:
@@ -300,7 +327,7 @@ def decode_upright(data: bytes, config: ImageConfig, plan: Callable[[int, int], 
     or tile of a 40x30 original) is refused before anything is allocated.
     """
     with open_header(data) as image:
-        stored_width, stored_height = image.size
+        stored_width, stored_height = stored_size(image)
         if stored_width * stored_height > config.max_pixels:
             raise BadImage(
                 "too_large",
@@ -309,7 +336,8 @@ def decode_upright(data: bytes, config: ImageConfig, plan: Callable[[int, int], 
             )
         rotation = orientation(image)
         transposed = rotation in TRANSPOSING
-        width, height = (stored_height, stored_width) if transposed else image.size
+        width, height = (stored_height, stored_width) if transposed else \
+            (stored_width, stored_height)
         planned = plan(width, height)
         # Smallest decode that still covers the target after cropping, in stored orientation.
         need_w, need_h = planned.need
@@ -337,6 +365,18 @@ def decode_upright(data: bytes, config: ImageConfig, plan: Callable[[int, int], 
     pixels = orient_pixels(pixels, rotation)
     return Upright(pixels, bgr, header, rotation, (stored_width, stored_height),
                    scale[::-1] if transposed else scale)
+
+
+def stored_size(image: Image.Image) -> tuple[int, int]:
+    """The (width, height) of the pixels as stored in the file, which every decoder here
+    returns.  Pillow reports a TIFF whose orientation turns it (5 to 8) at its upright size
+    (its own ``load`` turns the pixels); tifffile reads them as stored, so a TIFF taken at
+    Pillow's size was resized squeezed and its masks refused as the wrong size."""
+    if image.format == "TIFF":
+        width, height = image.tag_v2.get(256), image.tag_v2.get(257)  # checked by Pillow's open
+        if isinstance(width, int) and isinstance(height, int):
+            return width, height
+    return image.size
 
 
 def result_bytes(output: Output, config: ImageConfig, alpha: bool, depth: int = 1) -> int:
@@ -386,15 +426,8 @@ def resize(
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
     """Crop (scaled to the decoded size), premultiply alpha, resize, composite, 16 → 8 bit;
     returns uint8 pixels and the decoded pixels they show exactly: (x, y, width, height)."""
-    decoded_h, decoded_w = pixels.shape[:2]
-    crop_x, crop_y, crop_w, crop_h = geometry.crop
-    x0 = y0 = 0
-    if (crop_w, crop_h) != (width, height):
-        scale_x, scale_y = decoded_w / width, decoded_h / height
-        x0, y0 = round(crop_x * scale_x), round(crop_y * scale_y)
-        x1 = min(decoded_w, x0 + max(1, round(crop_w * scale_x)))
-        y1 = min(decoded_h, y0 + max(1, round(crop_h * scale_y)))
-        pixels = pixels[y0:y1, x0:x1]
+    x0, y0, x1, y1 = _crop_source((pixels.shape[1], pixels.shape[0]), geometry, width, height)
+    pixels = pixels[y0:y1, x0:x1]
     trim_x, trim_y, used_w, used_h = _area_source(pixels.shape[1], pixels.shape[0],
                                                   geometry.size)
     used = (x0 + trim_x, y0 + trim_y, used_w, used_h)
@@ -407,6 +440,29 @@ def resize(
     if pixels.dtype == np.uint16:
         return _to_8bit(pixels), used
     return pixels, used
+
+
+def _crop_source(decoded: tuple[int, int], geometry: Geometry, width: int,
+                 height: int) -> tuple[int, int, int, int]:
+    """The decoded pixels (x0, y0, x1, y1) the crop of ``geometry`` keeps, the crop scaled to
+    the decoded size."""
+    decoded_w, decoded_h = decoded
+    crop_x, crop_y, crop_w, crop_h = geometry.crop
+    if (crop_w, crop_h) == (width, height):
+        return 0, 0, decoded_w, decoded_h
+    scale_x, scale_y = decoded_w / width, decoded_h / height
+    x0, y0 = round(crop_x * scale_x), round(crop_y * scale_y)
+    return (x0, y0, min(decoded_w, x0 + max(1, round(crop_w * scale_x))),
+            min(decoded_h, y0 + max(1, round(crop_h * scale_y))))
+
+
+def _used_source(decoded: tuple[int, int], geometry: Geometry, width: int,
+                 height: int) -> tuple[int, int, int, int]:
+    """The decoded pixels (x, y, width, height) that ``resize`` shows exactly: the crop, less
+    what the integer-factor step trims."""
+    x0, y0, x1, y1 = _crop_source(decoded, geometry, width, height)
+    trim_x, trim_y, used_w, used_h = _area_source(x1 - x0, y1 - y0, geometry.size)
+    return x0 + trim_x, y0 + trim_y, used_w, used_h
 
 
 def _resize_to(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
