@@ -106,18 +106,6 @@ def test_inspect_shows_objects_and_orphans_in_text_and_json(tmp_path):
     assert document["annotation_sources"]["orphans"] == 1
 
 
-def test_objects_dropped_by_min_visible_are_said_to_be_uncounted_when_not_recorded(tmp_path):
-    config = yolo_job(tmp_path)
-    run("pack", tmp_path / "source", tmp_path / "out", "--config", config, *YOLO)
-    document = json.loads(run("inspect", tmp_path / "out", "--json").output)
-    samples = images.samples_of(tmp_path / "out")
-    if any("objects_dropped" in sample for sample in samples):
-        assert isinstance(document["objects"]["dropped_by_min_visible"], int)
-    else:
-        assert document["objects"]["dropped_by_min_visible"] is None
-        assert "not counted" in run("inspect", tmp_path / "out").output
-
-
 def test_a_dataset_without_annotations_has_no_object_report(tmp_path):
     images.write(tmp_path / "source" / "dent" / "a.jpg", images.jpeg(160, 120, 1))
     assert run("pack", tmp_path / "source", tmp_path / "out", *YOLO).exit_code == 0

@@ -224,6 +224,27 @@ def test_a_mask_and_a_yolo_box_of_one_crack_are_one_object_unless_merge_iou_is_0
     assert len(meta["boxes"]) == 2 and meta["rle"][0] is None  # the box, then the mask
 
 
+def test_inspect_counts_the_objects_dropped_and_the_masks_merged_with_their_box(tmp_path):
+    from click.testing import CliRunner
+
+    from shardsmith.cli import main
+
+    def objects(output) -> dict:
+        result = CliRunner().invoke(main, ["inspect", str(output), "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)["objects"]
+
+    l_crack_tree(tmp_path / "source", extra_box=True)
+    pack_with(tmp_path / "source", tmp_path / "dropped",
+              {**L_CONFIG, "source.annotations.min_visible": 0.25})
+    counted = objects(tmp_path / "dropped")
+    assert (counted["dropped_by_min_visible"], counted["merged_mask_and_box"]) == (1, 0)
+    pack_with(tmp_path / "source", tmp_path / "merged",
+              {**L_CONFIG, "source.annotations.files": "yolo", "image.tiles.size": 512})
+    counted = objects(tmp_path / "merged")
+    assert (counted["dropped_by_min_visible"], counted["merged_mask_and_box"]) == (0, 1)
+
+
 def test_an_empty_rle_is_no_object(tmp_path):
     source = tmp_path / "source"
     images.write(source / "parts" / "a.png", images.gray_png(64, 48))

@@ -11,13 +11,11 @@ from .model import ObjectClasses, Objects
 def object_counts(objects: Objects, classes: ObjectClasses) -> dict[str, Any]:
     """The sample index fields of ``objects``: ``objects`` (per class id ``k``, the count at
     ``k - 1``, up to the last class present) and, where the image path counts them,
-    ``objects_dropped`` (objects a crop or tile showed too little of: min_visible)."""
+    ``objects_dropped`` (objects a crop or tile showed too little of: min_visible) and
+    ``objects_merged`` (a mask and a box of one defect, made one object: merge_iou)."""
     ids = [classes.id(name) for name in objects.names]
     counts = [0] * max(ids, default=0)
     for number in ids:
         counts[number - 1] += 1
-    fields: dict[str, Any] = {"objects": counts}
-    dropped = getattr(objects, "dropped", None)  # counted by the image path, when it does
-    if isinstance(dropped, int):
-        fields["objects_dropped"] = dropped
-    return fields
+    return {"objects": counts, "objects_dropped": objects.dropped,
+            "objects_merged": objects.merged}

@@ -424,9 +424,11 @@ class SampleRecord:
     group: str | None = None  # the group id under ``splits.group``, when it matched
     annotation_digest: str | None = None  # of the annotations it was made from
     # With objects: per object class id k, objects[k - 1] of that class in the sample (the
-    # list ends at its last class); and the objects a crop or tile left out (min_visible).
+    # list ends at its last class); the objects a crop or tile left out (min_visible); and
+    # the pairs of a mask and a box of one defect made one object (merge_iou).
     objects: ObjectCounts | None = None
     objects_dropped: Count | None = None
+    objects_merged: Count | None = None
 
     def check(self, where: str) -> None:
         shard = SHARD_NAME.fullmatch(self.shard)

@@ -30,13 +30,15 @@ COPIES_SHOWN = 6  # paths of one duplicate set in the text report (--json has al
 @dataclass(frozen=True)
 class ObjectCensus:
     """The objects of an annotated dataset, from its sample index: samples with and without
-    objects per split, objects per class id and split, objects dropped by ``min_visible``
-    (None when no sample records it), and samples packed before objects were counted."""
+    objects per split, objects per class id and split, objects dropped by ``min_visible`` and
+    masks merged with their box (None when no sample records them), and samples packed before
+    objects were counted."""
 
     with_objects: dict[str, int]
     without_objects: dict[str, int]
     per_class: dict[tuple[int, str], int]
     dropped: int | None
+    merged: int | None
     uncounted: int
 
     @property
@@ -83,7 +85,8 @@ def count_objects(directory: Path, manifest: Manifest,
     with_objects: Counter = Counter()
     without_objects: Counter = Counter()
     per_class: Counter = Counter()
-    dropped, uncounted = None, 0
+    dropped = merged = None
+    uncounted = 0
     for record in iter_sample_index(directory, manifest):
         if split is not None and record.split != split:
             continue
@@ -96,8 +99,10 @@ def count_objects(directory: Path, manifest: Manifest,
                 per_class[(number, record.split)] += count
         if record.objects_dropped is not None:
             dropped = (dropped or 0) + record.objects_dropped
+        if record.objects_merged is not None:
+            merged = (merged or 0) + record.objects_merged
     return ObjectCensus(dict(with_objects), dict(without_objects), dict(per_class), dropped,
-                        uncounted)
+                        merged, uncounted)
 
 
 def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") -> list[str]:
@@ -121,9 +126,11 @@ def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") 
         lines.append(f"{indent}{'':>5}  {'samples ' + title:<{width}}"
                      + "".join(f"{counts.get(split, 0):>12,}" for split in splits)
                      + f"{sum(counts.values()):>10,}")
+    not_recorded = "not recorded (packed before they were counted)"
     lines.append(f"{indent}dropped by min_visible: " + (
-        f"{objects.dropped:,}" if objects.dropped is not None
-        else "not counted (this release's image path does not record them)"))
+        f"{objects.dropped:,}" if objects.dropped is not None else not_recorded))
+    lines.append(f"{indent}a mask and a box of one defect, merged: " + (
+        f"{objects.merged:,}" if objects.merged is not None else not_recorded))
     if objects.uncounted:
         lines.append(f"{indent}{plural(objects.uncounted, 'sample')} packed before objects were "
                      "counted: not in these numbers")
@@ -145,6 +152,7 @@ def object_json(objects: ObjectCensus, manifest: Manifest) -> dict[str, Any]:
             "total": sum(objects.per_class.get((number, split), 0) for split in splits),
         } for number in ids],
         "dropped_by_min_visible": objects.dropped,
+        "merged_mask_and_box": objects.merged,
         "samples_not_counted": objects.uncounted,
     }
 
