@@ -319,8 +319,11 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
               help="Which samples: the same seed draws the same sheet.")
 @click.option("--thumb", type=click.IntRange(64, 512), default=160, show_default=True,
               help="Thumbnail size in pixels.")
+@click.option("--objects", is_flag=True,
+              help="Draw each sample's boxes (with class names) and class mask outlines, one "
+                   "colour per object class (an annotated dataset).")
 @_fail_cleanly
-def sheet(dataset, output, split, per_class, seed, thumb) -> None:
+def sheet(dataset, output, split, per_class, seed, thumb, objects) -> None:
     """Draw a contact sheet of DATASET as one PNG: seeded samples per class, class counts per
     split, and the rejected originals."""
     import time
@@ -331,14 +334,16 @@ def sheet(dataset, output, split, per_class, seed, thumb) -> None:
     started = time.monotonic()
     _refuse_output_inside(Path(output), Path(dataset))
     drawn = render_sheet(Path(dataset), read_manifest(Path(dataset)), per_class, seed, split,
-                         thumb)
+                         thumb, objects)
     drawn.save(Path(output))
     for note in drawn.notes:
         _echo(f"note: {printable(note)}", err=True)
     _echo(f"{printable(output)}: {drawn.image.width}x{drawn.image.height} px, "
                f"{plural(len(drawn.rows), 'class row')}, "
                f"{plural(sum(len(row.thumbnails) for row in drawn.rows), 'sample')}, "
-               f"{plural(len(drawn.rejects), 'reject')} ({time.monotonic() - started:.1f}s)")
+               f"{plural(len(drawn.rejects), 'reject')}"
+               + (f", {plural(len(drawn.objects), 'object')} drawn" if objects else "")
+               + f" ({time.monotonic() - started:.1f}s)")
 
 
 def _refuse_output_inside(output: Path, dataset: Path) -> None:

@@ -142,3 +142,122 @@ def test_a_reject_that_is_a_link_out_of_the_source_is_refused(dataset, tmp_path)
     finally:
         link.unlink()
     assert "leads out of the source" in output
+
+
+# --- --objects: the labels drawn over the samples ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def annotated(tmp_path_factory) -> dict[str, Path]:
+    """Three originals with a LabelMe scratch box and dent polygon each (a class mask) and
+    two without objects, packed to 128 px in both formats."""
+    import defects
+
+    root = tmp_path_factory.mktemp("annotated")
+    source = root / "source"
+    relpaths = [f"parts/p{number}.jpg" for number in range(3)]
+    for number, relpath in enumerate(relpaths):
+        images.write(source / relpath, defects.original(seed=number))
+    overrides = defects.write_annotations(source, relpaths, "labelme")
+    for number in range(2):
+        images.write(source / "parts" / f"clean{number}.jpg", images.jpeg(240, 180, number))
+    for fmt in ("webdataset", "tfrecord"):
+        defects.pack_with(source, root / fmt, overrides, **{"image.size": 128,
+                                                            "output.format": fmt})
+    return {fmt: root / fmt for fmt in ("webdataset", "tfrecord")}
+
+
+def tiles_by_path(output: Path, sheet) -> dict[str, tuple[int, int, int, int]]:
+    """The original's path of each drawn thumbnail -> its tile on the sheet."""
+    from shardsmith.insight.picks import pick_per_class
+
+    (row,) = sheet.rows
+    (records,) = pick_per_class(output, read_manifest(output), 8, 0).values()
+    return {record.path: box for record, box in zip(records, row.thumbnails, strict=True)}
+
+
+def colours_in(image: Image.Image, box: tuple[int, int, int, int]) -> set[tuple[int, ...]]:
+    return {tuple(pixel) for pixel in np.asarray(image.crop(box)).reshape(-1, 3)}
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_objects_are_drawn_in_their_class_colour_and_a_clean_image_has_none(annotated, fmt):
+    from shardsmith.insight.objects_drawn import class_colour
+
+    output = annotated[fmt]
+    sheet = render_sheet(output, read_manifest(output), per_class=8, seed=0, objects=True)
+    classes = tuple(read_manifest(output).object_classes)
+    assert sorted(item.name for item in sheet.objects) == ["dent"] * 3 + ["scratch"] * 3
+    for item in sheet.objects:
+        assert item.colour == class_colour(classes, item.name)
+        left, top, right, bottom = item.box
+        assert right - left > 10 and bottom - top > 10
+        for edge_pixel in (((left + right) // 2, bottom), (left, (top + bottom) // 2),
+                           (right, (top + bottom) // 2)):
+            assert sheet.image.getpixel(edge_pixel) == item.colour
+    palette = {class_colour(classes, name) for name in classes}
+    tiles = tiles_by_path(output, sheet)
+    assert len(tiles) == 5
+    for path, tile in tiles.items():
+        found = colours_in(sheet.image, tile) & palette
+        assert found == (set() if "clean" in path else palette), path
+
+
+def test_mask_outlines_are_drawn_where_the_dataset_has_masks(annotated):
+    from shardsmith.insight.objects_drawn import class_colour
+
+    output = annotated["webdataset"]
+    manifest = read_manifest(output)
+    assert manifest.has_masks  # the LabelMe polygon of the dent is a mask
+    dent = class_colour(tuple(manifest.object_classes), "dent")
+    sheet = render_sheet(output, manifest, per_class=8, seed=0, objects=True)
+    for item in sheet.objects:
+        if item.name == "dent":  # the octagon's outline: dent pixels inside its box
+            left, top, right, bottom = item.box
+            inner = np.asarray(sheet.image.crop((left + 3, top + 3, right - 2, bottom - 2)))
+            assert (inner.reshape(-1, 3) == dent).all(axis=1).sum() > 20
+
+
+def test_the_objects_sheet_is_the_same_png_for_the_same_seed(annotated, tmp_path):
+    output = annotated["webdataset"]
+    first, again = tmp_path / "1.png", tmp_path / "2.png"
+    said = sheet_cli(output, first, "--objects", "--per-class", "8")
+    sheet_cli(output, again, "--objects", "--per-class", "8")
+    assert first.read_bytes() == again.read_bytes()
+    assert "6 objects drawn" in said
+
+
+def damage_member(output: Path, extension: str, key_of_path: str) -> str:
+    """Overwrite the start of one sample's ``extension`` member in its tar (same length, so
+    the tar and its index still hold); returns the sample's key."""
+    import tarfile
+
+    (record,) = [s for s in images.samples_of(output) if s["path"] == key_of_path]
+    shard = output / record["shard"]
+    with tarfile.open(shard) as tar:
+        member = tar.getmember(f"{record['key']}.{extension}")
+        offset = member.offset_data
+    data = bytearray(shard.read_bytes())
+    data[offset : offset + 8] = b"\x00garbage"
+    shard.write_bytes(bytes(data))
+    return record["key"]
+
+
+@pytest.mark.parametrize("extension, problem", [("json", "does not parse"),
+                                                ("mask.png", "class mask")])
+def test_a_sample_whose_objects_do_not_read_is_a_tile_saying_why(annotated, tmp_path,
+                                                                 extension, problem):
+    copy = tmp_path / "copy"
+    shutil.copytree(annotated["webdataset"], copy)
+    key = damage_member(copy, extension, "parts/p1.jpg")
+    png = tmp_path / "s.png"
+    said = sheet_cli(copy, png, "--objects", "--per-class", "8")
+    assert "4 objects drawn" in said and png.stat().st_size > 0
+    sheet = render_sheet(copy, read_manifest(copy), per_class=8, seed=0, objects=True)
+    assert key not in {item.key for item in sheet.objects}
+    assert len(sheet.rows[0].thumbnails) == 4  # the damaged one is a grey tile with a reason
+
+
+def test_objects_need_an_annotated_dataset(dataset, tmp_path):
+    said = sheet_cli(dataset, tmp_path / "s.png", "--objects", expect=2)
+    assert "--objects needs them" in said and not (tmp_path / "s.png").exists()

@@ -8,6 +8,11 @@ as thumbnails where they still decode (a truncated JPEG shows how far it got) an
 reason where they do not.  Drawn with Pillow alone; the same dataset and seed give the same
 PNG, byte for byte.
 
+With ``objects``, each sample of an annotated dataset shows its boxes with their class names
+and the outlines of its class mask, one colour per object class (``objects_drawn``), so a
+person can check the labels at a glance; a sample whose objects do not read is a tile saying
+why.
+
 Rejected originals are read only under the source root the manifest records, each path
 checked first (``originals.original_path``); when the source is not mounted the strip shows
 reasons only and a note says why.
@@ -26,10 +31,11 @@ from PIL import Image, ImageDraw, ImageFile, ImageFont
 from ..atomic import write_bytes_atomic
 from ..config import ImageConfig
 from ..dataset.manifest import Manifest, RejectEntry, SampleRecord
-from ..errors import BadImage, SourceUnavailableError
+from ..errors import BadImage, ConfigError, SourceUnavailableError
 from ..packing.originals import original_path, read_under_root, source_root
 from ..text import human_bytes, plural, printable
 from .census import Census, packed_config, require_split, take_census
+from .objects_drawn import DrawnObject, PackedObjects, class_colour, draw_objects, read_objects
 from .picks import pick_per_class, pick_rejects, read_packed
 
 Box = tuple[int, int, int, int]
@@ -74,6 +80,7 @@ class Sheet:
     rejects: tuple[Box, ...]
     reject_thumbnails: int
     notes: tuple[str, ...]
+    objects: tuple[DrawnObject, ...] = ()  # with ``objects``: each box, in sheet pixels
 
     def png(self) -> bytes:
         buffer = io.BytesIO()
@@ -86,9 +93,13 @@ class Sheet:
 
 
 def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: int = 0,
-                 split: str | None = None, thumb: int = 160) -> Sheet:
-    """Draw the contact sheet of the dataset in ``directory``."""
+                 split: str | None = None, thumb: int = 160, objects: bool = False) -> Sheet:
+    """Draw the contact sheet of the dataset in ``directory``; with ``objects``, each
+    sample's annotated objects over it (a ConfigError for a dataset without annotations)."""
     require_split(manifest, split)
+    if objects and manifest.object_classes is None:
+        raise ConfigError(f"{directory} has no box or mask annotations (packed without "
+                          "source.annotations): --objects needs them")
     census = take_census(directory, manifest, split, duplicates=False)
     picks = pick_per_class(directory, manifest, per_class, seed, split)
     notes: list[str] = []
@@ -99,8 +110,9 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
         notes.append(f"{plural(left_out, 'class', 'classes')} of {len(census.labels):,} not "
                      f"drawn (a sheet shows at most {len(labels):,} at this size; "
                      "shardsmith inspect lists them all)")
-    packed = read_packed(directory, manifest, [record for label in labels
-                                               for record in picks.get(label, [])])
+    shown = [record for label in labels for record in picks.get(label, [])]
+    packed = read_packed(directory, manifest, shown)
+    canvas.objects = read_objects(directory, manifest, shown) if objects else None
     rejects = pick_rejects(manifest.rejects, per_class, seed)
     texts: dict[str, str] = {}
     originals = _reject_images(manifest, rejects, thumb, notes, texts)
@@ -111,8 +123,9 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     if left_out:
         canvas.left_out(left_out)
     tiles = canvas.reject_strip(rejects, originals, texts) if manifest.rejects else ()
-    canvas.footer(directory, per_class, seed, split)
-    return Sheet(canvas.finish(), rows, tiles, sum(1 for image in originals if image), tuple(notes))
+    canvas.footer(directory, per_class, seed, split, objects)
+    return Sheet(canvas.finish(), rows, tiles, sum(1 for image in originals if image),
+                 tuple(notes), tuple(canvas.drawn))
 
 
 def _rows_that_fit(width: int, thumb: int) -> int:
@@ -140,7 +153,9 @@ class _Canvas:
         self.colours = {name: SPLIT_COLOURS[i % len(SPLIT_COLOURS)]
                         for i, name in enumerate(dict.fromkeys((*manifest.splits,
                                                                 *census.splits)))}
-        self.fonts = {size: _font(size) for size in (12, 13, 15, 17, 24)}
+        self.fonts = {size: _font(size) for size in (11, 12, 13, 15, 17, 24)}
+        self.objects: dict[str, PackedObjects | str] | None = None  # key -> objects or why not
+        self.drawn: list[DrawnObject] = []
 
     def _room(self, height: int) -> None:
         """Grow the canvas so ``height`` more pixels fit below ``self.y``."""
@@ -176,6 +191,25 @@ class _Canvas:
                 f"excluded, {human_bytes(totals.bytes_out)} of shards - seed {seed}")
         self.text((MARGIN, self.y), line, 15, MUTED, width=self.width - 2 * MARGIN)
         self.y += 34
+        if self.objects is not None:
+            self.legend()
+
+    def legend(self) -> None:
+        """A swatch and name per object class: the colour its boxes and outlines have."""
+        classes = tuple(self.manifest.object_classes or ())
+        self._room(30)
+        self.text((MARGIN, self.y), "Objects:", 13, MUTED)
+        x = MARGIN + 70
+        for name in classes:
+            width = int(self.draw.textlength(_clipped(printable(name), 40, False),
+                                             font=self.fonts[13]))
+            if x + 18 + width > self.width - MARGIN:
+                break  # the rest are named on their boxes
+            self.draw.rectangle((x, self.y + 2, x + 12, self.y + 14),
+                                fill=class_colour(classes, name))
+            self.text((x + 18, self.y), name, 13, width=width + 1)
+            x += 18 + width + 16
+        self.y += 30
 
     def chart(self) -> None:
         census = self.census
@@ -239,9 +273,12 @@ class _Canvas:
             jpeg = packed.get(record.key)
             image = _decoded(jpeg, thumb, (record.width, record.height)) \
                 if jpeg is not None else None
-            self._tile(box, image, "not found in its shard (shardsmith verify)" if jpeg is None
-                       else f"{record.key}: unreadable, or not the size the index records "
-                       "(shardsmith verify --decode)", self.colours.get(record.split, MUTED))
+            message = "not found in its shard (shardsmith verify)" if jpeg is None \
+                else f"{record.key}: unreadable, or not the size the index records " \
+                "(shardsmith verify --decode)"
+            if image is not None and self.objects is not None:
+                image, message = self._with_objects(image, record, box)
+            self._tile(box, image, message, self.colours.get(record.split, MUTED))
             self.text((x, top + thumb + 5), f"{record.split}  {record.width}x{record.height}",
                       12, MUTED, width=thumb)
             self.text((x, top + thumb + 18), printable(record.path), 12, MUTED, width=thumb,
@@ -254,6 +291,24 @@ class _Canvas:
         self.y += height + GAP
         return SheetRow(label, census.class_name(label), (MARGIN, top, self.width - MARGIN,
                                                              top + height), tuple(boxes))
+
+    def _with_objects(self, image: Image.Image, record: SampleRecord,
+                      box: Box) -> tuple[Image.Image | None, str]:
+        """The thumbnail with the sample's objects drawn over it, or None and why not."""
+        found = self.objects.get(record.key) if self.objects is not None else None
+        if found is None:
+            return None, f"{record.key}: not found in its shard (shardsmith verify)"
+        if isinstance(found, str):
+            return None, f"{record.key}: objects unreadable ({found})"
+        drawn = draw_objects(image, found, record.key, (record.width, record.height),
+                             tuple(self.manifest.object_classes or ()), self.fonts[11])
+        # Where ``_tile`` pastes the picture: centred, standing on the tile's bottom bar.
+        x = box[0] + (box[2] - box[0] - image.width) // 2
+        y = box[3] - 4 - image.height
+        self.drawn += [DrawnObject(item.key, item.name, item.colour,
+                                   (item.box[0] + x, item.box[1] + y, item.box[2] + x,
+                                    item.box[3] + y)) for item in drawn]
+        return image, ""
 
     def left_out(self, count: int) -> None:
         """A line saying how many classes the sheet leaves out."""
@@ -310,11 +365,13 @@ class _Canvas:
             self.text(((left + right) // 2, y), line, 13, MUTED, anchor="ma")
             y += line_height
 
-    def footer(self, directory: Path, per_class: int, seed: int, split: str | None) -> None:
+    def footer(self, directory: Path, per_class: int, seed: int, split: str | None,
+               objects: bool = False) -> None:
         self._room(30)
         self.y += 4
         command = (f"shardsmith sheet {printable(str(directory))} --per-class {per_class} "
-                   f"--seed {seed}" + (f" --split {split}" if split else ""))
+                   f"--seed {seed}" + (f" --split {split}" if split else "")
+                   + (" --objects" if objects else ""))
         self.text((MARGIN, self.y), command, 12, MUTED, width=self.width - 2 * MARGIN)
         self.y += 16
 

@@ -104,11 +104,19 @@ class EpochPlan:
         size = self.settings.batch_size
         return share[number * size : (number + 1) * size]
 
-    def worker_samples(self, share: np.ndarray, worker: int, workers: int,
-                       start: int) -> np.ndarray:
-        """The samples ``worker`` of ``workers`` reads, from sample ``start`` of the share:
-        one contiguous part each."""
+    def worker_samples(self, share: np.ndarray, worker: int, workers: int, start: int,
+                       loader_batch: int | None = None) -> np.ndarray:
+        """The samples ``worker`` of ``workers`` reads, from sample ``start`` of the share.
+
+        With ``loader_batch`` (the batch size of the DataLoader that batches them), the rest
+        of the share is cut into batches of that size and batch ``i`` goes to worker
+        ``i % workers``: only the last batch is partial, so the DataLoader makes exactly
+        ``ceil(samples / loader_batch)`` batches, in the same order for any ``workers``.
+        Without it, one contiguous part each (every worker ends on its own partial batch).
+        """
         rest = share[start:]
+        if loader_batch is not None and workers > 1:
+            return rest[(np.arange(len(rest)) // loader_batch) % workers == worker]
         return rest[worker * len(rest) // workers : (worker + 1) * len(rest) // workers]
 
 

@@ -26,8 +26,13 @@ length field, with its CRC, is the index's size, and the records tile the file),
 call, the JPEG header first (never larger than the largest recorded sample); then TensorFlow's
 kernel decodes (with ``targets``, Python does: ``sample_jpeg.decode_sample``).
 A record that fails any check is a corrupt sample: one warning naming its shard and key, and
-it is skipped (that epoch is one sample shorter); iteration never raises a TensorFlow error for
-it.
+it is skipped; iteration never raises a TensorFlow error for it.
+
+An epoch holds exactly ``tf.data.experimental.cardinality(dataset)`` elements (batches, once
+batched), known when the dataset is made: the samples of this pipeline's part
+(``part_samples``).  Keras then knows an epoch's steps (no "Your input ran out of data" in
+epoch 1).  A skipped record leaves its place to a sample of a fresh pass over the same part
+(``repeat().take(n)``), as the torch reader replaces one, so the epoch stays whole.
 """
 
 from __future__ import annotations
@@ -346,6 +351,7 @@ def dataset(
     )
     if num_shards > 1 and not by_file:
         records = records.shard(num_shards, index)
+    epoch = part_samples(reader.starts(), num_shards, index)
     if shuffle and shuffle_buffer > 1:
         records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if targets:
@@ -361,7 +367,25 @@ def dataset(
         # skipped with TensorFlow's warning, as the records that fail our checks are.
         good = good.map(_decode(channels), num_parallel_calls=tf.data.AUTOTUNE,
                         deterministic=ordered).ignore_errors(log_warning=True)
-    return good.prefetch(tf.data.AUTOTUNE)
+    # Skipped records make the cardinality unknown; a fresh pass (reshuffled) fills their
+    # places, so every epoch is ``epoch`` elements, as announced.  Take stops pulling at
+    # ``epoch``: without a skipped record the second pass never starts, and a pass that
+    # yields nothing (every record corrupt) ends the repeat.
+    return good.repeat().take(epoch).prefetch(tf.data.AUTOTUNE)
+
+
+def part_samples(starts: np.ndarray, num_shards: int, index: int) -> int:
+    """How many samples part ``index`` of ``num_shards`` reads, from where each shard's
+    records begin (``starts``, the last entry the total): whole shard files ``index``,
+    ``index + num_shards``, ... when there are at least as many files as parts, else every
+    ``num_shards``-th record from ``index`` (as ``dataset`` cuts them)."""
+    files, total = len(starts) - 1, int(starts[-1])
+    if num_shards == 1:
+        return total
+    if files >= num_shards:
+        sizes = np.diff(starts)
+        return int(sizes[index::num_shards].sum())
+    return len(range(index, total, num_shards))
 
 
 def _image_shape(channels: int) -> list[int | None]:

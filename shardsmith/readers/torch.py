@@ -17,8 +17,12 @@ shards.  Reads go by offset (from the per-tar index) straight into a preallocate
 no tar parsing, no per-sample tensor, no collate.
 
 Per-sample mode (no ``batch_size``; the DataLoader batches, ``transform`` per image) gives every
-rank the same number of samples; with workers, the DataLoader's own last partial batch per
-worker can make batch counts differ, which is why DDP training should use batch mode.
+rank the same number of samples.  Batch it with ``SampleLoader(data, batch_size=8,
+num_workers=4)``: the share is cut into loader batches and batch ``i`` goes to worker
+``i % workers``, so only the last batch is partial and ``len(loader)`` is exact for any
+``num_workers`` (a plain DataLoader cannot tell the dataset its batch size: with more than one
+worker, each worker ends on its own partial batch and ``len(loader)`` can fall short by up to
+``num_workers - 1``).
 
 A corrupt sample is named (shard and key) and, by default, replaced by another sample of the
 same batch, so batch counts stay equal; ``on_corrupt="raise"`` raises ``CorruptSampleError``.
@@ -29,13 +33,14 @@ the sample's pixels), ``labels`` int64 N (object class ids from 1, ``object_clas
 and, when the dataset has masks, ``masks`` uint8 N×H×W::
 
     data = dataset(path, split="train", targets=True)
-    loader = DataLoader(data, batch_size=8, collate_fn=detection_collate, num_workers=4)
+    loader = SampleLoader(data, batch_size=8, collate_fn=detection_collate, num_workers=4)
     for images, targets in loader:
         losses = model([image.float() / 255 for image in images], targets)
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -59,7 +64,8 @@ from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .ring import BatchRing, RingBatch, ShardLoader
 from .samples import Corruptions, SampleReader
 
-__all__ = ["ShardDataset", "ShardLoader", "dataset", "detection_collate", "distributed_rank"]
+__all__ = ["SampleLoader", "ShardDataset", "ShardLoader", "dataset", "detection_collate",
+           "distributed_rank"]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +132,7 @@ class ShardDataset(IterableDataset):
         self.assembler = BatchAssembler(self.reader, self.image_size, channels, targets) \
             if self.image_size is not None else None
         self._ring: BatchRing | None = None  # set on the copy a ShardLoader reads
+        self._loader_batch: int | None = None  # set on the copy a SampleLoader reads
         self._state: dict[str, int] = {"epoch": 0, "start": 0, "done": 0}
 
     @property
@@ -169,7 +176,8 @@ class ShardDataset(IterableDataset):
         corruptions = Corruptions(self.on_corrupt)
         try:
             if self.batch_size is None:
-                mine = self.plan.worker_samples(share, worker, workers, start)
+                mine = self.plan.worker_samples(share, worker, workers, start,
+                                                self._loader_batch)
                 yield from each_sample(mine, self._sample, corruptions, self._progress, done)
             else:
                 yield from self._batches(share, worker, workers, start, done, corruptions)
@@ -236,6 +244,31 @@ class ShardDataset(IterableDataset):
         jpegs, labels = checked_jpegs(self.reader, indices, corruptions)
         return [torch.frombuffer(bytearray(jpeg), dtype=torch.uint8) for jpeg in jpegs], \
             torch.from_numpy(labels)
+
+
+class SampleLoader(torch.utils.data.DataLoader):
+    """A ``DataLoader`` that batches a per-sample ``ShardDataset`` with ``len(loader)`` exact
+    for any ``num_workers``, ``drop_last`` or not.
+
+    A DataLoader batches in each worker, so every worker that ends on a partial batch adds
+    one: 18 samples in batches of 4 over 2 workers in two halves of 9 make 3 + 3 batches, not
+    the ``ceil(18 / 4) = 5`` that ``len(loader)`` says.  This loader tells its copy of the
+    dataset the batch size, and the workers take whole batches in turn (``EpochPlan
+    .worker_samples``): only the last batch is partial, and batches come in one order
+    whatever the number of workers.  ``set_epoch`` on the dataset reaches it (the copy
+    shares the epoch counters).
+    """
+
+    def __init__(self, data: ShardDataset, batch_size: int = 1, **options: Any):
+        if data.batch_size is not None:
+            raise ConfigError("SampleLoader batches samples: give it a dataset without "
+                              "batch_size= (for batch mode use ShardLoader or a DataLoader "
+                              "with batch_size=None)")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size: expected a positive number, got {batch_size!r}")
+        shared = copy.copy(data)  # shares the table and the epoch counters
+        shared._loader_batch = batch_size
+        super().__init__(shared, batch_size=batch_size, **options)
 
 
 def _tensors(target: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,203 @@
+"""The annotated objects of packed samples, read back from their shards and drawn over
+thumbnails, so a person can check the labels at a glance (``shardsmith sheet --objects``).
+
+What is drawn is what a model is given: the boxes and class ids of the sample's metadata
+(WebDataset ``KEY.json``, TFRecord ``image/object/*``) and the outline of each class's region
+in the class mask (``KEY.mask.png``, ``image/segmentation/class/encoded``), one colour per
+object class.  The shards are untrusted: metadata that does not parse, boxes that are not
+finite or not lists of one length, class ids outside the dataset's object classes, or a class
+mask that is not a PNG of the sample's size make that sample's objects unreadable (a reason,
+shown on its tile), never a failure of the sheet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
+
+from ..dataset.formats import shard_format
+from ..dataset.formats.example_check import feature_lists
+from ..dataset.manifest import Manifest, SampleRecord
+from ..errors import CorruptSampleError, ManifestError, ShardFormatError
+from ..readers.targets import check_class_ids, detection_target
+
+Colour = tuple[int, int, int]
+# Saturated colours, far from the grey of most inspection images and from each other.
+OBJECT_COLOURS: tuple[Colour, ...] = (
+    (230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+    (70, 240, 240), (240, 50, 230), (210, 245, 60), (255, 225, 25), (0, 128, 128),
+    (170, 110, 40), (128, 0, 0))
+EDGES = ("xmin", "ymin", "xmax", "ymax")
+LABEL_TEXT = (255, 255, 255)
+
+
+@dataclass(frozen=True)
+class PackedObjects:
+    """The objects of one packed sample: boxes (x0, y0, x1, y1 in its pixels), their class
+    names, and its class mask (0 background, k the class id, 255 ignore) when it has one."""
+
+    boxes: tuple[tuple[float, float, float, float], ...]
+    names: tuple[str, ...]
+    mask: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class DrawnObject:
+    """An object as drawn on a picture: its sample, class, colour and box (inclusive pixel
+    edges on the picture)."""
+
+    key: str
+    name: str
+    colour: Colour
+    box: tuple[int, int, int, int]
+
+
+def class_colour(object_classes: tuple[str, ...], name: str) -> Colour:
+    """The colour of object class ``name``: by its id, so one class has one colour on every
+    sheet of the dataset."""
+    number = object_classes.index(name) if name in object_classes else len(object_classes)
+    return OBJECT_COLOURS[number % len(OBJECT_COLOURS)]
+
+
+def read_objects(directory: Path, manifest: Manifest,
+                 records: list[SampleRecord]) -> dict[str, PackedObjects | str]:
+    """key -> the objects of each of ``records`` read from its shard, or why they do not
+    read.  A key its shard does not hold is left out; a shard that does not parse is a
+    CorruptSampleError, a shard the manifest does not list a ManifestError (as
+    ``picks.read_packed``)."""
+    listed = {shard.name: shard for shard in manifest.shards}
+    wanted: dict[str, dict[str, SampleRecord]] = defaultdict(dict)
+    for record in records:
+        if record.shard not in listed:
+            raise ManifestError(f"sample {record.key}: its shard {record.shard} is not in the "
+                                "manifest")
+        wanted[record.shard][record.key] = record
+    fmt = shard_format(manifest.format)
+    classes = tuple(manifest.object_classes or ())
+    found: dict[str, PackedObjects | str] = {}
+    for name, keys in sorted(wanted.items()):
+        try:
+            with contextlib.closing(fmt.records(directory / name, listed[name].bytes)) as stream:
+                for _, packed in stream:
+                    sample = keys.pop(packed.key, None)
+                    if sample is not None:
+                        found[packed.key] = _objects(manifest.format, packed, sample, classes)
+                        if not keys:
+                            break
+        except ShardFormatError as exc:
+            raise CorruptSampleError(f"{directory / name}: {exc} (shardsmith verify "
+                                     "checks the whole dataset)") from None
+        except FileNotFoundError:
+            raise CorruptSampleError(f"{directory / name}: missing (a staged copy of another "
+                                     "split? shardsmith verify checks the dataset)") from None
+    return found
+
+
+def _objects(fmt: str, packed, sample: SampleRecord,
+             classes: tuple[str, ...]) -> PackedObjects | str:
+    try:
+        if fmt == "tfrecord":
+            return _tfrecord_objects(packed.data[12:-4], sample, classes)
+        return _webdataset_objects(packed, sample, classes)
+    except (ValueError, ShardFormatError, RecursionError) as exc:
+        return str(exc)
+
+
+def _webdataset_objects(packed, sample: SampleRecord,
+                        classes: tuple[str, ...]) -> PackedObjects:
+    members = {member.extension: packed.data[member.data : member.data + member.size]
+               for member in packed.members}
+    if "json" not in members:
+        raise ValueError("no .json")
+    try:
+        meta = json.loads(members["json"])
+    except ValueError as exc:
+        raise ValueError(f"its .json does not parse ({exc})") from None
+    target = detection_target(meta, sample.height, sample.width, False, len(classes))
+    boxes = tuple(tuple(float(edge) for edge in box) for box in target["boxes"].tolist())
+    names = tuple(classes[int(label) - 1] for label in target["labels"])
+    mask = _class_mask(members["mask.png"], sample) if "mask.png" in members else None
+    return PackedObjects(boxes, names, mask)  # type: ignore[arg-type]
+
+
+def _tfrecord_objects(payload: bytes, sample: SampleRecord,
+                      classes: tuple[str, ...]) -> PackedObjects:
+    features = feature_lists(payload)
+    edges = [features.get(f"image/object/bbox/{edge}", []) for edge in EDGES]
+    ids = features.get("image/object/class/label", [])
+    if len({len(values) for values in (*edges, ids)}) != 1:
+        raise ValueError("the boxes and class ids are not lists of one length")
+    check_class_ids(ids, len(classes))
+    scale = (sample.width, sample.height, sample.width, sample.height)
+    boxes = tuple(tuple(float(value) * size for value, size in zip(box, scale, strict=True))
+                  for box in zip(*edges, strict=True))
+    if not all(math.isfinite(edge) for box in boxes for edge in box):
+        raise ValueError("a box is not finite")
+    encoded = features.get("image/segmentation/class/encoded", [])
+    mask = _class_mask(encoded[0], sample) if len(encoded) == 1 else None
+    return PackedObjects(boxes, tuple(classes[int(number) - 1] for number in ids), mask)
+
+
+def _class_mask(png: bytes, sample: SampleRecord) -> np.ndarray:
+    """The class mask PNG, its header checked to be the sample's size before decoding."""
+    try:
+        with Image.open(io.BytesIO(png), formats=["PNG"]) as image:
+            if image.size != (sample.width, sample.height):
+                raise ValueError(f"the class mask is {image.width}x{image.height}, the sample "
+                                 f"{sample.width}x{sample.height}")
+            return np.asarray(image.convert("L"))
+    except (UnidentifiedImageError, OSError, SyntaxError, EOFError) as exc:
+        raise ValueError(f"the class mask is not a PNG ({exc})") from None
+
+
+def draw_objects(picture: Image.Image, objects: PackedObjects, key: str,
+                 size: tuple[int, int], classes: tuple[str, ...],
+                 font: ImageFont.ImageFont | ImageFont.FreeTypeFont) -> list[DrawnObject]:
+    """Draw the class mask's outlines, then each box with its class name, over ``picture``
+    (the sample of ``size`` = (width, height) scaled); the boxes as drawn come back."""
+    width, height = size
+    scale_x, scale_y = picture.width / width, picture.height / height
+    if objects.mask is not None:
+        _outline(picture, objects.mask, classes)
+    draw = ImageDraw.Draw(picture)
+    line = 2 if min(picture.size) >= 96 else 1
+    drawn = []
+    for box, name in zip(objects.boxes, objects.names, strict=True):
+        colour = class_colour(classes, name)
+        left = min(picture.width - 1, max(0, math.floor(box[0] * scale_x)))
+        top = min(picture.height - 1, max(0, math.floor(box[1] * scale_y)))
+        right = min(picture.width - 1, max(left, math.ceil(box[2] * scale_x) - 1))
+        bottom = min(picture.height - 1, max(top, math.ceil(box[3] * scale_y) - 1))
+        draw.rectangle((left, top, right, bottom), outline=colour, width=line)
+        text_box = draw.textbbox((left, top), name, font=font)
+        draw.rectangle((left, top, min(picture.width - 1, text_box[2] + 2),
+                        min(picture.height - 1, text_box[3] + 1)), fill=colour)
+        draw.text((left + 1, top), name, font=font, fill=LABEL_TEXT)
+        drawn.append(DrawnObject(key, name, colour, (left, top, right, bottom)))
+    return drawn
+
+
+def _outline(picture: Image.Image, mask: np.ndarray, classes: tuple[str, ...]) -> None:
+    """Colour the boundary pixels of each class's region of ``mask`` (scaled to the
+    picture by nearest neighbour) in the class's colour."""
+    scaled = np.asarray(Image.fromarray(mask).resize(picture.size, Image.Resampling.NEAREST))
+    pixels = np.array(picture)
+    for value in np.unique(scaled):
+        if value == 0 or value > len(classes):  # background, or 255: ignore
+            continue
+        region = scaled == value
+        inner = region.copy()
+        inner[1:, :] &= region[:-1, :]
+        inner[:-1, :] &= region[1:, :]
+        inner[:, 1:] &= region[:, :-1]
+        inner[:, :-1] &= region[:, 1:]
+        pixels[region & ~inner] = class_colour(classes, classes[int(value) - 1])
+    picture.paste(Image.fromarray(pixels))
