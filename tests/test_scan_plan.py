@@ -147,3 +147,21 @@ def test_stat_batches_split_big_folders_and_let_small_ones_share_a_batch():
         [("/r/b", ["b/1", "b/2", "b/3"])],
         [("/r/b", ["b/4"]), ("/r/c", ["c/1"])],
     ]
+
+
+def test_files_at_several_depths_come_sorted_by_path_each_with_its_own_size(tmp_path):
+    names = ["b/x.jpg", "a/z.jpg", "a/b/c.jpg", "a/b/d/e.jpg", "top.jpg"]
+    for length, name in enumerate(names, 1):
+        images.write(tmp_path / name, b"x" * length)
+    result = scan(tmp_path, SourceConfig(labels="none"))
+    assert [(f.relpath, f.size) for f in result.files] == sorted(
+        (name, length) for length, name in enumerate(names, 1))
+
+
+def test_a_tree_of_one_depth_keeps_path_order_and_sizes_without_a_sort(tmp_path):
+    names = [f"{folder}/{number:02d}.jpg" for folder in ("b", "a", "c") for number in (3, 1, 2)]
+    for length, name in enumerate(names, 1):
+        images.write(tmp_path / name, b"x" * length)
+    result = scan(tmp_path, SourceConfig())
+    assert [(f.relpath, f.size, f.label) for f in result.files] == sorted(
+        (name, length, "abc".index(name[0])) for length, name in enumerate(names, 1))
