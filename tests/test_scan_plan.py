@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
+from pathlib import Path
+
+import pytest
 
 import shardsmith.scan as scan_module
 from shardsmith.config import SourceConfig
@@ -11,6 +15,10 @@ from shardsmith.plan import assign_split, make_plan, sample_key
 from shardsmith.scan import _batches, _Folder, _stat_batch, scan
 
 import images
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+from slowfs import fuse_available, slow_mount  # noqa: E402
 
 SPLITS = (("train", 0.8), ("val", 0.1), ("test", 0.1))
 
@@ -165,3 +173,39 @@ def test_a_tree_of_one_depth_keeps_path_order_and_sizes_without_a_sort(tmp_path)
     result = scan(tmp_path, SourceConfig())
     assert [(f.relpath, f.size, f.label) for f in result.files] == sorted(
         (name, length, "abc".index(name[0])) for length, name in enumerate(names, 1))
+
+
+def test_a_folder_gone_between_listing_and_stat_leaves_its_files_unreadable(tmp_path, monkeypatch):
+    tree(tmp_path, ["a/1.jpg", "b/2.jpg", "b/3.jpg"])
+    real_list = scan_module._list
+
+    def list_then_remove(path):
+        listing = real_list(path)
+        if path.endswith("/b"):
+            for name in os.listdir(path):
+                os.remove(os.path.join(path, name))
+            os.rmdir(path)
+        return listing
+
+    monkeypatch.setattr(scan_module, "_list", list_then_remove)
+    result = scan(tmp_path, SourceConfig())
+    assert [f.relpath for f in result.files] == ["a/1.jpg"]
+    assert [(path, why.split(":")[0]) for path, why in result.unreadable] == [
+        ("b/2.jpg", "cannot stat"), ("b/3.jpg", "cannot stat")]
+
+
+def test_without_an_attribute_cache_a_file_costs_two_requests_not_one_per_folder_above(tmp_path):
+    reason = fuse_available()
+    if reason is not None:
+        pytest.skip(reason)
+    files = [f"c{folder}/deep/{number:02d}.jpg" for folder in range(2) for number in range(30)]
+    tree(tmp_path / "backing", files)
+    with slow_mount(tmp_path / "backing", tmp_path / "mnt", latency=0.0,
+                    attr_timeout=0.0) as fs:
+        fs.reset()
+        result = scan(fs.mountpoint, SourceConfig())
+        requests = fs.stats()["getattr"]
+    assert len(result.files) == len(files)
+    # By path, each stat revalidated both folders above the file too: 4 a file.  By name in
+    # its folder: the lookup and the attributes, plus a few for each folder.
+    assert requests <= 2 * len(files) + 10 * 4
