@@ -378,6 +378,17 @@ class SlowMount:
         """Operation counters since mount or the last reset (frozen once unmounted)."""
         return self._read_control(STATS_NAME)
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user and system) the FUSE process has used so far; 0.0 where /proc is
+        missing.  The mount runs on the caller's cores: on a small machine its CPU per request
+        is what limits many requests in flight (see docs/performance.md)."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def reset(self) -> dict[str, int]:
         """Zero the counters; returns their values just before."""
         if self._final is not None:

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
+from pathlib import Path
 
+import pytest
+
+import shardsmith.packing.scan as scan_module
 from shardsmith.config import SourceConfig
 from shardsmith.packing.plan import assign_split, make_plan, sample_key
-from shardsmith.packing.scan import scan
+from shardsmith.packing.scan import _batches, _Folder, _stat_batch, scan
 
 import images
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+from slowfs import fuse_available, slow_mount  # noqa: E402
 
 SPLITS = (("train", 0.8), ("val", 0.1), ("test", 0.1))
 
@@ -98,3 +107,105 @@ def test_plan_groups_by_split_and_shuffles_with_the_seed(tmp_path):
     assert len(first_ten) > 1  # classes are mixed, not one folder after another
     assert plan == make_plan(files, SPLITS, seed=1)
     assert plan != make_plan(files, SPLITS, seed=2)
+
+
+def test_files_are_stat_by_name_in_their_folder_with_the_same_result_as_by_path(tmp_path):
+    tree(tmp_path, ["a/1.jpg", "a/deep/er/2.jpg", "b/3.jpg"])
+    (tmp_path / "a" / "deep" / "er" / "2.jpg").write_bytes(b"longer")
+    result = scan(tmp_path, SourceConfig(labels="none"))
+    by_path = {f.relpath: os.stat(tmp_path / f.relpath) for f in result.files}
+    assert [(f.relpath, f.size, f.mtime_ns, f.inode) for f in result.files] == [
+        (relpath, info.st_size, info.st_mtime_ns, info.st_ino)
+        for relpath, info in sorted(by_path.items())]
+
+
+def test_files_of_a_folder_gone_before_its_stat_are_unreadable_with_the_reason(tmp_path):
+    tree(tmp_path, ["a/1.jpg"])
+    stats = _stat_batch([_Folder(str(tmp_path / "gone"), ["gone/1.jpg", "gone/2.jpg"]),
+                         _Folder(str(tmp_path / "a"), ["a/1.jpg"])])
+    assert sorted(stats.errors) == ["gone/1.jpg", "gone/2.jpg"]
+    assert all(isinstance(error, FileNotFoundError) for error in stats.errors.values())
+    assert list(stats.sizes) == [0, 0, 1]
+
+
+def test_a_file_replaced_by_a_folder_before_its_stat_is_left_out_as_not_a_regular_file(
+        tmp_path, monkeypatch):
+    tree(tmp_path, ["a/1.jpg", "a/2.jpg"])
+    real_list = scan_module._list
+
+    def list_then_swap(path):
+        listing = real_list(path)
+        if path.endswith("/a"):
+            os.remove(os.path.join(path, "2.jpg"))
+            os.mkdir(os.path.join(path, "2.jpg"))
+        return listing
+
+    monkeypatch.setattr(scan_module, "_list", list_then_swap)
+    result = scan(tmp_path, SourceConfig())
+    assert [f.relpath for f in result.files] == ["a/1.jpg"]
+    assert result.excluded["not a regular file"] == 1
+
+
+def test_stat_batches_split_big_folders_and_let_small_ones_share_a_batch():
+    folders = [_Folder("/r/a", ["a/1", "a/2"]), _Folder("/r/b", [f"b/{i}" for i in range(5)]),
+               _Folder("/r/c", ["c/1"])]
+    batches = _batches(folders, 3)
+    assert [[(folder.path, folder.relpaths) for folder in batch] for batch in batches] == [
+        [("/r/a", ["a/1", "a/2"]), ("/r/b", ["b/0"])],
+        [("/r/b", ["b/1", "b/2", "b/3"])],
+        [("/r/b", ["b/4"]), ("/r/c", ["c/1"])],
+    ]
+
+
+def test_files_at_several_depths_come_sorted_by_path_each_with_its_own_size(tmp_path):
+    names = ["b/x.jpg", "a/z.jpg", "a/b/c.jpg", "a/b/d/e.jpg", "top.jpg"]
+    for length, name in enumerate(names, 1):
+        images.write(tmp_path / name, b"x" * length)
+    result = scan(tmp_path, SourceConfig(labels="none"))
+    assert [(f.relpath, f.size) for f in result.files] == sorted(
+        (name, length) for length, name in enumerate(names, 1))
+
+
+def test_a_tree_of_one_depth_keeps_path_order_and_sizes_without_a_sort(tmp_path):
+    names = [f"{folder}/{number:02d}.jpg" for folder in ("b", "a", "c") for number in (3, 1, 2)]
+    for length, name in enumerate(names, 1):
+        images.write(tmp_path / name, b"x" * length)
+    result = scan(tmp_path, SourceConfig())
+    assert [(f.relpath, f.size, f.label) for f in result.files] == sorted(
+        (name, length, "abc".index(name[0])) for length, name in enumerate(names, 1))
+
+
+def test_a_folder_gone_between_listing_and_stat_leaves_its_files_unreadable(tmp_path, monkeypatch):
+    tree(tmp_path, ["a/1.jpg", "b/2.jpg", "b/3.jpg"])
+    real_list = scan_module._list
+
+    def list_then_remove(path):
+        listing = real_list(path)
+        if path.endswith("/b"):
+            for name in os.listdir(path):
+                os.remove(os.path.join(path, name))
+            os.rmdir(path)
+        return listing
+
+    monkeypatch.setattr(scan_module, "_list", list_then_remove)
+    result = scan(tmp_path, SourceConfig())
+    assert [f.relpath for f in result.files] == ["a/1.jpg"]
+    assert [(path, why.split(":")[0]) for path, why in result.unreadable] == [
+        ("b/2.jpg", "cannot stat"), ("b/3.jpg", "cannot stat")]
+
+
+def test_without_an_attribute_cache_a_file_costs_two_requests_not_one_per_folder_above(tmp_path):
+    reason = fuse_available()
+    if reason is not None:
+        pytest.skip(reason)
+    files = [f"c{folder}/deep/{number:02d}.jpg" for folder in range(2) for number in range(30)]
+    tree(tmp_path / "backing", files)
+    with slow_mount(tmp_path / "backing", tmp_path / "mnt", latency=0.0,
+                    attr_timeout=0.0) as fs:
+        fs.reset()
+        result = scan(fs.mountpoint, SourceConfig())
+        requests = fs.stats()["getattr"]
+    assert len(result.files) == len(files)
+    # By path, each stat revalidated both folders above the file too: 4 a file.  By name in
+    # its folder: the lookup and the attributes, plus a few for each folder.
+    assert requests <= 2 * len(files) + 10 * 4

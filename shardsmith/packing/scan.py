@@ -5,6 +5,12 @@ breadth first and lists the directories of one level, and stats their files, on 
 threads: the round trips overlap instead of adding up.  The result is sorted, so it is the
 same whatever finished first.  The walk is iterative: depth is not limited by the stack.
 
+A file is stat'ed by its name in its folder, through a descriptor of the folder opened once
+per batch (``O_PATH``: no open request reaches the filesystem), not by its path from the root:
+the kernel then looks up one name instead of every folder on the way.  A mount that caches no
+attributes (NFS ``noac``, a FUSE mount with ``attr_timeout=0``) answers each of those lookups
+with a round trip: 2 requests a file instead of 3 through ``scripts/slowfs.py``.
+
 Memory: the result is a ``SourceTable`` of columns (the paths, and NumPy arrays of sizes,
 mtimes, inode numbers and labels), about 100 bytes a file instead of several Python objects
 per file.
@@ -20,8 +26,9 @@ from __future__ import annotations
 import bisect
 import collections
 import fnmatch
-import functools
+import itertools
 import logging
+import operator
 import os
 import stat
 from array import array
@@ -42,6 +49,11 @@ log = logging.getLogger(__name__)
 
 SCAN_THREADS = 16
 STAT_BATCH = 256
+# A folder opened only to stat names in it: no read permission needed, no open request to a
+# FUSE or network filesystem (Linux); elsewhere a plain read-only open of the folder.
+_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) \
+    | getattr(os, "O_CLOEXEC", 0)
+_STAT_IN_FOLDER = os.stat in os.supports_dir_fd
 EXCLUDED_PATHS_KEPT = 1000  # per reason; the counts are always complete
 
 
@@ -147,14 +159,15 @@ class _Walk:
             kept.append(relpath)
 
     def sort(self, directory: _Directory, listing: _Listing | OSError,
-             subdirectories: list[_Directory], files: list[str]) -> None:
+             subdirectories: list[_Directory], folders: list[_Folder]) -> None:
         """Put each entry of a listing in its place: a directory to visit, a file to stat, or
-        a reason it is left out."""
+        a reason it is left out.  The files to stat go to ``folders`` with their folder."""
         if isinstance(listing, OSError):
             self.unreadable.append((directory.relpath or ".",
                                     f"cannot list directory: {listing.strerror}"))
             return
         names, kinds, errors = listing
+        files: list[str] = []
         # Sorted: which paths are kept as examples does not depend on the listing order.
         for at in sorted(range(len(names)), key=names.__getitem__):
             name, kind = names[at], kinds[at : at + 1]
@@ -188,6 +201,8 @@ class _Walk:
                 self.exclude("include/exclude pattern", relpath)
             else:
                 files.append(relpath)
+        if files:
+            folders.append(_Folder(directory.path, files))
 
     def add_files(self, relpaths: list[str], stats: _Stats) -> None:
         for at, relpath in enumerate(relpaths):
@@ -230,15 +245,16 @@ def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS,
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-scan") as pool:
         while level:
             subdirectories: list[_Directory] = []
-            files: list[str] = []
+            folders: list[_Folder] = []
             listings = _in_order(pool, _list, [directory.path for directory in level], threads)
             for directory, listing in zip(level, listings, strict=True):
-                walk.sort(directory, listing, subdirectories, files)
-            batches = _batches(files, STAT_BATCH)
-            stats = _in_order(pool, functools.partial(_stat_batch, str(root)), batches, threads)
+                walk.sort(directory, listing, subdirectories, folders)
+            batches = _batches(folders, STAT_BATCH)
+            stats = _in_order(pool, _stat_batch, batches, threads)
             for batch, batch_stats in zip(batches, stats, strict=True):
-                walk.add_files(batch, batch_stats)
-            del files, batches
+                walk.add_files([relpath for folder in batch for relpath in folder.relpaths],
+                               batch_stats)
+            del folders, batches
             if config.follow_symlinks:  # only links can make a loop
                 infos = pool.map(_stat, (directory.path for directory in subdirectories))
                 entered = [walk.enter(directory, info)
@@ -292,19 +308,29 @@ def _labels_from_file(table: SourceTable, walk: _Walk, root: Path, config: Sourc
 
 def _table(walk: _Walk, config: SourceConfig, depth: int = 0) -> SourceTable:
     """The found files as sorted columns (files outside class folders left out, with why);
-    ``depth`` is the number of folders above the class folder (1 under split folders)."""
-    order = np.argsort(np.array(walk.relpaths, dtype=object), kind="stable")
-    relpaths = [walk.relpaths[index] for index in order]
-    sizes = np.frombuffer(walk.sizes, np.int64)[order] if len(order) else np.zeros(0, np.int64)
-    mtimes = np.frombuffer(walk.mtimes, np.int64)[order] if len(order) else sizes.copy()
-    inodes = np.frombuffer(walk.inodes, np.int64)[order] if len(order) else sizes.copy()
+    ``depth`` is the number of folders above the class folder (1 under split folders).
+
+    The walk finds the files of a tree whose files all lie at one depth (the usual
+    ``class/image`` layout) already in path order: then the columns are the walk's own
+    buffers, neither sorted nor copied (a sort's index and copies cost ~70 bytes a file
+    at the peak of a pack).
+    """
+    relpaths = walk.relpaths
+    columns = [np.frombuffer(column, np.int64) if len(relpaths) else np.zeros(0, np.int64)
+               for column in (walk.sizes, walk.mtimes, walk.inodes)]
+    if not all(map(operator.le, relpaths, itertools.islice(relpaths, 1, None))):
+        order = np.argsort(np.array(relpaths, dtype=object), kind="stable")
+        relpaths = [relpaths[index] for index in order]
+        columns = [column[order] for column in columns]
+    sizes, mtimes, inodes = columns
     if config.labels == "folders":
         nested = np.fromiter((path.count("/") > depth for path in relpaths), bool,
                              len(relpaths))
-        for path in (path for path, keep in zip(relpaths, nested, strict=True) if not keep):
-            walk.exclude("not in a class folder", path)
-        relpaths = [path for path, keep in zip(relpaths, nested, strict=True) if keep]
-        sizes, mtimes, inodes = sizes[nested], mtimes[nested], inodes[nested]
+        if not nested.all():
+            for path in (path for path, keep in zip(relpaths, nested, strict=True) if not keep):
+                walk.exclude("not in a class folder", path)
+            relpaths = [path for path, keep in zip(relpaths, nested, strict=True) if keep]
+            sizes, mtimes, inodes = sizes[nested], mtimes[nested], inodes[nested]
     return SourceTable(relpaths, sizes, mtimes, np.full(len(relpaths), -1, np.int32), inodes)
 
 
@@ -361,12 +387,38 @@ class _Stats(NamedTuple):
     errors: dict[str, OSError]
 
 
-def _stat_batch(root: str, relpaths: list[str]) -> _Stats:
-    """Stat each file; follows a link only if one got this far (``follow_symlinks``)."""
+class _Folder(NamedTuple):
+    """Files of one folder to stat: the folder's path (as walked) and their relative paths."""
+
+    path: str
+    relpaths: list[str]
+
+
+def _stat_batch(folders: list[_Folder]) -> _Stats:
+    """Stat each file by its name in its folder (one folder descriptor per folder of the
+    batch); follows a link only if one got this far (``follow_symlinks``)."""
     stats = _Stats(array("q"), array("q"), array("q"), array("q"), {})
-    for relpath in relpaths:
+    for folder in folders:
         try:
-            info = os.stat(os.path.join(root, relpath))
+            descriptor = os.open(folder.path, _FOLDER_FLAGS) if _STAT_IN_FOLDER else None
+        except OSError:
+            descriptor = None  # gone or refused: each path is stat'ed and fails on its own
+        try:
+            _stat_names(folder, descriptor, stats)
+        finally:
+            if descriptor is not None:
+                os.close(descriptor)
+    return stats
+
+
+def _stat_names(folder: _Folder, descriptor: int | None, stats: _Stats) -> None:
+    """Append what stat says of each file of ``folder`` to ``stats`` (by name through the
+    folder's ``descriptor``, or by path without one)."""
+    for relpath in folder.relpaths:
+        name = relpath.rpartition("/")[2]
+        try:
+            info = os.stat(name, dir_fd=descriptor) if descriptor is not None \
+                else os.stat(os.path.join(folder.path, name))
         except OSError as exc:
             stats.errors[relpath] = exc
             info = None
@@ -376,7 +428,6 @@ def _stat_batch(root: str, relpaths: list[str]) -> _Stats:
         # A 64-bit inode number above 2**63 (some FUSE and network mounts) does not fit the
         # column: kept as unknown, so that file is checked by the walk alone.
         stats.inodes.append(info.st_ino if info and info.st_ino < 1 << 63 else -1)
-    return stats
 
 
 def _in_order(pool: ThreadPoolExecutor, function, items: list, threads: int) -> Iterator:
@@ -391,8 +442,24 @@ def _in_order(pool: ThreadPoolExecutor, function, items: list, threads: int) -> 
         yield window.popleft().result()
 
 
-def _batches(items: list, size: int) -> list[list]:
-    return [items[start : start + size] for start in range(0, len(items), size)]
+def _batches(folders: list[_Folder], size: int) -> list[list[_Folder]]:
+    """The files of ``folders``, in order, as batches of at most ``size`` files (a big folder
+    split over several batches, small ones sharing one)."""
+    batches: list[list[_Folder]] = []
+    batch: list[_Folder] = []
+    room = size
+    for folder in folders:
+        start = 0
+        while start < len(folder.relpaths):
+            part = folder.relpaths[start : start + room]
+            batch.append(_Folder(folder.path, part))
+            start, room = start + len(part), room - len(part)
+            if room == 0:
+                batches.append(batch)
+                batch, room = [], size
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def _selected(relpath: str, config: SourceConfig) -> bool:
