@@ -19,12 +19,23 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+from click.testing import CliRunner
+from test_delta import SHARD_0, SHARD_1, manifest, planned, record, shard, tiles
 
-from shardsmith.annotations.model import Objects
+from shardsmith import load_config
+from shardsmith.annotations.model import Objects, Vocabulary
+from shardsmith.cli import main
 from shardsmith.dataset.formats import shard_format
+from shardsmith.dataset.manifest import iter_sample_index, read_manifest
+from shardsmith.dataset.records import Rederived, Sample
 from shardsmith.ops.verify import verify
 from shardsmith.packing import annotated
+from shardsmith.packing.delta import Facts, RederiveItem, diff
+from shardsmith.packing.jpegcopy import Decoded, PreviousJpegs, copy_jpegs
+from shardsmith.packing.plan import PlanItem
+from shardsmith.packing.scan import scan
 
 import defects
 import images
@@ -164,14 +175,6 @@ def test_a_tiff_turned_by_its_orientation_is_decoded_not_copied(tmp_path, monkey
 
 
 def test_a_previous_shard_damaged_during_the_run_is_decoded_from_the_original(tmp_path):
-    from shardsmith import load_config
-    from shardsmith.annotations.model import Vocabulary
-    from shardsmith.dataset.manifest import read_manifest
-    from shardsmith.dataset.records import Rederived
-    from shardsmith.packing.jpegcopy import Decoded, PreviousJpegs, copy_jpegs
-    from shardsmith.packing.plan import PlanItem
-    from shardsmith.packing.scan import scan
-
     source, output = tmp_path / "source", tmp_path / "out"
     relpath = corpus(source, "jpeg8", (1,))[0]
     overrides = settings("pad")
@@ -179,17 +182,14 @@ def test_a_previous_shard_damaged_during_the_run_is_decoded_from_the_original(tm
     config = load_config(None, {"source.path": str(source), "output.path": str(output),
                                 **overrides})
     previous = read_manifest(output)
-    record = next(record for record in __import__(
-        "shardsmith.dataset.manifest", fromlist=["iter_sample_index"]).iter_sample_index(
-            output, previous) if record.path == relpath)
+    found = next(line for line in iter_sample_index(output, previous) if line.path == relpath)
     table = scan(source, config.source).files
-    item = PlanItem(table[table.index_of(relpath)], record.split)
-    sample = __import__("shardsmith.dataset.records", fromlist=["Sample"]).Sample(
-        record.key, relpath, record.split, record.label, b"", 200, 200, 0, 320, 240, "L",
-        "JPEG", 0, 0, "")
-    (output / record.shard).write_bytes(b"\0" * 1024)  # damaged after the Delta was made
+    item = PlanItem(table[table.index_of(relpath)], found.split)
+    sample = Sample(found.key, relpath, found.split, found.label, b"", 200, 200, 0, 320, 240,
+                    "L", "JPEG", 0, 0, "")
+    (output / found.shard).write_bytes(b"\0" * 1024)  # damaged after the Delta was made
     with PreviousJpegs(shard_format("webdataset"), output, previous.shards) as jpegs:
-        made = copy_jpegs(Rederived((sample,), (record.shard,)), jpegs, item, str(source),
+        made = copy_jpegs(Rederived((sample,), (found.shard,)), jpegs, item, str(source),
                           config, Vocabulary((), tuple(defects.CORPUS_CLASSES)))
     assert isinstance(made, Decoded) and isinstance(made.decoded, tuple)
     assert made.decoded[0].jpeg.startswith(b"\xff\xd8")
@@ -198,10 +198,6 @@ def test_a_previous_shard_damaged_during_the_run_is_decoded_from_the_original(tm
 # ------------------------------------------------------------------------- the Delta
 
 def test_a_dry_run_says_how_many_keep_their_jpeg_bytes(tmp_path, monkeypatch):
-    from click.testing import CliRunner
-
-    from shardsmith.cli import main
-
     source = tmp_path / "source"
     corpus(source, "jpeg8", (1, 6))
     overrides = settings("pad")
@@ -277,3 +273,45 @@ def test_a_re_annotation_killed_and_run_again_equals_one_uninterrupted(tmp_path,
     assert manifest["run"]["resumed_at"] > 0
     defects.pack_with(source, tmp_path / "whole", overrides)
     assert images.dataset_bytes(tmp_path / "killed") == images.dataset_bytes(tmp_path / "whole")
+
+
+# ------------------------------------------------------------------------- the Delta decides
+
+def older_rules_delta(records, files=(("a.jpg", 10, 1), ("b.jpg", 10, 1)), damaged=()):
+    plan = planned(*files)
+    digests = np.array([0x1F, 0x2A][: len(files)], np.uint64)
+    return plan, diff(manifest(shard(SHARD_0), shard(SHARD_1)), records, plan,
+                      Facts(annotation_digests=digests, older_rules=True,
+                            damaged=frozenset(damaged)))
+
+
+def test_a_re_annotated_source_is_a_rederive_item_naming_its_samples_and_their_shards():
+    records = [*tiles("b.jpg", SHARD_1, SHARD_0, annotation="2a"),
+               record("a.jpg", SHARD_0, annotation="1f", digest="xxh3:a1")]
+    plan, delta = older_rules_delta(records)
+    items = {item.source.relpath: item for item in delta.items()}
+    assert all(isinstance(item, RederiveItem) for item in items.values())
+    assert items["a.jpg"].previous == ((records[2].key, SHARD_0),)
+    assert items["a.jpg"].source_digest == "xxh3:a1"
+    assert items["b.jpg"].previous == ((records[0].key, SHARD_1), (records[1].key, SHARD_0))
+    assert len(delta.copied_positions()) == 2
+
+
+@pytest.mark.parametrize("why", ["damaged tile", "file changed", "no digest"])
+def test_a_re_annotated_source_is_decoded_when_its_bytes_cannot_be_trusted(why):
+    size = 11 if why == "file changed" else 10
+    digest = "" if why == "no digest" else "xxh3:aa"
+    records = [record("a.jpg", SHARD_0, annotation="1f"),
+               *tiles("b.jpg", SHARD_0, SHARD_1, annotation="2a", size=size, digest=digest)]
+    plan, delta = older_rules_delta(
+        records, damaged=(SHARD_1,) if why == "damaged tile" else ())
+    kinds = {item.source.relpath: isinstance(item, RederiveItem) for item in delta.items()}
+    assert kinds == {"a.jpg": True, "b.jpg": False}
+
+
+def test_the_delta_digest_names_the_samples_copied():
+    _, one = older_rules_delta([record("a.jpg", SHARD_0, annotation="1f")],
+                               files=(("a.jpg", 10, 1),))
+    _, other = older_rules_delta([record("a.jpg", SHARD_1, annotation="1f")],
+                                 files=(("a.jpg", 10, 1),))
+    assert one.digest != other.digest

@@ -493,7 +493,7 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
         next_numbers=MappingProxyType(next_numbers(previous)),
         digest=_digest(facts.identity, previous.content_fingerprint or "", plan, flags,
                        candidates, tuple(expected[number] for number in candidates.tolist()),
-                       sorted(facts.damaged), copy_rows, copy_keys_kept),
+                       sorted(facts.damaged), copy_rows, copy_keys_kept + tuple(shard_numbers)),
     )
 
 
@@ -583,7 +583,7 @@ def _digest(identity: str, base: str, plan: Plan, flags: np.ndarray | None,
             damaged: Sequence[str] = (), copies: np.ndarray | None = None,
             copy_keys: tuple[str, ...] = ()) -> str:
     """The Delta's name: the run's identity, the version it builds on, and its decisions
-    (which sources keep their JPEG bytes, and from which samples, among them)."""
+    (which sources keep their JPEG bytes, and from which samples and shards, among them)."""
     hasher = hashlib.sha256()
     for text in (identity, base, str(len(plan)), *expected, "\0", *damaged):
         hasher.update(text.encode("utf-8", "surrogateescape") + b"\0")
