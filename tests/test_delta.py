@@ -427,11 +427,11 @@ def test_older_annotation_rules_send_every_annotated_source_to_be_derived_again(
                  Facts(annotation_digests=digests, older_rules=True))
     assert relpaths(plan, delta.work) == ["a.jpg", "b.jpg", "c.jpg"]
     assert relpaths(plan, delta.reannotated_positions()) == ["a.jpg", "b.jpg", "c.jpg"]
-    assert all(item.expected_digest is None for item in delta.items())  # decoded, not compared
+    assert all(item.expected_digest is None for item in delta.items())  # copied, not compared
     assert delta.reannotated == 3 and delta.changed == 0  # b counts once for its two tiles
     assert len(delta.leaving_keys) == 4 and delta.stale_shards == {SHARD_0, SHARD_1}
-    assert delta.summary() == ("0 new, 0 removed, 0 changed, 3 re-annotated; "
-                               "2 shards rewritten, 0 kept")
+    assert delta.summary() == ("0 new, 0 removed, 0 changed, 3 re-annotated (3 with their "
+                               "JPEG bytes copied); 2 shards rewritten, 0 kept")
     assert resolve(delta, [], 3, {}).changes["reannotated"] == 3
 
 

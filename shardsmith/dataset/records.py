@@ -51,6 +51,17 @@ class Reject:
 
 
 @dataclass(frozen=True, slots=True)
+class Rederived:
+    """An original whose objects and masks were derived again while its pixels stay as
+    packed: each of ``samples`` has no JPEG yet (``jpeg`` empty, ``channels`` 0); the writer
+    copies its JPEG bytes from the sample of the same key in the previous version's shard
+    named in ``shards`` (one a sample)."""
+
+    samples: tuple[Sample, ...]
+    shards: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Unchanged:
     """A source whose stat changed but whose bytes did not: nothing to decode."""
 

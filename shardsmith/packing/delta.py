@@ -11,7 +11,9 @@ this run's plan and returns a frozen ``Delta``:
 * re-annotated: with a previous version whose objects were derived by older annotation
   rules, every annotated source (``REANNOTATE``, ``Delta.reannotated_positions``): its pixels
   did not change, its objects and mask are derived again; a ``bad_annotation`` reject is
-  judged again when its annotations, the class list or the rules changed;
+  judged again when its annotations, the class list or the rules changed; one whose file
+  did not change and whose every sample is in an intact shard is ``COPY``: its JPEG bytes are
+  copied from the previous shards (``RederiveItem``), only its objects and masks are new;
 * candidates: sources whose size or mtime changed.  Only reading tells whether their content
   did: ``imaging.process`` compares the digest and returns ``Unchanged`` when it did not.
   ``resolve`` turns the execution's answer into an ``Outcome``: which candidates were only
@@ -61,6 +63,7 @@ NEW = 2  # not in the previous version
 STALE = 4  # its previous samples leave (label or annotations changed, or no digest)
 CANDIDATE = 8  # stat changed: processed with its previous digest, decoded only if it differs
 REANNOTATE = 16  # unchanged, but its objects were derived by older annotation rules
+COPY = 32  # re-annotated with its JPEG bytes copied from the previous version's shards
 
 # Per plan position while ``diff`` reads the records: one seen, one kept so far.
 SEEN, KEPT = 1, 2
@@ -139,6 +142,11 @@ class Delta:
     repaired: int = 0  # samples of damaged shards, packed again
     changed: int = 0  # sources certainly changed (relabelled, a reject changed)
     reannotated: int = 0  # sources processed again only to derive their objects anew
+    # (plan position, number in ``shard_names``) of each previous sample of a COPY source,
+    # sorted by position, and its key: where its JPEG bytes are copied from
+    copy_samples: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int32))
+    copy_keys: tuple[str, ...] = ()
+    copy_digests: tuple[str, ...] = ()  # the previous source digest of each COPY sample
     next_numbers: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     digest: str = ""
 
@@ -162,19 +170,28 @@ class Delta:
 
     def reannotated_positions(self) -> np.ndarray:
         """Plan positions of the sources processed again only because their objects were
-        derived by older annotation rules.  Their pixels did not change: today they are
-        decoded again (same pixels, so the same JPEG bytes: encoding is deterministic); this
-        is the set a later change can serve by copying their JPEG bytes from the previous
-        shards and deriving only their objects and masks."""
+        derived by older annotation rules.  Their pixels did not change: those marked ``COPY``
+        (``copied_positions``) keep their JPEG bytes, the others are decoded again (same
+        pixels, so the same JPEG bytes: encoding is deterministic)."""
         if self.flags is None:
             return np.zeros(0, np.int32)
         return np.flatnonzero(self.flags & REANNOTATE).astype(np.int32)
 
+    def copied_positions(self) -> np.ndarray:
+        """Plan positions of the re-annotated sources whose JPEG bytes are copied: their file
+        did not change and every sample of theirs is in an intact shard."""
+        if self.flags is None:
+            return np.zeros(0, np.int32)
+        return np.flatnonzero(self.flags & COPY).astype(np.int32)
+
     def items(self) -> Sequence[PlanItem]:
-        """The plan items this run processes, in plan order, made as they are used."""
+        """The plan items this run processes, in plan order, made as they are used: a
+        ``RederiveItem`` for a source whose JPEG bytes are copied."""
         if self.work is None:
             return self.plan
-        return WorkItems(self.plan, self.work, self.candidates, self.expected)
+        return WorkItems(self.plan, self.work, self.candidates, self.expected,
+                         _Copies(self.copy_samples, self.copy_keys, self.copy_digests,
+                                 self.shard_names))
 
     def summary(self) -> str:
         """One line for ``pack --dry-run``: "2 new, 1 removed, up to 1 changed; 1 shard
@@ -186,7 +203,9 @@ class Delta:
             changed = f"up to {changed}"
         parts = [f"{self.new:,} new", f"{self.removed:,} removed", changed]
         if self.reannotated:
-            parts.append(f"{self.reannotated:,} re-annotated")
+            copied = len(self.copied_positions())
+            parts.append(f"{self.reannotated:,} re-annotated"
+                         + (f" ({copied:,} with their JPEG bytes copied)" if copied else ""))
         if self.repaired:
             parts.append(f"{self.repaired:,} repaired")
         rewritten = len(self.stale_shards)
@@ -204,26 +223,61 @@ class Delta:
                          for number in np.unique(self.candidate_samples[:, 1]).tolist())
 
 
+@dataclass(frozen=True, slots=True)
+class RederiveItem(PlanItem):
+    """A source re-annotated with its JPEG bytes kept: ``previous`` holds (key, shard) of
+    each of its samples in the previous version, ``source_digest`` the digest they record
+    (its file did not change: it is not read again to hash it)."""
+
+    previous: tuple[tuple[str, str], ...] = ()
+    source_digest: str = ""
+
+
+@dataclass(frozen=True)
+class _Copies:
+    """The previous samples of the COPY sources, by plan position (``Delta.copy_samples``)."""
+
+    samples: np.ndarray
+    keys: tuple[str, ...]
+    digests: tuple[str, ...]
+    shard_names: tuple[str, ...]
+
+    def item(self, item: PlanItem, position: int) -> PlanItem:
+        low = int(np.searchsorted(self.samples[:, 0], position, "left"))
+        high = int(np.searchsorted(self.samples[:, 0], position, "right"))
+        if low == high:
+            return item
+        previous = tuple((self.keys[at], self.shard_names[int(self.samples[at, 1])])
+                         for at in range(low, high))
+        return RederiveItem(item.source, item.split, item.expected_digest, item.group,
+                            item.annotation, previous, self.digests[low])
+
+
+NO_COPIES = _Copies(np.zeros((0, 2), np.int32), (), (), ())
+
+
 class WorkItems(Sequence[PlanItem]):
-    """The plan items at ``work`` (plan positions), candidates given their expected digest."""
+    """The plan items at ``work`` (plan positions), candidates given their expected digest,
+    sources whose JPEG bytes are copied made ``RederiveItem``s."""
 
     def __init__(self, plan: Plan, work: np.ndarray, candidates: np.ndarray,
-                 expected: tuple[str, ...]):
+                 expected: tuple[str, ...], copies: _Copies = NO_COPIES):
         self.plan, self.work = plan, work
-        self.candidates, self.expected = candidates, expected
+        self.candidates, self.expected, self.copies = candidates, expected, copies
 
     def __len__(self) -> int:
         return len(self.work)
 
     def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
-            return WorkItems(self.plan, self.work[index], self.candidates, self.expected)
+            return WorkItems(self.plan, self.work[index], self.candidates, self.expected,
+                             self.copies)
         position = int(self.work[index])
         item = self.plan[position]
         at = int(np.searchsorted(self.candidates, position))
         if at < len(self.candidates) and int(self.candidates[at]) == position:
             return replace(item, expected_digest=self.expected[at])
-        return item
+        return self.copies.item(item, position)
 
     def __iter__(self) -> Iterator[PlanItem]:
         return (self[index] for index in range(len(self)))
@@ -262,6 +316,10 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
     expected: dict[int, str] = {}  # candidate plan position -> digest (the few that changed)
     samples: list[tuple[int, int]] = []
     sample_keys: list[str] = []
+    copies: list[tuple[int, int]] = []  # (plan position, shard number) of re-annotated samples
+    copy_keys: list[str] = []
+    copy_digests: list[str] = []
+    no_copy = np.zeros(len(plan), np.bool_)  # a re-annotated source that must be decoded
     leaving: set[str] = set()
     shard_numbers: dict[str, int] = {}
     stale_shards: set[str] = set()
@@ -327,6 +385,7 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
             repaired += 1
             if number is not None:
                 decode_again(number)
+                no_copy[number] = True  # its JPEG bytes are lost with the shard
         elif number is None:
             leaves(record)
             removed += 1
@@ -338,6 +397,14 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
             elif facts.older_rules and record.annotation_digest is not None:
                 derive_again(number)
                 leaves(record)
+                if record.source_digest and (record.source_size, record.source_mtime_ns) == (
+                        int(table.sizes[at]), int(table.mtimes[at])):
+                    copies.append((number, shard_numbers.setdefault(record.shard,
+                                                                    len(shard_numbers))))
+                    copy_keys.append(record.key)
+                    copy_digests.append(record.source_digest)
+                else:  # its file changed since: its pixels are decoded
+                    no_copy[number] = True
             elif decoded_again(number):  # an earlier sample of its source sent it
                 leaves(record)
             elif (record.source_size, record.source_mtime_ns) != (int(table.sizes[at]),
@@ -379,6 +446,24 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
             if number is not None and again[number] and record.shard not in facts.damaged:
                 leaves(record)
     flags[seen == 0] |= WORK | NEW
+    copy_rows = np.array(copies, np.int32).reshape(-1, 2)
+    copy_keys_kept, copy_digests_kept = (), ()
+    if len(copy_rows):
+        # copied only when nothing else sends the source to be decoded: it changed, a sample
+        # of it is in a damaged shard, or its samples disagree on its digest
+        digest_of: dict[int, str] = {}
+        for (number, _), digest in zip(copies, copy_digests, strict=True):
+            if digest_of.setdefault(number, digest) != digest:
+                no_copy[number] = True
+        copyable = (flags & (REANNOTATE | STALE | CANDIDATE | NEW)) == REANNOTATE
+        copyable &= ~no_copy
+        flags[copyable] |= COPY
+        chosen = copyable[copy_rows[:, 0]]
+        order = np.argsort(copy_rows[:, 0], kind="stable")
+        order = order[chosen[order]]
+        copy_rows = copy_rows[order]
+        copy_keys_kept = tuple(copy_keys[at] for at in order.tolist())
+        copy_digests_kept = tuple(copy_digests[at] for at in order.tolist())
 
     candidates = np.array(sorted(expected), np.int32)
     rows = np.array(samples, np.int32).reshape(-1, 2)
@@ -402,10 +487,13 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
         repaired=repaired,
         changed=changed,
         reannotated=reannotated,
+        copy_samples=copy_rows,
+        copy_keys=copy_keys_kept,
+        copy_digests=copy_digests_kept,
         next_numbers=MappingProxyType(next_numbers(previous)),
         digest=_digest(facts.identity, previous.content_fingerprint or "", plan, flags,
                        candidates, tuple(expected[number] for number in candidates.tolist()),
-                       sorted(facts.damaged)),
+                       sorted(facts.damaged), copy_rows, copy_keys_kept + tuple(shard_numbers)),
     )
 
 
@@ -424,13 +512,16 @@ def next_numbers(previous: Manifest) -> dict[str, int]:
 class Execution:
     """What ``execute`` did: where it stands (``state``, a ``journal.JournalState``), where
     it resumed, how many sources it found unchanged, the shard numbers it used, and the object
-    classes it ended with (None without objects)."""
+    classes it ended with (None without objects); of the re-annotated sources meant to keep
+    their JPEG bytes, how many did and how many were decoded after all (this run's)."""
 
     state: object
     resumed_at: int
     unchanged: int
     numbers: Mapping[str, int]
     object_classes: tuple[str, ...] | None = None
+    copied: int = 0  # re-annotated sources whose JPEG bytes were copied
+    copy_decoded: int = 0  # re-annotated sources meant to be copied but decoded after all
 
 
 @dataclass(frozen=True, eq=False)
@@ -489,13 +580,19 @@ def resolve(delta: Delta, rejects: Sequence[RejectEntry], sources: int,
 
 def _digest(identity: str, base: str, plan: Plan, flags: np.ndarray | None,
             candidates: np.ndarray | None, expected: tuple[str, ...],
-            damaged: Sequence[str] = ()) -> str:
-    """The Delta's name: the run's identity, the version it builds on, and its decisions."""
+            damaged: Sequence[str] = (), copies: np.ndarray | None = None,
+            copy_keys: tuple[str, ...] = ()) -> str:
+    """The Delta's name: the run's identity, the version it builds on, and its decisions
+    (which sources keep their JPEG bytes, and from which samples and shards, among them)."""
     hasher = hashlib.sha256()
     for text in (identity, base, str(len(plan)), *expected, "\0", *damaged):
         hasher.update(text.encode("utf-8", "surrogateescape") + b"\0")
     for array in (flags, candidates):
         hasher.update(b"-" if array is None else array.tobytes())
+    if copies is not None and len(copies):  # absent before: a Delta without copies keeps
+        hasher.update(b"copies\0" + copies.tobytes())  # the digest it had
+        for key in copy_keys:
+            hasher.update(key.encode("utf-8", "surrogateescape") + b"\0")
     return hasher.hexdigest()
 
 

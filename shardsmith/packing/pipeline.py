@@ -44,12 +44,13 @@ from ..dataset.manifest import (
     write_derived,
     write_sample_index,
 )
-from ..dataset.records import Reject, Sample, Unchanged
+from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
-from .delta import Delta, Execution, Job, Outcome, WorkItems, diff, resolve
+from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
 from .journal import Journal, JournalState
+from .jpegcopy import Decoded, PreviousJpegs, copy_jpegs
 from .originals import original_cap
 from .outputdir import clear_previous_output, previous_dataset
 from .parallel import WorkerPool
@@ -129,7 +130,8 @@ def _pack_scanned(
     execution = execute(delta, job, journal, state, pool)
     outcome = resolve(delta, state.rejects, state.sources, state.unchanged)
     done = _rewrite(job, outcome, execution)
-    manifest = replace(version_manifest(job, outcome, execution, done),
+    manifest = replace(with_copies(version_manifest(job, outcome, execution, done),
+                                   execution),
                        annotation_sources=job.notes.report)
     moved = done.moved
     samples = itertools.chain(
@@ -290,10 +292,21 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
     results = pool.map_ordered(process_item, remaining, str(source), config, vocabulary,
                                batch_size=_batch_size(work))
     progress = Progress(len(work), start, "img", "pack", config.run.quiet)
-    unchanged = 0
+    unchanged = copied = copy_decoded = 0
+    previous = delta.previous
+    jpegs = PreviousJpegs(roller.fmt, job.output, previous.shards if previous else ())
     try:
         paired = zip(remaining, results, strict=True)
         for index, (item, result) in enumerate(paired, start):
+            if isinstance(result, Rederived):
+                result = copy_jpegs(result, jpegs, item, str(source), config, vocabulary)
+                if isinstance(result, Decoded):
+                    copy_decoded += 1
+                    result = result.decoded
+                else:
+                    copied += 1
+            elif isinstance(item, RederiveItem):
+                copy_decoded += 1
             if isinstance(result, Sample):
                 result = (result,)
             if isinstance(result, tuple):
@@ -322,12 +335,26 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
             readahead.consumed(index + 1 - start)
         checkpoint(len(work), roller.close())
     finally:
+        jpegs.close()
         readahead.close()
         progress.close()
         roller.discard()
         journal.close()
     return Execution(state, start, unchanged, MappingProxyType(dict(numbers)),
-                     tuple(object_classes.names) if object_classes is not None else None)
+                     tuple(object_classes.names) if object_classes is not None else None,
+                     copied, copy_decoded)
+
+
+def with_copies(manifest: Manifest, execution: Execution) -> Manifest:
+    """The manifest with this run's re-annotated sources whose JPEG bytes were copied counted
+    apart from those decoded (``run.jpeg_copied``; ``run.decoded`` counts decodes only).  The
+    history is left as it is: a resumed run copies only what is left, and its version must
+    equal an uninterrupted run's (docs/design.md, invariant 3)."""
+    if not execution.copied and not execution.copy_decoded:
+        return manifest
+    run = dict(manifest.run, decoded=manifest.run.get("decoded", 0) - execution.copied,
+               jpeg_copied=execution.copied)
+    return replace(manifest, run=run)
 
 
 def _batch_size(work) -> int:
@@ -346,6 +373,10 @@ def _batch_size(work) -> int:
 def process_item(item: PlanItem, root: str, config: Config, vocabulary: Vocabulary
                  ) -> Sample | tuple[Sample, ...] | Reject | Unchanged:
     """The per-image work, as the worker pool runs it."""
+    if isinstance(item, RederiveItem):
+        from .rederive import rederive
+
+        return rederive(item, root, config, vocabulary)
     if config.source.annotations.has_objects or config.image.tiles.enabled:
         from .annotated import process_annotated
 
