@@ -310,191 +310,231 @@ def diff(previous: Manifest | None, records: Iterable[SampleRecord], plan: Plan,
     if tuple(facts.classes[: len(previous.classes)]) != tuple(previous.classes):
         raise OutputStateError("the class list of this version does not begin with the "
                                "previous one's; pass --overwrite to rebuild")
-    table, plan_position = plan.table, plan.position_of()
-    flags = np.zeros(len(plan), np.uint8)
-    seen = np.zeros(len(plan), np.uint8)  # SEEN | KEPT
-    expected: dict[int, str] = {}  # candidate plan position -> digest (the few that changed)
-    samples: list[tuple[int, int]] = []
-    sample_keys: list[str] = []
-    copies: list[tuple[int, int]] = []  # (plan position, shard number) of re-annotated samples
-    copy_keys: list[str] = []
-    copy_digests: list[str] = []
-    no_copy = np.zeros(len(plan), np.bool_)  # a re-annotated source that must be decoded
-    leaving: set[str] = set()
-    shard_numbers: dict[str, int] = {}
-    stale_shards: set[str] = set()
-    removed = repaired = changed = reannotated = 0
+    judge = _Judge(previous, plan, facts)
+    for record in records:
+        judge.sample(record)
+    for reject in previous.rejects:
+        judge.reject(reject)
+    judge.after_all(records)
+    return judge.delta()
 
-    def position(relpath: str) -> int | None:
-        index = table.index_of(relpath)
-        return None if index is None else int(plan_position[index])
 
-    def annotations_changed(record: SampleRecord, at: int) -> bool:
-        if facts.compare_labels and record.label != int(table.labels[at]):
-            return True
-        if facts.annotation_digests is None:
-            return False
-        try:
-            return int(record.annotation_digest or "", 16) != int(facts.annotation_digests[at])
-        except ValueError:
-            return True
+class _Judge:
+    """``diff``'s working state while it reads the previous version: flags per plan position,
+    and the few rows (candidates, copies, leaving keys) of the sources that changed."""
 
-    def decode_again(number: int) -> None:
-        flags[number] = (int(flags[number]) | WORK) & ~CANDIDATE & 0xFF
-        expected.pop(number, None)
+    def __init__(self, previous: Manifest, plan: Plan, facts: Facts):
+        self.previous, self.plan, self.facts = previous, plan, facts
+        self.table, self.plan_position = plan.table, plan.position_of()
+        self.flags = np.zeros(len(plan), np.uint8)
+        self.seen = np.zeros(len(plan), np.uint8)  # SEEN | KEPT
+        self.expected: dict[int, str] = {}  # candidate plan position -> digest (the few)
+        self.samples: list[tuple[int, int]] = []  # (plan position, shard number) of candidates
+        self.sample_keys: list[str] = []
+        self.copies: list[tuple[int, int]] = []  # (plan position, shard number), re-annotated
+        self.copy_keys: list[str] = []
+        self.copy_digests: list[str] = []
+        self.no_copy = np.zeros(len(plan), np.bool_)  # a re-annotated source to be decoded
+        self.leaving: set[str] = set()
+        self.shard_numbers: dict[str, int] = {}
+        self.stale_shards: set[str] = set()
+        self.kept_rejects: list[RejectEntry] = []
+        self.removed = self.repaired = self.changed = self.reannotated = 0
 
-    def decoded_again(number: int) -> bool:
-        return int(flags[number]) & (WORK | CANDIDATE) == WORK
+    # -- one previous sample
 
-    def certainly_changed(number: int) -> None:  # its samples go; it is decoded again
-        nonlocal changed
-        if not flags[number] & STALE:
-            changed += 1
-        decode_again(number)
-        flags[number] |= STALE
+    def sample(self, record: SampleRecord) -> None:
+        number = self._position(record.path)
+        if number is not None:
+            self.seen[number] |= SEEN
+        if record.shard in self.facts.damaged:
+            self.leaving.add(record.key)
+            self.repaired += 1
+            if number is not None:
+                self._decode_again(number)
+                self.no_copy[number] = True  # its JPEG bytes are lost with the shard
+        elif number is None:
+            self._leaves(record)
+            self.removed += 1
+        else:
+            self._present(record, number, int(self.plan.order[number]))
 
-    def derive_again(number: int) -> None:  # same pixels, objects by the current rules
-        nonlocal reannotated
-        if not flags[number] & REANNOTATE:
-            reannotated += 1
-        decode_again(number)
-        flags[number] |= REANNOTATE
+    def _present(self, record: SampleRecord, number: int, at: int) -> None:
+        """A previous sample whose source is still in the tree (plan position ``number``,
+        table row ``at``)."""
+        same_stat = (record.source_size, record.source_mtime_ns) == (
+            int(self.table.sizes[at]), int(self.table.mtimes[at]))
+        if self._annotations_changed(record, at):
+            self._certainly_changed(number)
+            self._leaves(record)
+        elif self.facts.older_rules and record.annotation_digest is not None:
+            self._derive_again(number)
+            self._leaves(record)
+            if record.source_digest and same_stat:
+                self.copies.append((number, self._shard_number(record.shard)))
+                self.copy_keys.append(record.key)
+                self.copy_digests.append(record.source_digest)
+            else:  # its file changed since: its pixels are decoded
+                self.no_copy[number] = True
+        elif self._decoded_again(number):  # an earlier sample of its source sent it
+            self._leaves(record)
+        elif not same_stat:
+            if record.source_digest:
+                self.flags[number] |= WORK | CANDIDATE
+                self.expected[number] = record.source_digest
+                self.samples.append((number, self._shard_number(record.shard)))
+                self.sample_keys.append(record.key)
+                self.seen[number] |= KEPT
+            else:  # nothing to compare its content with
+                self._certainly_changed(number)
+                self._leaves(record)
+        else:
+            self.seen[number] |= KEPT
 
-    def leaves(record: SampleRecord) -> None:
-        leaving.add(record.key)
-        stale_shards.add(record.shard)
+    # -- one previous reject
 
-    def judge_again(reject: RejectEntry, at: int) -> bool:
+    def reject(self, reject: RejectEntry) -> None:
+        if reject.source_size is None:
+            return  # found by the scan (a folder it could not list): the scan judges again
+        number = self._position(reject.path)
+        if number is None:
+            self.removed += 1
+            return
+        self.seen[number] = True
+        at = int(self.plan.order[number])
+        if (reject.source_size, reject.source_mtime_ns) == (int(self.table.sizes[at]),
+                                                            int(self.table.mtimes[at])) \
+                and not self._judge_again(reject, at):
+            self.kept_rejects.append(reject)
+        else:
+            self._decode_again(number)
+            self.changed += 1
+
+    def _judge_again(self, reject: RejectEntry, at: int) -> bool:
         if reject.reason != "bad_annotation":
             return False
-        if facts.classes_appended or facts.older_rules:
+        if self.facts.classes_appended or self.facts.older_rules:
             return True
-        if facts.annotation_digests is None:
+        if self.facts.annotation_digests is None:
             return False
         try:
-            return int(reject.annotation_digest or "", 16) != int(facts.annotation_digests[at])
+            return int(reject.annotation_digest or "", 16) != \
+                int(self.facts.annotation_digests[at])
         except ValueError:  # none recorded (an older release), or not a digest
             return True
 
-    for record in records:
-        number = position(record.path)
-        if number is not None:
-            seen[number] |= SEEN
-        if record.shard in facts.damaged:
-            leaving.add(record.key)
-            repaired += 1
-            if number is not None:
-                decode_again(number)
-                no_copy[number] = True  # its JPEG bytes are lost with the shard
-        elif number is None:
-            leaves(record)
-            removed += 1
-        else:
-            at = int(plan.order[number])
-            if annotations_changed(record, at):
-                certainly_changed(number)
-                leaves(record)
-            elif facts.older_rules and record.annotation_digest is not None:
-                derive_again(number)
-                leaves(record)
-                if record.source_digest and (record.source_size, record.source_mtime_ns) == (
-                        int(table.sizes[at]), int(table.mtimes[at])):
-                    copies.append((number, shard_numbers.setdefault(record.shard,
-                                                                    len(shard_numbers))))
-                    copy_keys.append(record.key)
-                    copy_digests.append(record.source_digest)
-                else:  # its file changed since: its pixels are decoded
-                    no_copy[number] = True
-            elif decoded_again(number):  # an earlier sample of its source sent it
-                leaves(record)
-            elif (record.source_size, record.source_mtime_ns) != (int(table.sizes[at]),
-                                                                   int(table.mtimes[at])):
-                if record.source_digest:
-                    flags[number] |= WORK | CANDIDATE
-                    expected[number] = record.source_digest
-                    shard = shard_numbers.setdefault(record.shard, len(shard_numbers))
-                    samples.append((number, shard))
-                    sample_keys.append(record.key)
-                    seen[number] |= KEPT
-                else:  # nothing to compare its content with
-                    certainly_changed(number)
-                    leaves(record)
-            else:
-                seen[number] |= KEPT
-    kept_rejects = []
-    for reject in previous.rejects:
-        if reject.source_size is None:
-            continue  # found by the scan (a folder it could not list): the scan judges again
-        number = position(reject.path)
-        if number is None:
-            removed += 1
-            continue
-        seen[number] = True
-        at = int(plan.order[number])
-        if (reject.source_size, reject.source_mtime_ns) == (int(table.sizes[at]),
-                                                            int(table.mtimes[at])) \
-                and not judge_again(reject, at):
-            kept_rejects.append(reject)
-        else:
-            decode_again(number)
-            changed += 1
-    # sources sent to be decoded again after one of their samples was judged kept (rare)
-    again = ((flags & (WORK | CANDIDATE)) == WORK) & ((seen & KEPT) != 0)
-    if again.any():
-        for record in records:
-            number = position(record.path)
-            if number is not None and again[number] and record.shard not in facts.damaged:
-                leaves(record)
-    flags[seen == 0] |= WORK | NEW
-    copy_rows = np.array(copies, np.int32).reshape(-1, 2)
-    copy_keys_kept, copy_digests_kept = (), ()
-    if len(copy_rows):
-        # copied only when nothing else sends the source to be decoded: it changed, a sample
-        # of it is in a damaged shard, or its samples disagree on its digest
-        digest_of: dict[int, str] = {}
-        for (number, _), digest in zip(copies, copy_digests, strict=True):
-            if digest_of.setdefault(number, digest) != digest:
-                no_copy[number] = True
-        copyable = (flags & (REANNOTATE | STALE | CANDIDATE | NEW)) == REANNOTATE
-        copyable &= ~no_copy
-        flags[copyable] |= COPY
-        chosen = copyable[copy_rows[:, 0]]
-        order = np.argsort(copy_rows[:, 0], kind="stable")
-        order = order[chosen[order]]
-        copy_rows = copy_rows[order]
-        copy_keys_kept = tuple(copy_keys[at] for at in order.tolist())
-        copy_digests_kept = tuple(copy_digests[at] for at in order.tolist())
+    # -- after every record and reject
 
-    candidates = np.array(sorted(expected), np.int32)
-    rows = np.array(samples, np.int32).reshape(-1, 2)
-    of_candidates = np.isin(rows[:, 0], candidates)
-    return Delta(
-        plan=plan,
-        previous=previous,
-        flags=flags,
-        work=np.flatnonzero(flags & WORK).astype(np.int32),
-        candidates=candidates,
-        expected=tuple(expected[number] for number in candidates.tolist()),
-        candidate_samples=rows[of_candidates],
-        candidate_keys=tuple(key for key, kept in zip(sample_keys, of_candidates.tolist(),
-                                                      strict=True) if kept),
-        shard_names=tuple(shard_numbers),
-        leaving_keys=frozenset(leaving),
-        stale_shards=frozenset(stale_shards),
-        damaged=tuple(shard for shard in previous.shards if shard.name in facts.damaged),
-        kept_rejects=tuple(kept_rejects),
-        removed=removed,
-        repaired=repaired,
-        changed=changed,
-        reannotated=reannotated,
-        copy_samples=copy_rows,
-        copy_keys=copy_keys_kept,
-        copy_digests=copy_digests_kept,
-        next_numbers=MappingProxyType(next_numbers(previous)),
-        digest=_digest(facts.identity, previous.content_fingerprint or "", plan, flags,
-                       candidates, tuple(expected[number] for number in candidates.tolist()),
-                       sorted(facts.damaged), copy_rows, copy_keys_kept + tuple(shard_numbers)),
-    )
+    def after_all(self, records: Iterable[SampleRecord]) -> None:
+        """Sources sent to be decoded again after one of their samples was judged kept (rare:
+        read the records again for them); new sources; which re-annotated sources copy."""
+        again = ((self.flags & (WORK | CANDIDATE)) == WORK) & ((self.seen & KEPT) != 0)
+        if again.any():
+            for record in records:
+                number = self._position(record.path)
+                if number is not None and again[number] \
+                        and record.shard not in self.facts.damaged:
+                    self._leaves(record)
+        self.flags[self.seen == 0] |= WORK | NEW
+
+    def _copied(self) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
+        """The re-annotated samples whose JPEG bytes are copied, in plan order: only when
+        nothing else sends their source to be decoded (it changed, a sample of it is in a
+        damaged shard, or its samples disagree on its digest)."""
+        rows = np.array(self.copies, np.int32).reshape(-1, 2)
+        if not len(rows):
+            return rows, (), ()
+        digest_of: dict[int, str] = {}
+        for (number, _), digest in zip(self.copies, self.copy_digests, strict=True):
+            if digest_of.setdefault(number, digest) != digest:
+                self.no_copy[number] = True
+        copyable = (self.flags & (REANNOTATE | STALE | CANDIDATE | NEW)) == REANNOTATE
+        copyable &= ~self.no_copy
+        self.flags[copyable] |= COPY
+        chosen = copyable[rows[:, 0]]
+        order = np.argsort(rows[:, 0], kind="stable")
+        order = order[chosen[order]].tolist()
+        return (rows[order], tuple(self.copy_keys[at] for at in order),
+                tuple(self.copy_digests[at] for at in order))
+
+    def delta(self) -> Delta:
+        copy_rows, copy_keys, copy_digests = self._copied()
+        candidates = np.array(sorted(self.expected), np.int32)
+        expected = tuple(self.expected[number] for number in candidates.tolist())
+        rows = np.array(self.samples, np.int32).reshape(-1, 2)
+        of_candidates = np.isin(rows[:, 0], candidates)
+        facts, previous = self.facts, self.previous
+        return Delta(
+            plan=self.plan,
+            previous=previous,
+            flags=self.flags,
+            work=np.flatnonzero(self.flags & WORK).astype(np.int32),
+            candidates=candidates,
+            expected=expected,
+            candidate_samples=rows[of_candidates],
+            candidate_keys=tuple(key for key, kept in zip(self.sample_keys,
+                                                          of_candidates.tolist(), strict=True)
+                                 if kept),
+            shard_names=tuple(self.shard_numbers),
+            leaving_keys=frozenset(self.leaving),
+            stale_shards=frozenset(self.stale_shards),
+            damaged=tuple(shard for shard in previous.shards if shard.name in facts.damaged),
+            kept_rejects=tuple(self.kept_rejects),
+            removed=self.removed,
+            repaired=self.repaired,
+            changed=self.changed,
+            reannotated=self.reannotated,
+            copy_samples=copy_rows,
+            copy_keys=copy_keys,
+            copy_digests=copy_digests,
+            next_numbers=MappingProxyType(next_numbers(previous)),
+            digest=_digest(facts.identity, previous.content_fingerprint or "", self.plan,
+                           self.flags, candidates, expected, sorted(facts.damaged), copy_rows,
+                           copy_keys + tuple(self.shard_numbers)),
+        )
+
+    # -- helpers
+
+    def _position(self, relpath: str) -> int | None:
+        index = self.table.index_of(relpath)
+        return None if index is None else int(self.plan_position[index])
+
+    def _shard_number(self, name: str) -> int:
+        return self.shard_numbers.setdefault(name, len(self.shard_numbers))
+
+    def _annotations_changed(self, record: SampleRecord, at: int) -> bool:
+        if self.facts.compare_labels and record.label != int(self.table.labels[at]):
+            return True
+        if self.facts.annotation_digests is None:
+            return False
+        try:
+            return int(record.annotation_digest or "", 16) != \
+                int(self.facts.annotation_digests[at])
+        except ValueError:
+            return True
+
+    def _decode_again(self, number: int) -> None:
+        self.flags[number] = (int(self.flags[number]) | WORK) & ~CANDIDATE & 0xFF
+        self.expected.pop(number, None)
+
+    def _decoded_again(self, number: int) -> bool:
+        return int(self.flags[number]) & (WORK | CANDIDATE) == WORK
+
+    def _certainly_changed(self, number: int) -> None:  # its samples go; decoded again
+        if not self.flags[number] & STALE:
+            self.changed += 1
+        self._decode_again(number)
+        self.flags[number] |= STALE
+
+    def _derive_again(self, number: int) -> None:  # same pixels, objects by current rules
+        if not self.flags[number] & REANNOTATE:
+            self.reannotated += 1
+        self._decode_again(number)
+        self.flags[number] |= REANNOTATE
+
+    def _leaves(self, record: SampleRecord) -> None:
+        self.leaving.add(record.key)
+        self.stale_shards.add(record.shard)
 
 
 def next_numbers(previous: Manifest) -> dict[str, int]:
