@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -78,9 +79,9 @@ class JournalState:
         if not isinstance(entry["rejects"], list) or not isinstance(entry.get("unchanged", {}),
                                                                       dict):
             raise TypeError("rejects or unchanged: not a list or mapping")
-        for relpath, stat in entry.get("unchanged", {}).items():
-            if not (isinstance(stat, list) and len(stat) == 3 and isinstance(stat[0], str)
-                    and all(_is_int(value) for value in stat[1:])):
+        for relpath, facts in entry.get("unchanged", {}).items():
+            if not (isinstance(facts, list) and len(facts) == 3 and isinstance(facts[0], str)
+                    and all(_is_int(value) for value in facts[1:])):
                 raise TypeError(f"unchanged {relpath!r}: not [digest, size, mtime]")
         object_classes = entry.get("object_classes", self.object_classes)
         if not isinstance(object_classes, list) \
@@ -354,6 +355,23 @@ class Journal:
             except OSError:
                 pass  # unflushed records of an unpublished shard: a resume cuts them anyway
             self._spool = None
+
+    def discard(self) -> None:
+        """Remove the journal and spool, if there are any: a run's that committed (or that
+        nothing can resume any more)."""
+        if not state_folder(self.path.parent, create=False):
+            return
+        self.close()
+        removed = False
+        for path in (self.path, self.samples_path):
+            try:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):  # a folder there is not ours
+                    os.unlink(path)
+                    removed = True
+            except FileNotFoundError:
+                pass
+        if removed:
+            fsync_directory(self.path.parent)
 
     def remove(self) -> None:
         self.close()
