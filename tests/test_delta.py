@@ -451,3 +451,12 @@ def test_samples_without_annotations_are_not_derived_again_under_older_rules():
     delta = diff(manifest(shard(SHARD_0)), [record("a.jpg", SHARD_0)], plan,
                  Facts(older_rules=True))
     assert len(delta.items()) == 0 and delta.reannotated == 0
+
+
+def test_a_source_decoded_again_that_is_rejected_now_counts_as_rejected_not_changed():
+    plan = planned(("a.jpg", 10, 9), ("b.jpg", 10, 1))
+    records = [record("a.jpg", SHARD_0, digest=""), record("b.jpg", SHARD_0)]
+    delta = diff(manifest(shard(SHARD_0)), records, plan, Facts())
+    outcome = resolve(delta, [RejectEntry("a.jpg", "corrupt", "not a JPEG")], 0, {})
+    assert (outcome.changes["changed"], outcome.changes["rejected"]) == (0, 1)
+    assert outcome.leaving_keys == {sample_key("a.jpg")}

@@ -89,6 +89,18 @@ def test_an_increment_decodes_only_new_and_changed_sources(tmp_path, fmt):
     assert report.ok, report.problems
 
 
+def test_a_changed_source_that_turned_corrupt_is_counted_rejected_not_changed(tmp_path):
+    source, output = tree(tmp_path / "source", 6), tmp_path / "out"
+    pack(source, output)
+    (source / "a" / "03.jpg").write_bytes(b"\xff\xd8 no longer a JPEG")
+    pack(source, output, "--max-reject-fraction", "0.5")
+    manifest = manifest_of(output)
+    history = manifest["history"][-1]
+    assert (history["changed"], history["rejected"]) == (0, 1), history
+    assert [reject["path"] for reject in manifest["rejects"]] == ["a/03.jpg"]
+    assert "a/03.jpg" not in samples_of(output)
+
+
 def test_increment_content_reads_back_right(tmp_path):
     """Samples copied into rewritten shards are the same bytes; new ones are the new image."""
     import webdataset as wds

@@ -198,6 +198,54 @@ def edit_spool_record_dropped(state: State) -> None:
     del state.records[0]
 
 
+def same_length(state: State, number: int, field: str) -> None:
+    """The spool record ``number`` with the last digit of ``field`` changed in place: the
+    spool keeps its length, the checkpoints their counts and ends."""
+    record = state.records[number]
+    at = record.index(f'"{field}":') + len(field) + 3
+    while record[at + 1].isdigit():
+        at += 1
+    digit = "1" if record[at] != "1" else "2"
+    state.records[number] = record[:at] + digit + record[at + 1:]
+
+
+def edit_spool_label_same_length(state: State) -> None:
+    same_length(state, 0, "label")
+
+
+def edit_spool_width_same_length(state: State) -> None:
+    same_length(state, 1, "width")
+
+
+def edit_spool_jpeg_bytes_same_length(state: State) -> None:
+    same_length(state, 2, "jpeg_bytes")
+
+
+def edit_shard_sha256_to_zeros(state: State) -> None:
+    entry = state.checkpoint(1)
+    state.set_checkpoint(1, shard=dict(entry["shard"], sha256="0" * 64))
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def edit_published_shard_byte_flipped(state: State) -> None:
+    flip_a_byte(state.journal.parents[1] / state.checkpoint(1)["shard"]["name"])
+
+
+def edit_published_shard_index_byte_flipped(state: State) -> None:
+    flip_a_byte(state.journal.parents[1] / state.checkpoint(2)["shard"]["index"]["name"])
+
+
+def edit_spool_sha256_dropped(state: State) -> None:
+    entry = state.checkpoint(1)
+    del entry["spool_sha256"]
+    state.lines[1] = json.dumps(entry)
+
+
 EDITS = [edit_next_past_the_plan, edit_spool_end_to_zero, edit_part_past_the_tiles,
          edit_unchanged_list_of_another_run, edit_reject_outside_the_plan,
          edit_object_classes_to_a_number, edit_deep_journal_line, edit_big_number_in_journal,
@@ -205,7 +253,10 @@ EDITS = [edit_next_past_the_plan, edit_spool_end_to_zero, edit_part_past_the_til
          edit_spool_shard_escaping, edit_spool_label_text, edit_spool_width_negative,
          edit_spool_height_nan, edit_spool_split_unplanned, edit_spool_key_duplicated,
          edit_spool_path_duplicated, edit_spool_not_a_record, edit_spool_deep_line,
-         edit_spool_record_dropped]
+         edit_spool_record_dropped, edit_spool_label_same_length, edit_spool_width_same_length,
+         edit_spool_jpeg_bytes_same_length, edit_shard_sha256_to_zeros,
+         edit_published_shard_byte_flipped, edit_published_shard_index_byte_flipped,
+         edit_spool_sha256_dropped]
 
 
 def assert_packed_afresh_with_one_warning(result: subprocess.CompletedProcess,
@@ -320,6 +371,22 @@ def test_a_journal_written_by_an_older_release_is_discarded_with_one_line(source
     state = State(output)
     state.lines[0] = json.dumps({"run": {"config": "c" * 64, "sources": "s" * 64,
                                          "base": None}})
+    state.save(follow=False)
+    result = run("pack", source, output, *PACK_ARGS)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    warnings = result.stderr.strip().splitlines()
+    assert len(warnings) == 1 and "written by an older release" in warnings[0], warnings
+    assert "resumed" not in result.stdout
+    assert manifest_of(output)["totals"]["packed"] == ORIGINALS
+    assert run("verify", output, "--quiet").returncode == 0
+
+
+def test_a_journal_of_an_older_format_is_discarded_with_one_line(source, tmp_path):
+    """Format 2 checkpoints hold no sha256 of the spool: what they say cannot be checked."""
+    output = tmp_path / "out"
+    interrupted(source, output)
+    state = State(output)
+    state.lines[0] = json.dumps(dict(state.checkpoint(0), journal=2))
     state.save(follow=False)
     result = run("pack", source, output, *PACK_ARGS)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr

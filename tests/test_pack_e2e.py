@@ -275,6 +275,8 @@ def test_a_sample_survives_the_round_trip_visually(tmp_path):
 
 
 def test_journal_cuts_a_torn_last_line_and_resumes_from_the_last_good_checkpoint(tmp_path):
+    import hashlib
+
     from shardsmith.dataset.manifest import RejectEntry, ShardEntry
     from shardsmith.packing.journal import Journal
     from shardsmith.packing.plan import PlanItem
@@ -289,7 +291,7 @@ def test_journal_cuts_a_torn_last_line_and_resumes_from_the_last_good_checkpoint
                 "source_size": item.source.size, "source_mtime_ns": 0, "source_digest": ""}
 
     (tmp_path / "train-000000.tar").write_bytes(b"x" * 10)
-    shard = ShardEntry("train-000000.tar", "train", 1, 10, "0" * 64)
+    shard = ShardEntry("train-000000.tar", "train", 1, 10, hashlib.sha256(b"x" * 10).hexdigest())
     journal = Journal(tmp_path, {"config": "c", "sources": "s"})
     state = journal.start()
     reject = RejectEntry("0.jpg", "empty", "zero-byte file", 0, 0)

@@ -591,21 +591,32 @@ def resolve(delta: Delta, rejects: Sequence[RejectEntry], sources: int,
         return Outcome(delta, MappingProxyType(dict(changes)), frozenset(), frozenset(),
                        frozenset(), MappingProxyType(dict(unchanged)))
     new = delta.flags & NEW
-    rejected = 0
+    # A source with samples before that is rejected now counts as rejected, not changed.
+    rejected = changed_rejected = 0
+    now_rejected: set[int] = set()
     if rejects:
         table, positions = delta.plan.table, delta.plan.position_of()
         for reject in rejects:
             index = table.index_of(reject.path)
-            rejected += index is not None and positions[index] >= 0 \
-                and bool(new[positions[index]])
-    changes.update(added=int(np.count_nonzero(new)) - rejected, rejected=rejected)
+            if index is None or positions[index] < 0:
+                continue
+            number = int(positions[index])
+            if new[number]:
+                rejected += 1
+            elif delta.flags[number] & STALE:  # counted among the certain changes
+                changed_rejected += 1
+            else:
+                now_rejected.add(number)
+    changes.update(added=int(np.count_nonzero(new)) - rejected,
+                   rejected=rejected + changed_rejected)
+    changes["changed"] -= changed_rejected
     is_changed = np.zeros(len(delta.plan), np.bool_)
     for number in delta.candidates.tolist():
         relpath = delta.plan.table.relpaths[int(delta.plan.order[number])]
         if relpath in unchanged:
             changes["touched"] += 1
         else:
-            changes["changed"] += 1
+            changes["rejected" if number in now_rejected else "changed"] += 1
             is_changed[number] = True
     rows = delta.candidate_samples
     leaves = is_changed[rows[:, 0]]

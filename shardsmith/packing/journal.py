@@ -13,10 +13,12 @@ the descriptor that was checked, not by name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from typing import Any
 from ..atomic import fsync_directory, naming, write_bytes_atomic
 from ..dataset.manifest import (
     STATE_DIR,
+    FileEntry,
     RejectEntry,
     SampleRecord,
     ShardEntry,
@@ -34,7 +37,7 @@ from ..dataset.manifest import (
     shard_name,
 )
 from ..dataset.statedir import bounded_lines, open_state_file, read_state, state_folder
-from ..door import MANIFEST_CAP
+from ..door import MANIFEST_CAP, Refused, open_file
 from ..errors import ManifestError
 from ..schema import LINE_CAP, MAX_EXACT, decode, parse, to_json
 
@@ -47,8 +50,11 @@ SAMPLES_NAME = "samples.jsonl"
 JOURNAL_CAP = MANIFEST_CAP
 SPOOL_CAP = 1 << 62
 # The first line names the format and the run (the digest of its Delta).  Journals of older
-# releases begin {"run": {"config": ..., "sources": ..., "base": ...}}: not resumed from.
-JOURNAL_FORMAT = 2
+# releases begin {"run": {"config": ..., "sources": ..., "base": ...}}, or name an older
+# format (2: checkpoints without the spool's sha256): not resumed from.
+JOURNAL_FORMAT = 3
+SHA256 = re.compile(r"[0-9a-f]{64}")
+HASH_CHUNK = 1 << 20
 
 
 @dataclass
@@ -78,9 +84,9 @@ class JournalState:
         if not isinstance(entry["rejects"], list) or not isinstance(entry.get("unchanged", {}),
                                                                       dict):
             raise TypeError("rejects or unchanged: not a list or mapping")
-        for relpath, stat in entry.get("unchanged", {}).items():
-            if not (isinstance(stat, list) and len(stat) == 3 and isinstance(stat[0], str)
-                    and all(_is_int(value) for value in stat[1:])):
+        for relpath, facts in entry.get("unchanged", {}).items():
+            if not (isinstance(facts, list) and len(facts) == 3 and isinstance(facts[0], str)
+                    and all(_is_int(value) for value in facts[1:])):
                 raise TypeError(f"unchanged {relpath!r}: not [digest, size, mtime]")
         object_classes = entry.get("object_classes", self.object_classes)
         if not isinstance(object_classes, list) \
@@ -119,6 +125,7 @@ class Journal:
         self.identity = identity
         self._spool = None
         self._pending = (0, 0, 0)  # samples, originals, source bytes since the last checkpoint
+        self._spool_hash = hashlib.sha256()  # of the spool so far, as checkpoints record it
 
     def load(self, work: Sequence[Any], next_numbers: Mapping[str, int],
              extension: str) -> JournalState | None:
@@ -151,7 +158,7 @@ class Journal:
             if os.fstat(spool).st_size < state.samples_end:
                 raise _Mismatch(f"the sample spool holds fewer than the {state.samples_end:,} "
                                 "bytes its checkpoints account for")
-            self._check_spool(state, checkpoints, work)
+            spool_hash = self._check_spool(state, checkpoints, work)
             journal = open_state_file(self.path, create=False)
             try:
                 with naming(self.path):
@@ -168,6 +175,7 @@ class Journal:
             os.close(spool)
             raise
         self._open_spool(spool)
+        self._spool_hash = spool_hash
         return state
 
     def _checkpoints(self, handle: Any, work: Sequence[Any], next_numbers: Mapping[str, int],
@@ -190,6 +198,12 @@ class Journal:
                         log.warning("%s: written by an older release, not resumed from; "
                                     "packing afresh", self.path)
                         return None
+                    if isinstance(entry, dict) and _is_int(entry.get("journal")) \
+                            and entry["journal"] < JOURNAL_FORMAT:
+                        log.warning("%s: written by an older release (journal format %d), "
+                                    "not resumed from; packing afresh", self.path,
+                                    entry["journal"])
+                        return None
                     if entry != {"journal": JOURNAL_FORMAT, "run": self.identity}:
                         return None
                     state = JournalState()
@@ -197,9 +211,14 @@ class Journal:
                     continue
                 try:
                     shard = entry["shard"]
-                    if shard is not None and not files_intact(
-                            self.output, parse(ShardEntry, shard, "shard").files()):
-                        break
+                    if shard is not None:
+                        files = parse(ShardEntry, shard, "shard").files()
+                        if not files_intact(self.output, files):
+                            break
+                        self._check_published(files, f"line {number}")
+                    spool_sha256 = entry["spool_sha256"]
+                    if not isinstance(spool_sha256, str) or not SHA256.fullmatch(spool_sha256):
+                        raise TypeError("spool_sha256: not a sha256 hex digest")
                     before = (state.next_index, state.samples_end, len(state.shards))
                     state.apply(entry)
                 except (KeyError, TypeError, AttributeError) as exc:
@@ -227,32 +246,62 @@ class Journal:
                 if entry.get("sources", packed) > packed:
                     raise _Mismatch(f"line {number}: more originals than samples")
                 checkpoints.append(_Checkpoint(state.next_index, state.next_part, shard, packed,
-                                               state.samples_end))
+                                               state.samples_end, spool_sha256))
                 valid_bytes += len(line)
         if state is None:
             return None
         return state, checkpoints, valid_bytes
 
+    def _check_published(self, files: Sequence[FileEntry], where: str) -> None:
+        """Each published file of a checkpoint's shard holds what the checkpoint says it
+        does (its sha256, read through the door): a shard changed since, or a checkpoint
+        edited, is never resumed from, or its digest would be published.  _Mismatch
+        otherwise."""
+        for entry in files:
+            digest = hashlib.sha256()
+            try:
+                with open_file(self.output / entry.name, entry.bytes) as handle:
+                    offset = 0
+                    while offset < entry.bytes and (chunk := handle.pread(
+                            min(HASH_CHUNK, entry.bytes - offset), offset)):
+                        digest.update(chunk)
+                        offset += len(chunk)
+            except (OSError, Refused) as exc:
+                raise _Mismatch(f"{where}: {entry.name} cannot be read: {exc}") from None
+            if digest.hexdigest() != entry.sha256:
+                raise _Mismatch(f"{where}: {entry.name} does not hold what the checkpoint "
+                                "says (its sha256 differs)")
+
     def _check_spool(self, state: JournalState, checkpoints: list[_Checkpoint],
-                     work: Sequence[Any]) -> None:
+                     work: Sequence[Any]) -> Any:
         """The spool up to ``state.samples_end`` holds exactly the records the checkpoints
-        count, each a valid sample record of its checkpoint's shard and of the plan item the
-        checkpoints account for; every original before the resume point is packed, rejected
-        or unchanged.  _Mismatch otherwise."""
+        count, with the sha256 each checkpoint recorded, each a valid sample record of its
+        checkpoint's shard and of the plan item the checkpoints account for; every original
+        before the resume point is packed, rejected or unchanged.  Returns the running hash
+        of the spool up to there (appending continues it); _Mismatch otherwise."""
         walk = _PlanWalk(work, state)
         stops = iter(checkpoints)
         stop = next(stops, None)
         offset = counted = 0
+        hasher = hashlib.sha256()
+
+        def reached(stop: _Checkpoint, counted: int) -> None:
+            if counted != stop.packed:
+                raise _Mismatch(f"a checkpoint counts {stop.packed} samples, the spool holds "
+                                f"{counted}")
+            if offset != stop.samples_end or hasher.hexdigest() != stop.spool_sha256:
+                raise _Mismatch(f"the sample spool up to byte {stop.samples_end:,} is not "
+                                "what its checkpoint recorded (its sha256 differs)")
+
         try:
             handle = read_state(self.samples_path, SPOOL_CAP)
             with closing(_lines(handle, LINE_CAP, state.samples_end)) as lines:
                 for number, line in enumerate(lines, 1):
                     while stop is not None and offset >= stop.samples_end:
-                        if counted != stop.packed:
-                            raise _Mismatch(f"a checkpoint counts {stop.packed} samples, the "
-                                            f"spool holds {counted}")
+                        reached(stop, counted)
                         stop, counted = next(stops, None), 0
                     offset += len(line)
+                    hasher.update(line)
                     if stop is None or offset > stop.samples_end:
                         raise _Mismatch(f"spool line {number} crosses a checkpoint")
                     where = f"spool line {number}"
@@ -266,16 +315,16 @@ class Journal:
         except ManifestError as exc:
             raise _Mismatch(str(exc)) from None
         while stop is not None:
-            if counted != stop.packed:
-                raise _Mismatch(f"a checkpoint counts {stop.packed} samples, the spool holds "
-                                f"{counted}")
+            reached(stop, counted)
             stop, counted = next(stops, None), 0
         walk.finish()
+        return hasher
 
     def start(self) -> JournalState:
         """Begin a new journal for this run."""
         state_folder(self.path.parent)
         write_bytes_atomic(self.samples_path, b"")
+        self._spool_hash = hashlib.sha256()
         first = {"journal": JOURNAL_FORMAT, "run": self.identity}
         write_bytes_atomic(self.path, (json.dumps(first) + "\n").encode())
         self._open_spool(open_state_file(self.samples_path, create=False))
@@ -293,8 +342,10 @@ class Journal:
     def add_sample(self, record: dict[str, Any], first: bool = True) -> None:
         """Record a sample written to the open shard (made durable by the next checkpoint);
         ``first``: the first sample of its original (the others are more tiles of it)."""
+        line = sample_line(record)
         with naming(self.samples_path):
-            self._spool.write(sample_line(record))
+            self._spool.write(line)
+        self._spool_hash.update(line)
         samples, sources, source_bytes = self._pending
         self._pending = (samples + 1, sources + first,
                          source_bytes + (record["source_size"] if first else 0))
@@ -312,7 +363,8 @@ class Journal:
         samples, sources, source_bytes = self._pending
         entry = {"next": next_index, "shard": to_json(shard) if shard else None,
                  "rejects": to_json(rejects), "unchanged": unchanged, "packed": samples,
-                 "bytes_in": source_bytes, "samples_end": self._spool.tell()}
+                 "bytes_in": source_bytes, "samples_end": self._spool.tell(),
+                 "spool_sha256": self._spool_hash.hexdigest()}
         if samples != sources or part:
             entry.update(sources=sources, part=part)
         if object_classes is not None:
@@ -355,6 +407,23 @@ class Journal:
                 pass  # unflushed records of an unpublished shard: a resume cuts them anyway
             self._spool = None
 
+    def discard(self) -> None:
+        """Remove the journal and spool, if there are any: a run's that committed (or that
+        nothing can resume any more)."""
+        if not state_folder(self.path.parent, create=False):
+            return
+        self.close()
+        removed = False
+        for path in (self.path, self.samples_path):
+            try:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):  # a folder there is not ours
+                    os.unlink(path)
+                    removed = True
+            except FileNotFoundError:
+                pass
+        if removed:
+            fsync_directory(self.path.parent)
+
     def remove(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
@@ -375,6 +444,7 @@ class _Checkpoint:
     shard: ShardEntry | None
     packed: int
     samples_end: int
+    spool_sha256: str
 
 
 def _is_int(value: Any) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 from ..annotations.counts import object_counts
 from ..annotations.model import ObjectClasses, Vocabulary
 from ..annotations.prepare import Prepared, prepare
-from ..atomic import remove_stale_tmp
+from ..atomic import fsync_directory, remove_stale_tmp
 from ..config import Config, check_paths
 from ..dataset.formats import ShardLimits, ShardRoller, shard_format, write_index
 from ..dataset.lock import DirectoryLock
@@ -111,6 +111,7 @@ def _pack_scanned(
         repaired = write_derived(output, previous)
         if repaired:
             log.warning("rewrote %s to match the manifest", ", ".join(repaired))
+        finish_commit(output, previous)
         return PackResult(previous, output, up_to_date=True)
 
     delta = find_delta(job, previous)
@@ -145,6 +146,18 @@ def _pack_scanned(
     commit(output, manifest, no_longer_named(previous, manifest) + merged_away)
     journal.remove()
     return PackResult(manifest, output, resumed_at=execution.resumed_at)
+
+
+def finish_commit(output: Path, manifest: Manifest) -> None:
+    """Finish what a run killed after its commit left (docs/design.md, invariant 8): the
+    files of the previous version the new manifest no longer names, and the journal and
+    spool of the run that committed it (the version it built is there: nothing to resume).
+    A rerun then ends as an uninterrupted run would have, byte for byte."""
+    removed = remove_unnamed(output, {entry.name for entry in manifest.files()})
+    if removed:
+        log.info("removed %s, which the manifest does not name", ", ".join(removed))
+        fsync_directory(output)
+    Journal(output, {}).discard()
 
 
 def make_job(scanned: ScanResult, config: Config, source: Path, output: Path,
