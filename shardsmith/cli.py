@@ -91,7 +91,78 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _UsageLine(click.ClickException):
+    """A usage error as one line in the house format, where click would print three."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        _echo(f"shardsmith: error: {printable(self.message)}", err=True)
+
+
+def usage_line(exc: click.UsageError, command: str | None) -> str:
+    """What was wrong with the command line of ``command`` (None: the group's own), naming
+    the option (or argument) and the value, and where to look: ``--quality: 'nan' is not a
+    valid integer (pack --help lists the options)``."""
+    message = _lower_first(exc.message.strip().rstrip("."))
+    if isinstance(exc, click.MissingParameter) and exc.param is not None:
+        what = "option" if isinstance(exc.param, click.Option) else "argument"
+        message = f"{_parameter_name(exc.param)}: a required {what}, not given"
+    elif isinstance(exc, click.BadParameter) and exc.param is not None:
+        message = f"{_parameter_name(exc.param)}: {message}"
+    elif isinstance(exc, click.NoSuchOption):
+        message = f"{exc.option_name}: no such option"
+        if exc.possibilities:
+            message += f" (did you mean {' or '.join(sorted(exc.possibilities))}?)"
+    elif isinstance(exc, click.BadOptionUsage):
+        message = f"{exc.option_name}: " + message.replace(f"option '{exc.option_name}' ", "")
+    if command is None:
+        return f"{_lower_first(message)} (shardsmith --help lists the commands)"
+    return f"{_lower_first(message)} ({command} --help lists the options)"
+
+
+def _parameter_name(parameter: click.Parameter) -> str:
+    if isinstance(parameter, click.Option):
+        return max(parameter.opts, key=len)  # --output rather than -o
+    return parameter.human_readable_name
+
+
+def _lower_first(message: str) -> str:
+    """"No such command" reads "no such command" after a colon; "DATASET" stays."""
+    if len(message) > 1 and message[0].isupper() and not message[1].isupper():
+        return message[0].lower() + message[1:]
+    return message
+
+
+class _Commands(click.Group):
+    """The command group: a usage error of any command is one line on stderr and exit 2,
+    as the project's own checks are; ``--help`` and a bare ``shardsmith`` print the help."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _one_line_usage({}):
+            return super().make_context(*args, **kwargs)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta["shardsmith.command"] = name  # a parse error of its own may lack its context
+        return name, command, rest
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_usage(ctx.meta):
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _one_line_usage(meta: dict[str, Any]):
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as exc:
+        raise _UsageLine(usage_line(exc, meta.get("shardsmith.command"))) from exc
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="shardsmith")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def main(verbose: int) -> None:

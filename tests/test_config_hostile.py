@@ -97,6 +97,49 @@ def test_a_number_key_given_twice_is_an_error_like_a_name_given_twice(tmp_path):
     assert "job.yaml: line 2: the key 1 is given twice" in line
 
 
+
+# ------------------------------------------------------------------ a split named twice, tiles off
+
+@pytest.mark.parametrize("splits", ["train=0.5,val=0.5,train=0.1",
+                                    "train=0.5, val=0.5, train =0.5"])
+def test_a_split_named_twice_on_the_command_line_is_named_not_summed(tmp_path, splits):
+    source = originals(tmp_path / "source")
+    line = one_error_line(cli("pack", source, tmp_path / "out", "--split", splits), 2)
+    assert "splits.train: the split is given twice" in line and "add up" not in line, line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text", [
+    "splits:\n  train: 0.5\n  val: 0.5\n  train: 0.1\n",
+    "splits: {train: 0.5, val: 0.5, train: 0.1}\n",
+    "splits: train=0.5,val=0.5,train=0.1\n",
+])
+def test_a_split_named_twice_in_the_job_file_is_named_not_summed(tmp_path, text):
+    line = pack_with_config(tmp_path, text)
+    assert "'train' is given twice" in line or "splits.train: the split is given twice" in line
+    assert "add up" not in line, line
+
+
+@pytest.mark.parametrize("scale", ["0", "7", "-0.5"])
+def test_a_tile_scale_out_of_range_is_refused_with_tiles_off_too(tmp_path, scale):
+    line = pack_with_config(tmp_path, f"image:\n  tiles:\n    scale: {scale}\n")
+    assert "image.tiles.scale: expected more than 0 and at most 1" in line, line
+
+
+@pytest.mark.parametrize(("tiles", "says"), [
+    ("keep: some", "image.tiles.keep"),
+    ("background_fraction: 2", "image.tiles.background_fraction: expected 0..1"),
+])
+def test_tile_settings_that_do_not_depend_on_the_size_are_checked_with_tiles_off(
+        tmp_path, tiles, says):
+    assert says in pack_with_config(tmp_path, f"image:\n  tiles:\n    {tiles}\n")
+
+
+def test_a_tile_scale_in_range_with_tiles_off_is_accepted():
+    config = load_config(None, {"source.path": "src", "output.path": "out",
+                                "image.tiles.scale": 0.25})
+    assert not config.image.tiles.enabled and config.image.tiles.scale == 0.25
+
 # ------------------------------------------------------------------ splits.group too big to compile
 
 @pytest.mark.parametrize("pattern", EXPANDING_PATTERNS)

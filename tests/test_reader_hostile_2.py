@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import struct
+import tarfile
 from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
@@ -353,3 +354,63 @@ def test_tf_targets_that_do_not_agree_are_named_and_skipped(tmp_path, caplog, ed
     assert len(elements) == total  # the epoch stays whole: a fresh pass fills its place
     assert all(1 <= int(c) <= 2 for element in elements for c in element["classes"])
     assert any(problem in r.getMessage() for r in caplog.records)
+
+
+# --- a corrupt sample is named by its key, whatever its shard has become ------------------
+
+
+def shard_keys(path: Path) -> set[str]:
+    with tarfile.open(path) as tar:
+        return {member.name.split(".", 1)[0] for member in tar.getmembers()}
+
+
+def damage(output: Path, name: str, how: str) -> None:
+    """The shard ``name`` cut short after its first sample's image began, replaced by a FIFO,
+    or by a link to its own bytes elsewhere (the readers follow no link)."""
+    path = output / name
+    if how == "truncated":
+        os.truncate(path, 3000)
+    elif how == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    else:
+        outside = output.parent / f"outside-{name}"
+        path.rename(outside)
+        path.symlink_to(outside)
+
+
+def first_corrupt(output: Path, reader: str) -> str:
+    """The message of the first corrupt sample of the train split, raised."""
+    from shardsmith.errors import CorruptSampleError
+
+    with pytest.raises(CorruptSampleError) as raised:
+        if reader == "dali":
+            from shardsmith.readers.dali import loader
+
+            for _ in loader(output, split="train", batch_size=2, device="cpu", shuffle=False,
+                            num_threads=1):
+                pass
+        else:
+            from shardsmith.readers.torch import dataset
+
+            batch_size = 2 if reader == "torch batches" else None
+            for _ in dataset(output, split="train", shuffle=False, on_corrupt="raise",
+                             batch_size=batch_size):
+                pass
+    return str(raised.value)
+
+
+@pytest.mark.parametrize("how", ["truncated", "fifo", "symlink"])
+@pytest.mark.parametrize("reader", ["torch", "torch batches", "dali"])
+def test_a_corrupt_sample_of_a_damaged_shard_is_named_by_shard_and_key(tmp_path, how,
+                                                                        reader):
+    pytest.importorskip("torch", reason="the torch and DALI readers need PyTorch")
+    if reader == "dali":
+        pytest.importorskip("nvidia.dali", reason="the DALI reader needs NVIDIA DALI")
+    output = small_dataset(tmp_path)
+    name = first_shard(output)["name"]
+    keys = shard_keys(output / name)
+    damage(output, name, how)
+    message = first_corrupt(output, reader)
+    assert "sample ?" not in message, message
+    assert any(f"{name}: sample {key}: unreadable" in message for key in keys), message

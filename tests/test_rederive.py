@@ -210,6 +210,24 @@ def test_a_dry_run_says_how_many_keep_their_jpeg_bytes(tmp_path, monkeypatch):
     assert "3 re-annotated (3 with their JPEG bytes copied)" in result.output
 
 
+def test_the_pack_summary_and_report_say_how_many_kept_their_jpeg_bytes(tmp_path,
+                                                                         monkeypatch):
+    source = tmp_path / "source"
+    corpus(source, "jpeg8", (1, 6))
+    overrides = settings("pad")
+    older_version(source, tmp_path / "out", overrides, monkeypatch)
+    config = tmp_path / "job.yaml"
+    config.write_text(json.dumps(_nested(overrides)))
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "out"), "--config",
+                                       str(config), "--workers", "1", "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    head = next(line for line in result.output.splitlines() if ": version 2:" in line)
+    assert "0 images decoded, 3 re-annotated with their JPEG bytes copied" in head, head
+    assert json.loads(report.read_text())["jpeg_copied"] == 3
+    assert json.loads(report.read_text())["decoded"] == 0
+
+
 def _nested(overrides: dict) -> dict:
     nested: dict = {}
     for dotted, value in overrides.items():

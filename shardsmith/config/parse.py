@@ -224,6 +224,9 @@ def split_mapping(value: Any, key: str) -> Any:
         name, sep, fraction = part.partition("=")
         if not sep:
             raise ConfigError(f"{key}: expected NAME=FRACTION, got {part!r}")
+        if name.strip() in pairs:  # the last would silently win, and the sum blame the rest
+            raise ConfigError(f"{key}.{cut(name.strip())}: the split is given twice in "
+                              f"{shown(value)}")
         try:
             pairs[name.strip()] = float(fraction)
         except ValueError:
@@ -322,6 +325,15 @@ def _validate(config: Config) -> Config:
 
 
 def _validate_tiles(tiles: TileConfig) -> None:
+    # The ranges that do not depend on the tile size hold with tiles off too: a wrong value
+    # there is a mistake the day tiles are turned on, and would be recorded as it is.
+    if not 0 < tiles.scale <= 1:
+        raise ConfigError(f"image.tiles.scale: expected more than 0 and at most 1, got "
+                          f"{tiles.scale:g}")
+    _one_of("image.tiles.keep", tiles.keep, TILE_KEEP)
+    if not 0 <= tiles.background_fraction <= 1:
+        raise ConfigError(f"image.tiles.background_fraction: expected 0..1, got "
+                          f"{tiles.background_fraction:g}")
     if not tiles.enabled:
         if tiles.size < 0:
             raise ConfigError(f"image.tiles.size: expected 0 (no tiles) or 16..16384, got "
@@ -332,15 +344,8 @@ def _validate_tiles(tiles: TileConfig) -> None:
     if not 0 <= tiles.overlap < tiles.size:
         raise ConfigError(f"image.tiles.overlap: expected 0..{tiles.size - 1} (less than the "
                           f"tile), got {tiles.overlap}")
-    if not 0 < tiles.scale <= 1:
-        raise ConfigError(f"image.tiles.scale: expected more than 0 and at most 1, got "
-                          f"{tiles.scale:g}")
     if (problem := grid_problem(tiles)) is not None:
         raise ConfigError(f"image.tiles: {problem}")
-    _one_of("image.tiles.keep", tiles.keep, TILE_KEEP)
-    if not 0 <= tiles.background_fraction <= 1:
-        raise ConfigError(f"image.tiles.background_fraction: expected 0..1, got "
-                          f"{tiles.background_fraction:g}")
 
 
 def _validate_annotations(config: Config) -> Config:

@@ -28,9 +28,11 @@ def pack_summary(result: PackResult) -> str:
         parts += [f"{value:,} {name}" for name, value in (
             ("rejected", change.rejected), ("touched (same content)", change.touched),
             ("repaired", change.repaired)) if value]
+        copied = run.get("jpeg_copied", 0)
         head = (f"{result.output}: version {manifest.version}: {', '.join(parts)}; "
                 f"{plural(run.get('decoded', 0), 'image')} decoded, "
-                f"{plural(len(change.shards_added), 'shard')} new, "
+                + (f"{copied:,} re-annotated with their JPEG bytes copied, " if copied else "")
+                + f"{plural(len(change.shards_added), 'shard')} new, "
                 f"{len(change.shards_removed):,} rewritten or dropped"
                 + (f" ({change.note})" if change.note else ""))
     elif result.resumed_at:
@@ -110,6 +112,10 @@ def pack_report(result: PackResult) -> dict:
         "splits": to_json(manifest.splits),
         "rejects_by_reason": dict(Counter(r.reason for r in manifest.rejects)),
         "reject_fraction": round(result.reject_fraction, 6),
+        # decoded counts decodes only: a re-annotated original whose JPEG bytes were copied
+        # from the previous version is counted here instead
+        "decoded": manifest.run.get("decoded", 0),
+        "jpeg_copied": manifest.run.get("jpeg_copied", 0),
         "shards": len(manifest.shards),
         "run": manifest.run,
         "fingerprint": manifest.fingerprint,

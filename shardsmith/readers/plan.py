@@ -60,9 +60,21 @@ class SampleTable:
     # Per shard, the data offset and member name of its first sample's image ("" if none):
     # what a shard opened later must hold there to be the shard the index describes.
     first_members: tuple[tuple[int, str], ...] = ()
+    # Each sample's key, for messages (a sample whose shard cannot be read is still named):
+    # the keys end to end in one string, sample i's from key_bounds[i] to key_bounds[i + 1].
+    keys: str = ""
+    key_bounds: np.ndarray | None = None  # int64, one more than there are samples
 
     def __len__(self) -> int:
         return len(self.shard)
+
+    def key(self, index: int) -> str | None:
+        """The key of sample ``index`` (its image member's name before the first dot), or
+        None for a table made without keys."""
+        bounds = self.key_bounds
+        if bounds is None or not 0 <= index < len(bounds) - 1:
+            return None
+        return self.keys[int(bounds[index]) : int(bounds[index + 1])]
 
     def shard_ranges(self) -> list[tuple[int, int]]:
         """[start, end) of each shard's samples (samples of a shard are consecutive)."""
@@ -74,7 +86,7 @@ def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
     """The sample table of ``shards`` from their indexes (or, for tars packed before indexes
     existed, from their headers, with a warning)."""
     columns: list[list[int]] = [[] for _ in range(9)]
-    paths, first_members = [], []
+    paths, first_members, keys = [], [], []
     legacy = [shard.name for shard in shards if shard.index is None]
     if legacy:
         log.warning("%d shards have no index (packed by an older shardsmith): reading their "
@@ -85,13 +97,17 @@ def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
         paths.append(str(path))
         rows = _index_rows(directory, shard) if shard.index else _scan_rows(path, shard)
         first_members.append((rows[0][0][0], rows[0][1]) if rows else (-1, ""))
-        for row, _ in rows:
+        for row, name in rows:
+            keys.append(name.split(".", 1)[0])
             columns[0].append(number)
             for column, value in zip(columns[1:], row, strict=True):
                 column.append(value)
     shard_of, *rest = (np.asarray(column, np.int64) for column in columns)
+    key_bounds = np.zeros(len(keys) + 1, np.int64)
+    np.cumsum([len(key) for key in keys], out=key_bounds[1:])
     return SampleTable(tuple(paths), shard_of.astype(np.int32), *rest,
-                       first_members=tuple(first_members))
+                       first_members=tuple(first_members), keys="".join(keys),
+                       key_bounds=key_bounds)
 
 
 Row = tuple[int, int, int, int, int, int, int, int]  # image, label, meta, mask: offset, size

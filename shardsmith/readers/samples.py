@@ -102,11 +102,14 @@ class SampleReader:
             raise self.named(index, str(exc)) from None
 
     def where(self, index: int) -> str:
-        """``SHARD: sample KEY`` for messages."""
+        """``SHARD: sample KEY`` for messages: the key the table has from the shard's index,
+        so a shard cut short, or one that is a FIFO or a link, still names its samples."""
         table = self.table
         shard = int(table.shard[index])
-        name = self.files.member_name(shard, int(table.image_offset[index]))
-        return f"{Path(table.paths[shard]).name}: sample {name.rsplit('.', 1)[0]}"
+        key = table.key(index)
+        if key is None:  # a table made without keys: from the member's tar header
+            key = self.files.member_name(shard, int(table.image_offset[index])).split(".", 1)[0]
+        return f"{Path(table.paths[shard]).name}: sample {key}"
 
     def named(self, index: int, problem: str) -> CorruptSampleError:
         return CorruptSampleError(f"{self.where(index)}: {problem}")
