@@ -7,6 +7,7 @@ the same line with the same exit code.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def command_line(name: str, tmp_path: Path, dataset: Path) -> list[object]:
             "log": ["log", dataset],
             "stage": ["stage", dataset, "--to", tmp_path / "nvme", "--quiet"],
             "pack": ["pack", tmp_path / "source", dataset, *PACK_ARGS],
+            "dry run": ["pack", tmp_path / "source", dataset, *PACK_ARGS, "--dry-run"],
             }[name]
 
 
@@ -102,7 +104,7 @@ DISAGREEING = {
                                             "(source.annotations: has_masks false)"),
     "image.size": (_setting_size, "image_size 32 disagrees with its settings (image.size 64)"),
 }
-COMMANDS = ["inspect", "sheet", "verify", "log", "stage", "pack"]
+COMMANDS = ["inspect", "sheet", "verify", "log", "stage", "pack", "dry run"]
 
 
 @pytest.mark.parametrize("command_name", COMMANDS)
@@ -159,3 +161,52 @@ def test_a_manifest_with_a_key_twice_or_a_byte_order_mark_is_one_line(tmp_path, 
     path.write_bytes(change(path.read_bytes()))
     line = one_error_line(cli(*command_line(command_name, tmp_path, dataset)), 2)
     assert message in line
+
+
+# ------------------------------------------------------------------ the dry run is the pack's
+
+
+def _index_missing(dataset: Path) -> None:
+    (dataset / manifest_of(dataset)["samples_index"]["name"]).unlink()
+
+
+def _manifest_not_json(dataset: Path) -> None:
+    (dataset / "manifest.json").write_text("{")
+
+
+def _other_settings(dataset: Path) -> None:
+    manifest = manifest_of(dataset)
+    manifest["fingerprint"] = "0" * 64
+    write_manifest(dataset, manifest)
+
+
+REFUSED = {
+    "sample index edited": relabel_first_sample,
+    "sample index missing": _index_missing,
+    "manifest not JSON": _manifest_not_json,
+    "other settings": _other_settings,
+}
+
+
+@pytest.mark.parametrize("damage", list(REFUSED))
+@pytest.mark.parametrize("new_source", [False, True], ids=["unchanged", "a new source"])
+def test_a_dry_run_refuses_what_the_pack_refuses_in_the_same_line(tmp_path, damage,
+                                                                   new_source):
+    dataset = packed(tmp_path)
+    REFUSED[damage](dataset)
+    if new_source:
+        images.write(tmp_path / "source" / "a" / "new.jpg", images.jpeg(96, 64, 99))
+    before = dataset_bytes(dataset)
+    dry = one_error_line(cli(*command_line("dry run", tmp_path, dataset)), 2)
+    assert dataset_bytes(dataset) == before
+    assert one_error_line(cli(*command_line("pack", tmp_path, dataset)), 2) == dry
+
+
+def test_a_dry_run_over_a_sound_dataset_still_says_what_a_pack_would_change(tmp_path):
+    dataset = packed(tmp_path)
+    images.write(tmp_path / "source" / "a" / "new.jpg", images.jpeg(96, 64, 99))
+    result = cli(*command_line("dry run", tmp_path, dataset), "--report",
+                 tmp_path / "dry.json")
+    assert result.exit_code == 0, result.output
+    dry = json.loads((tmp_path / "dry.json").read_text())["dry_run"]
+    assert dry["changes"].startswith("1 new, 0 removed, 0 changed")
