@@ -68,16 +68,45 @@ _LENGTH = re.compile(r"Expected `array` of length (?P<length>\d+), got \d+")
 _MISSING = re.compile(r"Object missing required field `(?P<name>[^`]+)`")
 
 
-def decode(data: bytes | str, where: str) -> Any:
+def decode(data: bytes | str, where: str, *, unique_keys: bool = False) -> Any:
     """``data`` decoded as JSON; ManifestError naming ``where`` for anything that is not JSON
-    this reader can hold: a syntax error, bytes that are not UTF-8, an integer past Python's
-    digit limit, or nesting deeper than the interpreter's recursion limit (RecursionError).
+    this reader can hold: a syntax error, bytes that are not UTF-8 (or UTF-8 behind a
+    byte-order mark, which JSON does not allow), an integer past Python's digit limit, or
+    nesting deeper than the interpreter's recursion limit (RecursionError).
     (Python's reader, not msgspec's: a lone ``\\udcff`` escape, which our writer produces for
-    a file name that is not UTF-8, is JSON that msgspec refuses.)"""
+    a file name that is not UTF-8, is JSON that msgspec refuses.)
+
+    ``unique_keys``: a key twice in one object is refused too (JSON readers differ on which
+    value wins, so a document holding both says two things); for a small document such as a
+    manifest, where the check's cost does not matter."""
+    if data[:3] == b"\xef\xbb\xbf" or data[:1] == "\ufeff":
+        raise ManifestError(f"{where}: not valid JSON: starts with a byte-order mark (save it "
+                            "as UTF-8 without one)")
     try:
-        return json.loads(data)
+        return json.loads(data, object_pairs_hook=_one_value_per_key if unique_keys else None)
+    except _DuplicateKey as exc:
+        raise ManifestError(f"{where}: not valid JSON: the key {shown(exc.key, 60)} appears "
+                            "twice in one object") from None
     except (ValueError, RecursionError) as exc:
         raise ManifestError(f"{where}: not valid JSON: {shown(str(exc), 80)}") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of a JSON document, refused (``_DuplicateKey``) when a key repeats."""
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return mapping
 
 
 def parse(cls: type[T], value: Any, where: str,

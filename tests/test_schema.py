@@ -6,6 +6,7 @@ own function of the settings, equal across releases.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -18,7 +19,7 @@ from shardsmith.dataset.manifest import (
     write_manifest,
 )
 from shardsmith.errors import ConfigError, ManifestError
-from shardsmith.schema import line_reader, parse
+from shardsmith.schema import decode, line_reader, parse
 
 # Computed with the release before the schema engine changed (issue 17): a dataset packed by any
 # release with these settings has this fingerprint.  A change here makes every existing
@@ -155,10 +156,37 @@ def test_an_older_manifest_gets_its_facts_from_the_settings_it_recorded():
         (256, "pad", True)
 
 
-def test_recorded_facts_are_read_as_recorded():
-    manifest = read(manifest_dict(image_size=64, image_resize="stretch", has_masks=True))
+def test_recorded_facts_that_agree_with_the_settings_are_read_as_recorded():
+    settings = {"image": {"size": 64, "resize": "stretch"},
+                "source": {"annotations": {"coco": "coco.json"}}}
+    manifest = read(manifest_dict(config=settings, image_size=64, image_resize="stretch",
+                                  has_masks=True))
     assert (manifest.image_size, manifest.image_resize, manifest.has_masks) == \
         (64, "stretch", True)
+
+
+@pytest.mark.parametrize(("facts", "message"), [
+    ({"image_size": 64}, "image_size 64 disagrees with its settings (image.size 512)"),
+    ({"image_resize": "center_crop"},
+     "image_resize center_crop disagrees with its settings (image.resize fit)"),
+    ({"has_masks": True},
+     "has_masks true disagrees with its settings (source.annotations: has_masks false)"),
+])
+def test_a_recorded_fact_the_settings_do_not_give_is_refused_naming_both(facts, message):
+    with pytest.raises(ManifestError, match=f"^{re.escape(message)}: the manifest is damaged$"):
+        read(manifest_dict(**facts))
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    (b'{"a": 1, "b": {"c": 2, "c": 3}}', "not valid JSON: the key 'c' appears twice in one "
+                                         "object"),
+    (b'\xef\xbb\xbf{"a": 1}', "not valid JSON: starts with a byte-order mark (save it as UTF-8 "
+                            "without one)"),
+])
+def test_a_document_with_a_key_twice_or_a_byte_order_mark_is_one_line(document, message):
+    with pytest.raises(ManifestError) as caught:
+        decode(document, "manifest.json", unique_keys=True)
+    assert str(caught.value) == f"manifest.json: {message}"
 
 
 def test_an_older_manifest_whose_settings_do_not_validate_is_one_line():
@@ -222,3 +250,8 @@ def test_a_sample_line_nested_past_any_parser_is_one_line():
     line = b'{"key":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
     with pytest.raises(ManifestError, match="^line 1: not valid JSON: 'maximum recursion depth"):
         read_line(line, "line 1")
+
+
+def test_a_byte_order_mark_before_a_sample_line_is_named():
+    with pytest.raises(ManifestError, match="^line 1: not valid JSON: starts with a byte-order"):
+        read_line(b"\xef\xbb\xbf" + sample_line(RECORD), "line 1")

@@ -153,7 +153,7 @@ def _read_sample_index(directory: Path, manifest: Manifest,
     problems = []
     classes = len(manifest.classes)
     try:
-        for record in iter_sample_index(directory, manifest, check_digest=True):
+        for record in iter_sample_index(directory, manifest):
             counts[record.shard] += 1
             expected = per_shard[record.shard]
             expected.keys = (expected.keys + _key_digest(record.key)) & DIGEST_MASK

@@ -39,6 +39,7 @@ from ..dataset.manifest import (
     iter_sample_index,
     no_longer_named,
     remove_unnamed,
+    sample_index_intact,
     samples_index_name,
     sources_fingerprint,
     write_derived,
@@ -251,7 +252,7 @@ def _up_to_date(output: Path, previous: Manifest, job: Job) -> bool:
     damaged = [shard.name for shard in previous.shards
                if not files_intact(output, shard.files())]
     index = previous.samples_index
-    index_ok = files_intact(output, [index.file])
+    index_ok = sample_index_intact(output, previous)
     if damaged:
         log.warning("%d listed shards are missing or damaged (%s): their samples are packed "
                     "again", len(damaged), ", ".join(damaged[:3]))

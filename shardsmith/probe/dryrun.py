@@ -16,7 +16,7 @@ from pathlib import Path
 from ..config import Config, check_paths
 from ..dataset.manifest import MANIFEST_NAME, read_manifest
 from ..errors import ManifestError, ShardsmithError
-from ..packing.outputdir import previous_dataset, same_settings
+from ..packing.outputdir import previous_dataset
 from ..packing.scan import ScanResult
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .annotations import AnnotationCheck, check_annotations
@@ -73,30 +73,30 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
         else:
             shards = estimate_shards(tree, config, assumed_bytes_per_sample(config),
                                      assumption(config))
+    delta = changes(scanned, config, source, output)  # first: it raises what a pack would
     notes = check_annotations(scanned, config, source)
     memory = worst_case_memory(config, tree.files, tree.bytes, _coco_bytes(source, config))
     return DryRun(str(source), str(output), tree, dict(sorted(scanned.excluded.items())),
                   len(scanned.unreadable), shards, existing_output(output, config), memory,
-                  report, changes(scanned, config, source, output), notes)
+                  report, delta, notes)
 
 
 def changes(scanned: ScanResult, config: Config, source: Path, output: Path) -> str | None:
     """What a pack would change in the dataset in ``output`` (its Delta, in one line: "2 new,
     1 removed, up to 1 changed; 1 shard rewritten, 3 kept"); None when there is none to
-    build on (``existing_output`` says why); a line saying why not for one it cannot read."""
-    from ..packing.pipeline import find_delta, make_job
+    build on (``existing_output`` says why).
 
-    try:
-        previous = previous_dataset(output, config)
-    except ShardsmithError:
-        return None  # other settings, or a manifest it cannot read: ``existing_output`` says
+    It decides as the pack does, by the pack's own steps, so a pack that would refuse (a
+    manifest it cannot read, other settings, a sample index missing or damaged) is refused
+    here with the same error: the same line and exit code, not a plan that will not run."""
+    from ..packing.pipeline import _up_to_date, find_delta, make_job
+
+    previous = previous_dataset(output, config)
     if previous is None:
         return None
-    try:
-        job = make_job(scanned, config, source, output, previous, 0.0)
-        return find_delta(job, previous).summary()
-    except ShardsmithError as exc:
-        return f"not known: {exc}"
+    job = make_job(scanned, config, source, output, previous, 0.0)
+    _up_to_date(output, previous, job)  # its refusal of a damaged index is the pack's
+    return find_delta(job, previous).summary()
 
 
 def _coco_bytes(source: Path, config: Config) -> int:
@@ -135,15 +135,13 @@ def existing_output(output: Path, config: Config) -> str:
         return "does not exist yet: a pack creates it"
     if not (output / MANIFEST_NAME).exists():
         return "holds no finished dataset: a pack starts (or resumes) there"
-    try:
-        manifest = read_manifest(output)
-    except ManifestError as exc:
-        return f"has a manifest a pack cannot read: {exc}"
-    if not same_settings(manifest, config) and not config.run.overwrite:
-        return (f"holds version {manifest.version} packed with other settings: a pack refuses "
-                "without --overwrite")
-    if config.run.overwrite:
-        return f"holds version {manifest.version}: --overwrite replaces it with a fresh pack"
+    if config.run.overwrite:  # without it, a dataset a pack refuses is refused by ``changes``
+        try:
+            version = f"version {read_manifest(output).version}"
+        except ManifestError:
+            version = "a manifest it cannot read"
+        return f"holds {version}: --overwrite replaces it with a fresh pack"
+    manifest = read_manifest(output)
     return (f"holds version {manifest.version} ({manifest.totals.packed:,} samples) with these "
             "settings: a pack only adds what changed (the counts above are the whole tree)")
 
