@@ -106,7 +106,7 @@ def _pack_scanned(
 ) -> PackResult:
     previous = previous_dataset(output, config)
     job = make_job(scanned, config, source, output, previous, started)
-    if previous is not None and _up_to_date(output, previous, job):
+    if previous is not None and up_to_date(output, previous, job):
         # Nothing to pack, but a shard list edited or swapped by hand is still made what the
         # manifest says: readers trust the lists.
         repaired = write_derived(output, previous)
@@ -241,7 +241,7 @@ def _source_entries(table: SourceTable, notes: Prepared, config: Config) -> Iter
     return zip(table.relpaths, table.sizes, table.mtimes, digests, table.labels, strict=True)
 
 
-def _up_to_date(output: Path, previous: Manifest, job: Job) -> bool:
+def up_to_date(output: Path, previous: Manifest, job: Job) -> bool:
     """Nothing to do: same sources, same settings (classes appended to are not: a reject may
     be packed now), this schema and these annotation rules, and every listed file there at
     its size."""

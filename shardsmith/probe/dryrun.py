@@ -89,13 +89,13 @@ def changes(scanned: ScanResult, config: Config, source: Path, output: Path) -> 
     It decides as the pack does, by the pack's own steps, so a pack that would refuse (a
     manifest it cannot read, other settings, a sample index missing or damaged) is refused
     here with the same error: the same line and exit code, not a plan that will not run."""
-    from ..packing.pipeline import _up_to_date, find_delta, make_job
+    from ..packing.pipeline import find_delta, make_job, up_to_date
 
     previous = previous_dataset(output, config)
     if previous is None:
         return None
     job = make_job(scanned, config, source, output, previous, 0.0)
-    _up_to_date(output, previous, job)  # its refusal of a damaged index is the pack's
+    up_to_date(output, previous, job)  # its refusal of a damaged index is the pack's
     return find_delta(job, previous).summary()
 
 
