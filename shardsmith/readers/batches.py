@@ -53,15 +53,9 @@ class BatchAssembler:
             except CorruptSampleError as exc:
                 corruptions.add(exc)
                 bad.append(slot)
-        if bad:
-            try:
-                pairs = replacements(len(indices), bad)
-            except CorruptSampleError:
-                raise CorruptSampleError(f"every sample of a batch is corrupt: "
-                                         f"{corruptions.found[-1]}") from None
-            for slot, other in pairs:
-                images[slot], labels[slot], targets[slot] = images[other], labels[other], \
-                    targets[other]
+        for slot, other in replacements(len(indices), bad, corruptions):
+            images[slot], labels[slot], targets[slot] = images[other], labels[other], \
+                targets[other]
         return labels, targets
 
 
@@ -81,14 +75,8 @@ def checked_jpegs(reader: SampleReader, indices: np.ndarray, corruptions: Corrup
         except CorruptSampleError as exc:
             corruptions.add(exc)
             bad.append(slot)
-    if bad:
-        try:
-            pairs = replacements(len(indices), bad)
-        except CorruptSampleError:
-            raise CorruptSampleError(f"every sample of a batch is corrupt: "
-                                     f"{corruptions.found[-1]}") from None
-        for slot, other in pairs:
-            jpegs[slot], labels[slot] = jpegs[other], labels[other]
+    for slot, other in replacements(len(indices), bad, corruptions):
+        jpegs[slot], labels[slot] = jpegs[other], labels[other]
     return jpegs, labels
 
 

@@ -147,11 +147,16 @@ class Corruptions:
                         ", ".join(found[:5]), ", ..." if len(found) > 5 else "")
 
 
-def replacements(count: int, bad: list[int]) -> list[tuple[int, int]]:
+def replacements(count: int, bad: list[int], corruptions: Corruptions | None = None
+                 ) -> list[tuple[int, int]]:
     """(slot, the good slot that stands in for it) for each ``bad`` slot of a batch of
-    ``count``, good slots taken in turn; ``CorruptSampleError`` when none is good."""
+    ``count``, good slots taken in turn; ``CorruptSampleError`` when none is good (naming
+    the last corruption ``corruptions`` found)."""
+    if not bad:
+        return []
     broken = set(bad)
     good = [slot for slot in range(count) if slot not in broken]
     if not good:
-        raise CorruptSampleError("every sample of a batch is corrupt")
+        last = f": {corruptions.found[-1]}" if corruptions and corruptions.found else ""
+        raise CorruptSampleError(f"every sample of a batch is corrupt{last}")
     return [(slot, good[number % len(good)]) for number, slot in enumerate(bad)]
