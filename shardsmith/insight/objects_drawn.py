@@ -12,22 +12,20 @@ shown on its tile), never a failure of the sheet.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 
-from ..dataset.formats import shard_format
 from ..dataset.formats.example_check import feature_lists
 from ..dataset.manifest import Manifest, SampleRecord
-from ..errors import CorruptSampleError, ManifestError, ShardFormatError
+from ..errors import ShardFormatError
 from ..readers.targets import check_class_ids, detection_target
+from .picks import read_each
 
 Colour = tuple[int, int, int]
 # Saturated colours, far from the grey of most inspection images and from each other.
@@ -70,35 +68,10 @@ def class_colour(object_classes: tuple[str, ...], name: str) -> Colour:
 def read_objects(directory: Path, manifest: Manifest,
                  records: list[SampleRecord]) -> dict[str, PackedObjects | str]:
     """key -> the objects of each of ``records`` read from its shard, or why they do not
-    read.  A key its shard does not hold is left out; a shard that does not parse is a
-    CorruptSampleError, a shard the manifest does not list a ManifestError (as
-    ``picks.read_packed``)."""
-    listed = {shard.name: shard for shard in manifest.shards}
-    wanted: dict[str, dict[str, SampleRecord]] = defaultdict(dict)
-    for record in records:
-        if record.shard not in listed:
-            raise ManifestError(f"sample {record.key}: its shard {record.shard} is not in the "
-                                "manifest")
-        wanted[record.shard][record.key] = record
-    fmt = shard_format(manifest.format)
+    read (``picks.read_each``)."""
     classes = tuple(manifest.object_classes or ())
-    found: dict[str, PackedObjects | str] = {}
-    for name, keys in sorted(wanted.items()):
-        try:
-            with contextlib.closing(fmt.records(directory / name, listed[name].bytes)) as stream:
-                for _, packed in stream:
-                    sample = keys.pop(packed.key, None)
-                    if sample is not None:
-                        found[packed.key] = _objects(manifest.format, packed, sample, classes)
-                        if not keys:
-                            break
-        except ShardFormatError as exc:
-            raise CorruptSampleError(f"{directory / name}: {exc} (shardsmith verify "
-                                     "checks the whole dataset)") from None
-        except FileNotFoundError:
-            raise CorruptSampleError(f"{directory / name}: missing (a staged copy of another "
-                                     "split? shardsmith verify checks the dataset)") from None
-    return found
+    return read_each(directory, manifest, records,
+                     lambda packed, sample: _objects(manifest.format, packed, sample, classes))
 
 
 def _objects(fmt: str, packed, sample: SampleRecord,

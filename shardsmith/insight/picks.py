@@ -13,11 +13,15 @@ import hashlib
 import heapq
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..dataset.formats import shard_format
 from ..dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
 from ..errors import CorruptSampleError, ManifestError, ShardFormatError
+
+T = TypeVar("T")
 
 
 def seeded_rank(seed: int, name: str) -> int:
@@ -63,27 +67,35 @@ def pick_rejects(rejects: tuple[RejectEntry, ...], count: int, seed: int) -> lis
 
 def read_packed(directory: Path, manifest: Manifest,
                 records: list[SampleRecord]) -> dict[str, bytes]:
-    """key -> packed JPEG bytes of ``records``, read from their shards.
+    """key -> packed JPEG bytes of ``records``, read from their shards (``read_each``)."""
+    fmt = shard_format(manifest.format)
+    return read_each(directory, manifest, records, lambda packed, _: fmt.jpeg(packed))
+
+
+def read_each(directory: Path, manifest: Manifest, records: list[SampleRecord],
+              take: Callable[[Any, SampleRecord], T]) -> dict[str, T]:
+    """key -> ``take(packed record, sample record)`` for each of ``records``, each shard read
+    once, up to its last wanted key.
 
     A key its shard does not hold is left out (``verify`` tells why); a shard that does not
     parse is a CorruptSampleError, a shard the manifest does not list a ManifestError.
     """
     listed = {shard.name: shard for shard in manifest.shards}
-    wanted: dict[str, set[str]] = defaultdict(set)
+    wanted: dict[str, dict[str, SampleRecord]] = defaultdict(dict)
     for record in records:
         if record.shard not in listed:
             raise ManifestError(f"sample {record.key}: its shard {record.shard} is not in the "
                                 "manifest")
-        wanted[record.shard].add(record.key)
+        wanted[record.shard][record.key] = record
     fmt = shard_format(manifest.format)
-    found: dict[str, bytes] = {}
+    found: dict[str, T] = {}
     for name, keys in sorted(wanted.items()):
         try:
             with contextlib.closing(fmt.records(directory / name, listed[name].bytes)) as stream:
-                for _, record in stream:
-                    if record.key in keys:
-                        found[record.key] = fmt.jpeg(record)
-                        keys.discard(record.key)
+                for _, packed in stream:
+                    sample = keys.pop(packed.key, None)
+                    if sample is not None:
+                        found[packed.key] = take(packed, sample)
                         if not keys:
                             break
         except ShardFormatError as exc:
