@@ -128,24 +128,34 @@ def _samples(item: PlanItem, root: str, data: bytes, config: Config,
             raise BadImage("too_large", f"{upright[0]}x{upright[1]} at image.tiles gives "
                            f"{count:,} tiles, more than the {MAX_TILES:,} an original may have")
     frame = decode_frame(data, image, extra, tiles)
-    label = item.source.label
-    image_class = vocabulary.image_classes[label] \
-        if 0 <= label < len(vocabulary.image_classes) else ""
-    annotations = None
-    if notes.has_objects:
-        frame_of_notes = stored if notes.coordinates == "stored" else upright
-        annotations = read_annotations(item.source.relpath, item.annotation, root, notes,
-                                       config.source.follow_symlinks, frame_of_notes,
-                                       image_class, notes.coco)
+    annotations = image_annotations(item, root, config, vocabulary, stored, upright)
     found = window_objects(annotations, stored, rotation, frame, config, vocabulary)
     original = frame.header
-    base = Sample(key=item.key, relpath=item.source.relpath, split=item.split, label=label,
+    base = Sample(key=item.key, relpath=item.source.relpath, split=item.split,
+                  label=item.source.label,
                   jpeg=b"", width=0, height=0, channels=1 if frame.pixels.ndim == 2 else 3,
                   original_width=original[0], original_height=original[1],
                   original_mode=original[2], original_format=original[3], source_size=0,
                   source_mtime_ns=0, source_digest="",
                   annotation_digest=annotations.digest if annotations is not None else None)
     return _windows(base, frame, found, config)
+
+
+def image_annotations(item: PlanItem, root: str, config: Config, vocabulary: Vocabulary,
+                      stored: tuple[int, int], upright: tuple[int, int]
+                      ) -> ImageAnnotations | None:
+    """The annotations of ``item``'s original, in the frame its files describe (as stored,
+    or upright: ``coordinates``); None when no boxes, polygons or masks are configured."""
+    notes = config.source.annotations
+    if not notes.has_objects:
+        return None
+    label = item.source.label
+    image_class = vocabulary.image_classes[label] \
+        if 0 <= label < len(vocabulary.image_classes) else ""
+    frame_of_notes = stored if notes.coordinates == "stored" else upright
+    return read_annotations(item.source.relpath, item.annotation, root, notes,
+                            config.source.follow_symlinks, frame_of_notes, image_class,
+                            notes.coco)
 
 
 def window_objects(annotations: ImageAnnotations | None, stored: tuple[int, int],
@@ -451,12 +461,12 @@ def _windows(base: Sample, frame: Frame, found: list[Objects | None],
                          width=frame.window[0], height=frame.window[1], objects=objects)
         if tiles.enabled:
             sample = replace(sample, key=f"{base.key}_r{tile.row:03d}c{tile.column:03d}",
-                             tile=_tile_record(tile, frame.placement, tiles.scale))
+                             tile=tile_record(tile, frame.placement, tiles.scale))
         samples.append(sample)
     return samples
 
 
-def _tile_record(tile: Tile, placement: Placement, scale: float) -> dict[str, Any]:
+def tile_record(tile: Tile, placement: Placement, scale: float) -> dict[str, Any]:
     """Where a tile is: grid position, rectangle in the scaled original, the scale, and the
     rectangle in the upright original's pixels."""
     x0 = (tile.x - placement.offset_x) / placement.scale_x

@@ -25,13 +25,18 @@ from dataclasses import replace
 
 from ..annotations.geometry import upright_size
 from ..annotations.model import Vocabulary
-from ..annotations.read import read_annotations
 from ..config import Config
 from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..decoders import decode_peak_bytes, jpeg_scale, open_header, orientation
 from ..errors import BadImage
 from ..tiling import MAX_TILES, kept, scaled_size, tile_count
-from .annotated import MASK_BYTES_PER_PIXEL, _tile_record, process_annotated, window_objects
+from .annotated import (
+    MASK_BYTES_PER_PIXEL,
+    image_annotations,
+    process_annotated,
+    tile_record,
+    window_objects,
+)
 from .delta import RederiveItem
 from .imaging import (
     ALPHA_MODES,
@@ -89,21 +94,14 @@ def _rederived(item: RederiveItem, root: str, config: Config,
     upright = upright_size(*stored, rotation)
     tiles = image.tiles if image.tiles.enabled else None
     plan = plan_frame(upright, decoded, image, tiles)
-    label = item.source.label
-    image_class = vocabulary.image_classes[label] \
-        if 0 <= label < len(vocabulary.image_classes) else ""
-    annotations = None
-    if notes.has_objects:
-        frame_of_notes = stored if notes.coordinates == "stored" else upright
-        annotations = read_annotations(relpath, item.annotation, root, notes,
-                                       config.source.follow_symlinks, frame_of_notes,
-                                       image_class, notes.coco)
+    annotations = image_annotations(item, root, config, vocabulary, stored, upright)
     found = window_objects(annotations, stored, rotation, plan, config, vocabulary)
     marked = [bool(objects is not None and (len(objects) or objects.marked))
               for objects in found]
     keep = kept(list(plan.windows), marked, image.tiles, config.seed, relpath,
                 notes.has_objects)
-    base = Sample(key=item.key, relpath=relpath, split=item.split, label=label, jpeg=b"",
+    base = Sample(key=item.key, relpath=relpath, split=item.split, label=item.source.label,
+                  jpeg=b"",
                   width=plan.window[0], height=plan.window[1], channels=0,
                   original_width=upright[0], original_height=upright[1],
                   original_mode=header.mode, original_format=header.format,
@@ -118,7 +116,7 @@ def _rederived(item: RederiveItem, root: str, config: Config,
         sample = replace(base, objects=objects)
         if image.tiles.enabled:
             sample = replace(sample, key=f"{base.key}_r{tile.row:03d}c{tile.column:03d}",
-                             tile=_tile_record(tile, plan.placement, image.tiles.scale))
+                             tile=tile_record(tile, plan.placement, image.tiles.scale))
         if sample.key not in shard_of:
             return None  # a window kept now that was not packed before: no bytes to copy
         samples.append(sample)
