@@ -275,27 +275,8 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
     ``Unchanged`` and are counted and recorded as such.
     """
     config, source = job.config, job.source
-    numbers = Counter(delta.next_numbers) + Counter(shard.split for shard in state.shards)
-    roller = ShardRoller(shard_format(config.output.format), job.output,
-                         ShardLimits(config.output.shard_bytes, config.output.shard_samples),
-                         numbers)
-    object_classes = ObjectClasses(job.notes.known + tuple(state.object_classes)) \
-        if config.source.annotations.has_objects else None
-    classes = job.scanned.classes
-    vocabulary = Vocabulary(classes, tuple(object_classes.names)
-                            if object_classes is not None else ())
+    writer = _Writer(delta, job, journal, state)
     work = delta.items()
-    annotation_digest = _annotation_digests(job)
-    pending_rejects: list[RejectEntry] = []
-    pending_unchanged: dict[str, list] = {}
-
-    def checkpoint(next_index: int, shard: ShardEntry | None, part: int = 0) -> None:
-        if shard is not None or pending_rejects or pending_unchanged:
-            journal.checkpoint(state, next_index, shard, pending_rejects, pending_unchanged,
-                               part, list(object_classes.names) if object_classes else None)
-        pending_rejects.clear()
-        pending_unchanged.clear()
-
     start, published = state.next_index, state.next_part
     remaining = work[start:]
     # Read-ahead warms this machine's page cache: it helps local workers only.
@@ -303,60 +284,114 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
     window = 4 * config.run.worker_count if config.run.readahead and local else 0
     readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks,
                           original_cap(config.image))
-    results = pool.map_ordered(process_item, remaining, str(source), config, vocabulary,
+    results = pool.map_ordered(process_item, remaining, str(source), config, writer.vocabulary,
                                batch_size=_batch_size(work))
     progress = Progress(len(work), start, "img", "pack", config.run.quiet)
-    unchanged = copied = copy_decoded = 0
     previous = delta.previous
-    jpegs = PreviousJpegs(roller.fmt, job.output, previous.shards if previous else ())
+    jpegs = PreviousJpegs(writer.roller.fmt, job.output, previous.shards if previous else ())
     try:
-        paired = zip(remaining, results, strict=True)
-        for index, (item, result) in enumerate(paired, start):
-            if isinstance(result, Rederived):
-                result = copy_jpegs(result, jpegs, item, str(source), config, vocabulary)
-                if isinstance(result, Decoded):
-                    copy_decoded += 1
-                    result = result.decoded
-                else:
-                    copied += 1
-            elif isinstance(item, RederiveItem):
-                copy_decoded += 1
+        for index, (item, result) in enumerate(zip(remaining, results, strict=True), start):
+            if isinstance(result, Rederived) or isinstance(item, RederiveItem):
+                result = writer.copied_or_decoded(result, jpegs, item)
             if isinstance(result, Sample):
                 result = (result,)
             if isinstance(result, tuple):
-                for part, sample in enumerate(result):
-                    if index == start and part < published:
-                        continue  # in a shard published before the run was interrupted
-                    if object_classes is not None and sample.objects is not None:
-                        sample = replace(sample, objects=object_classes.resolve(sample.objects))
-                    record = roller.fmt.encode(sample, classes, object_classes)
-                    shard, closed = roller.add(item.split, record)
-                    if closed is not None:
-                        checkpoint(index, closed, part)
-                    line = _sample_record(sample, shard, item.group)
-                    if object_classes is not None and sample.objects is not None:
-                        line |= object_counts(sample.objects, object_classes)
-                    journal.add_sample(line, part == 0)
+                writer.samples(index, item, result, published if index == start else 0)
             elif isinstance(result, Reject):
-                pending_rejects.append(_reject_record(result, item,
-                                                      annotation_digest(item.source.relpath)))
-                progress.note(rejected=len(state.rejects) + len(pending_rejects))
+                writer.reject(item, result)
+                progress.note(rejected=len(state.rejects) + len(writer.pending_rejects))
             else:
-                pending_unchanged[result.relpath] = [result.source_digest, result.source_size,
-                                                     result.source_mtime_ns]
-                unchanged += 1
+                writer.unchanged(result)
             progress.update(1)
             readahead.consumed(index + 1 - start)
-        checkpoint(len(work), roller.close())
+        writer.checkpoint(len(work), writer.roller.close())
     finally:
         jpegs.close()
         readahead.close()
         progress.close()
-        roller.discard()
+        writer.roller.discard()
         journal.close()
-    return Execution(state, start, unchanged, MappingProxyType(dict(numbers)),
-                     tuple(object_classes.names) if object_classes is not None else None,
-                     copied, copy_decoded)
+    return writer.execution(start)
+
+
+class _Writer:
+    """``execute``'s side in the driver: results in plan order into shards, sample lines
+    into the journal's spool, rejects and unchanged sources into its next checkpoint."""
+
+    def __init__(self, delta: Delta, job: Job, journal: Journal, state: JournalState):
+        config = job.config
+        self.job, self.journal, self.state = job, journal, state
+        self.numbers = Counter(delta.next_numbers) + Counter(shard.split
+                                                             for shard in state.shards)
+        self.roller = ShardRoller(shard_format(config.output.format), job.output,
+                                  ShardLimits(config.output.shard_bytes,
+                                              config.output.shard_samples),
+                                  self.numbers)
+        self.object_classes = ObjectClasses(job.notes.known + tuple(state.object_classes)) \
+            if config.source.annotations.has_objects else None
+        self.classes = job.scanned.classes
+        self.vocabulary = Vocabulary(self.classes, tuple(self.object_classes.names)
+                                     if self.object_classes is not None else ())
+        self.annotation_digest = _annotation_digests(job)
+        self.pending_rejects: list[RejectEntry] = []
+        self.pending_unchanged: dict[str, list] = {}
+        self.unchanged_count = self.copied = self.copy_decoded = 0
+
+    def copied_or_decoded(self, result: Any, jpegs: PreviousJpegs, item: PlanItem) -> Any:
+        """A re-annotated source: its samples with the previous JPEG bytes, or decoded (its
+        bytes could not be copied); counted either way."""
+        if not isinstance(result, Rederived):
+            self.copy_decoded += 1
+            return result
+        result = copy_jpegs(result, jpegs, item, str(self.job.source), self.job.config,
+                            self.vocabulary)
+        if isinstance(result, Decoded):
+            self.copy_decoded += 1
+            return result.decoded
+        self.copied += 1
+        return result
+
+    def samples(self, index: int, item: PlanItem, samples: tuple[Sample, ...],
+                published: int) -> None:
+        """The samples of plan item ``index``, less the first ``published`` (in a shard
+        published before the run was interrupted)."""
+        object_classes = self.object_classes
+        for part, sample in enumerate(samples):
+            if part < published:
+                continue
+            if object_classes is not None and sample.objects is not None:
+                sample = replace(sample, objects=object_classes.resolve(sample.objects))
+            record = self.roller.fmt.encode(sample, self.classes, object_classes)
+            shard, closed = self.roller.add(item.split, record)
+            if closed is not None:
+                self.checkpoint(index, closed, part)
+            line = _sample_record(sample, shard, item.group)
+            if object_classes is not None and sample.objects is not None:
+                line |= object_counts(sample.objects, object_classes)
+            self.journal.add_sample(line, part == 0)
+
+    def reject(self, item: PlanItem, result: Reject) -> None:
+        self.pending_rejects.append(_reject_record(
+            result, item, self.annotation_digest(item.source.relpath)))
+
+    def unchanged(self, result: Unchanged) -> None:
+        self.pending_unchanged[result.relpath] = [result.source_digest, result.source_size,
+                                                  result.source_mtime_ns]
+        self.unchanged_count += 1
+
+    def checkpoint(self, next_index: int, shard: ShardEntry | None, part: int = 0) -> None:
+        if shard is not None or self.pending_rejects or self.pending_unchanged:
+            names = list(self.object_classes.names) if self.object_classes else None
+            self.journal.checkpoint(self.state, next_index, shard, self.pending_rejects,
+                                    self.pending_unchanged, part, names)
+        self.pending_rejects.clear()
+        self.pending_unchanged.clear()
+
+    def execution(self, start: int) -> Execution:
+        names = tuple(self.object_classes.names) if self.object_classes is not None else None
+        return Execution(self.state, start, self.unchanged_count,
+                         MappingProxyType(dict(self.numbers)), names, self.copied,
+                         self.copy_decoded)
 
 
 def with_copies(manifest: Manifest, execution: Execution) -> Manifest:
