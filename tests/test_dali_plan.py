@@ -159,6 +159,7 @@ def test_parallel_workers_end_an_epoch_after_dask_installed_tblib(crops):
     try:
         assert image_ids(dali_batches(crops, 1, py_workers=2)) == \
             image_ids(dali_batches(crops, 1))
+        assert StopIteration in copyreg.dispatch_table  # the training process keeps its own
     finally:
         copyreg.dispatch_table.clear()
         copyreg.dispatch_table.update(saved)

@@ -89,10 +89,13 @@ class PlanFeed:
         if stop or number >= self.plan.batches(len(self._share)):
             self._corruptions.warn(epoch)
             self._corruptions = Corruptions("replace")
-            # A forked DALI worker sends this StopIteration back pickled, and DALI unpickles
-            # only its own globals; tblib (installed by dask.multiprocessing, dask.distributed)
-            # registers every exception's pickling to its own function, which DALI refuses.
-            copyreg.dispatch_table.pop(StopIteration, None)
+            if multiprocessing.parent_process() is not None:
+                # A DALI worker sends this StopIteration back pickled, and DALI unpickles
+                # only its own globals; tblib (installed by dask.multiprocessing and
+                # dask.distributed) registers every exception's pickling to its own
+                # function, which DALI refuses.  Undone in the worker only: the training
+                # process keeps its own pickling as it set it.
+                copyreg.dispatch_table.pop(StopIteration, None)
             raise StopIteration
         indices = self.plan.batch(self._share, number)
         jpegs, labels = checked_jpegs(self.reader, indices, self._corruptions, self.image_size)
