@@ -124,29 +124,27 @@ def test_a_files_dir_that_matches_no_image_is_a_warning(tmp_path):
     assert "is it the right folder?" in result.output
 
 
-def test_binary_masks_warn_when_folder_names_become_object_classes(tmp_path):
-    source = tmp_path / "source"
+def binary_mask_job(root: Path, extra: str = "") -> object:
+    """A dent image with a binary mask in ``masks/``, packed with ``extra`` annotation keys."""
+    source = root / "source"
     images.write(source / "dent" / "a.jpg", images.jpeg(160, 120, 1))
     mask = np.zeros((120, 160), np.uint8)
     mask[40:60, 50:90] = 255
     images.write(source / "masks" / "dent" / "a.png", images.encode(mask, "PNG"))
-    config = tmp_path / "job.yaml"
-    config.write_text("source:\n  annotations:\n    masks: masks\n")
-    result = run("pack", source, tmp_path / "out", "--config", config, *YOLO)
+    config = root / "job.yaml"
+    config.write_text("source:\n  annotations:\n    masks: masks\n" + extra)
+    return run("pack", source, root / "out", "--config", config, *YOLO)
+
+
+def test_binary_masks_warn_when_folder_names_become_object_classes(tmp_path):
+    result = binary_mask_job(tmp_path)
     assert result.exit_code == 0, result.output
     assert "binary masks take the class of their image" in result.output
     assert images.manifest_of(tmp_path / "out")["object_classes"] == ["dent"]
 
 
 def test_mask_class_names_the_object_class_of_binary_masks_without_a_warning(tmp_path):
-    source = tmp_path / "source"
-    images.write(source / "dent" / "a.jpg", images.jpeg(160, 120, 1))
-    mask = np.zeros((120, 160), np.uint8)
-    mask[40:60, 50:90] = 255
-    images.write(source / "masks" / "dent" / "a.png", images.encode(mask, "PNG"))
-    config = tmp_path / "job.yaml"
-    config.write_text("source:\n  annotations:\n    masks: masks\n    mask_class: crack\n")
-    result = run("pack", source, tmp_path / "out", "--config", config, *YOLO)
+    result = binary_mask_job(tmp_path, "    mask_class: crack\n")
     assert result.exit_code == 0, result.output
     assert "binary masks take" not in result.output
     assert images.manifest_of(tmp_path / "out")["object_classes"] == ["crack"]
