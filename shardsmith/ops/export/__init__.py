@@ -149,6 +149,8 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
     with SharedLock(source / STATE_DIR / LOCK_NAME, "packed"):
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
+        if root.is_dir():  # refused before our lock folder appears in someone's folder
+            survey(root, layout)
         root.mkdir(parents=True, exist_ok=True)
         check_destination(root)
         with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
