@@ -23,7 +23,7 @@ OBJECT_KEYS = ("boxes", "labels", "label_names", "polygons", "rle")
 
 def rle_string(counts: tuple[int, ...] | list[int], height: int, width: int) -> bytes:
     """The COCO compressed RLE string of uncompressed ``counts`` (pycocotools' ``counts`` of
-    ``mask.encode``).  From the counts, not the mask: 17 us an object for a 256 x 256 polygon
+    ``mask.encode``).  From the counts, not the mask: 13 us an object for a 256 x 256 polygon
     mask of 503 runs, against 64 us for ``mask.encode`` of its pixels and 89 us for the same
     loop in Python (``timeit``, best of 5 x 2000)."""
     from pycocotools import mask as coco_mask
@@ -36,7 +36,8 @@ def rle_string(counts: tuple[int, ...] | list[int], height: int, width: int) -> 
 def rle_counts(text: bytes, height: int, width: int) -> list[int]:
     """Uncompressed counts of a compressed RLE string over ``height x width`` pixels, decoded
     in Python (pycocotools' C code crashes on a wrong size); ShardFormatError unless it decodes
-    to counts covering the pixels exactly."""
+    to counts covering the pixels exactly.  260 us for the 503 runs of a 256 x 256 polygon mask
+    (``timeit``): a reader's cost, once a sample, not the packing workers'."""
     try:
         counts = counts_of(text.decode("ascii"), height * width)
     except (UnicodeDecodeError, RleError) as exc:
