@@ -50,14 +50,8 @@ def pack_corpus(source: Path, output: Path, fmt: str, annotated: bool = True) ->
     return defects.pack_with(source, output, overrides)
 
 
-def skip_without_metadata(fmt: str) -> None:
-    if fmt == "tfrecord" and not hasattr(shard_format(fmt), "metadata"):
-        pytest.skip(f"{fmt} shards have no metadata reader yet (ShardFormat.metadata)")
-
-
 @pytest.fixture(scope="module", params=FORMATS)
 def dataset(request, tmp_path_factory) -> Path:
-    skip_without_metadata(request.param)
     root = tmp_path_factory.mktemp(f"corpus-{request.param}")
     write_corpus(root / "source")
     manifest = pack_corpus(root / "source", root / "dataset", request.param)
@@ -69,22 +63,12 @@ def metadata_of(dataset: Path) -> dict[str, dict]:
     """key -> the sample's metadata, read with the format's own reader."""
     manifest = images.manifest_of(dataset)
     fmt = shard_format(manifest["format"])
+    splits = {sample["key"]: sample["split"] for sample in images.samples_of(dataset)}
     found = {}
     for shard in manifest["shards"]:
         for _, record in fmt.records(dataset / shard["name"], shard["bytes"]):
-            found[record.key] = member(fmt, record, "json")
+            found[record.key] = {**fmt.metadata(record), "split": splits[record.key]}
     return found
-
-
-def member(fmt, record, extension: str):
-    """The sample's metadata ("json") or class mask ("mask.png") by the format's reader."""
-    if hasattr(fmt, "metadata"):
-        return fmt.metadata(record) if extension == "json" else fmt.mask_png(record)
-    for part in record.members:  # WebDataset until the formats read them themselves
-        if part.extension == extension:
-            data = record.data[part.data : part.data + part.size]
-            return json.loads(data) if extension == "json" else data
-    return None
 
 
 def object_counts(dataset: Path) -> Counter:
@@ -271,7 +255,7 @@ def test_anomalib_splits_normal_from_abnormal_with_a_mask_each(dataset, tmp_path
     masks = {}
     for shard in images.manifest_of(dataset)["shards"]:
         for _, record in fmt.records(dataset / shard["name"], shard["bytes"]):
-            masks[record.key] = member(fmt, record, "mask.png")
+            masks[record.key] = fmt.mask_png(record)
     abnormal = normal = 0
     for sample in images.samples_of(dataset):
         key, split = sample["key"], sample["split"]

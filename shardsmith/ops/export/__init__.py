@@ -180,25 +180,6 @@ def sample_digest(record: SampleRecord) -> str:
     return hashlib.sha256(json.dumps(line, sort_keys=True).encode()).hexdigest()
 
 
-def _metadata(fmt, record) -> dict:
-    """The sample's metadata (``KEY.json``)."""
-    if hasattr(fmt, "metadata"):
-        return fmt.metadata(record)
-    for member in record.members:  # pragma: no cover - until the formats read it themselves
-        if member.extension == "json":
-            return json.loads(record.data[member.data : member.data + member.size])
-    raise ShardFormatError(f"sample {record.key} has no metadata")
-
-
-def _mask_png(fmt, record) -> bytes | None:
-    if hasattr(fmt, "mask_png"):
-        return fmt.mask_png(record)
-    for member in record.members:  # pragma: no cover - until the formats read it themselves
-        if member.extension == "mask.png":
-            return record.data[member.data : member.data + member.size]
-    return None
-
-
 class _Run:
     """One export: the plan (``execute``'s first half), then the writing."""
 
@@ -407,13 +388,13 @@ class _Run:
         classes = self.manifest.classes
         class_name = classes[record.label] if 0 <= record.label < len(classes) else ""
         try:
-            metadata = _metadata(self.fmt, packed)
+            metadata = self.fmt.metadata(packed)
             if not isinstance(metadata, dict):
                 raise ValueError("its metadata is not a mapping")
             wants_mask = self.options.layout == "anomalib" or "rle" not in metadata
             sample = layouts.parse_sample(
                 record.key, record.split, class_name, metadata, self.fmt.jpeg(packed),
-                _mask_png(self.fmt, packed) if wants_mask else None,
+                self.fmt.mask_png(packed) if wants_mask else None,
                 None if self.options.task == "classify" else self.manifest.object_classes,
                 self._warn_fallback)
             files, coco = layouts.sample_files(self.options, sample)
