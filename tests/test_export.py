@@ -356,3 +356,29 @@ def test_a_shard_that_differs_from_the_manifest_stops_the_export(tmp_path):
     assert shard.name in result.output and "Traceback" not in result.output
     assert os.readlink(tmp_path / "yolo" / "current") == "v1"
     assert (tmp_path / "yolo" / "v1" / "data.yaml").is_file()  # v1 stays whole
+
+
+def test_an_older_tfrecord_without_instance_masks_falls_back_to_the_class_mask(
+        tmp_path, monkeypatch, caplog):
+    from shardsmith.dataset.formats.tfrecord import TFRecordFormat
+
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "tfrecord")
+    full = TFRecordFormat.metadata
+
+    def older(self, record):  # what a TFRecord of an older release gives: no "rle"
+        meta = dict(full(self, record))
+        meta.pop("rle", None)
+        return meta
+
+    monkeypatch.setattr(TFRecordFormat, "metadata", older)
+    export(tmp_path / "dataset", tmp_path / "coco", "coco", quiet=True)
+    assert sum("older release" in message for message in caplog.messages) == 1
+    counts: Counter = Counter()
+    for split in ("train", "val"):
+        document = json.loads((tmp_path / "coco" / "current" / "annotations" /
+                               f"instances_{split}.json").read_text())
+        for annotation in document["annotations"]:
+            counts[split, annotation["category_id"]] += 1
+            assert annotation["area"] > 0
+    assert counts == object_counts(tmp_path / "dataset")
