@@ -17,7 +17,7 @@ from ...text import cut, printable
 
 # Colours per split, in the order of the manifest's splits (the contact sheet's palette).
 SPLIT_COLOURS = ("#3b6fb6", "#e08a2c", "#4a9a5b", "#9b59b6", "#c0392b", "#7f8c8d")
-CHART_WIDTH = 400  # SVG user units; the chart scales to the width of the page
+CHART_WIDTH = 360  # SVG user units: one to a CSS pixel on a phone; the chart scales
 CHART_ROW = 28  # a class: its name line above a bar
 CHART_NAME_CHARS = 44  # of a class name in the chart (the full name is its tooltip)
 
@@ -43,7 +43,7 @@ td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:12em}
 .up{color:#1e7a3a}.down{color:#b22222}
 .legend span{display:inline-block;margin-right:14px}
 .legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}
-svg.chart{display:block;width:100%;max-width:640px;height:auto}
+svg.chart{display:block;width:100%;max-width:560px;height:auto}
 svg.chart text{font:11px system-ui,sans-serif;fill:#222226}
 svg.chart text.total{fill:#6e7076}
 .tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:10px}
