@@ -19,8 +19,9 @@ placed where Ultralytics' font check looks for Arial.ttf (it downloads the font 
    (classes, boxes, shapes) and, item by item with the same random seed, the same tensors out
    of Ultralytics' augmentation (mosaic and all, for train) and the same collated batch;
 4. trains ``yolo11n.yaml`` from scratch through ``ShardDetectionTrainer`` and, with the same
-   seed, through Ultralytics' own trainer on the files; checks that the box loss falls and
-   compares the two loss curves.
+   seed, through Ultralytics' own trainer on the files; checks that the box and class losses
+   fall, and prints both runs' losses and mAP50 (the curves differ: Ultralytics' file listing
+   draws from ``random`` for its read-speed check, so the runs draw different mosaics).
 
 Prints one JSON line; exits 1 when a check fails.
 """
@@ -158,6 +159,13 @@ def compare_datasets(shards: Path, folder: Path, imgsz: int) -> dict:
         batch = [ours.collate_fn(items[0][:8]), theirs.collate_fn(items[1][:8])]
         for key in ("img", "cls", "batch_idx"):
             assert torch.equal(batch[0][key], batch[1][key]), f"{split}: batch {key} differs"
+        if mode == "val":  # worker processes (fork) give the batches one process gives
+            loaders = [torch.utils.data.DataLoader(ours, batch_size=4, num_workers=workers,
+                                                   collate_fn=ours.collate_fn)
+                       for workers in (0, 2)]
+            for alone, forked in zip(*loaders, strict=True):
+                assert torch.equal(alone["img"], forked["img"]), "workers change the images"
+                assert torch.equal(alone["bboxes"], forked["bboxes"]), "workers change boxes"
         report[split] = {"samples": len(ours),
                          "instances": int(sum(len(label["cls"]) for label in ours.labels)),
                          "background": int(sum(not len(label["cls"]) for label in ours.labels))}
@@ -181,9 +189,9 @@ def train(model_yaml: str, data: str, trainer, project: Path, name: str, epochs:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=None)
-    parser.add_argument("--count", type=int, default=48)
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--imgsz", type=int, default=96)
+    parser.add_argument("--count", type=int, default=96)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--imgsz", type=int, default=128)
     parser.add_argument("--no-train", action="store_true", help="the dataset checks only")
     args = parser.parse_args()
 
@@ -224,15 +232,15 @@ def main() -> int:
                  args.epochs, args.imgsz)
     theirs = train("yolo11n.yaml", str(folder / "data.yaml"), None, runs, "files",
                    args.epochs, args.imgsz)
-    box = [row["train/box_loss"] for row in ours]
-    result["box_loss_shards"] = [round(value, 4) for value in box]
-    result["box_loss_files"] = [round(row["train/box_loss"], 4) for row in theirs]
-    result["map50_shards"] = ours[-1].get("metrics/mAP50(B)")
-    result["map50_files"] = theirs[-1].get("metrics/mAP50(B)")
-    result["box_loss_falls"] = box[-1] < 0.8 * box[0]
-    result["same_losses"] = all(abs(a["train/box_loss"] - b["train/box_loss"]) < 1e-4
-                                for a, b in zip(ours, theirs, strict=True))
-    failed |= not result["box_loss_falls"]
+    for name, rows in (("shards", ours), ("files", theirs)):
+        for column in ("train/box_loss", "train/cls_loss", "metrics/mAP50(B)"):
+            result[f"{column.split('/')[1]}_{name}"] = [round(row[column], 3) for row in rows]
+    box, cls = result["box_loss_shards"], result["cls_loss_shards"]
+    # From scratch the box loss first rises: the task-aligned assigner matches more anchors
+    # as the model starts to localise; it then falls (5.9 -> 1.7 over 30 epochs measured).
+    result["box_loss_falls"] = box[-1] < 0.6 * max(box)
+    result["cls_loss_falls"] = cls[-1] < 0.5 * cls[0]
+    failed |= not (result["box_loss_falls"] and result["cls_loss_falls"])
     print(json.dumps(result))
     return 1 if failed else 0
 
