@@ -3,9 +3,11 @@ or a desktop, that nothing in a dataset can script."""
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -167,14 +169,13 @@ def test_a_reject_whose_original_decodes_now_is_shown_from_the_source(dataset, t
     (uri,) = re.findall(r'data:image/jpeg;base64,([^"]+)"',
                         report.html[report.html.index('id="rejects"'):
                                     report.html.index('id="samples"')])
-    import base64
     picture = Image.open(io.BytesIO(base64.b64decode(uri)))
     assert max(picture.size) == 160 and np.asarray(picture).std() > 4
 
 
 def test_a_missing_original_or_an_unmounted_source_is_a_placeholder(dataset, tmp_path):
     manifest = read_manifest(dataset)
-    moved = manifest.__class__(**{**manifest.__dict__, "source": str(tmp_path / "gone")})
+    moved = replace(manifest, source=str(tmp_path / "gone"))
     report = render_report(dataset, moved, diff="none")
     assert report.reject_pictures == 0 and report.rejects_shown == 3
     assert any("not reachable" in note for note in report.notes)
@@ -203,7 +204,6 @@ def test_new_samples_of_an_annotated_dataset_have_their_boxes_drawn(tmp_path):
     plain = ReportOptions(samples_shown=2)
     report = render_report(output, read_manifest(output), plain, diff="none")
     uris = re.findall(r'data:image/jpeg;base64,([^"]+)"', report.html)
-    import base64
     picture = np.asarray(Image.open(io.BytesIO(base64.b64decode(uris[0]))).convert("RGB"),
                          np.int16)
     red, green, blue = picture[..., 0], picture[..., 1], picture[..., 2]
