@@ -61,19 +61,21 @@ stage: $(CORE)  ## copy the dataset of CONFIG to its stage.to directory, verifie
 	$(BIN)/shardsmith stage --config $(CONFIG) --prune
 
 # pack exits 3 when more images were rejected than allowed, with the dataset written all the
-# same: verify runs after any exit of pack, and the target fails with pack's code if it failed,
-# else with verify's.
-nightly: $(CORE)  ## for cron: pack CONFIG (a no-op when nothing changed), verify, JSON report
+# same: verify and the HTML report run after any exit of pack, and the target fails with pack's
+# code if it failed, else with verify's, else with the report's.
+nightly: $(CORE)  ## for cron: pack CONFIG (a no-op when nothing changed), verify, JSON + HTML report
 	@mkdir -p $(dir $(REPORT))
 	@$(BIN)/shardsmith pack --config $(CONFIG) --quiet --report $(REPORT); packed=$$?; \
 	$(BIN)/shardsmith verify --config $(CONFIG) --quiet; verified=$$?; \
-	if [ $$packed -ne 0 ]; then exit $$packed; fi; exit $$verified
+	$(BIN)/shardsmith report --config $(CONFIG) -o $(REPORT:.json=.html); reported=$$?; \
+	if [ $$packed -ne 0 ]; then exit $$packed; fi; \
+	if [ $$verified -ne 0 ]; then exit $$verified; fi; exit $$reported
 
 retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it (old shards removed)
 	$(BIN)/shardsmith pack --config $(CONFIG)
 	$(BIN)/shardsmith stage --config $(CONFIG) --prune
 
-bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ratios, build/bench/*.json)
+bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles, report (tables, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_nas.py
 	$(BIN)/python scripts/bench_stage.py
@@ -82,6 +84,7 @@ bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ra
 	$(BIN)/python scripts/bench_scale.py
 	$(BIN)/python scripts/bench_tiles.py
 	$(BIN)/python scripts/bench_schema.py
+	$(BIN)/python scripts/bench_report.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)

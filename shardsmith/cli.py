@@ -34,7 +34,7 @@ from .ops.report import (
     verify_summary,
     version_log,
 )
-from .text import plural, printable
+from .text import human_bytes, plural, printable
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -417,14 +417,52 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects) -> None:
                + f" ({time.monotonic() - started:.1f}s)")
 
 
-def _refuse_output_inside(output: Path, dataset: Path) -> None:
-    """A sheet written into the dataset it draws would replace one of its files (even the
-    manifest) or leave a stranger among them: refused, whatever link or ``..`` leads there."""
+@main.command()
+@click.argument("dataset", required=False, type=click.Path(file_okay=False))
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="The HTML file to write.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Report on the output.path of this pack config.")
+@click.option("--rejects", "rejects_shown", type=click.IntRange(0, 1000), default=48,
+              show_default=True, help="Rejects shown with a thumbnail of their original.")
+@click.option("--samples", "samples_shown", type=click.IntRange(0, 1000), default=24,
+              show_default=True, help="New samples shown, with their objects drawn.")
+@_fail_cleanly
+def report(dataset, output, config_file, rejects_shown, samples_shown) -> None:
+    """Write a self-contained HTML report of DATASET: versions, what changed, class balance,
+    rejects with thumbnails, new samples, timings."""
+    import time
+
+    from .dataset.manifest import read_manifest
+    from .insight.htmlreport import ReportOptions, render_report
+
+    if dataset is None and config_file is not None:
+        dataset = load_config(config_file).output.path
+    if not dataset:
+        raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
+    started = time.monotonic()
+    _refuse_output_inside(Path(output), Path(dataset), "the report")
+    page = render_report(Path(dataset), read_manifest(Path(dataset)),
+                         ReportOptions(rejects_shown=rejects_shown, samples_shown=samples_shown))
+    page.save(Path(output))
+    for note in page.notes:
+        _echo(f"note: {printable(note)}", err=True)
+    _echo(f"{printable(output)}: {human_bytes(len(page.html.encode()))}, "
+          f"{plural(page.rejects_shown, 'reject')} ({page.reject_pictures:,} pictured), "
+          f"{plural(page.samples_shown, 'sample')}"
+          + (f"; no diff: {printable(page.diff_note)}" if page.diff_note else "")
+          + f" ({time.monotonic() - started:.1f}s)")
+
+
+def _refuse_output_inside(output: Path, dataset: Path, what: str = "the sheet") -> None:
+    """A sheet (or report) written into the dataset it draws would replace one of its files
+    (even the manifest) or leave a stranger among them: refused, whatever link or ``..`` leads
+    there."""
     target = output.parent.resolve() / output.name
     root = dataset.resolve()
     if target == root or root in target.parents or target.resolve() == root \
             or root in target.resolve().parents:
-        raise OutputStateError(f"{output}: inside the dataset {dataset}; write the sheet "
+        raise OutputStateError(f"{output}: inside the dataset {dataset}; write {what} "
                                "outside it")
 
 

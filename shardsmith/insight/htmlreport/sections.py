@@ -1,0 +1,222 @@
+"""The sections of the report page, each from values already computed (no I/O here)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ...dataset.manifest import Manifest, RejectEntry, SampleRecord
+from ...text import human_bytes
+from . import page
+from .pictures import Picture
+
+HISTORY_SHOWN = 60  # versions in the history table, newest first
+LISTED = 200  # rows of one list of the diff (it holds at most its ``examples``)
+
+
+def class_name(manifest: Manifest, label: int) -> str:
+    """The class of ``label`` (``(no label)`` for -1); not yet escaped."""
+    if 0 <= label < len(manifest.classes):
+        return manifest.classes[label]
+    return "(no label)" if label == -1 else f"(label {label})"
+
+
+def summary_section(directory: Path, manifest: Manifest,
+                    counts: dict[tuple[int, str], int]) -> str:
+    """The title and the key numbers."""
+    totals = manifest.totals
+    samples = sum(counts.values())
+    items = [("version", page.number(manifest.version)), ("samples", page.number(samples)),
+             ("classes", page.number(len(manifest.classes))),
+             ("rejects", page.number(len(manifest.rejects))),
+             ("shards", page.number(len(manifest.shards))),
+             ("of shards", page.text(human_bytes(totals.bytes_out)))]
+    items += [(f"{split} samples", page.number(split_totals.samples))
+              for split, split_totals in manifest.splits.items()]
+    return (f"<header><h1>{page.text(directory)}</h1>"
+            + page.paragraph(f"{page.text(manifest.format)} dataset, version "
+                             f"{manifest.version}, written {page.text(manifest.created)}",
+                             muted=True)
+            + page.cards(items) + "</header>")
+
+
+def history_section(manifest: Manifest) -> str:
+    """The versions, newest first."""
+    versions = list(reversed(manifest.history))
+    rows = [[page.number(entry.version), page.text(entry.created), page.number(entry.added),
+             page.number(entry.changed), page.number(entry.removed),
+             page.number(entry.rejected), page.number(len(entry.shards_added)),
+             page.number(len(entry.shards_removed)), page.text(entry.note or "")]
+            for entry in versions[:HISTORY_SHOWN]]
+    parts = [page.table(["version", "written", "added", "changed", "removed", "rejected",
+                         "shards new", "shards gone", "note"], rows,
+                        (True, False, True, True, True, True, True, True))] if rows else \
+        [page.paragraph("No history recorded.", muted=True)]
+    if len(versions) > HISTORY_SHOWN:
+        parts.append(page.paragraph(f"and {len(versions) - HISTORY_SHOWN:,} older versions "
+                                    "(shardsmith log lists them all)", muted=True))
+    return page.section("history", "Version history", parts)
+
+
+def diff_section(diff: dict[str, Any] | str, manifest: Manifest) -> str:
+    """What changed since the previous version, or why that is not known."""
+    if isinstance(diff, str):
+        return page.section("diff", "Changes since the previous version",
+                            [page.paragraph(f"No diff: {page.text(diff)}", muted=True)])
+    samples = _mapping(diff.get("samples"))
+    rejects = _mapping(diff.get("rejects"))
+    parts = [page.paragraph(f"Version {page.number(diff.get('old'))} to "
+                            f"{page.number(diff.get('new'))}", muted=True),
+             page.cards([(name, page.number(samples.get(name, 0))) for name in
+                         ("added", "removed", "changed", "relabelled")]
+                        + [("rejects new", page.number(rejects.get("new_count", 0))),
+                           ("rejects fixed", page.number(rejects.get("fixed_count", 0)))])]
+    for key, label in (("classes_added", "Classes added"),
+                       ("object_classes_added", "Object classes added")):
+        names = _sequence(diff.get(key))
+        if names:
+            parts.append(page.paragraph(f"{label}: " + ", ".join(
+                f"<b>{page.text(name)}</b>" for name in names)))
+    parts += _count_changes(_mapping(diff.get("counts")), list(manifest.splits))
+    parts += _object_changes(_mapping(diff.get("objects")))
+    new_rejects = [_mapping(entry) for entry in _sequence(rejects.get("new"))]
+    parts.append(_listed("New rejects", ["path", "reason", "detail"],
+                         [[page.text(entry.get("path", "")), page.text(entry.get("reason", "")),
+                           page.text(entry.get("detail", ""))] for entry in new_rejects]))
+    parts.append(_listed("Fixed rejects", ["path"],
+                         [[page.text(path)] for path in _sequence(rejects.get("fixed"))]))
+    for key in ("added", "removed", "changed"):
+        entries = [_mapping(entry) for entry in _sequence(diff.get(key))]
+        parts.append(_listed(f"Samples {key}", ["path", "split", "class", "key"], [
+            [page.text(entry.get(name, "")) for name in ("path", "split", "class", "key")]
+            for entry in entries], samples.get(key)))
+    relabelled = [_mapping(entry) for entry in _sequence(diff.get("relabelled"))]
+    parts.append(_listed("Samples relabelled", ["path", "from", "to", "key"], [
+        [page.text(entry.get(name, "")) for name in ("path", "from", "to", "key")]
+        for entry in relabelled], samples.get("relabelled")))
+    return page.section("diff", "Changes since the previous version",
+                        [part for part in parts if part])
+
+
+def _mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _sequence(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _count_changes(counts: dict, known_splits: list[str]) -> list[str]:
+    """Samples per class and split before and after, for the classes whose counts moved."""
+    old, new = _mapping(counts.get("old")), _mapping(counts.get("new"))
+    splits = list(dict.fromkeys([*known_splits, *old, *new]))
+    classes = list(dict.fromkeys(name for side in (old, new) for split in splits
+                                 for name in _mapping(side.get(split))))
+    rows, unchanged = [], 0
+    for name in classes:
+        before = [_mapping(old.get(split)).get(name, 0) for split in splits]
+        after = [_mapping(new.get(split)).get(name, 0) for split in splits]
+        if before == after:
+            unchanged += 1
+            continue
+        rows.append([page.text(name)] + [page.delta(b, a) for b, a in zip(before, after,
+                                                                           strict=True)])
+    if not rows:
+        return [page.paragraph("No class changed its samples per split.", muted=True)]
+    parts = ["<h3>Samples per class and split, now (change)</h3>",
+             page.table(["class", *splits], rows, (False, *[True] * len(splits)))]
+    if unchanged:
+        parts.append(page.paragraph(f"{unchanged:,} classes unchanged.", muted=True))
+    return parts
+
+
+def _object_changes(objects: dict) -> list[str]:
+    old, new = _mapping(objects.get("old")), _mapping(objects.get("new"))
+    names = list(dict.fromkeys([*old, *new]))
+    if not names:
+        return []
+    rows = [[page.text(name), page.number(old.get(name, 0)),
+             page.delta(old.get(name, 0), new.get(name, 0))] for name in names]
+    return ["<h3>Objects per object class</h3>",
+            page.table(["object class", "before", "now"], rows, (False, True, True))]
+
+
+def _listed(title: str, head: list[str], rows: list[list[str]], total: Any = None) -> str:
+    """A list of the diff folded under its title (open it to read; no script needed)."""
+    if not rows:
+        return ""
+    count = total if isinstance(total, int) and total >= len(rows) else len(rows)
+    more = f", the first {len(rows[:LISTED]):,} listed" if count > len(rows[:LISTED]) else ""
+    return (f"<details><summary>{page.text(title)} ({count:,}{more})</summary>"
+            + page.table(head, rows[:LISTED]) + "</details>")
+
+
+def rejects_section(manifest: Manifest, rejects: Sequence[RejectEntry],
+                    pictures: Sequence[Picture], note: str) -> str:
+    """The rejects by reason, then a tile per reject shown: its original or a placeholder,
+    its reason, path and detail."""
+    if not manifest.rejects:
+        return page.section("rejects", "Rejects", [page.paragraph("No rejects.", muted=True)])
+    reasons = Counter(reject.reason for reject in manifest.rejects)
+    parts = [page.table(["reason", "rejects"], [[page.text(reason), page.number(count)]
+                                                for reason, count in reasons.most_common()],
+                        (False, True))]
+    if note:
+        parts.append(page.paragraph(page.text(note), muted=True))
+    parts.append(page.tiles(
+        page.tile(picture.uri, picture.why_not,
+                  [f'<span class="reason">{page.text(reject.reason)}</span>',
+                   page.text(reject.path), f'<span class="muted">{page.text(reject.detail)}'
+                   "</span>"])
+        for reject, picture in zip(rejects, pictures, strict=True)))
+    rest = len(manifest.rejects) - len(rejects)
+    if rest > 0:
+        parts.append(page.paragraph(f"and {rest:,} more rejects not shown (shardsmith inspect "
+                                    "--rejects lists them all)", muted=True))
+    return page.section("rejects", f"Rejects ({len(manifest.rejects):,})", parts)
+
+
+def samples_section(manifest: Manifest, records: Sequence[SampleRecord],
+                    pictures: Sequence[Picture], newest: bool, note: str) -> str:
+    """A contact sheet of the new samples with their objects drawn."""
+    heading = "Newest samples" if newest else "New samples"
+    if not records:
+        return page.section("samples", heading, [page.paragraph("No samples.", muted=True)])
+    parts = [page.paragraph("No samples were added by this version (or its diff is not "
+                            "known): the newest by source time." if newest else
+                            "Samples added by this version, as packed"
+                            + (", with their objects drawn." if manifest.object_classes
+                               is not None else "."), muted=True)]
+    if note:
+        parts.append(page.paragraph(page.text(note), muted=True))
+    parts.append(page.tiles(
+        page.tile(picture.uri, picture.why_not,
+                  [f"<b>{page.text(class_name(manifest, record.label))}</b> "
+                   f'<span class="muted">{page.text(record.split)} '
+                   f"{record.width}x{record.height}</span>", page.text(record.path)]
+                  + ([f'<span class="reason">objects: {page.text(picture.why_not)}</span>']
+                     if picture.uri and picture.why_not else []))
+        for record, picture in zip(records, pictures, strict=True)))
+    return page.section("samples", f"{heading} ({len(records):,} shown)", parts)
+
+
+def timings_section(manifest: Manifest) -> str:
+    """The last run's numbers as the pack recorded them."""
+    run = manifest.run
+    if not run:
+        return page.section("timings", "Timings", [page.paragraph("No run recorded.",
+                                                                  muted=True)])
+    rows = [[page.text(key), _run_value(value)] for key, value in sorted(run.items())]
+    totals = manifest.totals
+    rows += [[page.text("bytes in"), page.text(human_bytes(totals.bytes_in))],
+             [page.text("bytes out"), page.text(human_bytes(totals.bytes_out))]]
+    return page.section("timings", "Timings of the last run",
+                        [page.table(["", "value"], rows, (False, True))])
+
+
+def _run_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return page.number(value)
