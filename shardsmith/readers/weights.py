@@ -54,12 +54,6 @@ class ClassWeights:
     per_class: tuple[float, ...]
     others: float = 1.0
 
-    def of_labels(self, labels: np.ndarray) -> np.ndarray:
-        """Each sample's weight, from its label (-1: unlabelled)."""
-        table = np.asarray((*self.per_class, self.others), np.float64)
-        # A label outside the classes is a corrupt sample the reader replaces: weighted '*'.
-        known = (labels >= 0) & (labels < len(self.per_class))
-        return table[np.where(known, labels, len(self.per_class))]
 
 
 WeightSpec = str | Mapping[str | int, float] | ClassWeights
@@ -154,20 +148,29 @@ def _class_number(key: str | int, classes: Sequence[str]) -> int:
 @dataclass(frozen=True)
 class WeightedDraws:
     """An epoch of ``draws`` sample numbers drawn with replacement, sample ``i`` with
-    probability ``weights[i] / sum(weights)``; ``labels`` are the samples' labels."""
+    probability its class's weight over the sum of every sample's weight: a class is drawn
+    by its share of that sum, then one of its samples uniformly.  ``labels`` are the samples'
+    labels; bin ``classes`` holds unlabelled samples (and labels outside the classes)."""
 
-    cumulative: np.ndarray  # float64, the running sum of the samples' weights
     labels: np.ndarray  # int64, -1 for unlabelled
+    members: np.ndarray  # int64, sample numbers grouped by bin (in table order within one)
+    starts: np.ndarray  # int64, where each bin's samples begin in ``members``
+    counts: np.ndarray  # int64, samples per bin
+    cumulative: np.ndarray  # float64, the running sum of the bins' weight (count x weight)
     draws: int
 
     def order(self, seed: int, epoch: int) -> np.ndarray:
         """The sample numbers of ``epoch``, a function of (seed, epoch) only."""
         rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, WEIGHTED_STREAM])
         total = self.cumulative[-1]
-        drawn = np.searchsorted(self.cumulative, rng.random(self.draws) * total, side="right")
-        # random() < 1, but times the total it may round up to it: the last sample of weight.
-        last = int(np.searchsorted(self.cumulative, total, side="left"))
-        return np.minimum(drawn, last).astype(np.int64)
+        bins = np.searchsorted(self.cumulative, rng.random(self.draws) * total, side="right")
+        # Drawing the bin, then a sample of it: 0.2 s for a million draws, where one
+        # searchsorted over a million samples' running weights took 1.4 s.
+        # random() < 1, but times the total it may round up to it: the last bin of weight.
+        bins = np.minimum(bins, int(np.searchsorted(self.cumulative, total, side="left")))
+        within = (rng.random(self.draws) * self.counts[bins]).astype(np.int64)
+        within = np.minimum(within, self.counts[bins] - 1)  # the same rounding
+        return self.members[self.starts[bins] + within]
 
 
 def weighted_draws(weights: ClassWeights, labels: np.ndarray,
@@ -177,16 +180,24 @@ def weighted_draws(weights: ClassWeights, labels: np.ndarray,
         draws = len(labels)
     if isinstance(draws, bool) or not isinstance(draws, int | np.integer) or draws < 1:
         raise WeightsError(f"draws: expected a whole number >= 1, got {draws!r}")
-    sample_weights = weights.of_labels(labels)
-    cumulative = np.cumsum(sample_weights, dtype=np.float64)
-    total = float(cumulative[-1]) if len(cumulative) else 0.0
+    classes = len(weights.per_class)
+    # A label outside the classes is a corrupt sample the reader replaces: weighted as '*'.
+    bins = np.where((labels >= 0) & (labels < classes), labels, classes)
+    counts = np.bincount(bins, minlength=classes + 1).astype(np.int64)
+    per_bin = np.asarray((*weights.per_class, weights.others), np.float64)
+    with np.errstate(over="ignore"):
+        cumulative = np.cumsum(counts * per_bin)
+    total = float(cumulative[-1])
     if not math.isfinite(total):
         raise WeightsError("weights: their sum over the samples is not finite; use smaller "
                            "weights")
     if total <= 0:
         raise WeightsError("weights: every sample of the selection has weight 0 (its classes "
                            "are all weighted 0); nothing could be drawn")
-    return WeightedDraws(cumulative, labels, int(draws))
+    starts = np.zeros(classes + 1, np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    return WeightedDraws(np.asarray(labels, np.int64), np.argsort(bins, kind="stable"), starts,
+                         counts, cumulative, int(draws))
 
 
 def table_labels(directory: Path, manifest: Manifest, table: SampleTable) -> np.ndarray:
