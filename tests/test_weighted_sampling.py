@@ -287,3 +287,8 @@ def test_inspect_weights_prints_a_table_per_class(parts):
 ])
 def test_inspect_a_malformed_spec_is_one_line_and_exit_2(parts, spec, problem):
     assert problem in one_error_line(cli("inspect", parts, "--weights", spec), 2)
+
+
+def test_inspect_draws_without_weights_is_one_line_and_exit_2(parts):
+    assert "--draws sets the size of the --weights epoch" in one_error_line(
+        cli("inspect", parts, "--draws", 5), 2)
