@@ -358,19 +358,36 @@ def init_config() -> None:
               help="Also measure N seeded samples against an exact resize of their originals "
                    "(PSNR, SSIM per class; reads the originals under the recorded source).")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the samples --quality measures.")
+              help="Seed of the samples --quality measures, and of the --weights draw (the "
+                   "readers' seed=).")
 @click.option("--imbalance", type=click.FloatRange(min=1), default=10.0, show_default=True,
               help="Warn when the largest class has more than this many times the samples of "
                    "the smallest.")
+@click.option("--weights", metavar="SPEC",
+              help="Instead, show the class mix these class weights draw in an epoch of the "
+                   "torch and DALI readers (their weights=): SPEC like 'scratch=10,dent=10,*=1' "
+                   "(CLASS or #ID = weight; * every other class).")
+@click.option("--draws", type=click.IntRange(min=1), metavar="N",
+              help="Samples of the --weights epoch (the readers' draws=; default: the "
+                   "selection's size).")
 @_fail_cleanly
 def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
-            imbalance) -> None:
+            imbalance, weights, draws) -> None:
     """Show what DATASET holds: samples per class and split, shards, image sizes, rejects,
     excluded files, duplicates (leakage across splits), groups and warnings."""
     import json
 
     from .insight.inspection import inspect_dataset, inspection_json, inspection_text
 
+    if weights is not None or draws is not None:
+        from .insight.class_mix import class_mix, class_mix_json, class_mix_text
+
+        if weights is None:
+            raise click.UsageError("--draws sets the size of the --weights epoch: give "
+                                   "--weights too")
+        mix = class_mix(dataset, weights, split=split, seed=seed, draws=draws)
+        _echo(json.dumps(class_mix_json(mix), indent=1) if as_json else class_mix_text(mix))
+        return
     inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
                                  seed=seed, quiet=as_json)
     if as_json:

@@ -14,7 +14,8 @@ WebDataset shards: DALI takes the samples of our plan (docs/design.md, invariant
 (``device="mixed"`` on a GPU, ``"cpu"`` otherwise).  So, for the same (seed, epoch, rank, world
 size), an epoch holds the same samples in the same batches as the torch reader's batch mode,
 every rank the same number of batches, ``set_epoch`` and mid-epoch resume
-(``state_dict``/``load_state_dict``) as there.  ``py_workers=N`` reads in N forked Python
+(``state_dict``/``load_state_dict``) as there; with ``weights=`` (and ``draws=``) the torch
+reader's weighted epochs.  ``py_workers=N`` reads in N forked Python
 processes (DALI's parallel external source): worth it when reading, not decoding, is what
 waits.  A sample that fails our checks is replaced by another of its batch, counted in one
 warning per epoch; one whose header passes but whose data does not decode stops DALI's decoder
@@ -58,6 +59,7 @@ from .epochs import EpochPlan, EpochSettings
 from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .samples import Corruptions, SampleReader
 from .torch import distributed_rank
+from .weights import WeightSpec, reader_draws
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +108,16 @@ class DaliLoader:
     """Batches of (images, labels) over a dataset, one epoch per iteration; ``len()`` batches.
 
     On WebDataset shards the epochs are the torch reader's (``set_epoch``, ``state_dict``,
-    ``load_state_dict``, ``drop_last``, ``block`` as there); ``shuffle_buffer`` applies to
-    TFRecord shards only, which DALI reads and shuffles itself.
+    ``load_state_dict``, ``drop_last``, ``block``, ``weights`` and ``draws`` as there);
+    ``shuffle_buffer`` applies to TFRecord shards only, which DALI reads and shuffles itself.
     """
 
     def __init__(self, path: str | Path, split: str | None = None, batch_size: int = 64,
                  device: str = "gpu", shuffle: bool = True, seed: int = 0,
                  rank: int | None = None, world_size: int | None = None, num_threads: int = 4,
                  device_id: int | None = None, shuffle_buffer: int = 4096,
-                 drop_last: bool = False, block: int = DEFAULT_BLOCK, py_workers: int = 0):
+                 drop_last: bool = False, block: int = DEFAULT_BLOCK, py_workers: int = 0,
+                 weights: WeightSpec | None = None, draws: int | None = None):
         if device not in ("gpu", "cpu"):
             raise ConfigError(f"device: expected 'gpu' or 'cpu', got {device!r}")
         if isinstance(py_workers, bool) or not isinstance(py_workers, int) or py_workers < 0:
@@ -136,7 +139,8 @@ class DaliLoader:
         if manifest.format == "webdataset":
             table = load_table(directory, [shard for _, shard in selected])
             check_shards(table)  # a shard swapped for another is refused now, not served
-            self.plan = EpochPlan(table, settings)
+            self.plan = EpochPlan(table, settings,
+                                  reader_draws(directory, manifest, table, weights, draws))
             reader = SampleReader(table, len(self.classes), largest=(self.height, self.width))
             self.feed = PlanFeed(reader, self.plan, (self.height, self.width))
             pipe = _planned(self.feed, device, py_workers > 0, **options,
@@ -145,6 +149,9 @@ class DaliLoader:
                                                  prepare_first_batch=False)
             self._batches = self.plan.batches(len(self.plan.share(0)))
         else:
+            if weights is not None or draws is not None:
+                raise ConfigError("weights= and draws= need WebDataset shards; DALI reads "
+                                  "TFRecord shards in its own order")
             self._iterator, self._batches = _own_reader(
                 directory, selected, manifest.format, device, shuffle, rank, world_size,
                 shuffle_buffer, options)

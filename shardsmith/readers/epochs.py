@@ -3,9 +3,10 @@ starts: the epoch ``set_epoch`` gave (or the next one), and a resume position.
 
 Framework-free; the torch reader and the DALI reader both iterate through an ``EpochPlan``, so
 they read the same samples for the same (seed, epoch, rank, world size), in the same order
-(docs/design.md, invariant 9).  The epoch counters live in memory shared with the processes
-forked from this one (DataLoader workers, DALI's Python workers), so ``set_epoch`` reaches
-persistent workers.
+(docs/design.md, invariant 9).  With ``weights.WeightedDraws`` an epoch's order is its draws
+instead of every sample once; shares, batches, workers and resume are cut from it alike.  The
+epoch counters live in memory shared with the processes forked from this one (DataLoader
+workers, DALI's Python workers), so ``set_epoch`` reaches persistent workers.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .plan import DEFAULT_BLOCK, SampleTable, batch_count, epoch_order, rank_share
+from .weights import WeightedDraws
 
 MAX_WORKERS = 256
 
@@ -46,10 +48,15 @@ class EpochSettings:
 
 class EpochPlan:
     """The epochs of one rank over ``table``: its share of each epoch's order, cut into
-    batches (batch mode) or samples, and each worker's part of it."""
+    batches (batch mode) or samples, and each worker's part of it.  With ``draws`` (weighted
+    mode) each epoch's order is its weighted draws, not every sample once."""
 
-    def __init__(self, table: SampleTable, settings: EpochSettings):
-        self.table, self.settings = table, settings
+    def __init__(self, table: SampleTable, settings: EpochSettings,
+                 draws: WeightedDraws | None = None):
+        if draws is not None and not settings.shuffle:
+            raise ConfigError("weights= draws samples at random: shuffle=False does not "
+                              "apply to it")
+        self.table, self.settings, self.draws = table, settings, draws
         # [0] the epoch set_epoch gave (-1: never), [1 + w] the next epoch of worker w
         # without one.
         self._epochs = multiprocessing.RawArray("q", [-1] + [0] * MAX_WORKERS)
@@ -62,7 +69,11 @@ class EpochPlan:
     def share(self, epoch: int) -> np.ndarray:
         """This rank's sample numbers in ``epoch``, in order."""
         settings = self.settings
-        order = epoch_order(self.table, settings.seed, epoch, settings.shuffle, settings.block)
+        if self.draws is not None:
+            order = self.draws.order(settings.seed, epoch)
+        else:
+            order = epoch_order(self.table, settings.seed, epoch, settings.shuffle,
+                                settings.block)
         return rank_share(order, settings.rank, settings.world_size, settings.pad,
                           settings.drop_last)
 

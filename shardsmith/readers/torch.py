@@ -24,6 +24,10 @@ num_workers=4)``: the share is cut into loader batches and batch ``i`` goes to w
 worker, each worker ends on its own partial batch and ``len(loader)`` can fall short by up to
 ``num_workers - 1``).
 
+Weighted mode (``weights="scratch=10,*=1"``, ``draws=N``; ``readers.weights``): an epoch is
+``draws`` samples drawn with replacement by class weight, a function of (seed, epoch) only,
+cut into ranks, batches and workers like an unweighted epoch (``set_epoch``, resume alike).
+
 A corrupt sample is named (shard and key) and, by default, replaced by another sample of the
 same batch, so batch counts stay equal; ``on_corrupt="raise"`` raises ``CorruptSampleError``.
 
@@ -63,6 +67,7 @@ from .epochs import EpochPlan, EpochSettings
 from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .ring import BatchRing, RingBatch, ShardLoader
 from .samples import Corruptions, SampleReader
+from .weights import WeightSpec, reader_draws
 
 __all__ = ["SampleLoader", "ShardDataset", "ShardLoader", "dataset", "detection_collate",
            "distributed_rank"]
@@ -99,6 +104,8 @@ class ShardDataset(IterableDataset):
         on_corrupt: str = "replace",
         block: int = DEFAULT_BLOCK,
         targets: bool = False,
+        weights: WeightSpec | None = None,
+        draws: int | None = None,
     ):
         super().__init__()
         if channels not in COLORSPACES:
@@ -126,7 +133,8 @@ class ShardDataset(IterableDataset):
         # (a 16x16 JPEG whose header says 65500x65500 would allocate 12 GB when decoded).
         largest = self.image_size or (largest_image_size(directory, self.manifest, split)
                                       if decode or targets else None)
-        self.plan = EpochPlan(self.table, settings)
+        self.plan = EpochPlan(self.table, settings,
+                              reader_draws(directory, self.manifest, self.table, weights, draws))
         self.reader = SampleReader(self.table, len(self.classes), len(self.object_classes),
                                    largest)
         self.assembler = BatchAssembler(self.reader, self.image_size, channels, targets) \
@@ -301,6 +309,9 @@ def dataset(path: str | Path, split: str | None = None, shuffle: bool = True,
     ``rank`` / ``world_size`` (default: torch.distributed), ``pad`` (False for evaluation),
     ``drop_last``, ``decode`` (False: JPEG bytes for GPU decoding), ``channels`` (3 or 1),
     ``on_corrupt`` ("replace" or "raise"), ``block`` (samples read together), ``targets``
-    (True: torchvision's detection targets instead of labels, see ``detection_collate``).
+    (True: torchvision's detection targets instead of labels, see ``detection_collate``),
+    ``weights`` (class weights, a SPEC like ``"scratch=10,dent=10,*=1"`` or a mapping: each
+    epoch is ``draws`` samples drawn with replacement by weight; see ``readers.weights``),
+    ``draws`` (the samples of a weighted epoch; default the selection's size).
     """
     return ShardDataset(path, split, shuffle, **options)
