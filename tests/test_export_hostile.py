@@ -226,7 +226,10 @@ def box_outside(metadata: dict) -> None:
 
 
 def other_size(metadata: dict) -> None:
+    """Twice the JPEG's width, its masks dropped so that only the JPEG's header can tell."""
     metadata["width"] *= 2
+    metadata.pop("rle", None)
+    metadata.pop("polygons", None)
 
 
 def unparseable_labels(metadata: dict) -> None:

@@ -149,7 +149,7 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
         x0, y0, x1, y1 = box
         if not (-BOX_SLACK <= x0 < x1 <= width + BOX_SLACK
                 and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK):
-            raise ValueError(f"box {shown(box, 80)} is not x0 < x1, y0 < y1 inside its "
+            raise ValueError(f"box {str(box)[:80]} is not x0 < x1, y0 < y1 inside its "
                              f"{width}x{height} pixels")
         if not (isinstance(label, int) and 1 <= label <= len(object_classes)):
             raise ValueError(f"object class id {str(label)[:20]} is not one of the dataset's")
