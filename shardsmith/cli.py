@@ -570,9 +570,12 @@ def verify(dataset, config_file, decode, workers, quiet) -> None:
               show_default=True, help="anomalib: its Folder layout or the MVTec one.")
 @click.option("--split", "splits", multiple=True,
               help="Export only this split (repeatable; default every split).")
+@click.option("--keep", type=click.IntRange(1, 1000), default=2, show_default=True,
+              help="Versions kept: the current one and the ones before it (a training run "
+              "started on one keeps its files).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_fail_cleanly
-def export(dataset, destination, layout, task, normal, anomalib_layout, splits,
+def export(dataset, destination, layout, task, normal, anomalib_layout, splits, keep,
            quiet) -> None:
     """Write the packed DATASET into DESTINATION as a trainer's folder layout: DEST/vN for
     the dataset's version N, DEST/current a link to it, switched when it is complete.
@@ -585,7 +588,7 @@ def export(dataset, destination, layout, task, normal, anomalib_layout, splits,
 
     result = run_export(dataset, destination, layout, task=task, normal=normal,
                         anomalib_layout=anomalib_layout, splits=tuple(splits) or None,
-                        quiet=quiet)
+                        quiet=quiet, keep=keep)
     _echo(export_summary(result))
 
 

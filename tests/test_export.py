@@ -252,10 +252,11 @@ def test_anomalib_splits_normal_from_abnormal_with_a_mask_each(dataset, tmp_path
     folder = tmp_path / "an" / "current"
     classes = images.manifest_of(dataset)["classes"]
     fmt = shard_format(images.manifest_of(dataset)["format"])
-    masks = {}
+    masks, jpegs = {}, {}
     for shard in images.manifest_of(dataset)["shards"]:
         for _, record in fmt.records(dataset / shard["name"], shard["bytes"]):
             masks[record.key] = fmt.mask_png(record)
+            jpegs[record.key] = fmt.jpeg(record)
     abnormal = normal = 0
     for sample in images.samples_of(dataset):
         key, split = sample["key"], sample["split"]
@@ -265,10 +266,13 @@ def test_anomalib_splits_normal_from_abnormal_with_a_mask_each(dataset, tmp_path
                               "normal" if split == "train" else "normal_test") / f"{key}.jpg"
             mask_path = folder / "mask" / f"{key}.png"
         else:
-            found = list(folder.rglob(f"{key}.jpg"))
-            assert len(found) == 1
+            # anomalib's MVTecAD reads PNG images only: the JPEG decoded, written lossless
+            found = list(folder.rglob(f"{key}.png"))
+            assert len(found) == 1 and not list(folder.rglob(f"{key}.jpg"))
             image = found[0]
             assert (image.parent.name == "good") != is_abnormal
+            decoded = cv2.imdecode(np.frombuffer(jpegs[key], np.uint8), cv2.IMREAD_UNCHANGED)
+            assert np.array_equal(cv2.imread(str(image), cv2.IMREAD_UNCHANGED), decoded)
             mask_path = folder / "ground_truth" / image.parent.name / f"{key}_mask.png"
         assert image.is_file()
         assert mask_path.is_file() == is_abnormal
@@ -289,7 +293,7 @@ def tree_of(folder: Path) -> dict[str, bytes]:
             and ".export" not in path.parts}
 
 
-def test_a_new_version_links_unchanged_files_and_replaces_the_old(tmp_path):
+def test_a_new_version_links_unchanged_files_and_keeps_the_one_before(tmp_path):
     write_corpus(tmp_path / "source")
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
     export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
@@ -301,7 +305,9 @@ def test_a_new_version_links_unchanged_files_and_replaces_the_old(tmp_path):
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
     result = export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
     assert os.readlink(tmp_path / "yolo" / "current") == "v2"
-    assert not (tmp_path / "yolo" / "v1").exists() and result.removed == (1,)
+    # --keep 2 (the default): a training run started on v1 keeps its files
+    assert (tmp_path / "yolo" / "v1" / ".export" / "record.json").is_file()
+    assert result.removed == ()
     after = {path.name: path.stat().st_ino
              for path in (tmp_path / "yolo" / "v2" / "images" / "val").iterdir()}
     assert after == before  # the val split did not change: the same inodes
@@ -310,6 +316,38 @@ def test_a_new_version_links_unchanged_files_and_replaces_the_old(tmp_path):
     assert {path.stem for path in (tmp_path / "yolo/v2/images").rglob("*.jpg")} == keys
     again = run_cli(tmp_path / "dataset", tmp_path / "yolo", "--layout", "yolo")
     assert again.exit_code == 0 and "up to date" in again.output
+    assert (tmp_path / "yolo" / "v1").is_dir()
+    # a deletion cut short leaves a renamed folder no export reads; the next run removes
+    # it, and versions beyond --keep go on an "up to date" run too
+    (tmp_path / "yolo" / ".v1.removing" / "images").mkdir(parents=True)
+    once = run_cli(tmp_path / "dataset", tmp_path / "yolo", "--layout", "yolo", "--keep", "1")
+    assert once.exit_code == 0 and "up to date" in once.output and "removed v1" in once.output
+    assert sorted(os.listdir(tmp_path / "yolo")) == [".export", "current", "v2"]
+
+
+def test_an_old_version_is_renamed_before_it_is_deleted(tmp_path, monkeypatch):
+    """A deletion cut short (a crash, a full NFS server) leaves ``.vN.removing``, never a half
+    ``vN`` that a later export would refuse or a trainer would read."""
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    images.write(tmp_path / "source" / "train" / "good" / "new.jpg",
+                 defects.corpus_original("jpeg8", 1, with_defects=False))
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    from shardsmith.ops.export import versions
+
+    def crash(path, *args, **kwargs):
+        raise OSError(5, "Input/output error", str(path))
+
+    monkeypatch.setattr(versions.shutil, "rmtree", crash)
+    with pytest.raises(OSError):
+        export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True, keep=1)
+    assert os.readlink(tmp_path / "yolo" / "current") == "v2"
+    assert sorted(os.listdir(tmp_path / "yolo")) == [".export", ".v1.removing", "current", "v2"]
+    monkeypatch.undo()
+    result = export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True, keep=1)
+    assert result.up_to_date
+    assert sorted(os.listdir(tmp_path / "yolo")) == [".export", "current", "v2"]
 
 
 def test_an_interrupted_export_resumes_to_the_same_bytes(tmp_path, monkeypatch):

@@ -91,6 +91,9 @@ def test_current_as_a_real_folder_is_refused(dataset, tmp_path):
     "paths with ..",
     "absolute path",
     "huge number",
+    "another sample's file",
+    "a file the layout does not name",
+    "unknown field",
 ])
 def test_a_damaged_export_record_is_refused(dataset, tmp_path, damage):
     assert shardsmith(dataset, tmp_path / "dest", "--layout", "yolo").returncode == 0
@@ -102,6 +105,12 @@ def test_a_damaged_export_record_is_refused(dataset, tmp_path, damage):
         record["samples"][0]["files"][0]["path"] = str(tmp_path / "outside.jpg")
     elif damage == "huge number":
         record["samples"][0]["files"][0]["bytes"] = 10**40
+    elif damage == "another sample's file":
+        record["samples"][0]["files"][0] = record["samples"][1]["files"][0]
+    elif damage == "a file the layout does not name":
+        record["samples"][0]["files"][0]["path"] = "images/train/elsewhere.jpg"
+    elif damage == "unknown field":
+        record["samples"][0]["files"][0]["mode"] = "0777"
     path.write_bytes(damage if isinstance(damage, bytes) else json.dumps(record).encode())
     refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), "record.json")
     assert not (tmp_path / "outside.jpg").exists()
@@ -171,3 +180,147 @@ def test_a_destination_inside_the_dataset_is_refused(dataset):
     before = listing(dataset)
     refused(shardsmith(dataset, dataset / "export", "--layout", "coco"), "inside the dataset")
     assert listing(dataset) == before
+
+
+def forged(dataset: Path, copy: Path, patch) -> str:
+    """A copy of ``dataset`` whose first sample with objects carries metadata ``patch``
+    rewrote, its shard re-signed in the manifest (the sha256 matches: only the metadata lies);
+    returns the sample's key."""
+    import hashlib
+    import io
+    import shutil
+    import tarfile
+
+    shutil.copytree(dataset, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    shard = next(entry for entry in manifest["shards"] if entry["name"].endswith(".tar"))
+    out = io.BytesIO()
+    key = None
+    with tarfile.open(copy / shard["name"]) as source, \
+            tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as target:
+        for member in source.getmembers():
+            data = source.extractfile(member).read()
+            if key is None and member.name.endswith(".json"):
+                metadata = json.loads(data)
+                if metadata.get("boxes"):
+                    patch(metadata)
+                    data = json.dumps(metadata).encode()
+                    key = member.name.removesuffix(".json")
+            member.size = len(data)
+            target.addfile(member, io.BytesIO(data))
+    raw = out.getvalue()
+    (copy / shard["name"]).write_bytes(raw)
+    shard["bytes"], shard["sha256"] = len(raw), hashlib.sha256(raw).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert key is not None
+    return key
+
+
+def reverse_a_box(metadata: dict) -> None:
+    x0, y0, x1, y1 = metadata["boxes"][0]
+    metadata["boxes"][0] = [x1, y0, x0, y1]
+
+
+def box_outside(metadata: dict) -> None:
+    metadata["boxes"][0][2] = metadata["width"] + 40
+
+
+def other_size(metadata: dict) -> None:
+    """Twice the JPEG's width, its masks dropped so that only the JPEG's header can tell."""
+    metadata["width"] *= 2
+    metadata.pop("rle", None)
+    metadata.pop("polygons", None)
+
+
+def unparseable_labels(metadata: dict) -> None:
+    metadata["labels"] = "many"
+
+
+@pytest.mark.parametrize("lie", [reverse_a_box, box_outside, other_size, unparseable_labels])
+@pytest.mark.parametrize("layout", ["yolo", "coco"])
+def test_metadata_that_lies_stops_the_export_naming_shard_and_key(dataset, tmp_path, lie,
+                                                                   layout):
+    key = forged(dataset, tmp_path / "forged", lie)
+    result = shardsmith(tmp_path / "forged", tmp_path / "dest", "--layout", layout)
+    refused(result, f"sample {key}", ".tar")
+    assert result.stderr.count(f"sample {key}") == 1  # named once, not "sample K: sample K:"
+    assert not (tmp_path / "dest" / "current").exists()
+    assert not list((tmp_path / "dest").rglob("*.txt"))  # never a negative or empty box line
+
+
+@pytest.mark.parametrize("damage", ["empty", "fifo", "flipped byte"])
+def test_a_damaged_shard_exits_2_and_switches_nothing(dataset, tmp_path, damage):
+    import shutil
+
+    shutil.copytree(dataset, tmp_path / "copy")
+    shard = sorted((tmp_path / "copy").glob("*.tar"))[0]
+    if damage == "empty":
+        shard.write_bytes(b"")
+    elif damage == "fifo":
+        shard.unlink()
+        os.mkfifo(shard)
+    else:
+        raw = bytearray(shard.read_bytes())
+        raw[700] ^= 0xFF
+        shard.write_bytes(bytes(raw))
+    refused(shardsmith(tmp_path / "copy", tmp_path / "dest", "--layout", "yolo"), shard.name)
+    assert not (tmp_path / "dest" / "current").exists()
+
+
+def test_a_normal_class_the_dataset_lacks_is_refused_up_front(dataset, tmp_path):
+    refused(shardsmith(dataset, tmp_path / "dest", "--layout", "anomalib", "--normal", "ok"),
+            "--normal", "defect")
+    assert not (tmp_path / "dest").exists()
+
+
+@pytest.mark.parametrize("layout", ["coco", "anomalib"])
+def test_a_task_for_another_layout_is_refused(dataset, tmp_path, layout):
+    refused(shardsmith(dataset, tmp_path / "dest", "--layout", layout, "--task", "detect"),
+            "--task")
+    assert not (tmp_path / "dest").exists()
+
+
+def renamed_classes(dataset: Path, copy: Path, classes=None, object_classes=None) -> Path:
+    import shutil
+
+    shutil.copytree(dataset, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    if classes is not None:
+        manifest["classes"] = classes
+    if object_classes is not None:
+        manifest["object_classes"][:len(object_classes)] = object_classes
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+@pytest.mark.parametrize("name, words", [
+    ("GOOD", "normal images"),
+    ("a/b", "folder name"),
+    ("tab\there", "folder name"),
+    ("x" * 256, "folder name"),
+    ("Good-ish\x00", "folder name"),
+])
+def test_a_defect_class_that_is_no_mvtec_folder_is_refused_before_writing(dataset, tmp_path,
+                                                                          name, words):
+    copy = renamed_classes(dataset, tmp_path / "copy", classes=["good"],
+                           object_classes=[name])
+    refused(shardsmith(copy, tmp_path / "dest", "--layout", "anomalib", "--anomalib-layout",
+                       "mvtec"), words)
+    assert not (tmp_path / "dest").exists()
+
+
+def test_defect_classes_equal_but_for_case_are_refused(dataset, tmp_path):
+    copy = renamed_classes(dataset, tmp_path / "copy", classes=["good"],
+                           object_classes=["Crack", "crack"])
+    refused(shardsmith(copy, tmp_path / "dest", "--layout", "anomalib", "--anomalib-layout",
+                       "mvtec"), "case")
+    assert not (tmp_path / "dest").exists()
+
+
+@pytest.mark.parametrize("target", ["/etc", "../elsewhere", "v1.bak", "notes"])
+def test_a_current_link_that_is_not_ours_is_refused_and_kept(dataset, tmp_path, target):
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / "current").symlink_to(target)
+    refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), "current")
+    assert os.readlink(tmp_path / "dest" / "current") == target
+    assert listing(tmp_path / "dest") == ["current"]

@@ -59,10 +59,10 @@ class DirectoryLock:
                 holder = describe_holder(os.pread(fd, HOLDER_BYTES, 0))
             finally:
                 os.close(fd)
-            if not holder:  # shared holders write nothing: a stage reading this dataset
+            if not holder:  # shared holders write nothing: a stage or an export reading it
                 raise LockedError(f"{self.path.parent.parent} is being read by another "
-                                  "shardsmith process (a stage); rerun when it has finished"
-                                  ) from None
+                                  "shardsmith process (a stage or an export); rerun when it "
+                                  "has finished") from None
             raise LockedError(
                 f"{self.path.parent.parent} is being {self.activity} by {holder}"
             ) from None

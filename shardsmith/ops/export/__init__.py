@@ -39,11 +39,12 @@ from ...errors import (
     ConfigError,
     CorruptSampleError,
     ManifestError,
+    OutputStateError,
     ShardFormatError,
 )
 from ...progress import Progress
 from ...schema import to_json
-from ...text import plural
+from ...text import cut, plural, shown
 from . import layouts
 from .record import (
     JOURNAL_NAME,
@@ -71,6 +72,14 @@ HASH_CHUNK = 8 << 20
 __all__ = ["ExportOptions", "ExportResult", "export", "export_summary", "resolve_options"]
 
 
+class DamagedShardError(CorruptSampleError):
+    """A shard or sample of the dataset that is not what its manifest says (a sha256 or size
+    mismatch, a record that does not parse, metadata that does not fit its image): the
+    dataset is damaged, as a malformed manifest is, so the same exit code."""
+
+    exit_code = 2
+
+
 @dataclass(frozen=True)
 class ExportResult:
     folder: Path  # DEST/vN
@@ -91,15 +100,16 @@ def export_summary(result: ExportResult) -> str:
     what = result.options.layout + (f" ({result.options.task})" if result.options.task
                                      else f" ({result.options.anomalib_layout})"
                                      if result.options.anomalib_layout else "")
+    removed = (f"; removed {', '.join(f'v{number}' for number in result.removed)}"
+               if result.removed else "")
     if result.up_to_date:
-        return f"{result.folder}: up to date ({plural(result.samples, 'sample')}, {what})"
+        return (f"{result.folder}: up to date ({plural(result.samples, 'sample')}, {what})"
+                f"{removed}")
     parts = [f"{result.written} from {plural(result.shards_read, 'shard')}"]
     if result.linked:
         parts.append(f"{result.linked} hard-linked from the previous export")
     if result.kept:
         parts.append(f"{result.kept} kept from an interrupted export")
-    removed = (f"; removed {', '.join(f'v{number}' for number in result.removed)}"
-               if result.removed else "")
     return (f"{result.folder}: {plural(result.samples, 'sample')} exported as {what} "
             f"({', '.join(parts)}) in {result.seconds:.1f}s; current -> v{result.version}"
             f"{removed}")
@@ -108,9 +118,13 @@ def export_summary(result: ExportResult) -> str:
 def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal: str = "good",
                     anomalib_layout: str = "folder",
                     splits: tuple[str, ...] | None = None) -> ExportOptions:
-    """The export's options, checked against the dataset; ConfigError for what cannot be."""
+    """The export's options, checked against the dataset (its class names too, where they
+    become folders) before anything is written; ConfigError for what cannot be."""
     if layout not in LAYOUTS:
         raise ConfigError(f"--layout: {layout!r} is not one of {', '.join(LAYOUTS)}")
+    if layout != "yolo" and task != "auto":
+        raise ConfigError(f"--task {task}: only for --layout yolo (the {layout} layout has "
+                          "no tasks)")
     for split in splits or ():
         if split not in manifest.splits:
             raise ConfigError(f"--split: the dataset has no split {split!r} (splits: "
@@ -125,11 +139,11 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
             raise ConfigError(f"--task {task}: the dataset has no objects (image labels "
                               "only); export --task classify")
         if task == "classify":
-            for name in manifest.classes:
-                if not layouts.safe_folder_name(name):
-                    raise ConfigError(f"image class {name!r} cannot be a folder name (empty, "
-                                      "'.', '..', or with '/' or NUL): the classify layout "
-                                      "needs one folder per class")
+            if not manifest.classes:
+                raise ConfigError("--task classify: the dataset has no image classes "
+                                  "(packed with labels: none)")
+            layouts.check_folder_names(manifest.classes, "image class",
+                                       "the classify layout makes one folder per class")
         return ExportOptions(layout, task=task, splits=splits)
     if layout == "coco":
         if manifest.object_classes is None:
@@ -137,14 +151,26 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
         return ExportOptions(layout, splits=splits)
     if anomalib_layout not in ("folder", "mvtec"):
         raise ConfigError(f"--anomalib-layout: {anomalib_layout!r} is not folder or mvtec")
+    if manifest.classes and normal not in manifest.classes:
+        raise ConfigError(f"--normal {shown(normal)}: not an image class of the dataset "
+                          f"(classes: {cut(', '.join(manifest.classes), 200)})")
+    if anomalib_layout == "mvtec":
+        layouts.check_folder_names(
+            layouts.defect_names(manifest.classes, manifest.object_classes, normal),
+            "defect class", "the mvtec layout makes one folder per defect class",
+            reserved=layouts.NORMAL_FOLDER)
     return ExportOptions(layout, normal=normal, anomalib_layout=anomalib_layout, splits=splits)
 
 
 def export(dataset: str | Path, destination: str | Path, layout: str, task: str = "auto",
            normal: str = "good", anomalib_layout: str = "folder",
-           splits: tuple[str, ...] | None = None, quiet: bool = False) -> ExportResult:
-    """Export the dataset in ``dataset`` into ``destination`` as ``layout``."""
+           splits: tuple[str, ...] | None = None, quiet: bool = False,
+           keep: int = 2) -> ExportResult:
+    """Export the dataset in ``dataset`` into ``destination`` as ``layout``; ``keep``
+    versions stay (the current one and the ``keep - 1`` before it)."""
     started = time.monotonic()
+    if not (isinstance(keep, int) and 1 <= keep <= 1000):
+        raise ConfigError(f"--keep {keep}: keep 1 to 1000 versions (the current one counts)")
     source, root = _check_locations(Path(dataset), Path(destination))
     with SharedLock(source / STATE_DIR / LOCK_NAME, "packed"):
         manifest = read_manifest(source)
@@ -154,7 +180,7 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
         root.mkdir(parents=True, exist_ok=True)
         check_destination(root)
         with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
-            run = _Run(source, manifest, options, survey(root, layout), quiet)
+            run = _Run(source, manifest, options, survey(root, layout), quiet, keep)
             return run.execute(started)
 
 
@@ -184,9 +210,9 @@ class _Run:
     """One export: the plan (``execute``'s first half), then the writing."""
 
     def __init__(self, source: Path, manifest: Manifest, options: ExportOptions,
-                 destination: Destination, quiet: bool):
+                 destination: Destination, quiet: bool, keep: int):
         self.source, self.manifest, self.options = source, manifest, options
-        self.destination, self.quiet = destination, quiet
+        self.destination, self.quiet, self.keep = destination, quiet, keep
         self.number = manifest.version
         self.fmt = shard_format(manifest.format)
         self.fallback_warned = False
@@ -199,7 +225,8 @@ class _Run:
             _check_image_ids(records)
         current = self.destination.current
         if current == self.number and self._up_to_date(self.destination.versions[current]):
-            return self._result(len(records), 0, 0, 0, 0, (), True, started)
+            removed = remove_older(self.destination, self.number, self.keep)
+            return self._result(len(records), 0, 0, 0, 0, tuple(removed), True, started)
         partial = self.destination.partial(self.number)
         tree = ExportTree(partial)
         tree.folder(RECORD_DIR)
@@ -228,7 +255,7 @@ class _Run:
         (partial / RECORD_DIR / JOURNAL_NAME).unlink(missing_ok=True)
         tree.sync()
         publish(self.destination, self.number)
-        removed = remove_older(self.destination, self.number)
+        removed = remove_older(self.destination, self.number, self.keep)
         return self._result(len(records), len(todo) - kept, linked, kept, read,
                             tuple(removed), False, started)
 
@@ -296,6 +323,13 @@ class _Run:
         listed = {shard.name: shard for shard in self.manifest.shards}
         header = options_line(self.options, self.manifest.content_fingerprint)
         finished = read_journal(tree.root, header)
+        for entry in finished.values():
+            problem = layouts.check_record_paths(self.options, self.manifest.classes,
+                                                 self.manifest.object_classes, entry.samples)
+            if problem is not None:
+                raise OutputStateError(f"{tree.root / RECORD_DIR / JOURNAL_NAME}: {problem}: "
+                                       f"the journal is damaged; move {tree.root} away and "
+                                       "rerun")
         journal_path = tree.root / RECORD_DIR / JOURNAL_NAME
         if not finished:
             tree.write(f"{RECORD_DIR}/{JOURNAL_NAME}", header)
@@ -366,16 +400,16 @@ class _Run:
                     raise ManifestError(self._mismatch(path, f"{opened.size:,} bytes, the "
                                                        f"manifest lists {shard.bytes:,}"))
         except ShardFormatError as exc:
-            raise CorruptSampleError(f"{path}: {exc} (shardsmith verify checks the whole "
+            raise DamagedShardError(f"{path}: {exc} (shardsmith verify checks the whole "
                                      "dataset); nothing was switched") from None
         except FileNotFoundError:
-            raise CorruptSampleError(f"{path}: missing (a staged copy of another split? "
+            raise DamagedShardError(f"{path}: missing (a staged copy of another split? "
                                      "shardsmith verify checks the dataset)") from None
         if digest.hexdigest() != shard.sha256:
             raise ManifestError(self._mismatch(path, "its sha256 is not the manifest's"))
         missing = sorted(set(wanted) - {sample.key for sample in made})
         if missing:
-            raise CorruptSampleError(f"{path}: does not hold sample {missing[0]} the sample "
+            raise DamagedShardError(f"{path}: does not hold sample {missing[0]} the sample "
                                      "index places there (shardsmith verify shows more)")
         return made
 
@@ -399,8 +433,10 @@ class _Run:
                 self._warn_fallback)
             files, coco = layouts.sample_files(self.options, sample)
         except (ValueError, TypeError, KeyError, ShardFormatError) as exc:
-            raise CorruptSampleError(f"{self.source / shard.name}: sample {record.key}: "
-                                     f"{exc}") from None
+            # a format's own error may name the sample already
+            why = str(exc).removeprefix(f"sample {record.key}: ")
+            raise DamagedShardError(f"{self.source / shard.name}: sample {record.key}: {why}; "
+                                    "nothing was switched") from None
         written = tuple(tree.write(relpath, data) for relpath, data in files)
         return ExportedSample(record.key, record.split, digests[record.key], sample.width,
                               sample.height, written, coco)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -19,17 +20,53 @@ import numpy as np
 import yaml
 from pycocotools import mask as coco_mask
 
+from ...errors import ConfigError
+from ...readers.sample_jpeg import SampleJpegError, check_header, decode_sample
+from ...text import shown
 from . import objects
 from .record import CocoObject, ExportedSample, ExportOptions
 
 NORMAL_FOLDER = "good"  # MVTec's name for normal images, whatever --normal calls them
 JPEG, LABEL, MASK = ".jpg", ".txt", ".png"
+# anomalib's MVTecAD reads ``.png`` images only (anomalib 2.7, datasets/image/mvtecad.py)
+MVTEC_IMAGE = ".png"
+# a TFRecord box is normalised float32 times the size, rounded to 1e-3 px: its edge may sit
+# that far past the sample's
+BOX_SLACK = 0.01
 
 
 def safe_folder_name(name: str) -> bool:
-    """A class name usable as one folder: not empty, ``.`` or ``..``, no ``/`` or NUL."""
-    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name \
+    """A class name usable as one folder: not empty, ``.`` or ``..``, no ``/``, NUL or
+    control character, at most 255 bytes."""
+    return bool(name) and name not in (".", "..") and "/" not in name \
+        and not any(ord(char) < 32 or ord(char) == 127 for char in name) \
         and len(name.encode("utf-8", "surrogateescape")) <= 255
+
+
+def check_folder_names(names: Iterable[str], what: str, why: str,
+                       reserved: str | None = None) -> None:
+    """Every name can be a folder of its own, and no two become one folder on a share that
+    ignores case (SMB, macOS): ConfigError naming the first that cannot."""
+    seen: dict[str, str] = {}
+    for name in dict.fromkeys(names):
+        if not safe_folder_name(name):
+            raise ConfigError(f"{what} {shown(name)} cannot be a folder name (empty, '.', "
+                              "'..', with '/', NUL or a control character, or over 255 "
+                              f"bytes): {why}")
+        if reserved is not None and name.casefold() == reserved.casefold():
+            raise ConfigError(f"{what} {shown(name)}: the folder {reserved!r} holds the "
+                              f"normal images: {why}")
+        other = seen.setdefault(name.casefold(), name)
+        if other != name:
+            raise ConfigError(f"{what}es {shown(other)} and {shown(name)} differ only in "
+                              f"case: one folder on a share that ignores case; {why}")
+
+
+def defect_names(classes: tuple[str, ...], object_classes: tuple[str, ...] | None,
+                 normal: str) -> list[str]:
+    """The folder names the mvtec layout may give abnormal samples: the image classes but the
+    normal one, and the object classes (a normal-class sample with objects)."""
+    return [name for name in classes if name != normal] + list(object_classes or ())
 
 
 @dataclass
@@ -80,6 +117,10 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
     if not (isinstance(width, int) and isinstance(height, int) and 0 < width <= 1 << 20
             and 0 < height <= 1 << 20):
         raise ValueError("its width and height are not positive integers")
+    try:
+        check_header(jpeg, expect=(height, width))
+    except SampleJpegError as exc:
+        raise ValueError(str(exc)) from None
     sample = Sample(key, split, class_name, width, height, jpeg)
     if mask_png is not None:
         sample.class_mask = objects.class_pixels(mask_png)
@@ -105,6 +146,11 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
         if not (isinstance(box, list) and len(box) == 4 and all(
                 isinstance(value, (int, float)) and math.isfinite(value) for value in box)):
             raise ValueError(f"box {str(box)[:40]} is not four numbers")
+        x0, y0, x1, y1 = box
+        if not (-BOX_SLACK <= x0 < x1 <= width + BOX_SLACK
+                and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK):
+            raise ValueError(f"box {str(box)[:80]} is not x0 < x1, y0 < y1 inside its "
+                             f"{width}x{height} pixels")
         if not (isinstance(label, int) and 1 <= label <= len(object_classes)):
             raise ValueError(f"object class id {str(label)[:20]} is not one of the dataset's")
         if not (isinstance(rings, list) and all(isinstance(ring, list) and len(ring) % 2 == 0
@@ -193,11 +239,12 @@ def coco_objects(sample: Sample) -> tuple[CocoObject, ...]:
 
 def is_abnormal(options: ExportOptions, sample: Sample) -> bool:
     """Abnormal: it has objects, or its image class is not the normal one."""
-    return bool(sample.objects) or sample.class_name != options.normal
+    return bool(sample.objects) or (bool(sample.class_name)
+                                    and sample.class_name != options.normal)
 
 
 def defect_name(options: ExportOptions, sample: Sample) -> str:
-    if sample.class_name != options.normal:
+    if sample.class_name and sample.class_name != options.normal:
         return sample.class_name
     return sample.objects[0].name
 
@@ -208,7 +255,7 @@ def anomalib_files(options: ExportOptions, sample: Sample) -> list[tuple[str, by
     if not is_abnormal(options, sample):
         if mvtec:
             where = "train" if sample.split == "train" else "test"
-            return [(f"{where}/{NORMAL_FOLDER}/{key}{JPEG}", sample.jpeg)]
+            return [(f"{where}/{NORMAL_FOLDER}/{key}{MVTEC_IMAGE}", png_image(sample))]
         where = "normal" if sample.split == "train" else "normal_test"
         return [(f"{where}/{key}{JPEG}", sample.jpeg)]
     boxes = [item.box for item in sample.objects]
@@ -219,9 +266,20 @@ def anomalib_files(options: ExportOptions, sample: Sample) -> list[tuple[str, by
         defect = defect_name(options, sample)
         if not safe_folder_name(defect) or defect == NORMAL_FOLDER:
             raise ValueError(f"its defect class {defect!r} cannot be an MVTec folder name")
-        return [(f"test/{defect}/{key}{JPEG}", sample.jpeg),
+        return [(f"test/{defect}/{key}{MVTEC_IMAGE}", png_image(sample)),
                 (f"ground_truth/{defect}/{key}_mask{MASK}", mask)]
     return [(f"abnormal/{key}{JPEG}", sample.jpeg), (f"mask/{key}{MASK}", mask)]
+
+
+def png_image(sample: Sample) -> bytes:
+    """The sample's JPEG decoded and written lossless as PNG (gray stays one channel)."""
+    try:
+        pixels = decode_sample(sample.jpeg, "KEEP", expect=(sample.height, sample.width))
+    except SampleJpegError as exc:
+        raise ValueError(str(exc)) from None
+    if pixels.shape[2] == 1:
+        return objects.png(pixels[:, :, 0])
+    return objects.png(np.ascontiguousarray(pixels[:, :, ::-1]))  # OpenCV writes BGR
 
 
 def coco_image_id(key: str) -> int:
@@ -282,3 +340,62 @@ def instances(object_classes: tuple[str, ...], samples: list[ExportedSample]) ->
                   for number, name in enumerate(object_classes, 1)]
     document = {"images": images, "annotations": annotations, "categories": categories}
     return (json.dumps(document, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def layout_paths(options: ExportOptions, key: str, split: str, classes: tuple[str, ...],
+                 object_classes: tuple[str, ...] | None) -> list[tuple[str, ...]]:
+    """Every list of files the layout can give the sample ``key`` of ``split``: a record
+    naming others is not one this release wrote."""
+    if options.layout == "coco":
+        return [(f"images/{split}/{key}{JPEG}",)]
+    if options.layout == "yolo" and options.task == "classify":
+        return [(f"{split}/{name}/{key}{JPEG}",) for name in classes]
+    if options.layout == "yolo":
+        return [(f"images/{split}/{key}{JPEG}", f"labels/{split}/{key}{LABEL}")]
+    if options.anomalib_layout == "mvtec":
+        normal = [(f"{where}/{NORMAL_FOLDER}/{key}{MVTEC_IMAGE}",) for where in ("train", "test")]
+        return normal + [(f"test/{defect}/{key}{MVTEC_IMAGE}",
+                          f"ground_truth/{defect}/{key}_mask{MASK}")
+                         for defect in defect_names(classes, object_classes,
+                                                    options.normal or "")]
+    return [(f"normal/{key}{JPEG}",), (f"normal_test/{key}{JPEG}",),
+            (f"abnormal/{key}{JPEG}", f"mask/{key}{MASK}")]
+
+
+def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
+                       object_classes: tuple[str, ...] | None,
+                       samples: Iterable[ExportedSample],
+                       shared: Iterable[str] = ()) -> str | None:
+    """What in a record (or journal) names files the layout does not give its samples: a key
+    that is no sample key, a split that is no folder name, a path not the layout's, a file
+    named twice; None when everything fits."""
+    seen: set[str] = set()
+    keys: set[str] = set()
+    for sample in samples:
+        if KEY.fullmatch(sample.key) is None:
+            return f"sample key {shown(sample.key)} is not a sample key"
+        if not safe_folder_name(sample.split):
+            return f"sample {sample.key}: split {shown(sample.split)} is not a folder name"
+        paths = tuple(file.path for file in sample.files)
+        if paths not in layout_paths(options, sample.key, sample.split, classes,
+                                     object_classes):
+            return f"sample {sample.key}: its files are not the {options.layout} layout's"
+        if seen.intersection(paths) or sample.key in keys:
+            return f"sample {sample.key}: named twice"
+        seen.update(paths)
+        keys.add(sample.key)
+    for path in shared:
+        if options.layout == "yolo" and options.task != "classify":
+            fits = path == "data.yaml"
+        elif options.layout == "coco":
+            split = path.removeprefix("annotations/instances_").removesuffix(".json")
+            fits = path == f"annotations/instances_{split}.json" and safe_folder_name(split)
+        else:
+            fits = False
+        if not fits or path in seen:
+            return f"{shown(path)} is not a file of the {options.layout} layout"
+        seen.add(path)
+    return None

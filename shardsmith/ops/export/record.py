@@ -9,10 +9,13 @@ that does not fit is an OutputStateError naming the file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ...door import STATE_CAP, Refused, open_file
 from ...errors import ManifestError, OutputStateError
@@ -22,6 +25,7 @@ from ...text import shown
 RECORD_DIR = ".export"
 RECORD_NAME = "record.json"
 JOURNAL_NAME = "journal.jsonl"
+T = TypeVar("T")
 RECORD_FORMAT = 1
 RECORD_CAP = 4 * STATE_CAP  # ~1 KiB a sample with its COCO polygons: 256k samples
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -131,11 +135,42 @@ def read_record(folder: Path) -> ExportRecord | None:
     return parse_record(raw, path, folder)
 
 
+def unknown_field(cls: type, value: Any, where: str = "") -> str | None:
+    """The first field of ``value`` (decoded JSON) that ``cls`` (a record of this module) does
+    not have, as a path; None when there is none.  The schema ignores unknown fields (a
+    manifest of a newer release); a record that decides what is linked and kept must be
+    exactly one this release wrote."""
+    if not (dataclasses.is_dataclass(cls) and isinstance(value, dict)):
+        return None
+    hints = typing.get_type_hints(cls)
+    for name, item in value.items():
+        if name not in hints:
+            return f"{where}{name}"
+        inner = next((arg for arg in typing.get_args(hints[name]) or (hints[name],)
+                      if dataclasses.is_dataclass(arg)), None)
+        if inner is None:
+            continue
+        items = value[name] if isinstance(item, list) else [item]
+        for index, element in enumerate(items):
+            at = f"{where}{name}[{index}]." if isinstance(item, list) else f"{where}{name}."
+            found = unknown_field(inner, element, at)
+            if found is not None:
+                return found
+    return None
+
+
+def parse_strict(cls: type[T], value: Any) -> T:
+    """``parse``, refusing fields ``cls`` does not have."""
+    found = unknown_field(cls, value)
+    if found is not None:
+        raise OutputStateError(f"{shown(found)}: a field no export record has")
+    return parse(cls, value, "", OutputStateError)
+
+
 def parse_record(raw: bytes, path: Path, folder: Path) -> ExportRecord:
     advice = f"not an export record shardsmith wrote; move {folder} away and rerun"
     try:
-        return parse(ExportRecord, decode(raw, str(path), unique_keys=True), "",
-                     OutputStateError)
+        return parse_strict(ExportRecord, decode(raw, str(path), unique_keys=True))
     except (ManifestError, OutputStateError) as exc:
         message = str(exc).removeprefix(f"{path}: ")
         raise OutputStateError(f"{path}: {message}: {advice}") from None
@@ -163,9 +198,14 @@ def read_journal(folder: Path, options_line: bytes) -> dict[str, JournalEntry]:
     entries = {}
     for line in lines[1:]:
         try:
-            entry = parse(JournalEntry, decode(line, str(path)), "", OutputStateError)
-        except (ManifestError, OutputStateError):
+            value = decode(line, str(path))
+        except ManifestError:
             break  # a torn last line: what it held is exported again
+        try:
+            entry = parse_strict(JournalEntry, value)
+        except OutputStateError as exc:
+            raise OutputStateError(f"{path}: {exc}: not a journal shardsmith wrote; move "
+                                   f"{folder} away and rerun") from None
         entries[entry.shard] = entry
     return entries
 

@@ -19,10 +19,15 @@ from pathlib import Path
 from ...atomic import fsync_directory
 from ...door import kind_of
 from ...errors import OutputStateError
-from .record import RECORD_DIR, ExportRecord, read_record
+from ...text import shown
+from .layouts import check_record_paths
+from .record import RECORD_DIR, RECORD_NAME, ExportRecord, read_record
 
 CURRENT = "current"
 VERSION = re.compile(r"v(?P<number>[1-9][0-9]{0,15})(?P<partial>\.partial)?")
+# an old version on its way out: renamed (atomic) before it is deleted, so a deletion cut short
+# leaves a name no export reads, removed by the next run
+REMOVING = re.compile(r"\.v[1-9][0-9]{0,15}\.removing")
 OURS = (RECORD_DIR, CURRENT)
 
 
@@ -34,6 +39,7 @@ class Destination:
     versions: dict[int, ExportRecord]
     partials: list[int]
     current: int | None
+    removing: list[str]  # ``.vN.removing`` folders a deletion cut short left
 
     def folder(self, number: int) -> Path:
         return self.root / f"v{number}"
@@ -60,9 +66,13 @@ def survey(root: Path, layout: str) -> Destination:
     versions: dict[int, ExportRecord] = {}
     partials: list[int] = []
     strangers = []
+    removing = []
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         match = VERSION.fullmatch(entry.name)
         if entry.name in OURS:
+            continue
+        if REMOVING.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+            removing.append(entry.name)
             continue
         if match is None or not entry.is_dir(follow_symlinks=False):
             strangers.append(entry.name)
@@ -79,6 +89,11 @@ def survey(root: Path, layout: str) -> Destination:
             raise OutputStateError(f"{root}: holds a {record.options.layout} export "
                                    f"({entry.name}); one layout per destination: export the "
                                    f"{layout} layout into another folder")
+        problem = check_record_paths(record.options, record.classes, record.object_classes,
+                                     record.samples, [file.path for file in record.shared])
+        if problem is not None:
+            raise OutputStateError(f"{Path(entry.path) / RECORD_DIR / RECORD_NAME}: {problem}: "
+                                   f"the record is damaged; move {entry.path} away and rerun")
         versions[number] = record
     if strangers:
         shown = ", ".join(strangers[:3]) + (f" and {len(strangers) - 3} more"
@@ -86,12 +101,17 @@ def survey(root: Path, layout: str) -> Destination:
         raise OutputStateError(f"{root}: holds files that are not an export ({shown}); "
                                "export into an empty folder or one that holds exports only "
                                "(nothing is removed)")
-    return Destination(root, versions, partials, current_version(root, versions))
+    return Destination(root, versions, partials, current_version(root, versions, partials),
+                       removing)
 
 
-def current_version(root: Path, versions: dict[int, ExportRecord]) -> int | None:
-    """The version ``current`` links to; None when there is no link (or it names a version
-    that is not there: the next export replaces it)."""
+def current_version(root: Path, versions: dict[int, ExportRecord],
+                    partials: list[int]) -> int | None:
+    """The version ``current`` links to; None when there is no link.
+
+    A link shardsmith did not make (to anything but a ``vN`` of DEST) is refused, never
+    replaced: it is someone's.  A link to ``vN.partial`` is ours: ``publish`` points there
+    while it repairs a damaged ``vN``, and a run cut short there leaves it."""
     path = root / CURRENT
     try:
         info = os.lstat(path)
@@ -101,10 +121,15 @@ def current_version(root: Path, versions: dict[int, ExportRecord]) -> int | None
         raise OutputStateError(f"{path}: {kind_of(info.st_mode)}, where shardsmith keeps a "
                                "link to the current version; move it away and rerun (it is "
                                "not removed)")
-    match = VERSION.fullmatch(os.readlink(path))
-    if match is None or match["partial"] or int(match["number"]) not in versions:
+    target = os.readlink(path)
+    match = VERSION.fullmatch(target)
+    number = None if match is None else int(match["number"])
+    if match is not None and not match["partial"] and number in versions:
+        return number
+    if match is not None and match["partial"] and (number in versions or number in partials):
         return None
-    return int(match["number"])
+    raise OutputStateError(f"{path}: a link to {shown(target)}, not to an exported version "
+                           "of this folder; move it away and rerun (it is not replaced)")
 
 
 def switch_current(root: Path, target: str) -> None:
@@ -130,23 +155,41 @@ def publish(destination: Destination, number: int) -> None:
         number)
     if number in destination.versions:
         switch_current(root, partial.name)
-        shutil.rmtree(final)
+        _remove(root, final)
     os.rename(partial, final)
     fsync_directory(root)
     switch_current(root, final.name)
 
 
-def remove_older(destination: Destination, keep: int) -> list[int]:
-    """Delete every other exported version (a folder carrying an export record) and partial
-    folders of other versions that are ours (carrying ``.export``); returns the versions."""
-    removed = []
-    for number in sorted(destination.versions):
-        if number != keep:
-            shutil.rmtree(destination.folder(number))
-            removed.append(number)
+def remove_older(destination: Destination, current: int, keep: int) -> list[int]:
+    """Delete exported versions (folders carrying an export record) but ``current`` and the
+    ``keep - 1`` highest others (the one before it, when versions only grow: a training run
+    started on it keeps its files),
+    the partial folders of other versions that are ours (carrying ``.export``), and what a
+    deletion cut short left; returns the versions deleted."""
+    root = destination.root
+    for name in destination.removing:
+        shutil.rmtree(root / name)
+    others = sorted((number for number in destination.versions if number != current),
+                    reverse=True)
+    removed = sorted(others[keep - 1:])
+    for number in removed:
+        _remove(root, destination.folder(number))
     for number in destination.partials:
         folder = destination.partial(number)
-        if number != keep and (folder / RECORD_DIR).is_dir():
-            shutil.rmtree(folder)
-    fsync_directory(destination.root)
+        if number != current and (folder / RECORD_DIR).is_dir():
+            _remove(root, folder)
+    fsync_directory(root)
     return removed
+
+
+def _remove(root: Path, folder: Path) -> None:
+    """Delete ``folder`` under a name no export reads (``.vN.removing``, an atomic rename
+    first): a deletion cut short never leaves a half version where one is expected."""
+    number = VERSION.fullmatch(folder.name)["number"]
+    doomed = root / f".v{number}.removing"
+    if os.path.lexists(doomed):
+        shutil.rmtree(doomed)
+    os.rename(folder, doomed)
+    fsync_directory(root)
+    shutil.rmtree(doomed)
