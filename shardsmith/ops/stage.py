@@ -119,6 +119,7 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
     current = _current_manifest(destination)
     record = _StagedRecord(destination)
     files = [entry for shard in manifest.shards for entry in shard.files()]
+    files += [entry.file for entry in manifest.changes]  # copied and verified like a shard
     todo = [entry for entry in files if not record.is_staged(entry, rehash)]
     index_name = samples_index_name(manifest.version, split)
     for entry in todo:  # a folder under a name we copy to is refused before any copy
