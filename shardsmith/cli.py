@@ -446,8 +446,11 @@ def log(dataset) -> None:
               help="Paths listed per kind of change (--json; the summary shows 10).")
 @_fail_cleanly
 def diff(dataset, versions, as_json, examples) -> None:
-    """What changed between two versions of DATASET, by source path: samples added, removed,
-    changed and relabelled, classes added, counts per split and class, rejects new and fixed.
+    """What changed between two versions of DATASET (default: the last two).
+
+    By source path: samples added, removed, changed and relabelled; classes and object
+    classes added; samples per split and class and objects per class, before and after;
+    rejects new and fixed.
 
     No version: the last two.  One (v3): that one against the current.  Two (v2 v5): the
     changes of v3 to v5 composed.
