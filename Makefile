@@ -82,6 +82,7 @@ bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ra
 	$(BIN)/python scripts/bench_scale.py
 	$(BIN)/python scripts/bench_tiles.py
 	$(BIN)/python scripts/bench_schema.py
+	$(BIN)/python scripts/bench_diff.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..door import Refused, open_file
 from ..errors import ManifestError
 from ..schema import LINE_CAP, Count, line_reader, to_json
@@ -34,6 +36,8 @@ from .manifest import SAMPLE_KEY, SPLIT_NAME, ChangesEntry, Version
 CHANGES_FORMAT = 1
 SAMPLE_CHANGES = ("added", "removed", "changed", "relabelled")
 REJECT_CHANGES = ("rejected", "fixed")
+ALL_CHANGES = frozenset(SAMPLE_CHANGES + REJECT_CHANGES)
+READ_CHUNK = 4 << 20  # bytes read and hashed at once while streaming the lines
 # The header holds the class lists and a count per split and class: a few KiB for 100
 # classes, 16 MiB for ~200,000 of them, far past any dataset of ours.
 HEADER_CAP = 16 << 20
@@ -117,6 +121,25 @@ def json_line(record: Any) -> bytes:
             ).encode("ascii")
 
 
+class BriefLine(msgspec.Struct, frozen=True):
+    """The fields of a change line that composing versions needs (``ChangesFile.lines``)."""
+
+    change: str
+    path: str
+    label: str | None = None
+    was: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+
+
+_brief_decoder = msgspec.json.Decoder(BriefLine, strict=True)
+
+
+def _brief_ok(line: BriefLine) -> bool:
+    """What ``ChangeLine.check`` says of the fields a ``BriefLine`` has."""
+    if line.change in REJECT_CHANGES:
+        return line.reason is not None
+    return line.change in ALL_CHANGES and (line.was is None) != (line.change == "relabelled")
 _read_header = line_reader(ChangesHeader)
 _read_line = line_reader(ChangeLine)
 
@@ -162,19 +185,45 @@ class ChangesFile:
             raise self._damaged(1, f"the header is of version {header.version}")
         return header
 
-    def lines(self) -> Iterator[tuple[int, ChangeLine]]:
+    def lines(self, brief: bool = False) -> Iterator[tuple[int, Any]]:
         """Every change line with its byte offset, in file order; the sha256 is checked
-        after the last (ManifestError), so act on them only once the loop has ended."""
-        handle, digest, remaining = self._handle, self._digest, self.entry.bytes - self._offset
-        number, offset = 1, self._offset
-        while remaining > 0 and (line := handle.readline(min(remaining, LINE_CAP + 1))):
-            number += 1
-            remaining -= len(line)
-            digest.update(line)
-            if len(line) > LINE_CAP or not line.endswith(b"\n"):
-                raise self._damaged(number, "not a whole line of ours")
-            yield offset, self._parse(_read_line, line, number)
-            offset += len(line)
+        after the last (ManifestError), so act on them only once the loop has ended.
+
+        ``brief``: each line as a ``BriefLine`` (its change, path and classes, typed; the
+        rest of the line is checked when it is read again with ``line_at``): ~3x faster, for
+        a pass over a million lines that keeps a few of them."""
+        decoder = _brief_decoder if brief else None
+        digest, remaining = self._digest, self.entry.bytes - self._offset
+        number, offset, partial = 1, self._offset, b""
+        while remaining > 0:
+            chunk = self._handle.read(min(READ_CHUNK, remaining))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+            digest.update(chunk)
+            pieces = (partial + chunk).split(b"\n")
+            partial = pieces.pop()
+            if len(partial) > LINE_CAP:
+                raise self._damaged(number + len(pieces) + 1, "longer than any line of ours")
+            for piece in pieces:
+                number += 1
+                if len(piece) >= LINE_CAP:
+                    raise self._damaged(number, "longer than any line of ours")
+                record = None
+                if decoder is not None:
+                    try:
+                        record = decoder.decode(piece)
+                    except msgspec.MsgspecError:
+                        pass  # the full reader says what is wrong
+                    else:
+                        if not _brief_ok(record):
+                            record = None
+                if record is None:
+                    record = self._parse(_read_line, piece + b"\n", number)
+                yield offset, record
+                offset += len(piece) + 1
+        if partial:
+            raise self._damaged(number + 1, "not a whole line of ours")
         if digest.hexdigest() != self.entry.sha256:
             raise ManifestError(f"{self.path}: damaged: its sha256 is not the one the "
                                 "manifest records (edited or overwritten since it was packed)")

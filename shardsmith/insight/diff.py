@@ -190,9 +190,12 @@ def _opened(directory: Path, entry) -> ChangesFile:
     return opened
 
 
-_SAMPLE_FLAGS = {  # change -> (present before, present after, content changed)
-    "added": (0, 1, 0), "removed": (1, 0, 0), "changed": (1, 1, 1), "relabelled": (1, 1, 0),
-}
+# The kinds of sample change, and per kind: present before, present after, content changed.
+SAMPLE_KINDS = {"added": 0, "removed": 1, "changed": 2, "relabelled": 3}
+RELABELLED = SAMPLE_KINDS["relabelled"]
+_BEFORE = np.array([False, True, True, True])
+_AFTER = np.array([True, False, True, True])
+_CHANGED = np.array([False, False, True, False])
 
 
 class _Composer:
@@ -201,9 +204,9 @@ class _Composer:
 
     def __init__(self) -> None:
         self.digests = bytearray()
-        self.before, self.after, self.changed = array("b"), array("b"), array("b")
+        self.kinds = array("b")  # SAMPLE_KINDS index of each sample line
         self.class_before, self.class_after = array("i"), array("i")
-        self.file, self.offset = array("h"), array("q")
+        self.where = array("q")  # file number << 40 | byte offset of each sample line
         self.class_ids: dict[str | None, int] = {None: NO_CLASS}
         self.class_names: list[str] = []
         self.rejects: dict[str, list[Any]] = {}  # path -> [before, after, line]
@@ -216,23 +219,24 @@ class _Composer:
         if not self.headers:
             self.headers.append(changes.header.before)
         self.headers.append(changes.header.after)
+        kinds, digests, where = self.kinds, self.digests, self.where
+        class_before, class_after, class_id = self.class_before, self.class_after, \
+            self._class_id
+        blake2b, base = hashlib.blake2b, number << 40
         try:
-            for offset, line in changes.lines():
-                flags = _SAMPLE_FLAGS.get(line.change)
-                if flags is None:
+            for offset, line in changes.lines(brief=True):
+                kind = SAMPLE_KINDS.get(line.change)
+                if kind is None:
                     self._reject(line)
                     continue
-                self.digests += hashlib.blake2b(
-                    line.path.encode("utf-8", "surrogateescape"), digest_size=16).digest()
-                self.before.append(flags[0])
-                self.after.append(flags[1])
-                self.changed.append(flags[2])
-                label = self._class_id(line.label)
-                self.class_before.append(self._class_id(line.was or None)
-                                         if line.change == "relabelled" else label)
-                self.class_after.append(label)
-                self.file.append(number)
-                self.offset.append(offset)
+                digests += blake2b(line.path.encode("utf-8", "surrogateescape"),
+                                   digest_size=16).digest()
+                kinds.append(kind)
+                label = class_id(line.label)
+                class_after.append(label)
+                class_before.append(class_id(line.was or None) if kind == RELABELLED
+                                    else label)
+                where.append(base | offset)
         except ManifestError as exc:
             raise DiffUnavailable(str(exc)) from None
 
@@ -271,18 +275,17 @@ class _Composer:
     def _compose(self) -> dict[str, np.ndarray]:
         """Per kind, the line (its number among all) that tells each path's change, in
         file order: a path's first line holds its state before, its last its state after."""
-        total = len(self.before)
+        total = len(self.kinds)
         if not total:
-            return {kind: np.zeros(0, np.int64) for kind in _SAMPLE_FLAGS}
+            return {kind: np.zeros(0, np.int64) for kind in SAMPLE_KINDS}
         digests = np.frombuffer(bytes(self.digests), "<u8").reshape(-1, 2)
         order = np.lexsort((digests[:, 1], digests[:, 0]))  # stable: file order kept
         ordered = digests[order]
         starts = np.flatnonzero(np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)])
         ends = np.r_[starts[1:], total] - 1
         first, last = order[starts], order[ends]
-        before = np.frombuffer(self.before, np.int8).astype(bool)
-        after = np.frombuffer(self.after, np.int8).astype(bool)
-        changed = np.frombuffer(self.changed, np.int8).astype(bool)
+        kinds = np.frombuffer(self.kinds, np.int8)
+        before, after, changed = _BEFORE[kinds], _AFTER[kinds], _CHANGED[kinds]
         # changed somewhere on the way: a changed line, or absent in between (removed, then
         # added again: nothing says its content is the one it had)
         touched = (changed | ~after)[order]
@@ -308,7 +311,8 @@ class _Composer:
         shown = []
         for event in events.tolist():
             try:
-                line = files[self.file[event]].line_at(self.offset[event])
+                where = self.where[event]
+                line = files[where >> 40].line_at(where & ((1 << 40) - 1))
             except ManifestError as exc:
                 raise DiffUnavailable(str(exc)) from None
             if kind == "relabelled":
