@@ -303,3 +303,32 @@ def test_a_kill_before_the_manifest_commit_leaves_the_old_version_and_a_rerun_th
     pack(source, output)
     assert (output / "changes-v2.jsonl").read_bytes() == (clean / "changes-v2.jsonl").read_bytes()
     assert diff_json(output) == diff_json(clean)
+
+
+@pytest.mark.parametrize("entry", [
+    {"version": 1, "name": "../changes-v1.jsonl"},
+    {"version": 1, "name": "changes-v2.jsonl"},
+    {"version": 7, "name": "changes-v7.jsonl"},
+])
+def test_a_manifest_naming_a_changes_file_not_of_ours_is_one_line_and_exit_2(tmp_path, entry):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    manifest = images.manifest_of(output)
+    manifest["changes"] = [manifest["changes"][0] | entry]
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(main, ["diff", str(output)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "changes" in result.output
+
+
+@pytest.mark.parametrize("versions, said", [(("v0",), "no version v0"),
+                                            (("v9",), "no version v9"),
+                                            (("v2", "v1"), "not older"),
+                                            (("latest",), "not a version"),
+                                            (("1", "2", "3"), "at most two")])
+def test_versions_that_do_not_fit_are_one_line_and_exit_2(tmp_path, versions, said):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
+    pack(source, output)
+    assert said in diff(str(output), *versions, expect=2)
