@@ -211,6 +211,7 @@ class _Composer:
         self.class_names: list[str] = []
         self.rejects: dict[str, list[Any]] = {}  # path -> [before, after, line]
         self.headers: list[VersionTotals] = []
+        self.files = 0  # changes files read
         # the last line of each relabelled path (sorted), and its class before the first
         self.relabelled_lines = np.zeros(0, np.int64)
         self.relabelled_from = np.zeros(0, np.int32)
@@ -219,6 +220,7 @@ class _Composer:
         if not self.headers:
             self.headers.append(changes.header.before)
         self.headers.append(changes.header.after)
+        self.files += 1
         kinds, digests, where = self.kinds, self.digests, self.where
         class_before, class_after, class_id = self.class_before, self.class_after, \
             self._class_id
@@ -278,19 +280,13 @@ class _Composer:
         total = len(self.kinds)
         if not total:
             return {kind: np.zeros(0, np.int64) for kind in SAMPLE_KINDS}
-        digests = np.frombuffer(bytes(self.digests), "<u8").reshape(-1, 2)
-        order = np.lexsort((digests[:, 1], digests[:, 0]))  # stable: file order kept
-        ordered = digests[order]
-        starts = np.flatnonzero(np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)])
-        ends = np.r_[starts[1:], total] - 1
-        first, last = order[starts], order[ends]
         kinds = np.frombuffer(self.kinds, np.int8)
         before, after, changed = _BEFORE[kinds], _AFTER[kinds], _CHANGED[kinds]
-        # changed somewhere on the way: a changed line, or absent in between (removed, then
-        # added again: nothing says its content is the one it had)
-        touched = (changed | ~after)[order]
-        touched[ends] = changed[last]
-        touched_any = np.logical_or.reduceat(touched, starts)
+        if self.files == 1:  # one version: a line per path, nothing to compose
+            first = last = np.arange(total, dtype=np.int32)
+            touched_any = changed
+        else:
+            first, last, touched_any = self._paths(total, after, changed)
         was = np.frombuffer(self.class_before, np.int32)[first]
         now = np.frombuffer(self.class_after, np.int32)[last]
         present_before, present_after = before[first], after[last]
@@ -305,6 +301,31 @@ class _Composer:
             "changed": np.sort(last[both & ~relabelled & touched_any]),
             "relabelled": np.sort(last[relabelled]),
         }
+
+    def _paths(self, total: int, after: np.ndarray, changed: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per path: its first line, its last, and whether it changed on the way (a changed
+        line, or absent in between: removed, then added again, nothing says its content is
+        the one it had).  Lines of one path are found by sorting the digests (stable: file
+        order kept within a path); int32 positions keep the sort's memory small."""
+        digests = np.frombuffer(self.digests, "<u8").reshape(-1, 2)
+        order = np.argsort(digests[:, 1], kind="stable").astype(np.int32)
+        high = digests[order, 0]
+        order = order[np.argsort(high, kind="stable")]
+        del high
+        same_path = np.ones(total, np.bool_)  # as the line before it, in sorted order
+        same_path[0] = False
+        for column in (0, 1):
+            keys = digests[order, column]
+            same_path[1:] &= keys[1:] == keys[:-1]
+            del keys
+        starts = np.flatnonzero(~same_path).astype(np.int32)
+        del same_path
+        ends = np.r_[starts[1:], total].astype(np.int32) - 1
+        first, last = order[starts], order[ends]
+        touched = (changed | ~after)[order]
+        touched[ends] = changed[last]
+        return first, last, np.logical_or.reduceat(touched, starts)
 
     def _examples(self, kind: str, events: np.ndarray,
                   files: list[ChangesFile]) -> list[dict[str, Any]]:
