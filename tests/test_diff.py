@@ -11,8 +11,17 @@ from click.testing import CliRunner
 
 import shardsmith.packing.pipeline as pipeline
 from shardsmith.cli import main
+from shardsmith.dataset.changes import (
+    CHANGES_FORMAT,
+    ChangeLine,
+    ChangesHeader,
+    VersionTotals,
+    json_line,
+)
+from shardsmith.insight.diff import diff_versions
 from shardsmith.ops.stage import stage
 from shardsmith.ops.verify import verify
+from shardsmith.packing.changes import write_changes
 
 import defects
 import images
@@ -332,3 +341,28 @@ def test_versions_that_do_not_fit_are_one_line_and_exit_2(tmp_path, versions, sa
     images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
     pack(source, output)
     assert said in diff(str(output), *versions, expect=2)
+
+
+def test_composing_a_path_removed_then_added_again_is_changed_and_relabelled_back_is_nothing(
+        tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output, **{"output.keep_changes": 0})
+    empty = VersionTotals(("a", "b"))
+
+    def line(change, path, label="a", was=None):
+        return json_line(ChangeLine(change, path, "k_" + path, "train", label, was))
+
+    versions = {
+        2: [line("removed", "p1"), line("relabelled", "p2", "b", "a")],
+        3: [line("added", "p1"), line("relabelled", "p2", "a", "b")],
+    }
+    entries = [write_changes(output, ChangesHeader(CHANGES_FORMAT, number, empty, empty), body)
+               for number, body in versions.items()]
+    manifest = images.manifest_of(output)
+    manifest["version"] = 3
+    manifest["changes"] = [{"version": e.version, "name": e.name, "bytes": e.bytes,
+                            "sha256": e.sha256} for e in entries]
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    found = diff_versions(output, 1, 3)
+    assert found.counts == {"added": 0, "removed": 0, "changed": 1, "relabelled": 0}
+    assert [entry["path"] for entry in found.changed] == ["p1"]
