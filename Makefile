@@ -85,6 +85,7 @@ bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles, report (ta
 	$(BIN)/python scripts/bench_tiles.py
 	$(BIN)/python scripts/bench_schema.py
 	$(BIN)/python scripts/bench_report.py
+	$(BIN)/python scripts/bench_diff.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)

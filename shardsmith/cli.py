@@ -494,6 +494,43 @@ def log(dataset) -> None:
 
 
 @main.command()
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.argument("versions", nargs=-1, metavar="[vA [vB]]")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@click.option("--examples", type=click.IntRange(0, 1_000_000), default=50, show_default=True,
+              help="Paths listed per kind of change (--json; the summary shows 10).")
+@_fail_cleanly
+def diff(dataset, versions, as_json, examples) -> None:
+    """What changed between two versions of DATASET (default: the last two).
+
+    By source path: samples added, removed, changed and relabelled; classes and object
+    classes added; samples per split and class and objects per class, before and after;
+    rejects new and fixed.
+
+    No version: the last two.  One (v3): that one against the current.  Two (v2 v5): the
+    changes of v3 to v5 composed.
+    """
+    from .insight.diff import diff_versions
+
+    numbers = [_version_number(text) for text in versions]
+    if len(numbers) > 2:
+        raise ConfigError(f"diff: at most two versions, got {len(numbers)}")
+    result = diff_versions(Path(dataset), *numbers, examples=examples)
+    if as_json:
+        _echo(json.dumps(result.to_json(), indent=1))
+    else:
+        _echo(result.summary())
+
+
+def _version_number(text: str) -> int:
+    """``v3`` or ``3`` -> 3; ConfigError (exit 2) for anything else."""
+    digits = text[1:] if text[:1] in ("v", "V") else text
+    if not digits.isdigit() or not digits.isascii() or len(digits) > 9:
+        raise ConfigError(f"diff: {printable(text)!r} is not a version (v3, or 3)")
+    return int(digits)
+
+
+@main.command()
 @click.argument("dataset", required=False, type=click.Path(file_okay=False))
 @click.option("--to", "destination", type=click.Path(file_okay=False),
               help="Local destination directory (or stage.to in the config).")

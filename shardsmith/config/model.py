@@ -215,6 +215,9 @@ class OutputConfig:
     shard_samples: int | None = setting(
         None, flag="--shard-samples", help="Samples per shard (instead of a size target).",
         comment="or a fixed number of samples per shard (takes precedence)")
+    keep_changes: int = setting(30, comment=(
+        "keep changes-vN.jsonl (what a version changed: shardsmith diff) for the",
+        "last this many versions; 0 = none (not part of the fingerprint)"))
 
     @property
     def shard_bytes(self) -> int:
@@ -342,7 +345,8 @@ class Config:
         """
         return {
             "source": _settings(self.source, skip="path"),
-            "output": _settings(self.output, skip="path"),
+            # which changes files are kept changes no sample
+            "output": _settings(self.output, skip=("path", "keep_changes")),
             "image": _settings(self.image),
             "splits": dict(self.splits)
             | ({"group": self.split_group} if self.split_group else {})
@@ -366,11 +370,11 @@ class Config:
         return hashlib.sha256(blob).hexdigest()
 
 
-def _settings(section: Any, skip: str = "") -> dict[str, Any]:
+def _settings(section: Any, skip: str | tuple[str, ...] = ()) -> dict[str, Any]:
     out = {}
     for item in dataclasses.fields(section):
         value = getattr(section, item.name)
-        if item.name == skip:
+        if item.name in ((skip,) if isinstance(skip, str) else skip):
             continue
         if item.metadata.get("fingerprint") == "unless_default" and value == _default(item):
             continue

@@ -307,6 +307,9 @@ def _validate(config: Config) -> Config:
                           f"{MAX_SHARD_MB:,} (1 TiB), got {out.shard_size_mb:g}")
     if out.shard_samples is not None and out.shard_samples <= 0:
         raise ConfigError(f"output.shard_samples: must be positive, got {out.shard_samples}")
+    if not 0 <= out.keep_changes <= 10**9:
+        raise ConfigError(f"output.keep_changes: must be from 0 to 1000000000 (versions), got "
+                          f"{out.keep_changes}")
     _one_of("run.backend", run.backend, BACKENDS)
     _one_of("run.change_detection", run.change_detection, CHANGE_DETECTION)
     if run.backend == "dask" and not run.scheduler:

@@ -60,6 +60,7 @@ SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 SHARD_NAME = re.compile(r"(?P<split>[a-z][a-z0-9_]{0,63})-(?P<number>\d{6,9})"
                         r"\.(?P<ext>tar|tfrecord|idx)")
 SAMPLES_INDEX_NAME = re.compile(r"samples(-v\d{1,9}(-[a-z][a-z0-9_]{0,63})?)?\.jsonl")
+CHANGES_NAME = re.compile(r"changes-v(?P<version>\d{1,9})\.jsonl")
 SHARD_LIST_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}-shards\.(txt|json)")
 LABEL_MAP_NAME = "label_map.pbtxt"  # TFRecord datasets with objects: the OD API's class ids
 SAMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -94,14 +95,21 @@ def samples_index_name(version: int, split: str | None = None) -> str:
     return f"samples-v{version}" + (f"-{split}" if split else "") + ".jsonl"
 
 
+def changes_name(version: int) -> str:
+    """What version ``version`` changed, beside the manifest: ``changes-vN.jsonl``."""
+    return f"changes-v{version}.jsonl"
+
+
 def is_shard_file(name: str) -> bool:
     """True for names shardsmith writes as shards or shard indexes."""
     return SHARD_NAME.fullmatch(name) is not None
 
 
 def is_dataset_file(name: str) -> bool:
-    """True for names the manifest may list: shards, their indexes, sample indexes."""
-    return is_shard_file(name) or SAMPLES_INDEX_NAME.fullmatch(name) is not None
+    """True for names the manifest may list: shards, their indexes, sample indexes, changes
+    files."""
+    return is_shard_file(name) or SAMPLES_INDEX_NAME.fullmatch(name) is not None \
+        or CHANGES_NAME.fullmatch(name) is not None
 
 
 def is_shard_list(name: str) -> bool:
@@ -227,6 +235,27 @@ class SampleIndexEntry:
 
 
 @dataclass(frozen=True)
+class ChangesEntry:
+    """The changes file of one version (``changes-vN.jsonl``: what it changed against the
+    version before it, docs/format.md), as the manifest names it."""
+
+    version: Version
+    name: str
+    bytes: Count
+    sha256: str
+
+    def check(self, where: str) -> None:
+        if self.name != changes_name(self.version):
+            raise ManifestError(f"{where}.name: {shown(self.name)} is not the changes file "
+                                f"of version {self.version} ({changes_name(self.version)})")
+        FileEntry.check(self, where)
+
+    @property
+    def file(self) -> FileEntry:
+        return FileEntry(self.name, self.bytes, self.sha256)
+
+
+@dataclass(frozen=True)
 class SplitTotals:
     samples: Count = 0
     shards: Count = 0
@@ -323,6 +352,9 @@ class Manifest:
     # The rules its objects and class masks were derived by (``ANNOTATION_RULES``); written
     # with ``object_classes``, absent in a dataset of an older release: rules 1.
     annotation_rules: AnnotationRules | None = None
+    # The changes files of the last versions (``output.keep_changes``), oldest first; none in
+    # a dataset of an older release, so ``diff`` knows only versions packed since.
+    changes: tuple[ChangesEntry, ...] = ()
 
     def __post_init__(self) -> None:
         if self.image_size is None or self.image_resize is None or self.has_masks is None:
@@ -358,6 +390,16 @@ class Manifest:
                 if entry.name in names:
                     raise ManifestError(f"{where_shard}: {entry.name} is listed twice")
                 names.add(entry.name)
+        self._check_changes()
+
+    def _check_changes(self) -> None:
+        """Changes files of versions up to this one, each once, oldest first."""
+        last = 0
+        for number, entry in enumerate(self.changes):
+            if not last < entry.version <= self.version:
+                raise ManifestError(f"changes[{number}].version: {entry.version} is not a "
+                                    f"version after {last} and up to {self.version}")
+            last = entry.version
 
     def _check_facts(self) -> None:
         """The recorded facts are the ones its recorded settings give (what a manifest
@@ -384,13 +426,16 @@ class Manifest:
         return self.schema_version == SCHEMA_VERSION
 
     def files(self) -> tuple[FileEntry, ...]:
-        """Every file the manifest names: shards, their indexes, the sample index."""
-        return (*(f for shard in self.shards for f in shard.files()), self.samples_index.file)
+        """Every file the manifest names: shards, their indexes, the sample index, the
+        changes files."""
+        return (*(f for shard in self.shards for f in shard.files()), self.samples_index.file,
+                *(entry.file for entry in self.changes))
 
     def only_split(self, split: str) -> Manifest:
-        """The same dataset restricted to one split (``stage --split``)."""
+        """The same dataset restricted to one split (``stage --split``), without the changes
+        files (they describe every split)."""
         return replace(self, shards=tuple(s for s in self.shards if s.split == split),
-                       splits={split: self.splits[split]},
+                       splits={split: self.splits[split]}, changes=(),
                        shard_lists=tuple(name for name in self.shard_lists
                                          if name.startswith(f"{split}-")))
 

@@ -72,7 +72,7 @@ FREE_SPACE_MARGIN = 64 * 1024 * 1024
 @dataclass(frozen=True)
 class StageResult:
     destination: Path
-    copied: int
+    copied: int  # shard files (shards and indexes); changes files are copied uncounted
     present: int
     removed: int
     bytes_copied: int
@@ -119,7 +119,8 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
     current = _current_manifest(destination)
     record = _StagedRecord(destination)
     files = [entry for shard in manifest.shards for entry in shard.files()]
-    todo = [entry for entry in files if not record.is_staged(entry, rehash)]
+    changes = [entry.file for entry in manifest.changes]  # copied and verified like a shard
+    todo = [entry for entry in files + changes if not record.is_staged(entry, rehash)]
     index_name = samples_index_name(manifest.version, split)
     for entry in todo:  # a folder under a name we copy to is refused before any copy
         check_replaceable(destination / entry.name)
@@ -151,7 +152,8 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
     for name in unlisted if prune else ():
         record.forget(name)
     record.save()
-    return StageResult(destination, len(todo), len(files) - len(todo),
+    shards_copied = sum(is_shard_file(entry.name) for entry in todo)  # what the counts say
+    return StageResult(destination, shards_copied, len(files) - shards_copied,
                        len(stale) if prune else 0, sum(entry.bytes for entry in todo),
                        time.monotonic() - started, () if prune else stale, copy_seconds)
 

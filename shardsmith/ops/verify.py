@@ -125,6 +125,7 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
         except OSError:
             report.problems.append(f"{name}: missing")
 
+    report.problems += _changes_problems(directory, manifest)
     listed = {entry.name for entry in manifest.files()}
     unlisted = sorted(entry.name for entry in os.scandir(directory)
                       if is_shard_file(entry.name) and entry.name not in listed)
@@ -139,6 +140,24 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
         else:
             report.problems.append(f"{name}: shard file not listed in the manifest")
     return report
+
+
+def _changes_problems(directory: Path, manifest: Manifest) -> list[str]:
+    """Each changes file the manifest names: a regular file of its size and sha256."""
+    problems = []
+    for entry in manifest.changes:
+        try:
+            with open_file(directory / entry.name, entry.bytes) as handle:
+                if handle.size != entry.bytes:
+                    problems.append(f"{entry.name}: {handle.size:,} bytes, manifest says "
+                                    f"{entry.bytes:,}")
+                elif _sha256(handle, entry.bytes) != entry.sha256:
+                    problems.append(f"{entry.name}: sha256 differs from the manifest")
+        except Refused as exc:
+            problems.append(f"{entry.name}: {exc.detail}")
+        except OSError:
+            problems.append(f"{entry.name}: missing")
+    return problems
 
 
 def _read_sample_index(directory: Path, manifest: Manifest,

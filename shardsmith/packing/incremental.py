@@ -20,7 +20,7 @@ plan and the Delta's byte of flags.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -86,16 +86,21 @@ def _is_small(shard: ShardEntry, limits: ShardLimits) -> bool:
     return shard.bytes < limits.bytes / 2
 
 
-def kept_samples(output: Path, outcome: Outcome,
-                 moved: Mapping[str, str]) -> Iterator[SampleRecord]:
+def kept_samples(output: Path, outcome: Outcome, moved: Mapping[str, str],
+                 observe: Callable[[SampleRecord, bool], None] | None = None
+                 ) -> Iterator[SampleRecord]:
     """The previous version's samples that stay, streamed from its index, with new shard
-    names for moved samples and the new stat and digest of touched ones."""
+    names for moved samples and the new stat and digest of touched ones.  ``observe`` sees
+    every previous record as it is read, and whether it leaves (the changes file's)."""
     previous = outcome.delta.previous
     if previous is None:
         return
     touched = outcome.touched
     for record in iter_sample_index(output, previous):
-        if record.key in outcome.leaving_keys:
+        leaves = record.key in outcome.leaving_keys
+        if observe is not None:
+            observe(record, leaves)
+        if leaves:
             continue
         if record.key in moved:
             record = replace(record, shard=moved[record.key])

@@ -48,6 +48,7 @@ from ..dataset.manifest import (
 from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
+from .changes import ChangesRecorder
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
 from .journal import Journal, JournalState
@@ -136,13 +137,21 @@ def _pack_scanned(
                                    execution),
                        annotation_sources=job.notes.report)
     moved = done.moved
+    # What the version changed is recorded from the same two streams, as they are written.
+    changes = ChangesRecorder(output, previous, manifest)
     samples = itertools.chain(
-        kept_samples(output, outcome, moved),
-        (dict(s, shard=moved.get(s["key"], s.get("shard")))
-         for s in journal.samples(state.samples_end)),
+        changes.kept(kept_samples(output, outcome, moved, changes.previous_sample)),
+        changes.packed(dict(s, shard=moved.get(s["key"], s.get("shard")))
+                       for s in journal.samples(state.samples_end)),
     )
-    index = write_sample_index(output, samples_index_name(manifest.version), samples)
-    manifest = replace(manifest, samples_index=index).with_content_fingerprint()
+    try:
+        index = write_sample_index(output, samples_index_name(manifest.version), samples)
+        manifest = replace(manifest, samples_index=index)
+        # Written before the manifest that names it, like the sample index (invariant 8).
+        manifest = replace(manifest, changes=changes.publish(output, config.output.keep_changes))
+    finally:
+        changes.close()
+    manifest = manifest.with_content_fingerprint()
     merged_away = [entry.name for shard in done.obsolete for entry in shard.files()]
     commit(output, manifest, no_longer_named(previous, manifest) + merged_away)
     journal.remove()

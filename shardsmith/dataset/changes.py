@@ -1,0 +1,257 @@
+"""The changes file of a dataset version: ``changes-vN.jsonl``, what version N changed.
+
+Written by ``pack`` beside the manifest, before the manifest that names it (docs/design.md,
+invariant 8), and read by ``shardsmith diff``.  JSON Lines, ASCII (docs/format.md):
+
+* line 1, the header: the format number, the version, and the totals of the version before
+  it (``before``; absent for version 1) and of this one (``after``): classes, object classes,
+  samples per split and class, objects per object class, rejects;
+* then one line per change, by source path: a sample ``added``, ``removed``, ``changed``
+  (its content or annotations) or ``relabelled`` (``was``: its class before), with its key,
+  split and class (an original cut into tiles: its first key and ``samples``, how many); a
+  reject ``rejected`` (new, with reason and detail) or ``fixed`` (a reject no longer).
+
+A changes file is untrusted input like the manifest: every line is typed and checked here,
+read within the size the manifest records, and hashed against its sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..door import Refused, open_file
+from ..errors import ManifestError
+from ..schema import LINE_CAP, Count, line_reader, to_json
+from ..text import shown
+from .manifest import SAMPLE_KEY, SPLIT_NAME, ChangesEntry, Version
+
+CHANGES_FORMAT = 1
+SAMPLE_CHANGES = ("added", "removed", "changed", "relabelled")
+REJECT_CHANGES = ("rejected", "fixed")
+ALL_CHANGES = frozenset(SAMPLE_CHANGES + REJECT_CHANGES)
+READ_CHUNK = 4 << 20  # bytes read and hashed at once while streaming the lines
+# The header holds the class lists and a count per split and class: a few KiB for 100
+# classes, 16 MiB for ~200,000 of them, far past any dataset of ours.
+HEADER_CAP = 16 << 20
+
+
+@dataclass(frozen=True)
+class VersionTotals:
+    """What a version holds: its classes and object classes, its samples (``counts``: per
+    split, per class name; "" for samples without a class), objects per object class, and
+    how many rejects."""
+
+    classes: tuple[str, ...] = ()
+    object_classes: tuple[str, ...] | None = None
+    samples: Count = 0
+    counts: dict[str, dict[str, Count]] = field(default_factory=dict)
+    objects: dict[str, Count] = field(default_factory=dict)
+    rejects: Count = 0
+
+    def check(self, where: str) -> None:
+        for split in self.counts:
+            if SPLIT_NAME.fullmatch(split) is None:
+                raise ManifestError(f"{where}.counts: {shown(split)} is not a split name")
+
+
+@dataclass(frozen=True)
+class ChangesHeader:
+    """The first line of a changes file."""
+
+    format: int
+    version: Version
+    after: VersionTotals
+    before: VersionTotals | None = None
+
+    def check(self, where: str) -> None:
+        if self.format != CHANGES_FORMAT:
+            raise ManifestError(f"{where}.format: {self.format} is not a changes format this "
+                                f"shardsmith reads ({CHANGES_FORMAT})")
+        if (self.before is None) != (self.version == 1):
+            raise ManifestError(f"{where}.before: version {self.version} "
+                                + ("has no version before it" if self.version == 1
+                                   else "needs the totals of the version before it"))
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeLine:
+    """One change: ``change`` is one of ``SAMPLE_CHANGES`` or ``REJECT_CHANGES``; ``label``
+    the class name (absent: none), ``was`` the class before a relabelling ("" for none);
+    ``samples`` how many samples the source made (tiles; absent: one); ``reason`` and
+    ``detail`` those of a reject.  Fields that do not apply are left out of the line."""
+
+    change: str
+    path: str
+    key: str | None = None
+    split: str | None = None
+    label: str | None = None
+    was: str | None = None
+    samples: Count | None = None
+    reason: str | None = None
+    detail: str | None = None
+
+    def check(self, where: str) -> None:
+        if self.change in SAMPLE_CHANGES:
+            if self.key is None or SAMPLE_KEY.fullmatch(self.key) is None:
+                raise ManifestError(f"{where}.key: {shown(str(self.key))} is not a sample key")
+            if self.split is None or SPLIT_NAME.fullmatch(self.split) is None:
+                raise ManifestError(f"{where}.split: {shown(str(self.split))} is not a split "
+                                    "name")
+            if (self.was is None) != (self.change != "relabelled"):
+                raise ManifestError(f"{where}.was: a relabelled sample has one, no other")
+        elif self.change in REJECT_CHANGES:
+            if self.reason is None:
+                raise ManifestError(f"{where}.reason: a reject's reason is missing")
+        else:
+            raise ManifestError(f"{where}.change: {shown(self.change)} is not one of "
+                                f"{', '.join(SAMPLE_CHANGES + REJECT_CHANGES)}")
+
+
+def json_line(record: Any) -> bytes:
+    """A record as one JSON line (ASCII: odd bytes in names are escaped, not lost)."""
+    return (json.dumps(to_json(record), sort_keys=True, separators=(",", ":")) + "\n"
+            ).encode("ascii")
+
+
+class BriefLine(msgspec.Struct, frozen=True):
+    """The fields of a change line that composing versions needs (``ChangesFile.lines``)."""
+
+    change: str
+    path: str
+    label: str | None = None
+    was: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+
+
+_brief_decoder = msgspec.json.Decoder(BriefLine, strict=True)
+
+
+def _brief_ok(line: BriefLine) -> bool:
+    """What ``ChangeLine.check`` says of the fields a ``BriefLine`` has."""
+    if line.change in REJECT_CHANGES:
+        return line.reason is not None
+    return line.change in ALL_CHANGES and (line.was is None) != (line.change == "relabelled")
+_read_header = line_reader(ChangesHeader)
+_read_line = line_reader(ChangeLine)
+
+
+class ChangesFile:
+    """A changes file the manifest names, read through the door within its recorded size:
+    ``header`` on opening, then ``lines()`` streams (byte offset, ``ChangeLine``) and checks
+    the sha256 after the last one; ``line_at`` reads one line again.  ManifestError when the
+    file is missing, of another size, damaged, or not the named version's."""
+
+    def __init__(self, directory: Path, entry: ChangesEntry):
+        self.entry, self.path = entry, directory / entry.name
+        try:
+            self._file = open_file(self.path, entry.bytes)
+        except Refused as exc:
+            raise ManifestError(f"{self.path}: not the {entry.bytes:,}-byte changes file "
+                                f"the manifest names: {exc.detail}") from None
+        except FileNotFoundError:
+            raise ManifestError(f"{self.path}: missing (the manifest names it)") from None
+        except OSError as exc:
+            raise ManifestError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        if self._file.size != entry.bytes:
+            self._file.close()
+            raise ManifestError(f"{self.path}: {self._file.size:,} bytes, not the "
+                                f"{entry.bytes:,} the manifest names: damaged")
+        self._handle = os.fdopen(os.dup(self._file.fd), "rb")
+        self._digest = hashlib.sha256()
+        try:
+            self.header = self._read_header()
+        except BaseException:
+            self.close()
+            raise
+
+    def _read_header(self) -> ChangesHeader:
+        entry = self.entry
+        line = self._handle.readline(min(entry.bytes, HEADER_CAP) + 1)
+        self._digest.update(line)
+        self._offset = len(line)
+        if not line.endswith(b"\n"):
+            raise self._damaged(1, "no header line")
+        header = self._parse(_read_header, line, 1)
+        if header.version != entry.version:
+            raise self._damaged(1, f"the header is of version {header.version}")
+        return header
+
+    def lines(self, brief: bool = False) -> Iterator[tuple[int, Any]]:
+        """Every change line with its byte offset, in file order; the sha256 is checked
+        after the last (ManifestError), so act on them only once the loop has ended.
+
+        ``brief``: each line as a ``BriefLine`` (its change, path and classes, typed; the
+        rest of the line is checked when it is read again with ``line_at``): ~3x faster, for
+        a pass over a million lines that keeps a few of them."""
+        decoder = _brief_decoder if brief else None
+        digest, remaining = self._digest, self.entry.bytes - self._offset
+        number, offset, partial = 1, self._offset, b""
+        while remaining > 0:
+            chunk = self._handle.read(min(READ_CHUNK, remaining))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+            digest.update(chunk)
+            pieces = (partial + chunk).split(b"\n")
+            partial = pieces.pop()
+            if len(partial) > LINE_CAP:
+                raise self._damaged(number + len(pieces) + 1, "longer than any line of ours")
+            for piece in pieces:
+                number += 1
+                if len(piece) >= LINE_CAP:
+                    raise self._damaged(number, "longer than any line of ours")
+                record = None
+                if decoder is not None:
+                    try:
+                        record = decoder.decode(piece)
+                    except msgspec.MsgspecError:
+                        pass  # the full reader says what is wrong
+                    else:
+                        if not _brief_ok(record):
+                            record = None
+                if record is None:
+                    record = self._parse(_read_line, piece + b"\n", number)
+                yield offset, record
+                offset += len(piece) + 1
+        if partial:
+            raise self._damaged(number + 1, "not a whole line of ours")
+        if digest.hexdigest() != self.entry.sha256:
+            raise ManifestError(f"{self.path}: damaged: its sha256 is not the one the "
+                                "manifest records (edited or overwritten since it was packed)")
+
+    def line_at(self, offset: int) -> ChangeLine:
+        """The change line at byte ``offset`` (one ``lines()`` gave), read again."""
+        data = self._file.pread(min(LINE_CAP + 1, self.entry.bytes - offset), offset)
+        line = data[: data.find(b"\n") + 1]
+        if not line:
+            raise self._damaged(0, f"no line at byte {offset:,} (changed while read)")
+        return self._parse(_read_line, line, 0)
+
+    def close(self) -> None:
+        self._handle.close()
+        self._file.close()
+
+    def __enter__(self) -> ChangesFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _parse(self, reader: Any, line: bytes, number: int) -> Any:
+        where = f"line {number}" if number else "a line read again"
+        try:
+            return reader(line, where)
+        except ManifestError as exc:
+            raise ManifestError(f"{self.path}: damaged: {exc}") from None
+
+    def _damaged(self, number: int, why: str) -> ManifestError:
+        return ManifestError(f"{self.path}: damaged: line {number}: {why}")
