@@ -73,7 +73,7 @@ retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it
 	$(BIN)/shardsmith pack --config $(CONFIG)
 	$(BIN)/shardsmith stage --config $(CONFIG) --prune
 
-bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ratios, build/bench/*.json)
+bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles, export (tables, ratios, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_nas.py
 	$(BIN)/python scripts/bench_stage.py
@@ -82,6 +82,7 @@ bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles (tables, ra
 	$(BIN)/python scripts/bench_scale.py
 	$(BIN)/python scripts/bench_tiles.py
 	$(BIN)/python scripts/bench_schema.py
+	$(BIN)/python scripts/bench_export.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)
