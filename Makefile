@@ -75,7 +75,7 @@ retrain-data: $(CORE)  ## before a retrain: pack CONFIG if needed, then stage it
 	$(BIN)/shardsmith pack --config $(CONFIG)
 	$(BIN)/shardsmith stage --config $(CONFIG) --prune
 
-bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles, report (tables, build/bench/*.json)
+bench: $(DEV)  ## pack, stage, readers, big trees, tiles, export, report, diff (tables, build/bench/*.json)
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_nas.py
 	$(BIN)/python scripts/bench_stage.py
@@ -84,6 +84,7 @@ bench: $(DEV)  ## image path, pack, stage, readers, big trees, tiles, report (ta
 	$(BIN)/python scripts/bench_scale.py
 	$(BIN)/python scripts/bench_tiles.py
 	$(BIN)/python scripts/bench_schema.py
+	$(BIN)/python scripts/bench_export.py
 	$(BIN)/python scripts/bench_report.py
 	$(BIN)/python scripts/bench_diff.py
 

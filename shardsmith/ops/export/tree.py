@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ...atomic import fsync_directory, naming
@@ -17,6 +18,10 @@ from .record import ExportedFile
 
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 HASH_CHUNK = 8 << 20
+# An fsync of a small file waits on the filesystem's journal, not on the CPU, and concurrent
+# ones share a commit: on ext4, 4,000 files of 4 kB took 4.5 s one after another and 0.78 s
+# from 32 threads (0.55 s from 64), on a 2-core machine.
+SYNC_THREADS = 32
 
 
 class ExportTree:
@@ -26,6 +31,9 @@ class ExportTree:
         self.root = root
         self._folders: set[str] = set()
         self.written: list[Path] = []
+        # A folder this run made holds only what it writes: no leftovers to look for (the
+        # walk took 0.24 s of a 2.2 s re-export of 2,020 samples).
+        self.fresh = not os.path.lexists(root)
         self.folder("")
 
     def folder(self, relpath: str) -> Path:
@@ -78,7 +86,9 @@ class ExportTree:
     def link(self, source_root: Path, file: ExportedFile) -> bool:
         """Hard-link ``file`` from the export folder ``source_root``; False (nothing linked)
         when the file there is not a regular file of its recorded size."""
-        source = source_root / file.path
+        # Plain strings, not Path objects: a re-export links every unchanged file, and Path
+        # building was a third of the linking's time.
+        source = os.path.join(source_root, file.path)
         try:
             info = os.lstat(source)
         except FileNotFoundError:
@@ -87,13 +97,15 @@ class ExportTree:
             return False
         parent, _, _ = file.path.rpartition("/")
         self.folder(parent)
-        target = self.root / file.path
+        target = os.path.join(self.root, file.path)
         try:
-            if os.lstat(target).st_ino == info.st_ino:
-                return True
+            there = os.lstat(target)
         except FileNotFoundError:
-            pass
-        self._clear(target)
+            there = None
+        if there is not None:
+            if there.st_ino == info.st_ino and there.st_dev == info.st_dev:
+                return True
+            self._clear(Path(target))
         os.link(source, target, follow_symlinks=False)
         return True
 
@@ -124,22 +136,18 @@ class ExportTree:
 
     def sync(self) -> None:
         """fsync every file written and every folder: the version is durable before it is
-        switched to."""
-        for path in self.written:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-            except FileNotFoundError:  # the journal, gone once the record is written
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for relpath in sorted(self._folders, key=len, reverse=True):
-            fsync_directory(self.root / relpath)
+        switched to.  The fsyncs run from a pool of threads (``SYNC_THREADS``); the first
+        error is raised once all have finished."""
+        with ThreadPoolExecutor(max_workers=SYNC_THREADS,
+                                thread_name_prefix="shardsmith-fsync") as pool:
+            list(pool.map(_fsync_file, self.written))  # list(): raises the first error
+            list(pool.map(fsync_directory, [self.root / relpath for relpath in self._folders]))
 
     def remove_unnamed(self, named: set[str]) -> None:
         """Remove files an earlier try with other samples left that this export does not
         name (regular files and links only: they are the export's own leftovers)."""
+        if self.fresh:
+            return
         for directory, folders, files in os.walk(self.root):
             relative = os.path.relpath(directory, self.root)
             if relative == ".":
@@ -150,3 +158,15 @@ class ExportTree:
                 path = Path(directory) / name
                 if relpath not in named and stat.S_ISREG(os.lstat(path).st_mode):
                     os.unlink(path)
+
+
+def _fsync_file(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:  # the journal, gone once the record is written
+        return
+    try:
+        with naming(path):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
