@@ -501,6 +501,39 @@ def verify(dataset, config_file, decode, workers, quiet) -> None:
         sys.exit(1)
 
 
+@main.command()
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.argument("destination", type=click.Path())
+@click.option("--layout", required=True, type=click.Choice(["yolo", "coco", "anomalib"]),
+              help="The trainer's folder layout (docs/export.md).")
+@click.option("--task", type=click.Choice(["auto", "detect", "segment", "classify"]),
+              default="auto", show_default=True,
+              help="yolo: auto = classify without objects, segment with masks, else detect.")
+@click.option("--normal", default="good", show_default=True,
+              help="anomalib: the image class of normal samples.")
+@click.option("--anomalib-layout", type=click.Choice(["folder", "mvtec"]), default="folder",
+              show_default=True, help="anomalib: its Folder layout or the MVTec one.")
+@click.option("--split", "splits", multiple=True,
+              help="Export only this split (repeatable; default every split).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@_fail_cleanly
+def export(dataset, destination, layout, task, normal, anomalib_layout, splits,
+           quiet) -> None:
+    """Write the packed DATASET into DESTINATION as a trainer's folder layout: DEST/vN for
+    the dataset's version N, DEST/current a link to it, switched when it is complete.
+
+    Files unchanged since the last export are hard-linked from it; an interrupted export
+    resumes.
+    """
+    from .ops.export import export as run_export
+    from .ops.export import export_summary
+
+    result = run_export(dataset, destination, layout, task=task, normal=normal,
+                        anomalib_layout=anomalib_layout, splits=tuple(splits) or None,
+                        quiet=quiet)
+    _echo(export_summary(result))
+
+
 @main.command("bench-read")
 @click.argument("shards", type=click.Path(file_okay=False, exists=True))
 @click.option("--source", type=click.Path(file_okay=False, exists=True),

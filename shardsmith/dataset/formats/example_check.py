@@ -10,12 +10,13 @@ on nonsense.  Each is one named problem here instead.
 from __future__ import annotations
 
 import io
-import struct
 
 from PIL import Image
 
 from ...errors import ShardFormatError
-from .tfrecord import _fields, _message, _read_varint, iter_features
+from .tfrecord import feature_lists
+
+__all__ = ["example_problems", "feature_lists"]
 
 # Features our writer gives exactly one value, and that every reader parses as a scalar.
 SINGLE = ("image/encoded", "image/format", "image/class/label", "image/class/text",
@@ -26,48 +27,12 @@ SINGLE = ("image/encoded", "image/format", "image/class/label", "image/class/tex
 # The per-object lists, one entry per object each.
 OBJECT_LISTS = ("image/object/bbox/xmin", "image/object/bbox/ymin", "image/object/bbox/xmax",
                 "image/object/bbox/ymax", "image/object/class/label",
-                "image/object/class/text")
+                "image/object/class/text", "image/object/rle")
 MASK = "image/segmentation/class/encoded"
 # Written as int64 lists: compared with numbers below, so anything else is reported first.
 INTEGERS = ("image/class/label", "image/height", "image/width", "image/channels",
             "image/object/class/label", "image/tile/row", "image/tile/column", "image/tile/x",
             "image/tile/y")
-
-Values = list[bytes] | list[int] | list[float]
-
-
-def feature_lists(payload: bytes) -> dict[str, Values]:
-    """Every feature of a serialized ``tf.train.Example`` with all its values (bytes, int64
-    or float32 lists, packed or not).  Raises ShardFormatError when it is not one."""
-    features: dict[str, Values] = {}
-    for name, kind, listed in iter_features(payload):
-        features[name] = _values(kind, listed)
-    return features
-
-
-def _values(kind: int, listed: memoryview) -> Values:
-    values: list = []
-    for number, wire_type, value in _fields(listed):
-        if number != 1:
-            continue
-        if kind == 1:
-            values.append(bytes(_message(value)))
-        elif kind == 2:
-            data = bytes(_message(value)) if wire_type != 0 else b""
-            values.extend(item for (item,) in struct.iter_unpack("<f", data[: len(data) // 4 * 4]))
-        elif wire_type == 0:
-            values.append(_signed(value))
-        else:
-            packed, position = _message(value), 0
-            while position < len(packed):
-                integer, position = _read_varint(packed, position)
-                values.append(_signed(integer))
-    return values
-
-
-def _signed(integer: int) -> int:
-    return integer - (1 << 64) if integer >= 1 << 63 else integer
-
 
 def example_problems(payload: bytes, size: tuple[int, int] | None,
                      object_classes: int) -> list[str]:

@@ -13,12 +13,13 @@ import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import crc32c
 
 from ...errors import ShardFormatError
 from .base import Placed, Record, class_name, open_shard
+from .metadata import checked_metadata, rle_counts, rle_string
 
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
@@ -99,8 +100,9 @@ def encode_example(features: dict[str, Feature]) -> bytes:
 def example_features(sample: Sample, classes: tuple[str, ...],
                      object_classes: ObjectClasses | None = None) -> dict[str, Feature]:
     """The common image-classification feature keys; with annotations also the TensorFlow
-    Object Detection API's (boxes normalised to 0..1, class ids from 1, the class mask as PNG),
-    and for a tile where it lies in its original."""
+    Object Detection API's (boxes normalised to 0..1, class ids from 1, the class mask as PNG)
+    and ``image/object/rle``, each object's instance mask as a COCO compressed RLE string (b""
+    for a box-only object), and for a tile where it lies in its original."""
     features: dict[str, Feature] = {
         "image/encoded": sample.jpeg,
         "image/format": b"jpeg",
@@ -122,6 +124,9 @@ def example_features(sample: Sample, classes: tuple[str, ...],
             "image/object/bbox/ymax": Floats(box[3] / height for box in objects.boxes),
             "image/object/class/label": Ints(object_classes.id(name) for name in objects.names),
             "image/object/class/text": ByteStrings(name.encode() for name in objects.names),
+            "image/object/rle": ByteStrings(
+                b"" if counts is None else rle_string(counts, height, width)
+                for counts in objects.rles),
         })
         if objects.mask_png is not None:
             features["image/segmentation/class/encoded"] = objects.mask_png
@@ -352,6 +357,134 @@ def decode_example(payload: bytes) -> dict[str, bytes | int]:
     return features
 
 
+Values = list[bytes] | list[int] | list[float]
+
+
+def feature_lists(payload: bytes) -> dict[str, Values]:
+    """Every feature of a serialized ``tf.train.Example`` with all its values (bytes, int64
+    or float32 lists, packed or not).  Raises ShardFormatError when it is not one."""
+    features: dict[str, Values] = {}
+    for name, kind, listed in iter_features(payload):
+        features[name] = _values(kind, listed)
+    return features
+
+
+def _values(kind: int, listed: memoryview) -> Values:
+    values: list = []
+    for number, wire_type, value in _fields(listed):
+        if number != 1:
+            continue
+        if kind == 1:
+            values.append(bytes(_message(value)))
+        elif kind == 2:
+            data = bytes(_message(value)) if wire_type != 0 else b""
+            if len(data) % 4:
+                raise ShardFormatError(f"malformed tf.train.Example (a float list of "
+                                       f"{len(data)} bytes)")
+            values.extend(item for (item,) in struct.iter_unpack("<f", data))
+        elif wire_type == 0:
+            values.append(_signed(value))
+        else:
+            packed, position = _message(value), 0
+            while position < len(packed):
+                integer, position = _read_varint(packed, position)
+                values.append(_signed(integer))
+    return values
+
+
+def _signed(integer: int) -> int:
+    return integer - (1 << 64) if integer >= 1 << 63 else integer
+
+
+MASK_PNG = "image/segmentation/class/encoded"
+EDGES = ("xmin", "ymin", "xmax", "ymax")
+TILE_PLACES = ("row", "column", "x", "y")
+
+
+def example_metadata(features: dict[str, Values], key: str) -> dict:
+    """WebDataset's ``KEY.json`` of a sample (``base.sample_metadata``) from its features.
+
+    What a record does not hold is left out: ``split`` (the sample index has it), ``original``,
+    a tile's ``original`` rectangle.  Boxes are the normalised float32 edges times the sample's
+    size, rounded to 1e-3 px; ``polygons`` is empty per object; ``rle`` is there only when the
+    record has ``image/object/rle`` (a pack of an older release has not), decoded to
+    uncompressed counts.  Raises ShardFormatError naming the sample and the feature.
+    """
+    width, height = (_single(features, f"image/{name}", int, key)
+                     for name in ("width", "height"))
+    meta: dict[str, Any] = {
+        "path": os.fsdecode(_single(features, "image/filename", bytes, key)),
+        "label": _single(features, "image/class/label", int, key),
+        "class": os.fsdecode(_single(features, "image/class/text", bytes, key)),
+        "width": width,
+        "height": height,
+        "channels": _single(features, "image/channels", int, key),
+    }
+    checked_metadata(meta, key)  # the size is sound before anything is scaled or decoded by it
+    if "image/object/class/label" in features:
+        meta.update(_objects(features, width, height, key))
+    if MASK_PNG in features:
+        meta["mask"] = "mask.png"
+    if "image/tile/row" in features:
+        tile = {name: _single(features, f"image/tile/{name}", int, key) for name in TILE_PLACES}
+        scale = _single(features, "image/tile/scale", float, key)
+        # float32 keeps 7 significant digits: the configured scale (0.3, not 0.30000001)
+        meta["tile"] = {**tile, "width": width, "height": height,
+                        "scale": float(f"{scale:.7g}")}
+    return checked_metadata(meta, key)
+
+
+def _objects(features: dict[str, Values], width: int, height: int, key: str) -> dict:
+    labels = features["image/object/class/label"]
+    count = len(labels)
+    lists = {name: features.get(name, []) for name in (
+        *(f"image/object/bbox/{edge}" for edge in EDGES), "image/object/class/label",
+        "image/object/class/text",
+        *(("image/object/rle",) if "image/object/rle" in features else ()))}
+    for name, values in lists.items():
+        if len(values) != count:
+            raise ShardFormatError(f"sample {key}: {name} holds {len(values)} values for "
+                                   f"{count} objects")
+    for name, kind in (("image/object/class/label", int), ("image/object/class/text", bytes),
+                       ("image/object/rle", bytes)):
+        if not all(type(value) is kind for value in lists.get(name, ())):
+            raise ShardFormatError(f"sample {key}: {name} holds other values than "
+                                   f"{kind.__name__}")
+    edges = [lists[f"image/object/bbox/{edge}"] for edge in EDGES]
+    if not all(isinstance(value, float) for values in edges for value in values):
+        raise ShardFormatError(f"sample {key}: a box edge is not a float")
+    scale = (width, height, width, height)
+    try:
+        names = [name.decode() for name in lists["image/object/class/text"]]
+    except UnicodeDecodeError:
+        raise ShardFormatError(f"sample {key}: an object class name is not UTF-8") from None
+    objects: dict[str, Any] = {
+        "boxes": [[round(value * size, 3) for value, size in zip(box, scale, strict=True)]
+                  for box in zip(*edges, strict=True)],
+        "labels": list(labels),
+        "label_names": names,
+        "polygons": [[] for _ in labels],
+    }
+    if "image/object/rle" in lists:
+        try:
+            objects["rle"] = [None if not text else {"size": [height, width],
+                                                     "counts": rle_counts(text, height, width)}
+                              for text in lists["image/object/rle"]]
+        except ShardFormatError as exc:
+            raise ShardFormatError(f"sample {key}: image/object/rle: {exc}") from None
+    return objects
+
+
+def _single(features: dict[str, Values], name: str, kind: type, key: str) -> Any:
+    """The one value of feature ``name``, of type ``kind``; ShardFormatError otherwise."""
+    values = features.get(name)
+    if values is None:
+        raise ShardFormatError(f"sample {key}: the record has no {name}")
+    if len(values) != 1 or type(values[0]) is not kind:
+        raise ShardFormatError(f"sample {key}: {name} is not one {kind.__name__}")
+    return values[0]
+
+
 class TFRecordFormat:
     name = "tfrecord"
     extension = ".tfrecord"
@@ -382,6 +515,18 @@ class TFRecordFormat:
         if not isinstance(value, int):
             raise ShardFormatError(f"record {record.key} has no image/class/label")
         return value
+
+    def metadata(self, record: Record) -> dict:
+        """The sample's metadata as WebDataset's ``KEY.json`` holds it, rebuilt from the
+        features (``example_metadata``); raises ShardFormatError when they are malformed."""
+        return example_metadata(feature_lists(record.data[12:-4]), record.key)
+
+    def mask_png(self, record: Record) -> bytes | None:
+        """The class mask PNG (``image/segmentation/class/encoded``), None without one."""
+        features = feature_lists(record.data[12:-4])
+        if MASK_PNG not in features:
+            return None
+        return _single(features, MASK_PNG, bytes, record.key)
 
     def trailer(self, size: int) -> bytes:
         return b""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ...errors import ShardFormatError
 from .base import Member, Placed, Record, class_name, open_shard, sample_metadata
+from .metadata import checked_metadata
 
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
@@ -97,6 +98,23 @@ class WebDatasetFormat:
                 return record.data[member.data : member.data + member.size]
         raise ShardFormatError(f"sample {record.key} has no .jpg")
 
+    def metadata(self, record: Record) -> dict:
+        """The sample's metadata (``KEY.json``), parsed and checked: ShardFormatError naming
+        the sample when it is not JSON or not the metadata shardsmith writes."""
+        data = _member(record, "json")
+        if data is None:
+            raise ShardFormatError(f"sample {record.key} has no .json")
+        try:
+            meta = json.loads(data)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise ShardFormatError(f"sample {record.key}: its .json does not parse "
+                                   f"({str(exc)[:80]})") from None
+        return checked_metadata(meta, record.key)
+
+    def mask_png(self, record: Record) -> bytes | None:
+        """The class mask PNG (``KEY.mask.png``), None without one."""
+        return _member(record, "mask.png")
+
     def trailer(self, size: int) -> bytes:
         """Two zero blocks, then zeros to a whole tar record, as ``tarfile`` ends an archive."""
         end = size + 2 * BLOCK
@@ -111,6 +129,13 @@ class WebDatasetFormat:
         return (" ".join(f"{m.extension} {placed.offset + m.data} {m.size} "
                          f"{placed.key}.{m.extension}" for m in placed.members)
                 + "\n").encode("ascii")
+
+
+def _member(record: Record, extension: str) -> bytes | None:
+    for member in record.members:
+        if member.extension == extension:
+            return record.data[member.data : member.data + member.size]
+    return None
 
 
 def _record(key: str, payloads: dict[str, bytes]) -> Record:

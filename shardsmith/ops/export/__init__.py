@@ -1,0 +1,434 @@
+"""``export``: a packed or staged dataset version as a trainer's own folder layout (Ultralytics
+YOLO, COCO, anomalib), read from its shards, never from the originals.
+
+Compute, then do: the samples to export come from the sample index; those whose index line,
+layout, options and classes are unchanged since the version ``current`` points to are
+hard-linked from it (their shards are not read); the others are read shard by shard, each
+shard's sha256 checked against the manifest while it is read.  Everything goes into
+``DEST/vN.partial``, which is fsynced, renamed to ``DEST/vN`` and switched to (``versions``).
+An interrupted export resumes: the shards it finished are in a journal, and their files are
+kept when their sizes and sha256 still match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...dataset.formats import shard_format
+from ...dataset.formats.base import open_shard
+from ...dataset.lock import DirectoryLock, SharedLock
+from ...dataset.manifest import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    STATE_DIR,
+    Manifest,
+    SampleRecord,
+    ShardEntry,
+    iter_sample_index,
+    read_manifest,
+)
+from ...errors import (
+    ConfigError,
+    CorruptSampleError,
+    ManifestError,
+    ShardFormatError,
+)
+from ...progress import Progress
+from ...schema import to_json
+from ...text import plural
+from . import layouts
+from .record import (
+    JOURNAL_NAME,
+    RECORD_DIR,
+    RECORD_FORMAT,
+    RECORD_NAME,
+    ExportedSample,
+    ExportOptions,
+    ExportRecord,
+    JournalEntry,
+    journal_line,
+    options_line,
+    read_journal,
+    record_bytes,
+)
+from .tree import ExportTree
+from .versions import Destination, check_destination, publish, remove_older, survey
+
+log = logging.getLogger(__name__)
+
+LAYOUTS = ("yolo", "coco", "anomalib")
+TASKS = ("auto", "detect", "segment", "classify")
+HASH_CHUNK = 8 << 20
+
+__all__ = ["ExportOptions", "ExportResult", "export", "export_summary", "resolve_options"]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    folder: Path  # DEST/vN
+    version: int
+    options: ExportOptions
+    samples: int
+    written: int  # samples whose files were made from their shards
+    linked: int  # samples hard-linked from the previous export
+    kept: int  # samples an interrupted export had finished
+    shards_read: int
+    removed: tuple[int, ...]  # older versions deleted
+    up_to_date: bool
+    seconds: float
+
+
+def export_summary(result: ExportResult) -> str:
+    """The line the CLI prints after an export."""
+    what = result.options.layout + (f" ({result.options.task})" if result.options.task
+                                     else f" ({result.options.anomalib_layout})"
+                                     if result.options.anomalib_layout else "")
+    if result.up_to_date:
+        return f"{result.folder}: up to date ({plural(result.samples, 'sample')}, {what})"
+    parts = [f"{result.written} from {plural(result.shards_read, 'shard')}"]
+    if result.linked:
+        parts.append(f"{result.linked} hard-linked from the previous export")
+    if result.kept:
+        parts.append(f"{result.kept} kept from an interrupted export")
+    removed = (f"; removed {', '.join(f'v{number}' for number in result.removed)}"
+               if result.removed else "")
+    return (f"{result.folder}: {plural(result.samples, 'sample')} exported as {what} "
+            f"({', '.join(parts)}) in {result.seconds:.1f}s; current -> v{result.version}"
+            f"{removed}")
+
+
+def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal: str = "good",
+                    anomalib_layout: str = "folder",
+                    splits: tuple[str, ...] | None = None) -> ExportOptions:
+    """The export's options, checked against the dataset; ConfigError for what cannot be."""
+    if layout not in LAYOUTS:
+        raise ConfigError(f"--layout: {layout!r} is not one of {', '.join(LAYOUTS)}")
+    for split in splits or ():
+        if split not in manifest.splits:
+            raise ConfigError(f"--split: the dataset has no split {split!r} (splits: "
+                              f"{', '.join(manifest.splits) or 'none'})")
+    chosen = tuple(name for name in manifest.splits if splits is None or name in splits)
+    splits = None if splits is None else chosen
+    if layout == "yolo":
+        if task == "auto":
+            task = ("classify" if manifest.object_classes is None
+                    else "segment" if manifest.has_masks else "detect")
+        if task != "classify" and manifest.object_classes is None:
+            raise ConfigError(f"--task {task}: the dataset has no objects (image labels "
+                              "only); export --task classify")
+        if task == "classify":
+            for name in manifest.classes:
+                if not layouts.safe_folder_name(name):
+                    raise ConfigError(f"image class {name!r} cannot be a folder name (empty, "
+                                      "'.', '..', or with '/' or NUL): the classify layout "
+                                      "needs one folder per class")
+        return ExportOptions(layout, task=task, splits=splits)
+    if layout == "coco":
+        if manifest.object_classes is None:
+            raise ConfigError("--layout coco: the dataset has no objects (image labels only)")
+        return ExportOptions(layout, splits=splits)
+    if anomalib_layout not in ("folder", "mvtec"):
+        raise ConfigError(f"--anomalib-layout: {anomalib_layout!r} is not folder or mvtec")
+    return ExportOptions(layout, normal=normal, anomalib_layout=anomalib_layout, splits=splits)
+
+
+def export(dataset: str | Path, destination: str | Path, layout: str, task: str = "auto",
+           normal: str = "good", anomalib_layout: str = "folder",
+           splits: tuple[str, ...] | None = None, quiet: bool = False) -> ExportResult:
+    """Export the dataset in ``dataset`` into ``destination`` as ``layout``."""
+    started = time.monotonic()
+    source, root = _check_locations(Path(dataset), Path(destination))
+    with SharedLock(source / STATE_DIR / LOCK_NAME, "packed"):
+        manifest = read_manifest(source)
+        options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
+        if root.is_dir():  # refused before our lock folder appears in someone's folder
+            survey(root, layout)
+        root.mkdir(parents=True, exist_ok=True)
+        check_destination(root)
+        with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
+            run = _Run(source, manifest, options, survey(root, layout), quiet)
+            return run.execute(started)
+
+
+def _check_locations(source: Path, destination: Path) -> tuple[Path, Path]:
+    source = source.expanduser().resolve()
+    destination = destination.expanduser().absolute()
+    check_destination(destination)
+    destination = destination.parent.resolve() / destination.name
+    if not (source / MANIFEST_NAME).is_file():
+        raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
+    if destination == source or source in destination.parents:
+        raise ConfigError(f"{destination}: inside the dataset {source}; export elsewhere")
+    if destination in source.parents:
+        raise ConfigError(f"{destination}: contains the dataset {source}; export elsewhere")
+    return source, destination
+
+
+def sample_digest(record: SampleRecord) -> str:
+    """A sample's index line less the shard it lies in (a compaction moves it, not changes
+    it)."""
+    line = to_json(record)
+    line.pop("shard", None)
+    return hashlib.sha256(json.dumps(line, sort_keys=True).encode()).hexdigest()
+
+
+class _Run:
+    """One export: the plan (``execute``'s first half), then the writing."""
+
+    def __init__(self, source: Path, manifest: Manifest, options: ExportOptions,
+                 destination: Destination, quiet: bool):
+        self.source, self.manifest, self.options = source, manifest, options
+        self.destination, self.quiet = destination, quiet
+        self.number = manifest.version
+        self.fmt = shard_format(manifest.format)
+        self.fallback_warned = False
+
+    def execute(self, started: float) -> ExportResult:
+        records = [record for record in iter_sample_index(self.source, self.manifest)
+                   if self.options.splits is None or record.split in self.options.splits]
+        digests = {record.key: sample_digest(record) for record in records}
+        if self.options.layout == "coco":
+            _check_image_ids(records)
+        current = self.destination.current
+        if current == self.number and self._up_to_date(self.destination.versions[current]):
+            return self._result(len(records), 0, 0, 0, 0, (), True, started)
+        partial = self.destination.partial(self.number)
+        tree = ExportTree(partial)
+        tree.folder(RECORD_DIR)
+        previous = self._reusable(current)
+        exported: dict[str, ExportedSample] = {}
+        progress = Progress(len(records), 0, "samples", "export", self.quiet)
+        try:
+            linked = self._link_unchanged(records, digests, previous, tree, exported,
+                                          progress)
+            todo = [record for record in records if record.key not in exported]
+            kept, read = self._from_shards(todo, digests, tree, exported, progress)
+        finally:
+            progress.close()
+        samples = tuple(exported[record.key] for record in records)
+        final = self.destination.folder(self.number)
+        splits = [name for name in self.manifest.splits
+                  if self.options.splits is None or name in self.options.splits]
+        shared = tuple(tree.write(relpath, data) for relpath, data in layouts.shared_files(
+            self.options, self.manifest.object_classes, splits, list(samples), str(final),
+            lambda message: log.warning("%s", message)))
+        record = ExportRecord(RECORD_FORMAT, self.options, self.manifest.content_fingerprint,
+                              self.manifest.fingerprint, self.number, self.manifest.classes,
+                              self.manifest.object_classes, samples, shared)
+        tree.remove_unnamed({file.path for file in record.files()})
+        tree.write(f"{RECORD_DIR}/{RECORD_NAME}", record_bytes(record))
+        (partial / RECORD_DIR / JOURNAL_NAME).unlink(missing_ok=True)
+        tree.sync()
+        publish(self.destination, self.number)
+        removed = remove_older(self.destination, self.number)
+        return self._result(len(records), len(todo) - kept, linked, kept, read,
+                            tuple(removed), False, started)
+
+    def _result(self, samples: int, written: int, linked: int, kept: int, read: int,
+                removed: tuple[int, ...], up_to_date: bool, started: float) -> ExportResult:
+        return ExportResult(self.destination.folder(self.number), self.number, self.options,
+                            samples, written, linked, kept, read, removed, up_to_date,
+                            time.monotonic() - started)
+
+    def _same_export(self, record: ExportRecord) -> bool:
+        return (record.options == self.options and record.classes == self.manifest.classes
+                and record.object_classes == self.manifest.object_classes
+                and record.fingerprint == self.manifest.fingerprint)
+
+    def _up_to_date(self, record: ExportRecord) -> bool:
+        """The current export is this version with these options, and every file it lists
+        is still there at its size (an ``lstat`` each, no reading)."""
+        if not (self._same_export(record) and record.version == self.number
+                and record.content_fingerprint == self.manifest.content_fingerprint):
+            return False
+        folder = self.destination.folder(self.number)
+        for file in record.files():
+            try:
+                info = os.lstat(folder / file.path)
+            except FileNotFoundError:
+                return False
+            if not (info.st_mode & 0o170000 == 0o100000 and info.st_size == file.bytes):
+                return False
+        return True
+
+    def _reusable(self, current: int | None) -> dict[str, ExportedSample]:
+        if current is None:
+            return {}
+        record = self.destination.versions[current]
+        if not self._same_export(record):
+            return {}
+        return {sample.key: sample for sample in record.samples}
+
+    def _link_unchanged(self, records: list[SampleRecord], digests: dict[str, str],
+                        previous: dict[str, ExportedSample], tree: ExportTree,
+                        exported: dict[str, ExportedSample], progress: Progress) -> int:
+        if not previous:
+            return 0
+        source = self.destination.folder(self.destination.current)
+        linked = 0
+        for record in records:
+            before = previous.get(record.key)
+            if before is None or before.digest != digests[record.key] \
+                    or before.split != record.split:
+                continue
+            if all(tree.link(source, file) for file in before.files):
+                exported[record.key] = before
+                linked += 1
+                progress.update()
+        return linked
+
+    def _from_shards(self, todo: list[SampleRecord], digests: dict[str, str],
+                     tree: ExportTree, exported: dict[str, ExportedSample],
+                     progress: Progress) -> tuple[int, int]:
+        """Export ``todo`` from their shards; returns (samples kept from an interrupted run,
+        shards read)."""
+        by_shard: dict[str, dict[str, SampleRecord]] = defaultdict(dict)
+        for record in todo:
+            by_shard[record.shard][record.key] = record
+        listed = {shard.name: shard for shard in self.manifest.shards}
+        header = options_line(self.options, self.manifest.content_fingerprint)
+        finished = read_journal(tree.root, header)
+        journal_path = tree.root / RECORD_DIR / JOURNAL_NAME
+        if not finished:
+            tree.write(f"{RECORD_DIR}/{JOURNAL_NAME}", header)
+        kept = read = 0
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(journal_path, flags), "ab") as journal:
+            for name in sorted(by_shard):
+                if name not in listed:
+                    raise ManifestError(f"{self.source}: sample "
+                                        f"{next(iter(by_shard[name]))} lies in {name}, a "
+                                        "shard the manifest does not list")
+                wanted = by_shard[name]
+                entry = finished.get(name)
+                if entry is not None and self._keep(entry, wanted, digests, tree):
+                    for sample in entry.samples:
+                        if sample.key in wanted:
+                            exported[sample.key] = sample
+                            kept += 1
+                            progress.update()
+                    continue
+                samples = self._read_shard(listed[name], wanted, digests, tree, progress)
+                read += 1
+                for sample in samples:
+                    exported[sample.key] = sample
+                journal.write(journal_line(JournalEntry(name, listed[name].sha256,
+                                                        tuple(samples))))
+                journal.flush()
+        return kept, read
+
+    def _keep(self, entry: JournalEntry, wanted: dict[str, SampleRecord],
+              digests: dict[str, str], tree: ExportTree) -> bool:
+        """A journalled shard is kept when it is the same shard, its samples are the wanted
+        ones unchanged, and every file is there with its size and sha256."""
+        listed = {shard.name: shard.sha256 for shard in self.manifest.shards}
+        if listed.get(entry.shard) != entry.sha256:
+            return False
+        by_key = {sample.key: sample for sample in entry.samples}
+        if set(by_key) != set(wanted) or any(
+                by_key[key].digest != digests[key] for key in wanted):
+            return False
+        return all(tree.holds(file) for sample in entry.samples for file in sample.files)
+
+    def _read_shard(self, shard: ShardEntry, wanted: dict[str, SampleRecord],
+                    digests: dict[str, str], tree: ExportTree,
+                    progress: Progress) -> list[ExportedSample]:
+        """Export the ``wanted`` samples of ``shard``, hashing the whole shard as its records
+        stream by: a shard that is not the manifest's stops the export before anything is
+        switched."""
+        path = self.source / shard.name
+        digest = hashlib.sha256()
+        position = 0
+        made: list[ExportedSample] = []
+        try:
+            with open_shard(path) as opened, contextlib.closing(
+                    self.fmt.records(path, shard.bytes)) as stream:
+                for offset, packed in stream:
+                    if offset < position:
+                        raise ShardFormatError(f"record {packed.key} overlaps the one before")
+                    _hash_range(opened, digest, position, offset)
+                    digest.update(packed.data)
+                    position = offset + len(packed.data)
+                    record = wanted.get(packed.key)
+                    if record is not None:
+                        made.append(self._export_sample(shard, record, packed, digests, tree))
+                        progress.update()
+                _hash_range(opened, digest, position, shard.bytes)
+                if opened.size != shard.bytes:
+                    raise ManifestError(self._mismatch(path, f"{opened.size:,} bytes, the "
+                                                       f"manifest lists {shard.bytes:,}"))
+        except ShardFormatError as exc:
+            raise CorruptSampleError(f"{path}: {exc} (shardsmith verify checks the whole "
+                                     "dataset); nothing was switched") from None
+        except FileNotFoundError:
+            raise CorruptSampleError(f"{path}: missing (a staged copy of another split? "
+                                     "shardsmith verify checks the dataset)") from None
+        if digest.hexdigest() != shard.sha256:
+            raise ManifestError(self._mismatch(path, "its sha256 is not the manifest's"))
+        missing = sorted(set(wanted) - {sample.key for sample in made})
+        if missing:
+            raise CorruptSampleError(f"{path}: does not hold sample {missing[0]} the sample "
+                                     "index places there (shardsmith verify shows more)")
+        return made
+
+    def _mismatch(self, path: Path, why: str) -> str:
+        return (f"{path}: {why}: the shard changed or is damaged since it was packed "
+                "(shardsmith verify); nothing was switched")
+
+    def _export_sample(self, shard: ShardEntry, record: SampleRecord, packed,
+                       digests: dict[str, str], tree: ExportTree) -> ExportedSample:
+        classes = self.manifest.classes
+        class_name = classes[record.label] if 0 <= record.label < len(classes) else ""
+        try:
+            metadata = self.fmt.metadata(packed)
+            if not isinstance(metadata, dict):
+                raise ValueError("its metadata is not a mapping")
+            wants_mask = self.options.layout == "anomalib" or "rle" not in metadata
+            sample = layouts.parse_sample(
+                record.key, record.split, class_name, metadata, self.fmt.jpeg(packed),
+                self.fmt.mask_png(packed) if wants_mask else None,
+                None if self.options.task == "classify" else self.manifest.object_classes,
+                self._warn_fallback)
+            files, coco = layouts.sample_files(self.options, sample)
+        except (ValueError, TypeError, KeyError, ShardFormatError) as exc:
+            raise CorruptSampleError(f"{self.source / shard.name}: sample {record.key}: "
+                                     f"{exc}") from None
+        written = tuple(tree.write(relpath, data) for relpath, data in files)
+        return ExportedSample(record.key, record.split, digests[record.key], sample.width,
+                              sample.height, written, coco)
+
+    def _warn_fallback(self) -> None:
+        if not self.fallback_warned:
+            self.fallback_warned = True
+            log.warning("%s: its shards store no instance masks (packed by an older "
+                        "release): each object's mask is taken as the class-mask pixels of "
+                        "its class inside its box; pack again for exact masks", self.source)
+
+
+def _hash_range(opened, digest, start: int, end: int) -> None:
+    """Hash the shard's bytes between records (and its trailer)."""
+    while start < end:
+        chunk = opened.pread(min(HASH_CHUNK, end - start), start)
+        if not chunk:
+            return
+        digest.update(chunk)
+        start += len(chunk)
+
+
+def _check_image_ids(records: list[SampleRecord]) -> None:
+    seen: dict[int, str] = {}
+    for record in records:
+        image_id = layouts.coco_image_id(record.key)
+        if image_id in seen:
+            raise ConfigError(f"samples {seen[image_id]} and {record.key} get the same COCO "
+                              f"image id {image_id} (53 bits of sha256 of the key collide)")
+        seen[image_id] = record.key
+

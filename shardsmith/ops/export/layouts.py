@@ -1,0 +1,284 @@
+"""The files of each layout: per sample (an image, its labels, its mask) and per split (YOLO's
+``data.yaml``, COCO's instances files).
+
+Values in, values out: a sample's metadata, JPEG and class mask become (relative path, bytes)
+pairs; the caller writes them.  A malformed sample (metadata that does not fit the sample) is a
+ValueError the caller names with its shard and key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import yaml
+from pycocotools import mask as coco_mask
+
+from . import objects
+from .record import CocoObject, ExportedSample, ExportOptions
+
+NORMAL_FOLDER = "good"  # MVTec's name for normal images, whatever --normal calls them
+JPEG, LABEL, MASK = ".jpg", ".txt", ".png"
+
+
+def safe_folder_name(name: str) -> bool:
+    """A class name usable as one folder: not empty, ``.`` or ``..``, no ``/`` or NUL."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name \
+        and len(name.encode("utf-8", "surrogateescape")) <= 255
+
+
+@dataclass
+class SampleObject:
+    """One object of a sample, its instance mask decoded only when a layout asks for it."""
+
+    box: list[float]
+    label: int
+    name: str
+    rings: list[list[float]]
+    rle: dict | None
+    fallback: np.ndarray | None  # an old TFRecord: class-mask pixels of its class in its box
+    height: int
+    width: int
+
+    @cached_property
+    def mask(self) -> np.ndarray | None:
+        if self.rle is not None:
+            return objects.rle_mask(self.rle, self.height, self.width)
+        return self.fallback
+
+    def pixel_count(self) -> int | None:
+        if self.rle is not None:
+            return sum(self.rle["counts"][1::2])
+        return None if self.fallback is None else int(self.fallback.sum())
+
+
+@dataclass
+class Sample:
+    """What a layout needs of one packed sample."""
+
+    key: str
+    split: str
+    class_name: str
+    width: int
+    height: int
+    jpeg: bytes
+    objects: list[SampleObject] = field(default_factory=list)
+    class_mask: np.ndarray | None = None
+
+
+def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: bytes,
+                 mask_png: bytes | None, object_classes: tuple[str, ...] | None,
+                 on_fallback: Callable[[], None]) -> Sample:
+    """A packed sample's metadata checked and turned into objects; ValueError saying what
+    does not fit."""
+    width, height = metadata.get("width"), metadata.get("height")
+    if not (isinstance(width, int) and isinstance(height, int) and 0 < width <= 1 << 20
+            and 0 < height <= 1 << 20):
+        raise ValueError("its width and height are not positive integers")
+    sample = Sample(key, split, class_name, width, height, jpeg)
+    if mask_png is not None:
+        sample.class_mask = objects.class_pixels(mask_png)
+        if sample.class_mask.shape != (height, width):
+            raise ValueError("its class mask is not the sample's size")
+    if object_classes is None:
+        return sample
+    boxes, labels = metadata.get("boxes", []), metadata.get("labels", [])
+    polygons = metadata.get("polygons") or [[] for _ in boxes]
+    if not (isinstance(boxes, list) and isinstance(labels, list) and isinstance(polygons, list)
+            and len(boxes) == len(labels) == len(polygons)):
+        raise ValueError("its boxes, labels and polygons do not pair up")
+    has_rle = "rle" in metadata
+    rles = metadata["rle"] if has_rle else [None] * len(boxes)
+    if not isinstance(rles, list) or len(rles) != len(boxes):
+        raise ValueError("its instance masks do not pair up with its boxes")
+    fallback: list[np.ndarray | None] = [None] * len(boxes)
+    if not has_rle and boxes:
+        on_fallback()
+        fallback = objects.fallback_masks(boxes, labels, sample.class_mask, height, width)
+    for box, label, rings, rle, spare in zip(boxes, labels, polygons, rles, fallback,
+                                             strict=True):
+        if not (isinstance(box, list) and len(box) == 4 and all(
+                isinstance(value, (int, float)) and math.isfinite(value) for value in box)):
+            raise ValueError(f"box {str(box)[:40]} is not four numbers")
+        if not (isinstance(label, int) and 1 <= label <= len(object_classes)):
+            raise ValueError(f"object class id {str(label)[:20]} is not one of the dataset's")
+        if not (isinstance(rings, list) and all(isinstance(ring, list) and len(ring) % 2 == 0
+                                                and all(isinstance(v, (int, float))
+                                                        and math.isfinite(v) for v in ring)
+                                                for ring in rings)):
+            raise ValueError("a polygon is not a list of x, y numbers")
+        if rle is not None and not isinstance(rle, dict):
+            raise ValueError("an instance mask is not an RLE")
+        sample.objects.append(SampleObject([float(v) for v in box], label,
+                                           object_classes[label - 1],
+                                           [[float(v) for v in ring] for ring in rings], rle,
+                                           spare, height, width))
+        if rle is not None:
+            sample.objects[-1].mask  # noqa: B018 - checks its runs now, named by its sample
+    return sample
+
+
+def sample_files(options: ExportOptions, sample: Sample) -> tuple[list[tuple[str, bytes]],
+                                                                 tuple[CocoObject, ...] | None]:
+    """The files of ``sample`` in the layout (relative path, bytes), and its COCO objects."""
+    key, split = sample.key, sample.split
+    if options.layout == "coco":
+        return [(f"images/{split}/{key}{JPEG}", sample.jpeg)], coco_objects(sample)
+    if options.layout == "anomalib":
+        return anomalib_files(options, sample), None
+    if options.task == "classify":
+        return [(f"{split}/{sample.class_name}/{key}{JPEG}", sample.jpeg)], None
+    lines = yolo_lines(sample, options.task == "segment")
+    return [(f"images/{split}/{key}{JPEG}", sample.jpeg),
+            (f"labels/{split}/{key}{LABEL}", "".join(lines).encode("ascii"))], None
+
+
+def _clip(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def yolo_lines(sample: Sample, segment: bool) -> list[str]:
+    """One line per object: ``CLASS cx cy w h`` (detect) or ``CLASS x1 y1 ...`` (segment),
+    normalised, CLASS counted from 0."""
+    width, height = sample.width, sample.height
+    lines = []
+    for item in sample.objects:
+        if segment:
+            ring = objects.object_ring(item.box, item.rings, item.mask)
+            coordinates = " ".join(
+                f"{_clip(value / (width if index % 2 == 0 else height)):.6f}"
+                for index, value in enumerate(ring))
+            lines.append(f"{item.label - 1} {coordinates}\n")
+        else:
+            x0, y0, x1, y1 = (_clip(item.box[0] / width), _clip(item.box[1] / height),
+                              _clip(item.box[2] / width), _clip(item.box[3] / height))
+            lines.append(f"{item.label - 1} {(x0 + x1) / 2:.6f} {(y0 + y1) / 2:.6f} "
+                         f"{x1 - x0:.6f} {y1 - y0:.6f}\n")
+    return lines
+
+
+def coco_objects(sample: Sample) -> tuple[CocoObject, ...]:
+    """Each object as a COCO annotation: its polygons when it has them, else its RLE, else its
+    box as a polygon; ``area`` the pixels of its mask (of its polygons when it has no mask),
+    the box's area for a box-only object."""
+    found = []
+    for item in sample.objects:
+        x0, y0, x1, y1 = item.box
+        bbox = (round(x0, 3), round(y0, 3), round(x1 - x0, 3), round(y1 - y0, 3))
+        rings = tuple(tuple(ring) for ring in item.rings if len(ring) >= 6)
+        pixels = item.pixel_count()
+        if pixels is None and rings:
+            encoded = coco_mask.merge(coco_mask.frPyObjects(
+                [list(ring) for ring in rings], sample.height, sample.width))
+            pixels = int(coco_mask.area(encoded))
+        rle = None
+        if not rings and item.rle is not None:
+            encoded = coco_mask.frPyObjects(
+                {"size": [sample.height, sample.width], "counts": list(item.rle["counts"])},
+                sample.height, sample.width)
+            rle = encoded["counts"].decode("ascii")
+        elif not rings and item.mask is not None:
+            rle = objects.compressed(item.mask)
+        elif not rings:
+            rings = (tuple(objects.box_ring(item.box)),)
+        area = float(pixels) if pixels is not None else round((x1 - x0) * (y1 - y0), 3)
+        found.append(CocoObject(item.label, bbox, area, rings if rle is None else None, rle))
+    return tuple(found)
+
+
+def is_abnormal(options: ExportOptions, sample: Sample) -> bool:
+    """Abnormal: it has objects, or its image class is not the normal one."""
+    return bool(sample.objects) or sample.class_name != options.normal
+
+
+def defect_name(options: ExportOptions, sample: Sample) -> str:
+    if sample.class_name != options.normal:
+        return sample.class_name
+    return sample.objects[0].name
+
+
+def anomalib_files(options: ExportOptions, sample: Sample) -> list[tuple[str, bytes]]:
+    key = sample.key
+    mvtec = options.anomalib_layout == "mvtec"
+    if not is_abnormal(options, sample):
+        if mvtec:
+            where = "train" if sample.split == "train" else "test"
+            return [(f"{where}/{NORMAL_FOLDER}/{key}{JPEG}", sample.jpeg)]
+        where = "normal" if sample.split == "train" else "normal_test"
+        return [(f"{where}/{key}{JPEG}", sample.jpeg)]
+    boxes = [item.box for item in sample.objects]
+    masks = [item.mask for item in sample.objects] if sample.class_mask is None else []
+    mask = objects.png(objects.anomaly_mask(sample.class_mask, boxes, masks, sample.height,
+                                            sample.width))
+    if mvtec:
+        defect = defect_name(options, sample)
+        if not safe_folder_name(defect) or defect == NORMAL_FOLDER:
+            raise ValueError(f"its defect class {defect!r} cannot be an MVTec folder name")
+        return [(f"test/{defect}/{key}{JPEG}", sample.jpeg),
+                (f"ground_truth/{defect}/{key}_mask{MASK}", mask)]
+    return [(f"abnormal/{key}{JPEG}", sample.jpeg), (f"mask/{key}{MASK}", mask)]
+
+
+def coco_image_id(key: str) -> int:
+    """The first 53 bits of sha256(key): stable across versions, exact as a JSON double."""
+    return int(hashlib.sha256(key.encode("ascii")).hexdigest()[:14], 16) >> 3
+
+
+def shared_files(options: ExportOptions, object_classes: tuple[str, ...] | None,
+                 splits: list[str], samples: list[ExportedSample], folder: str,
+                 warn: Callable[[str], None]) -> list[tuple[str, bytes]]:
+    """The split-wide files: YOLO's ``data.yaml`` (detect, segment), COCO's instances files."""
+    if options.layout == "yolo" and options.task != "classify":
+        return [("data.yaml", data_yaml(object_classes or (), splits, folder, warn))]
+    if options.layout == "coco":
+        return [(f"annotations/instances_{split}.json",
+                 instances(object_classes or (), [s for s in samples if s.split == split]))
+                for split in splits]
+    return []
+
+
+def data_yaml(object_classes: tuple[str, ...], splits: list[str], folder: str,
+              warn: Callable[[str], None]) -> bytes:
+    """Ultralytics' dataset file: an absolute ``path`` (it resolves a relative one against the
+    working directory), the split folders, ``names`` in id order."""
+    train = "train" if "train" in splits else splits[0]
+    if train != "train":
+        warn(f"no train split: data.yaml trains on {train}")
+    val = next((name for name in ("val", "test") if name in splits), None)
+    if val is None:
+        val = train
+        warn(f"no val or test split: data.yaml validates on {train}")
+    document: dict = {"path": folder, "train": f"images/{train}", "val": f"images/{val}"}
+    if "test" in splits:
+        document["test"] = "images/test"
+    document["names"] = dict(enumerate(object_classes))
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True).encode("utf-8")
+
+
+def instances(object_classes: tuple[str, ...], samples: list[ExportedSample]) -> bytes:
+    """A COCO instances file: images in key order, annotations numbered from 1 in image order,
+    the categories in id order."""
+    images, annotations = [], []
+    for sample in sorted(samples, key=lambda s: s.key):
+        image_id = coco_image_id(sample.key)
+        images.append({"id": image_id, "file_name": f"{sample.key}{JPEG}",
+                       "width": sample.width, "height": sample.height})
+        for item in sample.coco or ():
+            segmentation: object
+            if item.polygons is not None:
+                segmentation = [list(ring) for ring in item.polygons]
+            else:
+                segmentation = {"size": [sample.height, sample.width], "counts": item.rle}
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id,
+                                "category_id": item.category_id, "bbox": list(item.bbox),
+                                "area": item.area, "segmentation": segmentation,
+                                "iscrowd": 0})
+    categories = [{"id": number, "name": name, "supercategory": "defect"}
+                  for number, name in enumerate(object_classes, 1)]
+    document = {"images": images, "annotations": annotations, "categories": categories}
+    return (json.dumps(document, separators=(",", ":")) + "\n").encode("utf-8")

@@ -1,0 +1,175 @@
+"""What an export folder holds, as ``.export/record.json`` says: the dataset version it came
+from, the layout and options, and per sample its files (path, size, sha256).
+
+The record decides what a later export may hard-link and what an interrupted one may keep, so
+it is read as untrusted (someone may have edited it, or the folder may be another tool's):
+strictly typed, every path relative and inside the folder, every number bounded.  A record
+that does not fit is an OutputStateError naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...door import STATE_CAP, Refused, open_file
+from ...errors import ManifestError, OutputStateError
+from ...schema import Count, decode, parse, to_json
+from ...text import shown
+
+RECORD_DIR = ".export"
+RECORD_NAME = "record.json"
+JOURNAL_NAME = "journal.jsonl"
+RECORD_FORMAT = 1
+RECORD_CAP = 4 * STATE_CAP  # ~1 KiB a sample with its COCO polygons: 256k samples
+SHA256 = re.compile(r"[0-9a-f]{64}")
+PART = re.compile(r"[^/\x00]{1,255}")
+
+
+def safe_relpath(path: str) -> bool:
+    """A path inside the export folder: relative, no ``.``, ``..`` or empty part, no NUL, not
+    in our own ``.export`` folder."""
+    parts = path.split("/")
+    return (0 < len(path) <= 4096 and not path.startswith("/")
+            and all(PART.fullmatch(part) and part not in (".", "..") for part in parts)
+            and parts[0] != RECORD_DIR)
+
+
+@dataclass(frozen=True)
+class ExportedFile:
+    path: str
+    bytes: Count
+    sha256: str
+
+    def check(self, where: str) -> None:
+        if not safe_relpath(self.path):
+            raise OutputStateError(f"{where}.path: {shown(self.path)} is not a path inside "
+                                   "the export folder")
+        if SHA256.fullmatch(self.sha256) is None:
+            raise OutputStateError(f"{where}.sha256: {shown(self.sha256)} is not a sha256")
+
+
+@dataclass(frozen=True)
+class CocoObject:
+    """An annotation of a COCO instances file, less its ids (given when the file is made)."""
+
+    category_id: Count
+    bbox: tuple[float, float, float, float]
+    area: float
+    polygons: tuple[tuple[float, ...], ...] | None = None
+    rle: str | None = None
+
+
+@dataclass(frozen=True)
+class ExportedSample:
+    key: str
+    split: str
+    digest: str  # of its sample-index line, less the shard it lies in
+    width: Count
+    height: Count
+    files: tuple[ExportedFile, ...]
+    coco: tuple[CocoObject, ...] | None = None
+
+    def check(self, where: str) -> None:
+        if SHA256.fullmatch(self.digest) is None:
+            raise OutputStateError(f"{where}.digest: {shown(self.digest)} is not a sha256")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What decides an export's files besides the samples: resolved once, compared whole."""
+
+    layout: str
+    task: str | None = None  # yolo: detect, segment or classify
+    normal: str | None = None  # anomalib: the image class of normal samples
+    anomalib_layout: str | None = None  # anomalib: folder or mvtec
+    splits: tuple[str, ...] | None = None  # None: every split
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    format: Count
+    options: ExportOptions
+    content_fingerprint: str
+    fingerprint: str
+    version: Count
+    classes: tuple[str, ...]
+    object_classes: tuple[str, ...] | None
+    samples: tuple[ExportedSample, ...]
+    shared: tuple[ExportedFile, ...] = ()
+
+    def check(self, where: str) -> None:
+        if self.format != RECORD_FORMAT:
+            raise OutputStateError(f"format: {self.format} is not a record format this "
+                                   f"release writes ({RECORD_FORMAT})")
+
+    def files(self) -> list[ExportedFile]:
+        return [file for sample in self.samples for file in sample.files] + list(self.shared)
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """A shard whose samples an interrupted export finished: kept if their files still match."""
+
+    shard: str
+    sha256: str
+    samples: tuple[ExportedSample, ...]
+
+
+def read_record(folder: Path) -> ExportRecord | None:
+    """The record of the export folder ``folder``; None when it has none."""
+    path = folder / RECORD_DIR / RECORD_NAME
+    try:
+        with open_file(path, RECORD_CAP) as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return None
+    except Refused as exc:
+        raise OutputStateError(f"{path}: {exc.detail}; move {folder} away and rerun") from None
+    return parse_record(raw, path, folder)
+
+
+def parse_record(raw: bytes, path: Path, folder: Path) -> ExportRecord:
+    advice = f"not an export record shardsmith wrote; move {folder} away and rerun"
+    try:
+        return parse(ExportRecord, decode(raw, str(path), unique_keys=True), "",
+                     OutputStateError)
+    except (ManifestError, OutputStateError) as exc:
+        message = str(exc).removeprefix(f"{path}: ")
+        raise OutputStateError(f"{path}: {message}: {advice}") from None
+
+
+def record_bytes(record: ExportRecord) -> bytes:
+    return (json.dumps(to_json(record), sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def journal_line(entry: JournalEntry) -> bytes:
+    return (json.dumps(to_json(entry), sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def read_journal(folder: Path, options_line: bytes) -> dict[str, JournalEntry]:
+    """shard name -> what an interrupted export into ``folder`` finished of it; empty when it
+    was made with other options or is unreadable (its files are then checked again anyway)."""
+    path = folder / RECORD_DIR / JOURNAL_NAME
+    try:
+        with open_file(path, RECORD_CAP) as handle:
+            lines = handle.read().splitlines(keepends=True)
+    except (OSError, Refused):
+        return {}
+    if not lines or lines[0] != options_line:
+        return {}
+    entries = {}
+    for line in lines[1:]:
+        try:
+            entry = parse(JournalEntry, decode(line, str(path)), "", OutputStateError)
+        except (ManifestError, OutputStateError):
+            break  # a torn last line: what it held is exported again
+        entries[entry.shard] = entry
+    return entries
+
+
+def options_line(options: ExportOptions, content_fingerprint: str) -> bytes:
+    return (json.dumps({"options": to_json(options), "content": content_fingerprint},
+                       sort_keys=True) + "\n").encode()
