@@ -6,11 +6,12 @@ CORE   := $(VENV)/.installed-core
 DEV    := $(VENV)/.installed-dev
 DEMO   ?= build/demo
 CONFIG ?= configs/demo.yaml
+CONSUMERS_VENV ?= build/consumers-venv
 
 REPORT ?= build/reports/$(notdir $(basename $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S).json
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev test demo lint bench stage nightly retrain-data clean
+.PHONY: help install install-dev test demo lint bench consumers stage nightly retrain-data clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -87,6 +88,15 @@ bench: $(DEV)  ## pack, stage, readers, big trees, tiles, export, report, diff (
 	$(BIN)/python scripts/bench_export.py
 	$(BIN)/python scripts/bench_report.py
 	$(BIN)/python scripts/bench_diff.py
+
+# The trainers in a venv of their own (scripts/consumers_venv.sh says why): torch 2.14.1,
+# torchvision 0.29.1, ultralytics 8.4.190, anomalib 2.7.0, pycocotools (~6.6 GB, ~2 minutes
+# from a local wheel cache).
+$(CONSUMERS_VENV)/.installed: scripts/consumers_venv.sh pyproject.toml
+	scripts/consumers_venv.sh $(CONSUMERS_VENV)
+
+consumers: $(CONSUMERS_VENV)/.installed  ## export every layout; Ultralytics, pycocotools, anomalib, torchvision check and train on it (CPU, offline)
+	$(CONSUMERS_VENV)/bin/python scripts/check_consumers.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)
