@@ -97,6 +97,8 @@ $(CONSUMERS_VENV)/.installed: scripts/consumers_venv.sh pyproject.toml
 
 consumers: $(CONSUMERS_VENV)/.installed  ## export every layout; Ultralytics, pycocotools, anomalib, torchvision check and train on it (CPU, offline)
 	$(CONSUMERS_VENV)/bin/python scripts/check_consumers.py
+	$(CONSUMERS_VENV)/bin/python scripts/check_anomalib_mvtec.py
+	$(CONSUMERS_VENV)/bin/python scripts/check_ultralytics_reader.py
 
 clean:  ## remove build/ and .venv
 	rm -rf build $(VENV)
