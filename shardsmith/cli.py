@@ -535,7 +535,8 @@ def log(dataset, storage_options) -> None:
 @_fail_cleanly
 def stage(dataset, destination, config_file, split, prune, workers, rehash, quiet,
           storage_options) -> None:
-    """Copy the packed DATASET (a directory with manifest.json) to local disk, verified.
+    """Copy the packed DATASET (a directory with manifest.json, or s3://bucket/prefix) to
+    local disk, verified.
 
     Only new or changed shards are copied; the manifest is written last.
     """
@@ -564,7 +565,10 @@ def stage(dataset, destination, config_file, split, prune, workers, rehash, quie
 @_storage_option
 @_fail_cleanly
 def verify(dataset, config_file, decode, workers, quiet, storage_options) -> None:
-    """Check that DATASET holds exactly what its manifest lists; exit 0 only if all holds."""
+    """Check that DATASET holds exactly what its manifest lists; exit 0 only if all holds.
+
+    An s3://bucket/prefix DATASET is checked for sizes and sha256 (its records are parsed
+    once staged)."""
     from .ops.verify import verify as run_verify
 
     if dataset is None and config_file is not None:
