@@ -69,7 +69,7 @@ class _Dataset(click.Path):
 
 
 _storage_option = click.option(
-    "--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+    "--storage", "storage_options", multiple=True, metavar="KEY=VALUE",
     help="For an s3:// dataset: endpoint_url, region, key, secret, token, profile or anon "
          "(default: the AWS variables, AWS_ENDPOINT_URL for MinIO).")
 

@@ -9,7 +9,7 @@ through the guarded door (``door.open_file`` hands it to ``ObjectPath.open_guard
   missing object a ``FileNotFoundError``, as locally;
 * keys obey the rules of file names: no ``..`` or ``.``, no empty segment, no trailing ``/``;
 * endpoint, credentials and region come from the standard AWS variables (``AWS_ENDPOINT_URL``
-  for MinIO) or from storage options (``--storage-option KEY=VALUE``) handed to s3fs.  They
+  for MinIO) or from storage options (``--storage KEY=VALUE``) handed to s3fs.  They
   are kept in the client alone: an ``ObjectPath`` prints as its URL, and every error of the
   client reaches us as an ``OSError`` whose text has each known secret replaced by ``***``.
 """
@@ -60,7 +60,7 @@ def location(value: str | os.PathLike | ObjectPath,
     if is_url(value):
         return locate(str(value), options)
     if options:
-        raise ConfigError("--storage-option: only for an s3:// dataset")
+        raise ConfigError("--storage: only for an s3:// dataset")
     return Path(value)
 
 
@@ -92,16 +92,16 @@ def check_key(key: str, where: str) -> None:
 
 
 def parse_options(pairs: Iterable[str]) -> dict[str, str]:
-    """``KEY=VALUE`` strings (``--storage-option``) as a mapping; ConfigError naming the key
+    """``KEY=VALUE`` strings (``--storage``) as a mapping; ConfigError naming the key
     (never the value: it may be a secret) for an unknown one."""
     options = {}
     for pair in pairs:
         name, equals, value = pair.partition("=")
         if not equals:
-            raise ConfigError("--storage-option: expected KEY=VALUE (keys: "
+            raise ConfigError("--storage: expected KEY=VALUE (keys: "
                               + ", ".join(OPTIONS) + ")")
         if name not in OPTIONS:
-            raise ConfigError(f"--storage-option: unknown key {name!r} (keys: "
+            raise ConfigError(f"--storage: unknown key {name!r} (keys: "
                               + ", ".join(OPTIONS) + ")")
         options[name] = value
     return options

@@ -227,12 +227,12 @@ def test_the_secret_never_appears_in_the_output_of_a_failing_run(tmp_path, s3, f
     outputs = []
     fault_proxy.fail("403", 4)
     outputs.append(runner.invoke(main, ["-v", "stage", url, "--to", str(tmp_path / "nvme"),
-                                        "--storage-option", f"secret={secret}"]))
+                                        "--storage", f"secret={secret}"]))
     fault_proxy.every("403", 1)
     for command in (["verify", url], ["log", url], ["inspect", url],
                     ["stage", url, "--to", str(tmp_path / "other")],
                     ["stage", url, "--to", str(tmp_path / "other"),
-                     "--storage-option", f"nonsense={secret}"]):
+                     "--storage", f"nonsense={secret}"]):
         outputs.append(runner.invoke(main, command))
     for result in outputs:
         assert result.exit_code != 0, result.output
