@@ -407,6 +407,9 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
         if weights is None:
             raise click.UsageError("--draws sets the size of the --weights epoch: give "
                                    "--weights too")
+        if dataset.startswith("s3://"):
+            raise ConfigError("--weights: not for an s3:// dataset yet; stage it and inspect "
+                              "the copy")
         mix = class_mix(dataset, weights, split=split, seed=seed, draws=draws)
         _echo(json.dumps(class_mix_json(mix), indent=1) if as_json else class_mix_text(mix))
         return

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardsmith.cli import main
+from shardsmith.door import MANIFEST_CAP, Refused, open_file, read_file
 from shardsmith.errors import ConfigError, ManifestError, StageError
 from shardsmith.ops.stage import stage
 from shardsmith.ops.verify import verify
@@ -242,3 +243,42 @@ def test_the_secret_never_appears_in_the_output_of_a_failing_run(tmp_path, s3, f
     assert secret not in caplog.text
     assert all(secret not in path.read_text(errors="replace")
                for path in tmp_path.rglob("*") if path.is_file())
+
+
+def test_the_door_opens_an_object_as_it_opens_a_file(tmp_path, s3):
+    dataset = packed(tmp_path)
+    root = locate(s3.upload(dataset, "ds"))
+    manifest = (dataset / "manifest.json").read_bytes()
+    assert read_file(root / "manifest.json", MANIFEST_CAP) == manifest
+    with open_file(root / "manifest.json", MANIFEST_CAP) as handle:
+        assert handle.size == len(manifest)
+        assert handle.pread(10, 5) == manifest[5:15]
+        assert handle.pread(100, len(manifest) - 4) == manifest[-4:]
+    with pytest.raises(Refused) as too_large:
+        open_file(root / "manifest.json", len(manifest) - 1)
+    assert too_large.value.reason == "too_large"
+    with pytest.raises(Refused) as prefix:
+        open_file(locate(f"{s3.url}/ds/.shardsmith"), MANIFEST_CAP)
+    assert prefix.value.reason == "not_a_file"
+    with pytest.raises(FileNotFoundError):
+        open_file(root / "no-such-object", MANIFEST_CAP)
+    with pytest.raises(Refused) as beyond:
+        open_file(root / "manifest.json", len(manifest)).pread(2, len(manifest) - 1)
+    assert beyond.value.reason == "too_large"
+
+
+def test_the_command_line_stages_an_s3_dataset_and_verifies_the_copy(tmp_path, s3):
+    url = s3.upload(packed(tmp_path), "ds")
+    runner = CliRunner()
+    staged = runner.invoke(main, ["stage", url, "--to", str(tmp_path / "nvme"), "--quiet"])
+    assert staged.exit_code == 0, staged.output
+    verified = runner.invoke(main, ["verify", str(tmp_path / "nvme"), "--decode"])
+    assert verified.exit_code == 0, verified.output
+
+
+def test_inspect_of_an_s3_dataset_refuses_what_needs_the_shards_on_disk(tmp_path, s3):
+    url = s3.upload(packed(tmp_path), "ds")
+    for option in (["--quality", "2"], ["--weights", "a=2"]):
+        result = CliRunner().invoke(main, ["inspect", url, *option])
+        assert result.exit_code == 2 and "stage" in result.output
+        assert result.output.count("\n") == 1

@@ -237,7 +237,11 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
         handle = open_file(directory / entry.name, SHARD_CAP)
     except Refused as exc:
         return f"{entry.name}: not a regular file ({exc.detail})"
+    except FileNotFoundError:
+        return f"{entry.name}: missing"
     except OSError:
+        if isinstance(directory, ObjectPath):
+            raise  # an unreachable store is not a missing object: one line, not a report
         return f"{entry.name}: missing"
     with handle:
         if handle.size != entry.bytes:
