@@ -30,8 +30,9 @@ SCHEME = "s3://"
 # Bucket names as S3 defines them (3-63 characters, lower case, digits, dots, hyphens).
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 SEGMENT_CAP = 1024  # S3's own limit on a whole key, in bytes
-# Retries of one request (a 503, a reset, a timeout), with botocore's jittered backoff: a
-# stage of 1,000 shards on a server failing 1 request in 100 then fails with odds ~1e-11.
+# Attempts of one request (a 503, a reset, a timeout), with botocore's jittered backoff: on a
+# server failing 1 request in 100, a request fails for good with odds 1e-12; a server that does
+# not answer at all is given up after ~30 s (measured, docs/storage.md).
 ATTEMPTS = 6
 # Options a user may hand to s3fs, each to where s3fs takes it.
 OPTIONS = {
@@ -70,9 +71,12 @@ def locate(url: str, options: Mapping[str, str] | None = None) -> ObjectPath:
     if not url.startswith(SCHEME):
         raise ConfigError(f"{url}: not an {SCHEME} URL")
     bucket, _, key = url[len(SCHEME):].partition("/")
+    if "@" in bucket or ":" in bucket:  # user:secret@bucket: never echoed
+        raise ConfigError(f"{SCHEME}...: credentials in the URL are refused (give them in "
+                          "the AWS variables or --storage)")
     if not BUCKET.fullmatch(bucket):
         raise ConfigError(f"{SCHEME}{bucket}: not a bucket name (3-63 characters: a-z, 0-9, "
-                          "dots and hyphens; credentials never go in the URL)")
+                          "dots and hyphens)")
     if key:
         check_key(key, url)
     return ObjectPath(client(options), bucket, key)

@@ -190,6 +190,7 @@ def test_a_url_that_breaks_the_rules_of_names_is_one_line_exit_2(tmp_path, url):
     result = CliRunner().invoke(main, ["stage", url, "--to", str(tmp_path / "nvme")])
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert "secret" not in result.output
 
 
 def test_verify_and_log_and_inspect_of_an_s3_dataset(tmp_path, s3):
