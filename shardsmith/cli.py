@@ -59,6 +59,27 @@ def _fail_cleanly(command: Callable) -> Callable:
     return wrapper
 
 
+class _Dataset(click.Path):
+    """A dataset directory, or an ``s3://`` URL (checked by ``storage.locate``, not here)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value.startswith("s3://"):
+            return value
+        return super().convert(value, param, ctx)
+
+
+_storage_option = click.option(
+    "--storage", "storage_options", multiple=True, metavar="KEY=VALUE",
+    help="For an s3:// dataset: endpoint_url, region, key, secret, token, profile or anon "
+         "(default: the AWS variables, AWS_ENDPOINT_URL for MinIO).")
+
+
+def _options(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    from .storage import parse_options
+
+    return parse_options(pairs) or None
+
+
 def _fail(message: str, code: int) -> None:
     _echo(f"shardsmith: error: {printable(message)}", err=True)  # a newline in it, too
     sys.exit(code)
@@ -347,7 +368,7 @@ def init_config() -> None:
 
 
 @main.command()
-@click.argument("dataset", type=click.Path(file_okay=False, exists=True))
+@click.argument("dataset", type=_Dataset(file_okay=False, exists=True))
 @click.option("--split", help="Only this split (rejects and excluded files are the dataset's).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document, for scripts.")
 @click.option("--rejects", "all_rejects", is_flag=True,
@@ -370,9 +391,10 @@ def init_config() -> None:
 @click.option("--draws", type=click.IntRange(min=1), metavar="N",
               help="Samples of the --weights epoch (the readers' draws=; default: the "
                    "selection's size).")
+@_storage_option
 @_fail_cleanly
 def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
-            imbalance, weights, draws) -> None:
+            imbalance, weights, draws, storage_options) -> None:
     """Show what DATASET holds: samples per class and split, shards, image sizes, rejects,
     excluded files, duplicates (leakage across splits), groups and warnings."""
     import json
@@ -385,11 +407,15 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
         if weights is None:
             raise click.UsageError("--draws sets the size of the --weights epoch: give "
                                    "--weights too")
+        if dataset.startswith("s3://"):
+            raise ConfigError("--weights: not for an s3:// dataset yet; stage it and inspect "
+                              "the copy")
         mix = class_mix(dataset, weights, split=split, seed=seed, draws=draws)
         _echo(json.dumps(class_mix_json(mix), indent=1) if as_json else class_mix_text(mix))
         return
     inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
-                                 seed=seed, quiet=as_json)
+                                 seed=seed, quiet=as_json,
+                                 storage_options=_options(storage_options))
     if as_json:
         _echo(json.dumps(inspection_json(inspection), indent=1))
     else:
@@ -484,13 +510,15 @@ def _refuse_output_inside(output: Path, dataset: Path, what: str = "the sheet") 
 
 
 @main.command()
-@click.argument("dataset", type=click.Path(file_okay=False, exists=True))
+@click.argument("dataset", type=_Dataset(file_okay=False, exists=True))
+@_storage_option
 @_fail_cleanly
-def log(dataset) -> None:
+def log(dataset, storage_options) -> None:
     """List the versions of the dataset in DATASET, oldest first."""
     from .dataset.manifest import read_manifest
+    from .storage import location
 
-    _echo(version_log(read_manifest(Path(dataset))))
+    _echo(version_log(read_manifest(location(dataset, _options(storage_options)))))
 
 
 @main.command()
@@ -543,9 +571,12 @@ def _version_number(text: str) -> int:
 @click.option("--rehash", is_flag=True,
               help="Re-read already staged files instead of trusting size and mtime.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@_storage_option
 @_fail_cleanly
-def stage(dataset, destination, config_file, split, prune, workers, rehash, quiet) -> None:
-    """Copy the packed DATASET (a directory with manifest.json) to local disk, verified.
+def stage(dataset, destination, config_file, split, prune, workers, rehash, quiet,
+          storage_options) -> None:
+    """Copy the packed DATASET (a directory with manifest.json, or s3://bucket/prefix) to
+    local disk, verified.
 
     Only new or changed shards are copied; the manifest is written last.
     """
@@ -560,7 +591,7 @@ def stage(dataset, destination, config_file, split, prune, workers, rehash, quie
     if not destination:
         raise ConfigError("stage.to: no destination given (--to or config)")
     result = run_stage(dataset, destination, split=split, prune=prune, workers=workers,
-                       quiet=quiet, rehash=rehash)
+                       quiet=quiet, rehash=rehash, storage_options=_options(storage_options))
     _echo(stage_summary(result))
 
 
@@ -571,9 +602,13 @@ def stage(dataset, destination, config_file, split, prune, workers, rehash, quie
 @click.option("--decode", is_flag=True, help="Also decode every image and check its size.")
 @click.option("--workers", type=int, default=4, show_default=True, help="Shards checked at once.")
 @click.option("--quiet", is_flag=True, help="Print only problems.")
+@_storage_option
 @_fail_cleanly
-def verify(dataset, config_file, decode, workers, quiet) -> None:
-    """Check that DATASET holds exactly what its manifest lists; exit 0 only if all holds."""
+def verify(dataset, config_file, decode, workers, quiet, storage_options) -> None:
+    """Check that DATASET holds exactly what its manifest lists; exit 0 only if all holds.
+
+    An s3://bucket/prefix DATASET is checked for sizes and sha256 (its records are parsed
+    once staged)."""
     from .ops.verify import verify as run_verify
 
     if dataset is None and config_file is not None:
@@ -581,7 +616,8 @@ def verify(dataset, config_file, decode, workers, quiet) -> None:
     if not dataset:
         raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
 
-    report = run_verify(dataset, decode=decode, workers=workers)
+    report = run_verify(dataset, decode=decode, workers=workers,
+                        storage_options=_options(storage_options))
     for problem in report.problems:
         _echo(problem)
     if not quiet:

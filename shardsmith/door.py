@@ -21,6 +21,7 @@ implements the same two calls (``open_file``, ``read_file``) for its URLs.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 from dataclasses import dataclass
@@ -91,6 +92,11 @@ class OpenFile:
                           "(still being written?)", self.path)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def stream(self) -> io.BufferedReader:
+        """A buffered reader that takes over the descriptor (closing it closes the file)."""
+        fd, self.fd = self.fd, -1
+        return os.fdopen(fd, "rb")
+
     def pread(self, length: int, offset: int) -> bytes:
         """``length`` bytes at ``offset`` (fewer at the end of the file)."""
         if offset < 0 or length < 0 or offset + length > self.cap:
@@ -119,6 +125,9 @@ def open_file(path: str | os.PathLike, cap: int, *, follow_symlinks: bool = Fals
     descriptor's differs); ``dir_fd``: ``path`` is relative to that directory.
     Raises ``Refused`` or ``OSError`` (a missing or unreadable file).
     """
+    guarded = getattr(path, "open_guarded", None)
+    if guarded is not None:  # an object in a bucket (storage.ObjectPath): no descriptor
+        return guarded(cap, None if expect is None else expect.size)
     path = os.fspath(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:

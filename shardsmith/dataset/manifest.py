@@ -545,8 +545,7 @@ def iter_sample_index(directory: Path, manifest: Manifest) -> Iterator[SampleRec
         opened.close()
         raise ManifestError(f"{path}: the sample index is not the {entry.bytes:,}-byte "
                             "file the manifest names")
-    fd, opened.fd = opened.fd, -1
-    with os.fdopen(fd, "rb") as handle:
+    with opened.stream() as handle:  # a local file or an object (ranged GETs)
         remaining = entry.bytes
         number = 0
         while remaining > 0 and (line := handle.readline(min(remaining, LINE_CAP + 1))):

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..dataset.manifest import Manifest, iter_sample_index, read_manifest
-from ..errors import ManifestError
+from ..errors import ConfigError, ManifestError
+from ..storage import is_url, location
 from ..text import human_bytes, plural, printable
 from .census import Census, DuplicateSet, Spread, packed_config, require_split, take_census
 from .quality import QualityFigure, measure_quality, quality_json, quality_lines
@@ -61,9 +62,14 @@ class Inspection:
 
 def inspect_dataset(directory: str | Path, split: str | None = None,
                     imbalance: float = IMBALANCE_RATIO, quality: int = 0, seed: int = 0,
-                    quiet: bool = True) -> Inspection:
-    """Read the manifest and sample index of ``directory`` (and ``quality`` originals)."""
-    directory = Path(directory)
+                    quiet: bool = True,
+                    storage_options: dict[str, str] | None = None) -> Inspection:
+    """Read the manifest and sample index of ``directory`` (and ``quality`` originals);
+    ``directory`` may be an ``s3://`` URL (``storage_options`` configure its client)."""
+    directory = location(directory, storage_options)
+    if quality and is_url(directory):
+        raise ConfigError("--quality reads the shards of a dataset on disk: stage "
+                          f"{directory} first and inspect the copy")
     manifest = read_manifest(directory)
     require_split(manifest, split)
     census = take_census(directory, manifest, split)

@@ -11,6 +11,11 @@ not copied until the disk is full), and copies never read past the listed byte c
 Files already staged (same size and sha256, remembered with their mtime so a re-stage need
 not re-read them) are skipped.  A lock keeps two stages off one destination, and a shared
 lock on the source keeps a pack from changing it mid-copy; Ctrl-C stops within a second.
+
+The source may be an ``s3://`` dataset (``storage.ObjectPath``): each object is downloaded
+in ranged GETs of ``COPY_CHUNK`` bytes (memory stays at one chunk a worker), within the size
+the manifest lists, retried by the client; the commit order is the same.  A bucket has no
+lock: a stage that meets a manifest changed mid-copy fails and is rerun, as locally.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +45,7 @@ from ..atomic import (
     tmp_path_for,
     write_json_atomic,
 )
+from ..dataset.formats import SHARD_CAP
 from ..dataset.lock import DirectoryLock, SharedLock
 from ..dataset.manifest import (
     LOCK_NAME,
@@ -59,6 +66,7 @@ from ..door import STATE_CAP, Refused, open_file
 from ..errors import BadImage, ConfigError, ManifestError, StageError
 from ..packing.originals import open_regular
 from ..progress import Progress
+from ..storage import ObjectPath, location
 from ..text import human_bytes
 
 log = logging.getLogger(__name__)
@@ -82,7 +90,7 @@ class StageResult:
 
 
 def stage(
-    source: str | Path,
+    source: str | Path | ObjectPath,
     destination: str | Path,
     split: str | None = None,
     prune: bool = False,
@@ -90,15 +98,20 @@ def stage(
     quiet: bool = False,
     rehash: bool = False,
     free_space: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
+    storage_options: dict[str, str] | None = None,
 ) -> StageResult:
     """Copy the dataset in ``source`` (its manifest) to ``destination``, verified.
 
     ``split`` stages one split only; ``prune`` removes shards the manifest no longer lists;
-    ``rehash`` re-reads already staged files instead of trusting their size and mtime.
+    ``rehash`` re-reads already staged files instead of trusting their size and mtime;
+    ``storage_options`` configure the client of an ``s3://`` source.
     """
     started = time.monotonic()
-    source, destination = _check_locations(Path(source), Path(destination))
-    with SharedLock(source / STATE_DIR / LOCK_NAME, "packed"):
+    source, destination = _check_locations(location(source, storage_options),
+                                           Path(destination))
+    shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
+        source / STATE_DIR / LOCK_NAME, "packed")
+    with shared:
         manifest = read_manifest(source)
         if split is not None:
             if split not in manifest.splits:
@@ -158,7 +171,15 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
                        time.monotonic() - started, () if prune else stale, copy_seconds)
 
 
-def _check_locations(source: Path, destination: Path) -> tuple[Path, Path]:
+def _check_locations(source: Path | ObjectPath,
+                     destination: Path) -> tuple[Path | ObjectPath, Path]:
+    if isinstance(source, ObjectPath):
+        destination = destination.expanduser().resolve()
+        if not (source / MANIFEST_NAME).exists():
+            raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
+        if destination.exists() and not destination.is_dir():
+            raise ConfigError(f"stage.to: {destination} exists and is not a directory")
+        return source, destination
     source, destination = source.expanduser().resolve(), destination.expanduser().resolve()
     if not (source / MANIFEST_NAME).is_file():
         raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
@@ -253,7 +274,7 @@ def _copy_verified(source: Path, destination: Path, entry: FileEntry, advance,
     )
 
 
-def _copy_file(source: Path, target: Path, size: int, advance,
+def _copy_file(source: Path | ObjectPath, target: Path, size: int, advance,
                cancel: threading.Event) -> str:
     """Copy exactly ``size`` bytes of a regular file and return the sha256 of the copy.
 
@@ -261,6 +282,8 @@ def _copy_file(source: Path, target: Path, size: int, advance,
     big buffers otherwise; the copy is re-read from the page cache for the digest, so what is
     verified is what landed on the destination.
     """
+    if isinstance(source, ObjectPath):
+        return _download(source, target, size, advance, cancel)
     try:
         fd, info = open_regular(str(source), follow_symlinks=False)
     except BadImage as exc:  # a link or a device where a shard should be
@@ -290,6 +313,34 @@ def _copy_file(source: Path, target: Path, size: int, advance,
                 raise StageError(f"{source.name}: ended {remaining:,} bytes early while copying")
             remaining -= copied
             advance(copied)
+        writer.flush()
+        os.fsync(writer.fileno())
+    return _sha256_of(target, size)
+
+
+def _download(source: ObjectPath, target: Path, size: int, advance,
+              cancel: threading.Event) -> str:
+    """Download exactly ``size`` bytes of an object in ranged GETs of ``COPY_CHUNK`` and return
+    the sha256 of the copy (re-read from the destination, as for a local copy)."""
+    try:
+        handle = open_file(source, SHARD_CAP)
+    except Refused as exc:  # a prefix where a shard should be, or an endless object
+        raise StageError(f"{source.name}: refused: it {exc.detail}") from None
+    with handle, naming(target), open_new(target) as writer:
+        if handle.size != size:
+            raise StageError(f"{source.name}: {handle.size:,} bytes in the source, the "
+                             f"manifest says {size:,}: the source shard is damaged")
+        offset = 0
+        while offset < size:
+            if cancel.is_set():
+                raise _Cancelled()
+            data = handle.pread(min(COPY_CHUNK, size - offset), offset)
+            if not data:
+                raise StageError(f"{source.name}: ended {size - offset:,} bytes early while "
+                                 "copying")
+            writer.write(data)
+            offset += len(data)
+            advance(len(data))
         writer.flush()
         os.fsync(writer.fileno())
     return _sha256_of(target, size)

@@ -9,6 +9,11 @@ problem).  ``decode`` also decodes every image and compares its size with the sa
 
 A missing or malformed manifest is a ``ManifestError`` (one line, exit 2); damaged content is
 reported, one line per problem.
+
+An ``s3://`` dataset (``storage.ObjectPath``) is checked for what a download would meet: every
+listed object there at its size and sha256 (streamed in ranged GETs), the sample index, the
+shard lists and unlisted shard objects.  Its records are not parsed: stage it and verify the
+copy for that.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from ..door import LABEL_MAP_CAP, SHARD_LIST_CAP, OpenFile, Refused, open_file, 
 from ..errors import ManifestError, ShardFormatError
 from ..packing.journal import JOURNAL_NAME
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
+from ..storage import ObjectPath, location
 from ..text import plural
 
 CHUNK = 8 * 1024 * 1024
@@ -66,7 +72,7 @@ def _sha256(handle: OpenFile, size: int) -> str:
     digest = hashlib.sha256()
     offset = 0
     while offset < size:
-        chunk = os.pread(handle.fd, min(CHUNK, size - offset), offset)
+        chunk = handle.pread(min(CHUNK, size - offset), offset)
         if not chunk:
             break
         digest.update(chunk)
@@ -90,22 +96,25 @@ class _Expected:
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> VerifyReport:
+def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: int = 4,
+           storage_options: dict[str, str] | None = None) -> VerifyReport:
     """Check ``directory`` against its manifest; the report lists every problem found.
 
-    Raises ManifestError when there is no readable, valid manifest.
+    Raises ManifestError when there is no readable, valid manifest.  ``storage_options``
+    configure the client of an ``s3://`` dataset.
     """
-    directory = Path(directory)
+    directory = location(directory, storage_options)
     manifest = read_manifest(directory)
     report = VerifyReport(directory)
     expected, index_problems = _read_sample_index(directory, manifest, decode)
     report.problems += index_problems
     report.problems += count_problems(manifest)
 
+    remote = isinstance(directory, ObjectPath)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(
-            lambda shard: _check_shard(directory, manifest, shard, expected.get(shard.name),
-                                       decode),
+            lambda shard: _check_objects(directory, shard) if remote else _check_shard(
+                directory, manifest, shard, expected.get(shard.name), decode),
             manifest.shards,
         )
         for shard, problems in zip(manifest.shards, results, strict=True):
@@ -127,9 +136,12 @@ def verify(directory: str | Path, decode: bool = False, workers: int = 4) -> Ver
 
     report.problems += _changes_problems(directory, manifest)
     listed = {entry.name for entry in manifest.files()}
-    unlisted = sorted(entry.name for entry in os.scandir(directory)
-                      if is_shard_file(entry.name) and entry.name not in listed)
+    present = directory.names() if remote else [entry.name for entry in os.scandir(directory)]
+    unlisted = sorted(name for name in present if is_shard_file(name) and name not in listed)
     unfinished = (directory / STATE_DIR / JOURNAL_NAME).exists()
+    if remote and decode:
+        report.notes.append("--decode: records in a bucket are not decoded; stage the "
+                            "dataset and verify the copy")
     for name in unlisted:
         if manifest.staged is not None:
             report.notes.append(f"{name}: not listed, left from an earlier stage; "
@@ -244,7 +256,11 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
         handle = open_file(directory / entry.name, SHARD_CAP)
     except Refused as exc:
         return f"{entry.name}: not a regular file ({exc.detail})"
+    except FileNotFoundError:
+        return f"{entry.name}: missing"
     except OSError:
+        if isinstance(directory, ObjectPath):
+            raise  # an unreachable store is not a missing object: one line, not a report
         return f"{entry.name}: missing"
     with handle:
         if handle.size != entry.bytes:
@@ -252,6 +268,13 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
         if _sha256(handle, entry.bytes) != entry.sha256:
             return f"{entry.name}: sha256 differs from the manifest (corrupt)"
     return None
+
+
+def _check_objects(directory: ObjectPath, shard: ShardEntry) -> list[str]:
+    """The problems of a shard in a bucket and its index: presence, size, sha256."""
+    entries = [shard.file] + ([shard.index] if shard.index is not None else [])
+    return [problem for entry in entries
+            if (problem := _check_file(directory, entry)) is not None]
 
 
 def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
