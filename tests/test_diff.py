@@ -145,8 +145,8 @@ def test_rejects_appearing_and_fixed_are_listed_with_their_reason(tmp_path):
     images.write(broken, images.jpeg(200, 150, 55))
     pack(source, output)
     fixed = diff_json(output)
-    assert fixed["rejects"] == {"new": [], "fixed": ["a/broken.jpg"], "new_count": 0,
-                                "fixed_count": 1}
+    assert fixed["rejects"] == {"new": [], "fixed": ["a/broken.jpg"], "removed": [],
+                                "new_count": 0, "fixed_count": 1, "removed_count": 0}
     assert paths(fixed["added"]) == ["a/broken.jpg"]  # a sample now
 
 
