@@ -213,8 +213,12 @@ def weighted_draws(weights: ClassWeights, labels: np.ndarray,
     per_bin = np.asarray((*weights.per_class, weights.others), np.float64)
     # Relative to the largest weight: 1e308 does not overflow the sum, and weights of 5e-324
     # do not leave random() * total on a grid of sub-normal steps (a wrong mix).
-    largest = float(per_bin.max())
-    cumulative = np.cumsum(counts * (per_bin / largest if largest > 0 else per_bin))
+    largest = float(per_bin[counts > 0].max(initial=0.0))  # of the bins with samples
+    drawn = counts > 0
+    relative = np.zeros_like(per_bin)
+    if largest > 0:  # a bin without samples weighs nothing (its 1/5e-324 would overflow)
+        relative[drawn] = per_bin[drawn] / largest
+    cumulative = np.cumsum(counts * relative)
     total = float(cumulative[-1])
     if total <= 0:
         raise WeightsError("weights: every sample of the selection has weight 0 (its classes "
