@@ -230,8 +230,8 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, **settin
 
     if with_probe and not dry_run:
         raise click.UsageError("--probe goes with --dry-run")
-    if report_file is not None:  # refused before any work, not after it
-        check_output_file(report_file)
+    if report_file is not None:  # a link or a FIFO is refused before any work, not after
+        check_output_file(report_file, folder=False)  # a missing folder: a warning at the end
     with _report_to(report_file) as report:
         config = load_config(config_file, {"source.path": source, "output.path": output}
                              | overrides_of(settings))
