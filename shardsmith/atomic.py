@@ -96,6 +96,35 @@ def check_replaceable(final: Path) -> None:
                                f"{final.name}; move it away and rerun (it is not removed)")
 
 
+def check_output_file(path: Path | str, folder: bool = True) -> Path:
+    """The named output file a command writes (``sheet -o``, ``report -o``, ``pack
+    --report``) as a Path, after refusing (OutputStateError, exit 2) what it must not replace.
+
+    Where ``check_replaceable`` lets the rename replace a link (our own folders), a path a
+    person named is stricter: anything there that is not a regular file (a link, a FIFO, a
+    device, a socket, a folder; by ``lstat``) is left untouched and refused, as are an empty
+    name and (``folder``) a missing parent folder (named, not our temporary file in it).
+    """
+    if not str(path):  # Path("") would be "." (the working folder)
+        raise OutputStateError("the output file name is empty: give a file to write")
+    final = Path(path)
+    try:
+        info = os.lstat(final)
+    except (FileNotFoundError, NotADirectoryError):  # the folder is checked below
+        info = None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(final)) from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise OutputStateError(f"{final}: {kind_of(info.st_mode)} where the output file "
+                               "belongs; shardsmith replaces only a regular file (it is not "
+                               "touched): name a file")
+    parent = final.parent
+    if folder and not parent.is_dir():
+        what = "not a folder" if os.path.lexists(parent) else "no such folder"
+        raise OutputStateError(f"{parent}: {what}; create the folder for {final.name} first")
+    return final
+
+
 def open_new(path: Path) -> BinaryIO:
     """A new file at ``path`` for writing, never a link followed or an existing file reused.
 

@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from . import __version__
-from .atomic import write_json_atomic
+from .atomic import check_output_file, write_json_atomic
 from .config import Config, load_config
 from .config.settings import example_file, flags, overrides_of
 from .errors import ConfigError, OutputStateError, ShardsmithError, Terminated, TooManyRejectsError
@@ -251,6 +251,8 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, **settin
 
     if with_probe and not dry_run:
         raise click.UsageError("--probe goes with --dry-run")
+    if report_file is not None:  # a link or a FIFO is refused before any work, not after
+        check_output_file(report_file, folder=False)  # a missing folder: a warning at the end
     with _report_to(report_file) as report:
         config = load_config(config_file, {"source.path": source, "output.path": output}
                              | overrides_of(settings))
@@ -349,10 +351,12 @@ def _report_to(path: str | None):
     finally:
         if path is not None:
             try:
-                write_json_atomic(Path(path), report)
+                write_json_atomic(check_output_file(path), report)
+            except OutputStateError as exc:  # replaced by a link or a FIFO since the start
+                _echo(f"shardsmith: warning: cannot write the report: {exc}", err=True)
             except OSError as exc:  # the report is a by-product: never fail a pack over it
                 _echo(f"shardsmith: warning: cannot write the report: "
-                           f"{storage_error(exc)}", err=True)
+                      f"{storage_error(exc)}", err=True)
 
 
 @main.command("init-config")
@@ -446,10 +450,10 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects) -> None:
     from .insight.sheet import render_sheet
 
     started = time.monotonic()
-    _refuse_output_inside(Path(output), Path(dataset))
+    _refuse_output_inside(check_output_file(output), Path(dataset))
     drawn = render_sheet(Path(dataset), read_manifest(Path(dataset)), per_class, seed, split,
                          thumb, objects)
-    drawn.save(Path(output))
+    drawn.save(check_output_file(output))  # again: what is there may have changed meanwhile
     for note in drawn.notes:
         _echo(f"note: {printable(note)}", err=True)
     _echo(f"{printable(output)}: {drawn.image.width}x{drawn.image.height} px, "
@@ -484,7 +488,7 @@ def report(dataset, output, config_file, rejects_shown, samples_shown) -> None:
     if not dataset:
         raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
     started = time.monotonic()
-    _refuse_output_inside(Path(output), Path(dataset), "the report")
+    _refuse_output_inside(check_output_file(output), Path(dataset), "the report")
     page = render_report(Path(dataset), read_manifest(Path(dataset)),
                          ReportOptions(rejects_shown=rejects_shown, samples_shown=samples_shown))
     page.save(Path(output))

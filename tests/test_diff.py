@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -145,8 +146,8 @@ def test_rejects_appearing_and_fixed_are_listed_with_their_reason(tmp_path):
     images.write(broken, images.jpeg(200, 150, 55))
     pack(source, output)
     fixed = diff_json(output)
-    assert fixed["rejects"] == {"new": [], "fixed": ["a/broken.jpg"], "new_count": 0,
-                                "fixed_count": 1}
+    assert fixed["rejects"] == {"new": [], "fixed": ["a/broken.jpg"], "removed": [],
+                                "new_count": 0, "fixed_count": 1, "removed_count": 0}
     assert paths(fixed["added"]) == ["a/broken.jpg"]  # a sample now
 
 
@@ -366,3 +367,53 @@ def test_composing_a_path_removed_then_added_again_is_changed_and_relabelled_bac
     found = diff_versions(output, 1, 3)
     assert found.counts == {"added": 0, "removed": 0, "changed": 1, "relabelled": 0}
     assert [entry["path"] for entry in found.changed] == ["p1"]
+
+
+def test_a_reject_whose_source_is_gone_is_removed_not_fixed(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    broken = source / "a" / "broken.jpg"
+    broken.write_bytes(images.truncated_jpeg())
+    pack(source, output)
+    broken.unlink()
+    pack(source, output)
+    rejects = diff_json(output)["rejects"]
+    assert (rejects["fixed"], rejects["removed"]) == ([], ["a/broken.jpg"])
+    assert (rejects["fixed_count"], rejects["removed_count"]) == (0, 1)
+    assert "0 fixed, 1 removed" in diff(str(output))
+
+
+def test_keep_changes_0_names_the_setting_not_an_older_release(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output, **{"output.keep_changes": 0})
+    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
+    pack(source, output, **{"output.keep_changes": 0})
+    line = diff(str(output), expect=2)
+    assert "output.keep_changes 0" in line and "release before" not in line
+
+
+def test_a_newline_in_a_path_or_class_cannot_forge_a_summary_line(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a\nv9 -> v10: 0 -> 0 samples" / "x\n  forged.jpg",
+                 images.jpeg(200, 150, 77))
+    pack(source, output)
+    summary = diff(str(output))
+    assert "\nv9 -> v10" not in summary and "\n  forged" not in summary
+    assert "a\\x0av9 -> v10" in summary and "x\\x0a  forged.jpg" in summary
+
+
+def test_a_lone_surrogate_in_a_changes_path_is_a_path_like_any_other(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
+    pack(source, output)
+    manifest = images.manifest_of(output)
+    entry = manifest["changes"][-1]
+    changes = output / entry["name"]
+    data = changes.read_bytes().replace(b'"a/new.jpg"', b'"a/\\ud800.jpg"')
+    changes.write_bytes(data)
+    entry.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    found = diff_json(output)
+    assert paths(found["added"]) == ["a/\ud800.jpg"]
+    assert "a/\\ud800.jpg" in diff(str(output))

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 import shutil
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -232,6 +234,56 @@ def test_the_command_refuses_to_write_into_the_dataset(dataset):
 def test_a_directory_without_a_manifest_is_one_line_and_exit_2(tmp_path):
     output = cli(str(tmp_path), "-o", str(tmp_path.parent / "r.html"), expect=2)
     assert output.count("\n") == 1 and "no manifest.json" in output
+
+
+def one_line(output: str) -> str:
+    assert output.count("\n") == 1 and output.startswith("shardsmith: error:"), output
+    return output
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
+@pytest.mark.parametrize("command", ["report", "sheet", "pack --report"])
+def test_an_output_that_is_not_a_regular_file_is_refused_and_left_untouched(
+        dataset, tmp_path, kind, command):
+    target, aimed = tmp_path / "out.html", tmp_path / "victim.txt"
+    aimed.write_text("keep me")
+    if kind == "link":
+        target.symlink_to(aimed)
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    if command == "report":
+        args = ["report", str(dataset), "-o", str(target)]
+    elif command == "sheet":
+        args = ["sheet", str(dataset), "-o", str(target)]
+    else:
+        args = ["pack", str(tmp_path / "nothing"), str(tmp_path / "packed"), "--report",
+                str(target)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    said = one_line(result.output)
+    assert str(target) in said and ("where the output file belongs" in said
+                                    or kind == "folder" and "is a directory" in said)
+    assert {"link": target.is_symlink, "fifo": lambda: stat.S_ISFIFO(os.lstat(target).st_mode),
+            "folder": target.is_dir}[kind]()
+    assert aimed.read_text() == "keep me" and not (tmp_path / "packed").exists()
+
+
+def test_an_empty_output_name_and_a_missing_folder_are_one_line_and_exit_2(dataset, tmp_path):
+    assert "output file name is empty" in one_line(cli(str(dataset), "-o", "", expect=2))
+    missing = tmp_path / "no" / "such"
+    said = one_line(cli(str(dataset), "-o", str(missing / "r.html"), expect=2))
+    assert f"{missing}: no such folder" in said and ".tmp" not in said
+
+
+def test_a_damaged_changes_file_is_a_note_on_the_page_not_a_failure(dataset, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    changes = sorted(copy.glob("changes-v*.jsonl"))[-1]
+    changes.write_bytes(changes.read_bytes()[:-5])
+    output = cli(str(copy), "-o", str(tmp_path / "r.html"))
+    assert "no diff:" in output and (tmp_path / "r.html").exists()
 
 
 # -- in a real browser ------------------------------------------------------------------------

@@ -292,3 +292,79 @@ def test_inspect_a_malformed_spec_is_one_line_and_exit_2(parts, spec, problem):
 def test_inspect_draws_without_weights_is_one_line_and_exit_2(parts):
     assert "--draws sets the size of the --weights epoch" in one_error_line(
         cli("inspect", parts, "--draws", 5), 2)
+
+
+# --- bounds and odd numbers -------------------------------------------------------------
+
+
+def test_draws_past_the_limit_is_a_weights_error_naming_the_limit_and_the_memory(parts):
+    from shardsmith.readers.weights import MAX_DRAWS
+
+    with pytest.raises(WeightsError, match=f"at most {MAX_DRAWS:,}.*would take"):
+        weighted(parts, draws=10**12)
+    for odd in (True, 2.0, 0, -3):
+        with pytest.raises(WeightsError, match="whole number >= 1"):
+            weighted(parts, draws=odd)
+
+
+def test_inspect_draws_past_the_limit_is_one_line_and_exit_2(parts):
+    line = one_error_line(cli("inspect", parts, "--weights", "scratch=10", "--draws",
+                              10**12), 2)
+    assert "at most" in line and "of memory" in line
+
+
+def mix_of(spec: str, labels: np.ndarray, draws: int = 4000) -> Counter:
+    from shardsmith.readers.weights import weighted_draws
+
+    chosen = class_weights(spec, ["a", "b"])
+    return Counter(labels[weighted_draws(chosen, labels, draws).order(1, 0)].tolist())
+
+
+@pytest.mark.parametrize("spec", ["a=5e-324,b=1e-323", "a=0.85e308,b=1.7e308", "a=1,b=2"])
+def test_the_mix_follows_the_weights_ratio_from_sub_normal_to_the_largest_float(spec):
+    """a:b is 1:2 in each spec: 5e-324 is the smallest float, 1.7e308 near the largest."""
+    labels, draws = np.array([0, 1]), 4000
+    counts = mix_of(spec, labels, draws)
+    bound = SIGMAS * math.sqrt(draws * (1 / 3) * (2 / 3))
+    assert abs(counts[0] - draws / 3) <= bound, (spec, counts)
+
+
+@pytest.mark.parametrize(("spec", "problem"), [
+    ("a=1e-400", "too small for a float"),
+    ("a=1_000", "is not a number"),
+    ("a=\uff11\uff10", "is not a number"),  # fullwidth "10"
+    ("a=1e999", "must be finite"),
+])
+def test_a_weight_literal_float_would_misread_is_refused(spec, problem):
+    with pytest.raises(WeightsError, match=problem):
+        class_weights(spec, ["a", "b"])
+
+
+def test_a_weight_past_the_largest_float_is_a_weights_error():
+    with pytest.raises(WeightsError, match="too large for a weight"):
+        class_weights({"a": 10**400}, ["a", "b"])
+    assert class_weights({"a": 0, "b": 1e308}, ["a", "b"]).per_class == (0.0, 1e308)
+
+
+def test_seeds_and_epochs_past_32_bits_draw_their_own_epochs():
+    from shardsmith.readers.weights import weighted_draws
+
+    draws = weighted_draws(class_weights("*=1", ["a", "b"]), np.arange(50) % 2, 64)
+    assert (draws.order(3, 2**32) != draws.order(3, 0)).any()
+    assert (draws.order(2**32 + 3, 0) != draws.order(3, 0)).any()
+    assert (draws.order(-1, 0) != draws.order(2**32 - 1, 0)).any()
+    assert (draws.order(3, 1) == draws.order(3, 1)).all()
+
+
+@pytest.mark.parametrize(("state", "problem"), [
+    ([("epoch", 0)], "expected a mapping"),
+    ({"epoch": 0, "start": -1}, "start must be a whole number"),
+    ({"epoch": 0, "start": 10**6}, "start 1,000,000 is past the end of the epoch"),
+    ({"epoch": 0, "start": 2, "done": 10**6}, "done 1,000,000 from start 2 is past the end"),
+])
+def test_a_resume_state_that_is_no_position_of_the_epoch_is_a_value_error(parts, state,
+                                                                           problem):
+    data = weighted(parts)
+    with pytest.raises(ValueError, match=problem):
+        data.load_state_dict(state)
+    data.load_state_dict({"epoch": 0, "start": len(data)})  # the end of an epoch: nothing left

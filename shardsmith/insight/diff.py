@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 
 from ..dataset.changes import ChangeLine, ChangesFile, VersionTotals
-from ..dataset.manifest import Manifest, read_manifest
+from ..dataset.manifest import MANIFEST_NAME, Manifest, read_manifest
+from ..door import MANIFEST_CAP, open_file
 from ..errors import ManifestError
-from ..text import plural
+from ..schema import decode
+from ..text import plural, printable
 
 NO_CLASS = -1  # a sample without a class; an absent sample has no class id at all
 EXAMPLES_SHOWN = 10  # per kind in the readable summary
@@ -53,6 +55,9 @@ class VersionDiff:
     rejects_fixed: list[str] = field(default_factory=list)
     rejects_new_count: int = 0
     rejects_fixed_count: int = 0
+    # rejects whose source is gone: removed, as the pack's summary counts them, not fixed
+    rejects_removed: list[str] = field(default_factory=list)
+    rejects_removed_count: int = 0
 
     @property
     def classes_added(self) -> list[str]:
@@ -74,50 +79,60 @@ class VersionDiff:
             "counts": {"old": self.before.counts, "new": self.after.counts},
             "objects": {"old": self.before.objects, "new": self.after.objects},
             "rejects": {"new": self.rejects_new, "fixed": self.rejects_fixed,
+                        "removed": self.rejects_removed,
                         "new_count": self.rejects_new_count,
-                        "fixed_count": self.rejects_fixed_count},
+                        "fixed_count": self.rejects_fixed_count,
+                        "removed_count": self.rejects_removed_count},
             "added": self.added, "removed": self.removed, "changed": self.changed,
             "relabelled": self.relabelled,
         }
 
     def summary(self) -> str:
         """A readable summary: the changes, the counts per split and class before and
-        after, object counts, rejects, and the first few paths of each kind."""
+        after, object counts, rejects, and the first few paths of each kind.  Every name,
+        path, reason and detail comes from the dataset: escaped by ``_shown``, so a newline in
+        one cannot forge a line."""
         counts = self.counts
         lines = [f"v{self.old} -> v{self.new}: {self.before.samples:,} -> "
                  f"{self.after.samples:,} samples",
                  f"  sources     {counts['added']:,} added, {counts['removed']:,} removed, "
                  f"{counts['changed']:,} changed, {counts['relabelled']:,} relabelled",
                  f"  rejects     {self.rejects_new_count:,} new, "
-                 f"{self.rejects_fixed_count:,} fixed "
+                 f"{self.rejects_fixed_count:,} fixed, "
+                 f"{self.rejects_removed_count:,} removed "
                  f"({self.before.rejects:,} -> {self.after.rejects:,})"]
         if self.classes_added:
-            lines.append(f"  classes added: {', '.join(self.classes_added)}")
+            lines.append(f"  classes added: {', '.join(map(_shown, self.classes_added))}")
         if self.object_classes_added:
-            lines.append(f"  object classes added: {', '.join(self.object_classes_added)}")
+            lines.append("  object classes added: "
+                         f"{', '.join(map(_shown, self.object_classes_added))}")
         lines += _count_table(self.old, self.new, self.before.counts, self.after.counts)
         if self.before.objects or self.after.objects:
             lines.append("  objects:")
             for name in _union(self.before.objects, self.after.objects):
                 old, new = self.before.objects.get(name, 0), self.after.objects.get(name, 0)
-                lines.append(f"    {name:<20} {old:>9,} {new:>9,} {_signed(new - old)}".rstrip())
+                lines.append(f"    {_shown(name):<20} {old:>9,} {new:>9,} "
+                             f"{_signed(new - old)}".rstrip())
         for kind, examples in (("added", self.added), ("removed", self.removed),
                                ("changed", self.changed)):
             if examples:
                 lines.append(f"  {kind}{_first(counts[kind])}:")
-                lines += [f"    {item['path']}  ({item['split']}, {item['class'] or '-'})"
-                          for item in examples[:EXAMPLES_SHOWN]]
+                lines += [f"    {_shown(item['path'])}  ({_shown(item['split'])}, "
+                          f"{_shown(item['class'])})" for item in examples[:EXAMPLES_SHOWN]]
         if self.relabelled:
             lines.append(f"  relabelled{_first(counts['relabelled'])}:")
-            lines += [f"    {item['path']}  {item['from'] or '-'} -> {item['to'] or '-'}"
-                      for item in self.relabelled[:EXAMPLES_SHOWN]]
+            lines += [f"    {_shown(item['path'])}  {_shown(item['from'])} -> "
+                      f"{_shown(item['to'])}" for item in self.relabelled[:EXAMPLES_SHOWN]]
         if self.rejects_new:
             lines.append(f"  new rejects{_first(self.rejects_new_count)}:")
-            lines += [f"    {item['path']}  {item['reason']}: {item['detail']}"
-                      for item in self.rejects_new[:EXAMPLES_SHOWN]]
-        if self.rejects_fixed:
-            lines.append(f"  fixed rejects{_first(self.rejects_fixed_count)}:")
-            lines += [f"    {path}" for path in self.rejects_fixed[:EXAMPLES_SHOWN]]
+            lines += [f"    {_shown(item['path'])}  {_shown(item['reason'])}: "
+                      f"{_shown(item['detail'])}" for item in self.rejects_new[:EXAMPLES_SHOWN]]
+        for kind, paths, count in (("fixed", self.rejects_fixed, self.rejects_fixed_count),
+                                   ("removed", self.rejects_removed,
+                                    self.rejects_removed_count)):
+            if paths:
+                lines.append(f"  {kind} rejects{_first(count)}:")
+                lines += [f"    {_shown(path)}" for path in paths[:EXAMPLES_SHOWN]]
         return "\n".join(lines)
 
 
@@ -169,6 +184,9 @@ def _versions(directory: Path, manifest: Manifest, old: int | None,
 
 def _not_kept(directory: Path, manifest: Manifest, version: int) -> str:
     kept = [entry.version for entry in manifest.changes]
+    if not kept and _lists_changes(directory):
+        return (f"{directory}: no changes files: this dataset keeps none (its last pack had "
+                "output.keep_changes 0; with 1 or more the next pack records its changes)")
     if not kept:
         return (f"{directory}: no changes files: the versions were packed by a release "
                 "before shardsmith diff (the next pack records its changes)")
@@ -177,6 +195,17 @@ def _not_kept(directory: Path, manifest: Manifest, version: int) -> str:
                 f"v{kept[0]} to v{kept[-1]}; output.keep_changes sets how many)")
     return f"{directory}: no changes file for v{version} (kept: " + \
         ", ".join(f"v{number}" for number in kept) + ")"
+
+
+def _lists_changes(directory: Path) -> bool:
+    """Whether the manifest has the ``changes`` list at all: a release that keeps changes
+    files writes it even empty (``output.keep_changes: 0``); an older one leaves it out."""
+    try:
+        with open_file(directory / MANIFEST_NAME, MANIFEST_CAP) as handle:
+            data = decode(handle.read(), MANIFEST_NAME)
+    except (OSError, ValueError, ManifestError):
+        return False
+    return isinstance(data, dict) and "changes" in data
 
 
 def _opened(directory: Path, entry) -> ChangesFile:
@@ -216,6 +245,7 @@ class _Composer:
         # the last line of each relabelled path (sorted), and its class before the first
         self.relabelled_lines = np.zeros(0, np.int64)
         self.relabelled_from = np.zeros(0, np.int32)
+        self.last_after: set[bytes] | None = None  # digests of the paths present after
 
     def read(self, number: int, changes: ChangesFile) -> None:
         if not self.headers:
@@ -225,15 +255,14 @@ class _Composer:
         kinds, digests, where = self.kinds, self.digests, self.where
         class_before, class_after, class_id = self.class_before, self.class_after, \
             self._class_id
-        blake2b, base = hashlib.blake2b, number << 40
+        base = number << 40
         try:
             for offset, line in changes.lines(brief=True):
                 kind = SAMPLE_KINDS.get(line.change)
                 if kind is None:
                     self._reject(line)
                     continue
-                digests += blake2b(line.path.encode("utf-8", "surrogateescape"),
-                                   digest_size=16).digest()
+                digests += _digest(line.path)
                 kinds.append(kind)
                 label = class_id(line.label)
                 class_after.append(label)
@@ -266,14 +295,25 @@ class _Composer:
                  for kind, events in kinds.items()}
         new_rejects = [line for before, after, line in self.rejects.values()
                        if after and not before]
-        fixed = [path for path, (before, after, _) in self.rejects.items()
-                 if before and not after]
+        no_longer = [path for path, (before, after, _) in self.rejects.items()
+                     if before and not after]
+        # A reject no longer one is fixed when its source is a sample now, else it is gone.
+        present = self._present_after([_digest(path) for path in no_longer])
+        fixed = [path for path, now in zip(no_longer, present, strict=True) if now]
+        gone = [path for path, now in zip(no_longer, present, strict=True) if not now]
         return VersionDiff(
             old, new, self.headers[0], self.headers[-1], counts, shown["added"],
             shown["removed"], shown["changed"], shown["relabelled"],
             [{"path": line.path, "reason": line.reason, "detail": line.detail or ""}
              for line in new_rejects[:examples]],
-            fixed[:examples], len(new_rejects), len(fixed))
+            fixed[:examples], len(new_rejects), len(fixed), gone[:examples], len(gone))
+
+    def _present_after(self, digests: list[bytes]) -> list[bool]:
+        """Whether each path (by digest) is a sample after the last version read: its last
+        sample line leaves it present (``_compose`` ran)."""
+        if not digests or self.last_after is None:
+            return [False] * len(digests)
+        return [digest in self.last_after for digest in digests]
 
     def _compose(self) -> dict[str, np.ndarray]:
         """Per kind, the line (its number among all) that tells each path's change, in
@@ -291,6 +331,8 @@ class _Composer:
         was = np.frombuffer(self.class_before, np.int32)[first]
         now = np.frombuffer(self.class_after, np.int32)[last]
         present_before, present_after = before[first], after[last]
+        self.last_after = {bytes(self.digests[16 * line : 16 * line + 16])
+                           for line in last[present_after].tolist()}
         both = present_before & present_after
         relabelled = both & (was != now)
         by_line = np.argsort(last[relabelled], kind="stable")
@@ -351,6 +393,19 @@ class _Composer:
         return None if number == NO_CLASS else self.class_names[number]
 
 
+def _digest(path: str) -> bytes:
+    """16 bytes naming ``path``: surrogatepass encodes every str, a lone surrogate of a
+    hostile changes file too, each code point to its own bytes (lossless: no two paths
+    share an encoding)."""
+    return hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _shown(text: object) -> str:
+    """A dataset's string (a class, path, split, reason) as the summary prints it: escaped
+    (``text.printable``), ``-`` for none."""
+    return printable(str(text)) if text else "-"
+
+
 def _count_table(old: int, new: int, before: dict[str, dict[str, int]],
                  after: dict[str, dict[str, int]]) -> list[str]:
     lines = [f"  {'split':<10} {'class':<20} {'v' + str(old):>9} {'v' + str(new):>9}"]
@@ -358,7 +413,8 @@ def _count_table(old: int, new: int, before: dict[str, dict[str, int]],
         was, now = before.get(split, {}), after.get(split, {})
         for name in _union(was, now):
             old_count, new_count = was.get(name, 0), now.get(name, 0)
-            lines.append(f"  {split:<10} {name or '-':<20} {old_count:>9,} {new_count:>9,} "
+            lines.append(f"  {_shown(split):<10} {_shown(name):<20} {old_count:>9,} "
+                         f"{new_count:>9,} "
                          f"{_signed(new_count - old_count)}".rstrip())
     return lines
 

@@ -11,7 +11,9 @@ workers, DALI's Python workers), so ``set_epoch`` reaches persistent workers.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +23,11 @@ from .plan import DEFAULT_BLOCK, SampleTable, batch_count, epoch_order, rank_sha
 from .weights import WeightedDraws
 
 MAX_WORKERS = 256
+
+
+class ResumeError(ConfigError, ValueError):
+    """A resume state that is no position of this plan's epochs (not a mapping, a negative
+    number, a start or a count past the epoch): a ValueError naming the field."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +102,38 @@ class EpochPlan:
             return epoch, resume["start"], resume["done"]
         return epoch, 0, 0
 
-    def resume(self, state: dict[str, int]) -> None:
+    def share_size(self) -> int:
+        """How many samples this rank's share of an epoch holds (the same in every epoch;
+        with ``pad=False`` shares differ by one), without drawing an epoch's order."""
+        settings = self.settings
+        count = self.draws.draws if self.draws is not None else len(self.table)
+        rank, world = settings.rank, settings.world_size
+        if settings.drop_last:
+            return count // world
+        if not settings.pad:
+            return (rank + 1) * count // world - rank * count // world
+        return math.ceil(count / world)
+
+    def resume(self, state: Mapping[str, int]) -> None:
         """Continue from ``state`` (``epoch``, ``start``, ``done``); without ``set_epoch``
-        epochs go on from that one."""
-        self._resume = {key: _whole(state, key) for key in ("epoch", "start", "done")}
+        epochs go on from that one.  ResumeError (a ValueError) for a state that is not a
+        position of these epochs: ``start`` plus ``done`` past the epoch's batches (samples
+        without a batch size) would read an empty epoch, not resume one."""
+        if not isinstance(state, Mapping):
+            raise ResumeError(f"resume state: expected a mapping like {{'epoch': 0, 'start': "
+                              f"0}}, got {type(state).__name__}")
+        position = {key: _whole(state, key) for key in ("epoch", "start", "done")}
+        samples = self.share_size()
+        positions = samples if self.settings.batch_size is None else self.batches(samples)
+        unit = "samples" if self.settings.batch_size is None else "batches"
+        if position["start"] > positions:
+            raise ResumeError(f"resume state: start {position['start']:,} is past the end of "
+                              f"the epoch ({positions:,} {unit} in this rank's share)")
+        if position["start"] + position["done"] > positions:
+            raise ResumeError(f"resume state: done {position['done']:,} from start "
+                              f"{position['start']:,} is past the end of the epoch "
+                              f"({positions:,} {unit} in this rank's share)")
+        self._resume = position
         for worker in range(MAX_WORKERS):
             self._epochs[1 + worker] = self._resume["epoch"]
 
@@ -135,6 +170,6 @@ def _whole(state: dict[str, int], key: str) -> int:
     value = state.get(key, 0)
     if isinstance(value, bool) or not isinstance(value, int | np.integer) \
             or not 0 <= value < 1 << 62:  # the shared counters are int64
-        raise ConfigError(f"resume state: {key} must be a whole number from 0 to 2**62, "
+        raise ResumeError(f"resume state: {key} must be a whole number from 0 to 2**62, "
                           f"got {value!r}")
     return int(value)

@@ -11,18 +11,23 @@ A weight SPEC is comma-separated ``CLASS=WEIGHT`` terms::
 ``CLASS`` is a class name, ``#N`` the class of id ``N`` (how a name holding a comma, or
 starting with ``#``, is written), or ``*``: every class not named, and unlabelled samples
 (default 1).  A weight is a finite number >= 0; a sample is drawn with probability its
-class's weight over the sum of every sample's weight.  In Python a mapping works too
-(``{"scratch": 10, 3: 5, "*": 1}``: names, ids, ``"*"``).
+class's weight over the sum of every sample's weight.  In a SPEC a weight is written in ASCII
+decimal or float syntax (``10``, ``0.5``, ``2e-3``; no ``1_000``, no other digits); one that
+is not zero but too small for a float (``1e-400``) is refused rather than read as 0.  In Python
+a mapping works too (``{"scratch": 10, 3: 5, "*": 1}``: names, ids, ``"*"``).
 
 In weighted mode an epoch is ``draws`` samples (default: the selection's size) drawn with
 replacement, a function of (seed, epoch) only (docs/design.md, invariant 9): the readers cut
-it into equal shares per rank and into batches exactly as they cut an unweighted epoch.
+it into equal shares per rank and into batches exactly as they cut an unweighted epoch.  Its
+order is held in memory, ~33 bytes a draw at its peak: ``draws`` is at most ``MAX_DRAWS``
+(2**28, ~8.9 GB), past it a WeightsError names the limit and what the order would take.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +36,7 @@ import numpy as np
 
 from ..dataset.manifest import Manifest, iter_sample_index
 from ..errors import ConfigError
-from ..text import shown
+from ..text import human_bytes, shown
 from .plan import SampleTable
 
 log = logging.getLogger(__name__)
@@ -40,6 +45,14 @@ OTHERS = "*"
 # A stream of its own: the weighted draw of (seed, epoch) is not built from the numbers that
 # shuffle the unweighted epoch of the same (seed, epoch).
 WEIGHTED_STREAM = 0x77656967
+# Building an epoch's order peaks at ~33 bytes a draw (tracemalloc's peak over
+# WeightedDraws.order of 1M draws: 32.7 MB): 2**28 draws take ~8.9 GB, the most one epoch may.
+ORDER_BYTES_PER_DRAW = 33
+MAX_DRAWS = 1 << 28
+# float()'s syntax less what it also takes: "1_000", digits of other scripts, spaces within
+# (inf and nan parse, to be refused as not finite)
+_NUMBER = re.compile(r"[+-]?(?:(?P<mantissa>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+                     r"|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
 
 class WeightsError(ConfigError, ValueError):
     """A malformed weight SPEC or ``draws``: a ValueError in Python, one line and exit 2 from
@@ -117,10 +130,24 @@ def _weight(key: str | int, raw: object) -> float:
     where = f"weights: {shown(str(key))}"
     if isinstance(raw, bool):
         raise WeightsError(f"{where}: {raw!r} is not a number")
+    if isinstance(raw, str):
+        number = _NUMBER.fullmatch(raw.strip())
+        if number is None:
+            raise WeightsError(f"{where}: {shown(raw)} is not a number (ASCII digits: 10, "
+                               "0.5, 2e-3)")
+        nonzero = (number["mantissa"] or "1").strip("0.") != ""
     try:
         weight = float(raw)  # type: ignore[arg-type]
+        if not isinstance(raw, str):
+            nonzero = bool(raw != 0)  # type: ignore[operator]
+    except OverflowError:  # an int (or Fraction) past the largest float
+        raise WeightsError(f"{where}: {shown(str(raw)[:40])} is too large for a weight (at "
+                           "most ~1.8e308)") from None
     except (TypeError, ValueError):
         raise WeightsError(f"{where}: {shown(str(raw))} is not a number") from None
+    if weight == 0 and nonzero and math.isfinite(weight):
+        raise WeightsError(f"{where}: {shown(str(raw)[:40])} is too small for a float "
+                           "(it would be 0); the smallest is ~5e-324")
     if not math.isfinite(weight):
         raise WeightsError(f"{where}: the weight must be finite, got {raw}")
     if weight < 0:
@@ -161,7 +188,7 @@ class WeightedDraws:
 
     def order(self, seed: int, epoch: int) -> np.ndarray:
         """The sample numbers of ``epoch``, a function of (seed, epoch) only."""
-        rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, WEIGHTED_STREAM])
+        rng = np.random.default_rng(_entropy(int(seed), int(epoch)))
         total = self.cumulative[-1]
         bins = np.searchsorted(self.cumulative, rng.random(self.draws) * total, side="right")
         # Drawing the bin, then a sample of it: 0.2 s for a million draws, where one
@@ -178,19 +205,21 @@ def weighted_draws(weights: ClassWeights, labels: np.ndarray,
     """The draws of an epoch over samples of ``labels`` (in the sample table's order)."""
     if draws is None:
         draws = len(labels)
-    if isinstance(draws, bool) or not isinstance(draws, int | np.integer) or draws < 1:
-        raise WeightsError(f"draws: expected a whole number >= 1, got {draws!r}")
+    check_draws(draws)
     classes = len(weights.per_class)
     # A label outside the classes is a corrupt sample the reader replaces: weighted as '*'.
     bins = np.where((labels >= 0) & (labels < classes), labels, classes)
     counts = np.bincount(bins, minlength=classes + 1).astype(np.int64)
     per_bin = np.asarray((*weights.per_class, weights.others), np.float64)
-    with np.errstate(over="ignore"):
-        cumulative = np.cumsum(counts * per_bin)
+    # Relative to the largest weight: 1e308 does not overflow the sum, and weights of 5e-324
+    # do not leave random() * total on a grid of sub-normal steps (a wrong mix).
+    largest = float(per_bin[counts > 0].max(initial=0.0))  # of the bins with samples
+    drawn = counts > 0
+    relative = np.zeros_like(per_bin)
+    if largest > 0:  # a bin without samples weighs nothing (its 1/5e-324 would overflow)
+        relative[drawn] = per_bin[drawn] / largest
+    cumulative = np.cumsum(counts * relative)
     total = float(cumulative[-1])
-    if not math.isfinite(total):
-        raise WeightsError("weights: their sum over the samples is not finite; use smaller "
-                           "weights")
     if total <= 0:
         raise WeightsError("weights: every sample of the selection has weight 0 (its classes "
                            "are all weighted 0); nothing could be drawn")
@@ -198,6 +227,36 @@ def weighted_draws(weights: ClassWeights, labels: np.ndarray,
     np.cumsum(counts[:-1], out=starts[1:])
     return WeightedDraws(np.asarray(labels, np.int64), np.argsort(bins, kind="stable"), starts,
                          counts, cumulative, int(draws))
+
+
+def check_draws(draws: object) -> None:
+    """WeightsError unless ``draws`` is a whole number from 1 to ``MAX_DRAWS`` (not a bool,
+    not a float): an epoch's order is held in memory."""
+    if isinstance(draws, bool) or not isinstance(draws, int | np.integer) or draws < 1:
+        raise WeightsError(f"draws: expected a whole number >= 1, got {draws!r}")
+    if draws > MAX_DRAWS:
+        raise WeightsError(f"draws: at most {MAX_DRAWS:,} a weighted epoch (its order takes "
+                           f"~{ORDER_BYTES_PER_DRAW} bytes a draw: {int(draws):,} would take "
+                           f"{human_bytes(int(draws) * ORDER_BYTES_PER_DRAW)} of memory)")
+
+
+def _entropy(seed: int, epoch: int) -> list[int]:
+    """The random numbers' seed for (seed, epoch): the whole integers, not their low 32 bits
+    (epoch 2**32 is not epoch 0).  Seeds and epochs from 0 to 2**32 - 1 keep the three words
+    they always had; any other pair is its own longer list (signs and word counts in it)."""
+    mask = 0xFFFFFFFF
+    if 0 <= seed <= mask and 0 <= epoch <= mask:
+        return [seed, epoch, WEIGHTED_STREAM]
+    words = [WEIGHTED_STREAM, WEIGHTED_STREAM]
+    for number in (seed, epoch):
+        magnitude, parts = abs(number), []
+        while True:
+            parts.append(magnitude & mask)
+            magnitude >>= 32
+            if not magnitude:
+                break
+        words += [int(number < 0), len(parts), *parts]
+    return words
 
 
 def table_labels(directory: Path, manifest: Manifest, table: SampleTable) -> np.ndarray:
@@ -229,8 +288,8 @@ def reader_draws(directory: Path, manifest: Manifest, table: SampleTable,
         return None
     require_webdataset(directory, manifest)
     chosen = class_weights(weights, manifest.classes)
-    if isinstance(draws, bool) or not isinstance(draws, int | np.integer | None):
-        raise WeightsError(f"draws: expected a whole number >= 1, got {draws!r}")
+    if draws is not None:
+        check_draws(draws)  # before the sample index is read
     return weighted_draws(chosen, table_labels(directory, manifest, table), draws)
 
 

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
-from ...atomic import write_bytes_atomic
+from ...atomic import check_output_file, write_bytes_atomic
 from ...dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
+from ...errors import ManifestError
 from ..census import packed_config
+from ..diff import diff_versions
 from . import page
 from .pictures import reject_pictures, sample_pictures
 from .sections import (
@@ -59,8 +61,9 @@ class Report:
     notes: tuple[str, ...]
 
     def save(self, path: Path) -> None:
-        """Write the page atomically."""
-        write_bytes_atomic(path, self.html.encode("utf-8"))
+        """Write the page atomically; OutputStateError when ``path`` is not a file to replace
+        (a link, a FIFO, a device, a folder) or its folder is missing."""
+        write_bytes_atomic(check_output_file(path), self.html.encode("utf-8"))
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,8 @@ class IndexFacts:
 def load_diff(directory: Path, examples: int) -> dict[str, Any] | str:
     """The diff of the last two versions as ``DiffReport.to_json()``, or why there is none."""
     try:
-        from ..diff import DiffUnavailable, diff_versions
-    except ImportError:  # a release without version diffs
-        return "this shardsmith does not keep version diffs"
-    try:
         return diff_versions(directory, examples=examples).to_json()
-    except DiffUnavailable as exc:
+    except (ManifestError, ValueError) as exc:  # a damaged changes file is a note, not a failure
         return str(exc)
 
 

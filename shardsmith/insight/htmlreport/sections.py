@@ -72,7 +72,9 @@ def diff_section(diff: dict[str, Any] | str, manifest: Manifest) -> str:
              page.cards([(name, page.number(samples.get(name, 0))) for name in
                          ("added", "removed", "changed", "relabelled")]
                         + [("rejects new", page.number(rejects.get("new_count", 0))),
-                           ("rejects fixed", page.number(rejects.get("fixed_count", 0)))])]
+                           ("rejects fixed", page.number(rejects.get("fixed_count", 0))),
+                           ("rejects removed",
+                            page.number(rejects.get("removed_count", 0)))])]
     for key, label in (("classes_added", "Classes added"),
                        ("object_classes_added", "Object classes added")):
         names = _sequence(diff.get(key))
@@ -87,6 +89,8 @@ def diff_section(diff: dict[str, Any] | str, manifest: Manifest) -> str:
                            page.text(entry.get("detail", ""))] for entry in new_rejects]))
     parts.append(_listed("Fixed rejects", ["path"],
                          [[page.text(path)] for path in _sequence(rejects.get("fixed"))]))
+    parts.append(_listed("Rejects removed (source gone)", ["path"],
+                         [[page.text(path)] for path in _sequence(rejects.get("removed"))]))
     for key in ("added", "removed", "changed"):
         entries = [_mapping(entry) for entry in _sequence(diff.get(key))]
         parts.append(_listed(f"Samples {key}", ["path", "split", "class", "key"], [
