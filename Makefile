@@ -80,6 +80,7 @@ bench: $(DEV)  ## pack, stage, readers, big trees, tiles, export, report, diff (
 	$(BIN)/python scripts/bench_pack.py
 	$(BIN)/python scripts/bench_nas.py
 	$(BIN)/python scripts/bench_stage.py
+	$(BIN)/python scripts/bench_s3.py
 	$(BIN)/python scripts/bench_nightly.py
 	$(BIN)/python scripts/bench_read.py
 	$(BIN)/python scripts/bench_scale.py

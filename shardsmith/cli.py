@@ -427,7 +427,7 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
 
 
 @main.command()
-@click.argument("dataset", type=click.Path(file_okay=False, exists=True))
+@click.argument("dataset", type=_Dataset(file_okay=False, exists=True))
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="The PNG to write.")
 @click.option("--split", help="Only samples of this split.")
@@ -440,18 +440,23 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
 @click.option("--objects", is_flag=True,
               help="Draw each sample's boxes (with class names) and class mask outlines, one "
                    "colour per object class (an annotated dataset).")
+@_storage_option
 @_fail_cleanly
-def sheet(dataset, output, split, per_class, seed, thumb, objects) -> None:
+def sheet(dataset, output, split, per_class, seed, thumb, objects, storage_options) -> None:
     """Draw a contact sheet of DATASET as one PNG: seeded samples per class, class counts per
     split, and the rejected originals."""
     import time
 
     from .dataset.manifest import read_manifest
     from .insight.sheet import render_sheet
+    from .storage import location
 
     started = time.monotonic()
-    _refuse_output_inside(check_output_file(output), Path(dataset))
-    drawn = render_sheet(Path(dataset), read_manifest(Path(dataset)), per_class, seed, split,
+    target = check_output_file(output)
+    directory = location(dataset, _options(storage_options))
+    if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
+        _refuse_output_inside(target, directory)
+    drawn = render_sheet(directory, read_manifest(directory), per_class, seed, split,
                          thumb, objects)
     drawn.save(check_output_file(output))  # again: what is there may have changed meanwhile
     for note in drawn.notes:
@@ -465,7 +470,7 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects) -> None:
 
 
 @main.command()
-@click.argument("dataset", required=False, type=click.Path(file_okay=False))
+@click.argument("dataset", required=False, type=_Dataset(file_okay=False))
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="The HTML file to write.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
@@ -474,22 +479,28 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects) -> None:
               show_default=True, help="Rejects shown with a thumbnail of their original.")
 @click.option("--samples", "samples_shown", type=click.IntRange(0, 1000), default=24,
               show_default=True, help="New samples shown, with their objects drawn.")
+@_storage_option
 @_fail_cleanly
-def report(dataset, output, config_file, rejects_shown, samples_shown) -> None:
+def report(dataset, output, config_file, rejects_shown, samples_shown,
+           storage_options) -> None:
     """Write a self-contained HTML report of DATASET: versions, what changed, class balance,
     rejects with thumbnails, new samples, timings."""
     import time
 
     from .dataset.manifest import read_manifest
     from .insight.htmlreport import ReportOptions, render_report
+    from .storage import location
 
     if dataset is None and config_file is not None:
         dataset = load_config(config_file).output.path
     if not dataset:
         raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
     started = time.monotonic()
-    _refuse_output_inside(check_output_file(output), Path(dataset), "the report")
-    page = render_report(Path(dataset), read_manifest(Path(dataset)),
+    target = check_output_file(output)
+    directory = location(str(dataset), _options(storage_options))
+    if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
+        _refuse_output_inside(target, directory, "the report")
+    page = render_report(directory, read_manifest(directory),
                          ReportOptions(rejects_shown=rejects_shown, samples_shown=samples_shown))
     page.save(Path(output))
     for note in page.notes:
@@ -634,7 +645,7 @@ def verify(dataset, config_file, decode, workers, quiet, storage_options) -> Non
 
 
 @main.command()
-@click.argument("dataset", type=click.Path(file_okay=False))
+@click.argument("dataset", type=_Dataset(file_okay=False))
 @click.argument("destination", type=click.Path())
 @click.option("--layout", required=True, type=click.Choice(["yolo", "coco", "anomalib"]),
               help="The trainer's folder layout (docs/export.md).")
@@ -651,9 +662,10 @@ def verify(dataset, config_file, decode, workers, quiet, storage_options) -> Non
               help="Versions kept: the current one and the ones before it (a training run "
               "started on one keeps its files).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@_storage_option
 @_fail_cleanly
 def export(dataset, destination, layout, task, normal, anomalib_layout, splits, keep,
-           quiet) -> None:
+           quiet, storage_options) -> None:
     """Write the packed DATASET into DESTINATION as a trainer's folder layout: DEST/vN for
     the dataset's version N, DEST/current a link to it, switched when it is complete.
 
@@ -665,7 +677,7 @@ def export(dataset, destination, layout, task, normal, anomalib_layout, splits, 
 
     result = run_export(dataset, destination, layout, task=task, normal=normal,
                         anomalib_layout=anomalib_layout, splits=tuple(splits) or None,
-                        quiet=quiet, keep=keep)
+                        quiet=quiet, keep=keep, storage_options=_options(storage_options))
     _echo(export_summary(result))
 
 

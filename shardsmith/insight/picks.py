@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 from ..dataset.formats import shard_format
 from ..dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
+from ..dataset.remote import local_copy
+from ..door import Refused
 from ..errors import CorruptSampleError, ManifestError, ShardFormatError
 
 T = TypeVar("T")
@@ -78,7 +80,8 @@ def read_each(directory: Path, manifest: Manifest, records: list[SampleRecord],
     once, up to its last wanted key.
 
     A key its shard does not hold is left out (``verify`` tells why); a shard that does not
-    parse is a CorruptSampleError, a shard the manifest does not list a ManifestError.
+    parse is a CorruptSampleError, a shard the manifest does not list a ManifestError.  The
+    shards of an ``s3://`` dataset are read from a temporary copy (``remote.local_copy``).
     """
     listed = {shard.name: shard for shard in manifest.shards}
     wanted: dict[str, dict[str, SampleRecord]] = defaultdict(dict)
@@ -90,14 +93,19 @@ def read_each(directory: Path, manifest: Manifest, records: list[SampleRecord],
     fmt = shard_format(manifest.format)
     found: dict[str, T] = {}
     for name, keys in sorted(wanted.items()):
+        size = listed[name].bytes
         try:
-            with contextlib.closing(fmt.records(directory / name, listed[name].bytes)) as stream:
+            with local_copy(directory / name, size) as path, \
+                    contextlib.closing(fmt.records(path, size)) as stream:
                 for _, packed in stream:
                     sample = keys.pop(packed.key, None)
                     if sample is not None:
                         found[packed.key] = take(packed, sample)
                         if not keys:
                             break
+        except Refused as exc:  # an object larger than its manifest's count: not read
+            raise CorruptSampleError(f"{directory / name}: {exc.detail} (shardsmith verify "
+                                     "checks the whole dataset)") from None
         except ShardFormatError as exc:
             raise CorruptSampleError(f"{directory / name}: {exc} (shardsmith verify "
                                      "checks the whole dataset)") from None

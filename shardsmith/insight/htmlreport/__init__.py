@@ -11,11 +11,17 @@ One file: CSS inline, the chart inline SVG, pictures ``data:`` URIs; no script a
 reference to anything outside the page.  Every string from the dataset is escaped
 (``page.text``).  The same dataset gives the same page, byte for byte (nothing in it is the
 time it was rendered).
+
+An ``s3://`` dataset (``storage.ObjectPath``) is read from its bucket: the manifest and sample
+index there, each shard pictured from a temporary copy (``picks.read_each``), and for the
+diff the manifest and the current version's changes file copied to a temporary folder
+(``dataset.remote``) and compared there; the page names the URL.
 """
 
 from __future__ import annotations
 
 import heapq
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +29,18 @@ from typing import Any
 
 from ... import __version__
 from ...atomic import check_output_file, write_bytes_atomic
-from ...dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
+from ...dataset.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    RejectEntry,
+    SampleRecord,
+    iter_sample_index,
+    read_manifest,
+)
+from ...dataset.remote import download
+from ...door import MANIFEST_CAP, Refused
 from ...errors import ManifestError
+from ...storage import ObjectPath
 from ..census import packed_config
 from ..diff import diff_versions
 from . import page
@@ -75,15 +91,37 @@ class IndexFacts:
     newest: bool  # True: ``chosen`` are the newest by source time, not the diff's added
 
 
-def load_diff(directory: Path, examples: int) -> dict[str, Any] | str:
+def load_diff(directory: Path | ObjectPath, examples: int) -> dict[str, Any] | str:
     """The diff of the last two versions as ``DiffReport.to_json()``, or why there is none."""
+    if isinstance(directory, ObjectPath):
+        return _remote_diff(directory, examples)
     try:
         return diff_versions(directory, examples=examples).to_json()
     except (ManifestError, ValueError) as exc:  # a damaged changes file is a note, not a failure
         return str(exc)
 
 
-def render_report(directory: Path, manifest: Manifest, options: ReportOptions = ReportOptions(),
+def _remote_diff(directory: ObjectPath, examples: int) -> dict[str, Any] | str:
+    """``load_diff`` of a dataset in a bucket: its manifest and the current version's changes
+    file (the only one a diff of the last two versions reads) are copied to a temporary
+    folder, each within its cap, and compared there; messages name the URL."""
+    with tempfile.TemporaryDirectory(prefix="shardsmith-diff-") as scratch:
+        folder = Path(scratch)
+        try:
+            download(directory / MANIFEST_NAME, folder / MANIFEST_NAME, MANIFEST_CAP)
+            manifest = read_manifest(folder)
+            for entry in manifest.changes:
+                if entry.version == manifest.version:
+                    download(directory / entry.name, folder / entry.name, entry.bytes)
+            return diff_versions(folder, examples=examples).to_json()
+        except (ManifestError, ValueError, Refused, FileNotFoundError) as exc:
+            why = (f"{exc.filename}: missing (the manifest names it)"
+                   if isinstance(exc, FileNotFoundError) else str(exc))
+            return why.replace(str(folder), str(directory))
+
+
+def render_report(directory: Path | ObjectPath, manifest: Manifest,
+                  options: ReportOptions = ReportOptions(),
                   diff: dict[str, Any] | str | None = None) -> Report:
     """The report page of the dataset in ``directory``; ``diff``: the diff's ``to_json()``
     or why there is none (default: ``load_diff``)."""

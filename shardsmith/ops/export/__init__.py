@@ -8,6 +8,11 @@ shard's sha256 checked against the manifest while it is read.  Everything goes i
 ``DEST/vN.partial``, which is fsynced, renamed to ``DEST/vN`` and switched to (``versions``).
 An interrupted export resumes: the shards it finished are in a journal, and their files are
 kept when their sizes and sha256 still match.
+
+The dataset may be an ``s3://`` URL (``storage.ObjectPath``; the export stays local): its
+manifest and sample index are read from the bucket, each shard is copied to a temporary file
+through the guarded door (``dataset.remote``) and read from there exactly as a local shard,
+its sha256 checked as it streams by; a bucket has no lock to share.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import os
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +41,8 @@ from ...dataset.manifest import (
     iter_sample_index,
     read_manifest,
 )
+from ...dataset.remote import local_copy
+from ...door import Refused
 from ...errors import (
     ConfigError,
     CorruptSampleError,
@@ -44,6 +52,7 @@ from ...errors import (
 )
 from ...progress import Progress
 from ...schema import to_json
+from ...storage import ObjectPath, location
 from ...text import cut, plural, shown
 from . import layouts
 from .record import (
@@ -165,14 +174,17 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
 def export(dataset: str | Path, destination: str | Path, layout: str, task: str = "auto",
            normal: str = "good", anomalib_layout: str = "folder",
            splits: tuple[str, ...] | None = None, quiet: bool = False,
-           keep: int = 2) -> ExportResult:
-    """Export the dataset in ``dataset`` into ``destination`` as ``layout``; ``keep``
-    versions stay (the current one and the ``keep - 1`` before it)."""
+           keep: int = 2, storage_options: dict[str, str] | None = None) -> ExportResult:
+    """Export the dataset in ``dataset`` (a folder or an ``s3://`` URL, whose client
+    ``storage_options`` configure) into ``destination`` as ``layout``; ``keep`` versions stay
+    (the current one and the ``keep - 1`` before it)."""
     started = time.monotonic()
     if not (isinstance(keep, int) and 1 <= keep <= 1000):
         raise ConfigError(f"--keep {keep}: keep 1 to 1000 versions (the current one counts)")
-    source, root = _check_locations(Path(dataset), Path(destination))
-    with SharedLock(source / STATE_DIR / LOCK_NAME, "packed"):
+    source, root = _check_locations(location(dataset, storage_options), Path(destination))
+    shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
+        source / STATE_DIR / LOCK_NAME, "packed")
+    with shared:
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
         if root.is_dir():  # refused before our lock folder appears in someone's folder
@@ -184,11 +196,16 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
             return run.execute(started)
 
 
-def _check_locations(source: Path, destination: Path) -> tuple[Path, Path]:
-    source = source.expanduser().resolve()
+def _check_locations(source: Path | ObjectPath,
+                     destination: Path) -> tuple[Path | ObjectPath, Path]:
     destination = destination.expanduser().absolute()
     check_destination(destination)
     destination = destination.parent.resolve() / destination.name
+    if isinstance(source, ObjectPath):  # a local destination is never inside a bucket
+        if not (source / MANIFEST_NAME).is_file():
+            raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
+        return source, destination
+    source = source.expanduser().resolve()
     if not (source / MANIFEST_NAME).is_file():
         raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
     if destination == source or source in destination.parents:
@@ -209,7 +226,7 @@ def sample_digest(record: SampleRecord) -> str:
 class _Run:
     """One export: the plan (``execute``'s first half), then the writing."""
 
-    def __init__(self, source: Path, manifest: Manifest, options: ExportOptions,
+    def __init__(self, source: Path | ObjectPath, manifest: Manifest, options: ExportOptions,
                  destination: Destination, quiet: bool, keep: int):
         self.source, self.manifest, self.options = source, manifest, options
         self.destination, self.quiet, self.keep = destination, quiet, keep
@@ -378,13 +395,13 @@ class _Run:
         """Export the ``wanted`` samples of ``shard``, hashing the whole shard as its records
         stream by: a shard that is not the manifest's stops the export before anything is
         switched."""
-        path = self.source / shard.name
+        path = self.source / shard.name  # what messages name; ``copy`` is what is read
         digest = hashlib.sha256()
         position = 0
         made: list[ExportedSample] = []
         try:
-            with open_shard(path) as opened, contextlib.closing(
-                    self.fmt.records(path, shard.bytes)) as stream:
+            with local_copy(path, shard.bytes) as copy, open_shard(copy) as opened, \
+                    contextlib.closing(self.fmt.records(copy, shard.bytes)) as stream:
                 for offset, packed in stream:
                     if offset < position:
                         raise ShardFormatError(f"record {packed.key} overlaps the one before")
@@ -399,6 +416,8 @@ class _Run:
                 if opened.size != shard.bytes:
                     raise ManifestError(self._mismatch(path, f"{opened.size:,} bytes, the "
                                                        f"manifest lists {shard.bytes:,}"))
+        except Refused as exc:  # an object larger than the manifest says: not read
+            raise ManifestError(self._mismatch(path, exc.detail)) from None
         except ShardFormatError as exc:
             raise DamagedShardError(f"{path}: {exc} (shardsmith verify checks the whole "
                                      "dataset); nothing was switched") from None
@@ -413,7 +432,7 @@ class _Run:
                                      "index places there (shardsmith verify shows more)")
         return made
 
-    def _mismatch(self, path: Path, why: str) -> str:
+    def _mismatch(self, path: Path | ObjectPath, why: str) -> str:
         return (f"{path}: {why}: the shard changed or is damaged since it was packed "
                 "(shardsmith verify); nothing was switched")
 
