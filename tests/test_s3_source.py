@@ -256,3 +256,41 @@ def test_workers_are_handed_the_url_not_the_bytes(tmp_path, s3):
     submitted = pickle.dumps((item, url))
     assert len(submitted) < 600 < item.source.size
     assert b"hush-hush" not in submitted
+
+
+def test_through_dask_workers_the_bytes_are_the_same_and_the_driver_reads_no_original(
+        tmp_path, s3, fault_proxy, monkeypatch):
+    """The cluster's workers reach the server straight, the driver through the proxy: the
+    proxy sees the driver's listing and no GET of an original, so no image byte went through
+    the driver; the shards are those of the local pack of the same files."""
+    distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
+    source = originals(tmp_path / "source")
+    url = s3.upload(source, "originals")
+    local = pack(str(source), tmp_path / "local")
+    assert local.exit_code == 0, local.output
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)  # workers get the AWS variables
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", fault_proxy.url)  # the driver's alone
+        remote = CliRunner().invoke(main, ["pack", url, str(tmp_path / "dask"),
+                                           *COMMON[:-2], "--backend", "dask",
+                                           "--scheduler", cluster.scheduler_address])
+    finally:
+        cluster.close()
+
+    assert remote.exit_code == 0, remote.output
+    assert shards_and_indexes(tmp_path / "dask") == shards_and_indexes(tmp_path / "local")
+    assert any("list-type=2" in path for path in fault_proxy.gets())
+    assert fault_proxy.gets(".jpg") == fault_proxy.gets(".png") == []
+
+
+def test_credentials_in_the_job_file_are_not_sent_to_dask_workers(tmp_path, s3):
+    url = s3.upload(originals(tmp_path / "source"), "originals")
+    job = tmp_path / "job.yaml"
+    job.write_text(f"storage:\n  secret: {s3.secret}\n")
+    result = CliRunner().invoke(main, ["pack", url, str(tmp_path / "out"), "--config",
+                                       str(job), "--backend", "dask", "--scheduler",
+                                       "tcp://127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert "storage.secret: credentials are not sent to Dask workers" in result.output
+    assert s3.secret not in result.output
