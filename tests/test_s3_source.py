@@ -294,3 +294,20 @@ def test_credentials_in_the_job_file_are_not_sent_to_dask_workers(tmp_path, s3):
     assert result.exit_code == 2
     assert "storage.secret: credentials are not sent to Dask workers" in result.output
     assert s3.secret not in result.output
+
+
+def test_an_object_over_the_decode_budget_is_rejected_unread(tmp_path, s3, fault_proxy,
+                                                             monkeypatch):
+    url = s3.upload(originals(tmp_path / "source"), "originals")
+    s3.put("originals/a/huge.jpg", b"\xff\xd8" + bytes(3 << 20))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", fault_proxy.url)
+    job = tmp_path / "job.yaml"
+    job.write_text("image:\n  max_decoded_mb: 2\n")
+
+    result = pack(url, tmp_path / "out", "--config", str(job))
+
+    assert result.exit_code == 0, result.output
+    rejects = {reject["path"]: reject for reject in
+               images.manifest_of(tmp_path / "out")["rejects"]}
+    assert rejects["a/huge.jpg"]["reason"] == "too_large"
+    assert fault_proxy.gets("huge.jpg") == []
