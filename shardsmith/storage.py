@@ -258,17 +258,20 @@ class ObjectPath:
         if expect_size is not None and size != expect_size:
             raise Refused("changed", "is not the object the listing saw (another size)",
                           str(self))
-        return ObjectFile(self, size, cap)
+        return ObjectFile(self, size, cap, info)
 
 
 class ObjectFile:
     """An object opened through the door: its ``size`` when opened; every read is a ranged GET
-    within it (``pread`` in chunks: memory stays at one chunk, whatever the object's size)."""
+    within it (``pread`` in chunks: memory stays at one chunk, whatever the object's size).
+    ``head``: what the store said of it when opened (``ETag``, ``LastModified``)."""
 
-    __slots__ = ("location", "path", "size", "cap", "fd")
+    __slots__ = ("location", "path", "size", "cap", "fd", "head")
 
-    def __init__(self, location: ObjectPath, size: int, cap: int):
+    def __init__(self, location: ObjectPath, size: int, cap: int,
+                 head: Mapping[str, Any] | None = None):
         self.location = location
+        self.head = dict(head or {})
         self.path = str(location)
         self.size = size
         self.cap = cap

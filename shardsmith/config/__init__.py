@@ -13,6 +13,7 @@ from .model import (
     RunConfig,
     SourceConfig,
     StageConfig,
+    StorageConfig,
     TileConfig,
     check_paths,
     check_workers,
@@ -22,5 +23,5 @@ from .parse import config_from_settings, load_config
 
 __all__ = ["FORMATS", "LABEL_MODES", "LOCAL_WORKERS_PER_CORE", "RESIZE_MODES",
            "AnnotationConfig", "Config", "ImageConfig", "OutputConfig", "RunConfig",
-           "SourceConfig", "StageConfig", "TileConfig", "check_paths", "check_workers",
-           "config_from_settings", "load_config", "machine_cores"]
+           "SourceConfig", "StageConfig", "StorageConfig", "TileConfig", "check_paths",
+           "check_workers", "config_from_settings", "load_config", "machine_cores"]

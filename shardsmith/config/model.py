@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..storage import ObjectPath, is_url, locate
 from .declare import setting
 
 FORMATS = ("webdataset", "tfrecord")
@@ -109,7 +110,7 @@ class SourceConfig:
     """Where the originals are and which of them to take."""
 
     path: str = setting("", example="/mnt/nas/line3/originals", comment=(
-        "the image tree (a NAS is just a mounted path)"))
+        "the image tree (a NAS is just a mounted path) or s3://bucket/prefix"))
     extensions: tuple[str, ...] = setting(DEFAULT_EXTENSIONS, comment="case-insensitive")
     include: tuple[str, ...] = setting((), comment=(
         'glob patterns on the relative path; empty = everything, e.g. ["*/cam1_*"]'))
@@ -305,6 +306,38 @@ class StageConfig:
 
 
 @dataclass(frozen=True)
+class StorageConfig:
+    """How to reach an ``s3://`` source (YAML ``storage``): handed to s3fs, with the same keys
+    as ``--storage``.  Each is optional: the standard AWS variables and files serve otherwise.
+    Never part of the fingerprint, the manifest, a report or a log line (``repr`` hides the
+    credentials)."""
+
+    endpoint_url: str = setting("", comment=(
+        "e.g. http://minio.lan:9000 (MinIO); \"\" = AWS_ENDPOINT_URL or AWS itself"))
+    region: str = setting("", comment='"" = AWS_DEFAULT_REGION')
+    key: str = setting("", comment='credentials: "" = the AWS variables or ~/.aws (better)')
+    secret: str = setting("")
+    token: str = setting("")
+    profile: str = setting("", comment="a profile of ~/.aws/credentials")
+    anon: bool = setting(False, comment="true: a public bucket, no credentials")
+
+    def options(self) -> dict[str, str]:
+        """The options given, as ``storage.locate`` takes them."""
+        return {item.name: "true" if getattr(self, item.name) is True
+                else getattr(self, item.name)
+                for item in dataclasses.fields(self) if getattr(self, item.name)}
+
+    def credentials(self) -> tuple[str, ...]:
+        """The names of the credentials given here (never their values)."""
+        return tuple(name for name in ("key", "secret", "token") if getattr(self, name))
+
+    def __repr__(self) -> str:
+        shown = {name: value for name, value in self.options().items()
+                 if name not in ("key", "secret", "token")}
+        return f"StorageConfig({shown}, credentials={list(self.credentials())})"
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole job. ``splits`` maps split name to fraction, in the order given."""
 
@@ -337,6 +370,8 @@ class Config:
         comment="shuffle seed: samples are shuffled (per split) before sharding")
     run: RunConfig = setting(factory=RunConfig)
     stage: StageConfig = setting(factory=StageConfig)
+    storage: StorageConfig = setting(factory=StorageConfig, comment=(
+        "an s3:// source: how to reach it (the AWS variables serve without it)"))
 
     def dataset_settings(self) -> dict[str, Any]:
         """Every option that changes the shard bytes (not paths, workers or logging).
@@ -399,16 +434,18 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def check_paths(config: Config) -> tuple[Path, Path]:
+def check_paths(config: Config) -> tuple[Path | ObjectPath, Path]:
     """Resolve and check source and output (and the local worker count) before any work;
-    returns (source, output)."""
+    returns (source, output): the source an ``ObjectPath`` for an ``s3://`` URL."""
     check_workers(config.run)
     if not config.source.path:
         raise ConfigError("source.path: no source directory given (argument SOURCE or config)")
     if not config.output.path:
         raise ConfigError("output.path: no output directory given (argument OUTPUT or config)")
-    source = Path(config.source.path).expanduser().resolve()
     output = Path(config.output.path).expanduser().resolve()
+    if is_url(config.source.path):
+        return check_object_source(config), output
+    source = Path(config.source.path).expanduser().resolve()
     if not source.is_dir():
         raise ConfigError(f"source.path: {source} is not a directory")
     if output == source or source in output.parents:
@@ -418,3 +455,20 @@ def check_paths(config: Config) -> tuple[Path, Path]:
     if output.exists() and not output.is_dir():
         raise ConfigError(f"output.path: {output} exists and is not a directory")
     return source, output
+
+
+def check_object_source(config: Config) -> ObjectPath:
+    """The ``s3://`` source of ``config``: ConfigError (one line, exit 2) for a bad URL, for
+    what cannot be read from a bucket yet, and for credentials in the job file with the Dask
+    backend (they would travel to the workers in the task graph)."""
+    source = locate(config.source.path, config.storage.options())
+    if config.source.annotations.enabled:
+        raise ConfigError("source.annotations: annotation files are read from a local source "
+                          "only (not from s3:// yet): pack from a mounted copy")
+    if config.source.follow_symlinks:
+        raise ConfigError("source.follow_symlinks: an s3:// source has no links")
+    if config.run.backend == "dask" and config.storage.credentials():
+        raise ConfigError(f"storage.{config.storage.credentials()[0]}: credentials are not "
+                          "sent to Dask workers (they would be in the task graph); give the "
+                          "workers the AWS variables or a profile")
+    return source

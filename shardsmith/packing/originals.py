@@ -30,13 +30,18 @@ pair new pixels with an old digest.
 from __future__ import annotations
 
 import errno
+import functools
 import os
+from collections.abc import Mapping
+from typing import NamedTuple
 
 from ..config import ImageConfig
 from ..dataset.records import EDGE_BYTES
 from ..door import MIB, Identity, OpenFile, Refused, open_beneath, open_file
-from ..errors import BadImage, ManifestError, SourceUnavailableError
+from ..errors import BadImage, ConfigError, ManifestError, SourceUnavailableError
+from ..storage import ObjectFile, ObjectPath, is_url, locate
 from ..text import shown
+from .scan import object_mtime, object_tag
 
 UNCAPPED = 1 << 62
 # The fast open found no file (or a non-folder) where the scan saw one: a folder on the way may
@@ -50,7 +55,7 @@ def original_cap(config: ImageConfig) -> int:
 
 
 def open_source(root: str, relpath: str, follow_symlinks: bool, cap: int = UNCAPPED,
-                expect: Identity | None = None) -> OpenFile:
+                expect: Identity | None = None) -> OpenFile | ObjectOriginal:
     """Open the original ``root/relpath`` that the scan saw as ``expect`` (inode and size).
 
     Without ``follow_symlinks``, a descriptor that is not that file, or a refusal, has the
@@ -60,8 +65,10 @@ def open_source(root: str, relpath: str, follow_symlinks: bool, cap: int = UNCAP
     links are allowed anywhere and nothing is compared.  ``cap``: ``original_cap``, refused
     ``too_large`` before reading.  Raises BadImage or OSError.
     """
-    path = os.path.join(root, relpath)
     budget = cap if cap != UNCAPPED else 0
+    if is_url(root):
+        return open_object(root, relpath, cap, expect)
+    path = os.path.join(root, relpath)
     try:
         if follow_symlinks:
             return open_file(path, cap, follow_symlinks=True)
@@ -77,6 +84,84 @@ def open_source(root: str, relpath: str, follow_symlinks: bool, cap: int = UNCAP
         return open_beneath(root, relpath, cap)
     except Refused as exc:
         raise _as_bad_image(exc, budget) from None
+
+
+class ObjectStat(NamedTuple):
+    """The fields of a stat an object has: its size and ``LastModified``."""
+
+    st_size: int
+    st_mtime_ns: int
+
+
+class ObjectOriginal:
+    """An original in a bucket, opened through the door (``storage.ObjectFile``): ``info``
+    as a stat says it, and ranged reads within its size (``fd`` is -1: no descriptor)."""
+
+    __slots__ = ("handle", "info", "size", "path", "fd")
+
+    def __init__(self, handle: ObjectFile):
+        self.handle = handle
+        self.size = handle.size
+        self.path = handle.path
+        self.fd = -1
+        self.info = ObjectStat(handle.size, object_mtime(handle.head))
+
+    def read(self) -> bytes:
+        return self.handle.read()
+
+    def pread(self, length: int, offset: int) -> bytes:
+        return self.handle.pread(length, offset)
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> ObjectOriginal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# The worker's s3 client per source URL and storage options: one a process, not one an
+# object (a client holds a connection pool; making one costs ~30 ms).
+_OBJECT_ROOTS: dict[tuple, ObjectPath] = {}
+_STORAGE: dict[str, str] = {}
+
+
+def use_storage(options: Mapping[str, str]) -> None:
+    """The storage options (``storage:``) of the job this worker process runs."""
+    _STORAGE.clear()
+    _STORAGE.update(options)
+
+
+def object_root(url: str) -> ObjectPath:
+    """The ``ObjectPath`` of a source URL, with this process's client for it."""
+    key = (url, tuple(sorted(_STORAGE.items())))
+    root = _OBJECT_ROOTS.get(key)
+    if root is None:
+        root = _OBJECT_ROOTS[key] = locate(url, _STORAGE)
+    return root
+
+
+def open_object(root: str, relpath: str, cap: int = UNCAPPED,
+                expect: Identity | None = None) -> ObjectOriginal:
+    """Open the original ``relpath`` under the ``s3://`` source ``root`` through the door:
+    refused ``too_large`` over ``cap`` before a byte is read, ``unreadable`` when it is not
+    the object the listing saw (another size or ETag: rewritten since); OSError when it is
+    gone or the store cannot be reached.  Reads are ranged GETs, by this process alone."""
+    budget = cap if cap != UNCAPPED else 0
+    try:
+        location = object_root(root) / relpath
+    except ConfigError as exc:
+        raise BadImage("not_a_file", str(exc)) from None
+    try:
+        handle = open_file(location, cap, expect=expect)
+    except Refused as exc:
+        raise _as_bad_image(exc, budget) from None
+    if expect is not None and expect.inode >= 0 and object_tag(handle.head) != expect.inode:
+        raise BadImage("unreadable", "is not the object the listing saw (another ETag: "
+                       "rewritten since)")
+    return ObjectOriginal(handle)
 
 
 def open_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED) -> OpenFile:
@@ -126,9 +211,9 @@ def read_edges(handle: OpenFile) -> tuple[bytes, bytes]:
     """(first 64 KiB, last 64 KiB) of an opened original: with its size, the parts
     ``edges_digest_of`` takes."""
     size = handle.size
-    head = os.pread(handle.fd, EDGE_BYTES, 0)
-    tail = os.pread(handle.fd, EDGE_BYTES, max(EDGE_BYTES, size - EDGE_BYTES)) \
-        if size > EDGE_BYTES else b""
+    read = handle.pread if handle.fd < 0 else functools.partial(os.pread, handle.fd)
+    head = read(EDGE_BYTES, 0)
+    tail = read(EDGE_BYTES, max(EDGE_BYTES, size - EDGE_BYTES)) if size > EDGE_BYTES else b""
     return head, tail
 
 

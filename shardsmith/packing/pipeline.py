@@ -48,12 +48,13 @@ from ..dataset.manifest import (
 from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
+from ..storage import ObjectPath, is_url
 from .changes import ChangesRecorder
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
 from .journal import Journal, JournalState
 from .jpegcopy import Decoded, PreviousJpegs, copy_jpegs
-from .originals import original_cap
+from .originals import original_cap, use_storage
 from .outputdir import clear_previous_output, previous_dataset
 from .parallel import WorkerPool
 from .plan import Plan, PlanItem, make_plan
@@ -102,7 +103,8 @@ def pack(config: Config) -> PackResult:
 
 
 def _pack_scanned(
-    pool: WorkerPool, scanned: ScanResult, config: Config, source: Path, output: Path,
+    pool: WorkerPool, scanned: ScanResult, config: Config, source: Path | ObjectPath,
+    output: Path,
     started: float,
 ) -> PackResult:
     previous = previous_dataset(output, config)
@@ -170,7 +172,7 @@ def finish_commit(output: Path, manifest: Manifest) -> None:
     Journal(output, {}).discard()
 
 
-def make_job(scanned: ScanResult, config: Config, source: Path, output: Path,
+def make_job(scanned: ScanResult, config: Config, source: Path | ObjectPath, output: Path,
              previous: Manifest | None, started: float) -> Job:
     """The scan made a job: classes new in this scan go after the previous version's (labels
     keep their meaning), annotations read up front, the plan, the sources fingerprint.
@@ -186,7 +188,8 @@ def make_job(scanned: ScanResult, config: Config, source: Path, output: Path,
                     previous.object_classes if previous is not None else None)
     plan = make_plan(scanned.files, config.splits, config.seed, config.split_group,
                      config.split_folder, notes.records)
-    fingerprint = sources_fingerprint(_source_entries(plan.table, notes, config))
+    fingerprint = sources_fingerprint(_source_entries(plan.table, notes, config,
+                                                      is_url(source)))
     if notes.problems:
         scanned = replace(scanned, bad_annotations=scanned.bad_annotations
                           + tuple(notes.problems))
@@ -241,9 +244,14 @@ def _rewrite(job: Job, outcome: Outcome, execution: Execution) -> Rewritten:
                                       for shard in done.shards))
 
 
-def _source_entries(table: SourceTable, notes: Prepared, config: Config) -> Iterator[tuple]:
+def _source_entries(table: SourceTable, notes: Prepared, config: Config,
+                    objects: bool = False) -> Iterator[tuple]:
     """What the sources fingerprint hashes per file: path, size, mtime; with annotations also
-    the annotation digest and the label (a labels file can change one without the other)."""
+    the annotation digest and the label (a labels file can change one without the other).
+    ``objects`` (an ``s3://`` source): also the ETag (``scan.object_tag``), so an object
+    rewritten at its size within the second of its ``LastModified`` is a change too."""
+    if objects:
+        return zip(table.relpaths, table.sizes, table.mtimes, table.inodes, strict=True)
     if notes.digests is None and config.source.labels != "file":
         return zip(table.relpaths, table.sizes, table.mtimes, strict=True)
     digests = notes.digests if notes.digests is not None else np.zeros(len(table), np.uint64)
@@ -289,7 +297,7 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
     start, published = state.next_index, state.next_part
     remaining = work[start:]
     # Read-ahead warms this machine's page cache: it helps local workers only.
-    local = config.run.backend == "local"
+    local = config.run.backend == "local" and not is_url(source)
     window = 4 * config.run.worker_count if config.run.readahead and local else 0
     readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks,
                           original_cap(config.image))
@@ -430,7 +438,10 @@ def _batch_size(work) -> int:
 
 def process_item(item: PlanItem, root: str, config: Config, vocabulary: Vocabulary
                  ) -> Sample | tuple[Sample, ...] | Reject | Unchanged:
-    """The per-image work, as the worker pool runs it."""
+    """The per-image work, as the worker pool runs it (``root``: a folder, or an ``s3://``
+    URL that the worker opens with its own client: no image bytes pass the driver)."""
+    if is_url(root):
+        use_storage(config.storage.options())
     if isinstance(item, RederiveItem):
         from .rederive import rederive
 

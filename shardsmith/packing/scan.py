@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import collections
 import fnmatch
+import hashlib
 import itertools
 import logging
 import operator
@@ -44,6 +45,8 @@ import numpy as np
 from ..annotations.sources import annotation_reason, read_labels, read_shared
 from ..config import SourceConfig
 from ..door import Identity
+from ..errors import ConfigError
+from ..storage import ObjectPath, check_key
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +231,7 @@ class _Walk:
         return _Directory(directory.path, directory.relpath, directory.ancestors | {identity})
 
 
-def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS,
+def scan(root: Path | ObjectPath, config: SourceConfig, threads: int = SCAN_THREADS,
          split_folders: tuple[str, ...] = ()) -> ScanResult:
     """List the image files under ``root`` that the config selects.
 
@@ -236,9 +239,13 @@ def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS,
     files and mask trees are left out (``annotation``).  Files that do not match the extension
     or glob filters are counted in ``excluded`` by reason (with the first paths of each
     reason), files and directories that cannot be read are returned in ``unreadable``.
+    An ``ObjectPath`` root is listed instead (``_list_objects``).
     With ``split_folders`` (``splits.folder``), the top folder is a split and the class
     folder is the one below it.  With ``labels: file``, the labels come from the labels file.
     """
+    if isinstance(root, ObjectPath):
+        return _finish(_list_objects(root, config, threads, split_folders), root, config,
+                       split_folders)
     walk = _Walk(config, split_folders)
     root_info = os.stat(root)
     level = [_Directory(str(root), "", frozenset({(root_info.st_dev, root_info.st_ino)}))]
@@ -261,7 +268,12 @@ def scan(root: Path, config: SourceConfig, threads: int = SCAN_THREADS,
                            for directory, info in zip(subdirectories, infos, strict=True)]
                 subdirectories = [directory for directory in entered if directory is not None]
             level = subdirectories
+    return _finish(walk, root, config, split_folders)
 
+
+def _finish(walk: _Walk, root: Path | ObjectPath, config: SourceConfig,
+            split_folders: tuple[str, ...]) -> ScanResult:
+    """The walk's files as a sorted table with labels, and what was left out."""
     depth = 1 if split_folders else 0
     table = _table(walk, config, depth)
     bad: list[tuple[str, str]] = []
@@ -466,3 +478,95 @@ def _selected(relpath: str, config: SourceConfig) -> bool:
     if config.include and not any(fnmatch.fnmatchcase(relpath, p) for p in config.include):
         return False
     return not any(fnmatch.fnmatchcase(relpath, p) for p in config.exclude)
+
+
+def _list_objects(root: ObjectPath, config: SourceConfig, threads: int,
+                  split_folders: tuple[str, ...]) -> _Walk:
+    """The objects under the ``s3://`` prefix ``root`` that the config selects, by the rules
+    of ``scan``, from LIST requests alone (no object is read): one listing of the top level,
+    then each top-level prefix listed in full on a pool of threads, so the round trips of a
+    bucket's class folders overlap.  Size and ``LastModified`` (the mtime) come from the
+    listing; the ETag goes in the ``inodes`` column (``object_tag``), so the sources
+    fingerprint changes with it and the worker checks it is the object it reads.
+
+    Memory: one top-level prefix's listing at a time per thread (s3fs pages it by 1,000
+    keys) and the columns the scan keeps, as for a local tree."""
+    walk = _Walk(config, split_folders)
+    fs = root.client.fs
+    base = root.path + "/"
+    try:
+        top = root.client.call(str(root), fs.ls, root.path, detail=True)
+    except FileNotFoundError:
+        top = []
+    except OSError as exc:
+        raise ConfigError(f"source.path: {root}: cannot list it: {exc.strerror}") from None
+    if not top:
+        raise ConfigError(f"source.path: {root}: no object under this prefix")
+    prefixes, entries = [], []
+    for entry in top:
+        if entry.get("type") == "directory":
+            name = entry["name"].removeprefix(base)
+            if name.startswith("."):
+                walk.exclude("hidden", name)
+            elif split_folders and name not in split_folders:
+                walk.exclude("not in a split folder", name)
+            else:
+                prefixes.append(entry["name"])
+        else:
+            entries.append(entry)
+
+    def listing(prefix: str) -> list[dict] | OSError:
+        try:
+            return list(root.client.call(f"s3://{prefix}", fs.find, prefix,
+                                         detail=True).values())
+        except OSError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-list") as pool:
+        found = [entries, *_in_order(pool, listing, sorted(prefixes), threads)]
+        for prefix, objects in zip(["", *sorted(prefixes)], found, strict=True):
+            if isinstance(objects, OSError):
+                walk.unreadable.append((prefix.removeprefix(base),
+                                        f"cannot list: {objects.strerror}"))
+                continue
+            for entry in objects:
+                if entry.get("type") == "file":
+                    _sort_object(walk, entry["name"].removeprefix(base), entry)
+    return walk
+
+
+def _sort_object(walk: _Walk, relpath: str, entry: dict) -> None:
+    """Keep the object ``relpath`` as a file of the walk, or say why it is left out."""
+    if any(part.startswith(".") for part in relpath.split("/")):
+        walk.exclude("hidden", relpath)
+        return
+    try:
+        check_key(relpath, relpath)
+    except ConfigError:
+        walk.unreadable.append((relpath, "not a plain object key (an empty, '.' or '..' "
+                                "segment, or a control character)"))
+        return
+    if os.path.splitext(relpath)[1].lower() not in walk.extensions:
+        walk.exclude("extension", relpath)
+    elif not _selected(relpath, walk.config):
+        walk.exclude("include/exclude pattern", relpath)
+    else:
+        walk.relpaths.append(relpath)
+        walk.sizes.append(int(entry.get("size") or 0))
+        walk.mtimes.append(object_mtime(entry))
+        walk.inodes.append(object_tag(entry))
+
+
+def object_mtime(entry: dict) -> int:
+    """An object's ``LastModified`` (from a listing or a HEAD) in ns since the epoch."""
+    modified = entry.get("LastModified")
+    return int(modified.timestamp()) * 1_000_000_000 if modified is not None else 0
+
+
+def object_tag(entry: dict) -> int:
+    """63 bits of an object's ETag (the same for a listing and a HEAD of one version):
+    the ``inodes`` column of an object, its identity for the worker.  -1 without one."""
+    etag = str(entry.get("ETag") or "").strip('"')
+    if not etag:
+        return -1
+    return int.from_bytes(hashlib.blake2b(etag.encode(), digest_size=8).digest()) >> 1
