@@ -48,6 +48,7 @@ from ..dataset.manifest import (
 from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
+from ..storage import is_url
 from .changes import ChangesRecorder
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
@@ -91,6 +92,10 @@ def pack(config: Config) -> PackResult:
     (only new or changed sources decoded); after an interruption it resumes from the last
     published shard.
     """
+    if is_url(config.output.path):
+        from .s3output import pack_to_bucket
+
+        return pack_to_bucket(config, pack)
     started = time.monotonic()
     source, output = check_paths(config)
     with DirectoryLock(output / STATE_DIR / LOCK_NAME, "packed"):
