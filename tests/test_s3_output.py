@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -184,8 +185,9 @@ def test_a_pack_killed_anywhere_leaves_a_whole_version_and_a_rerun_the_same_byte
         if found >= count:
             break
         time.sleep(0.02)
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
+    assert process.poll() is None, "the pack ended before the kill: " + \
+        (tmp_path / "logs" / "stderr").read_text()
+    os.killpg(process.pid, signal.SIGKILL)
     finish(process, tmp_path / "logs")
     if s3.fs.exists(f"{s3.name}/ds/manifest.json"):
         assert complete(s3, "ds")
@@ -193,3 +195,29 @@ def test_a_pack_killed_anywhere_leaves_a_whole_version_and_a_rerun_the_same_byte
                            text=True, timeout=120, env=os.environ)
     assert rerun.returncode == 0, rerun.stderr
     assert bucket_bytes(s3, "ds") == local_pack(tmp_path, source)
+
+
+def test_a_lost_spool_is_downloaded_and_the_next_version_matches_a_local_one(tmp_path, s3,
+                                                                              spool):
+    """Another machine (or a wiped cache) packs the next version from the bucket's."""
+    source = originals(tmp_path / "source")
+    assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS).exit_code == 0
+    local_pack(tmp_path, source)
+    first = names_of(s3, "ds")
+    shutil.rmtree(spool)
+    originals(source, 4, first=50)
+    assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS).exit_code == 0
+    got, want = bucket_bytes(s3, "ds"), local_pack(tmp_path, source)
+    assert {name: got[name] for name in want} == want
+    assert set(got) - set(want) <= first  # version 1's, kept until the next commit
+
+
+def test_unfinished_multipart_uploads_under_the_prefix_are_aborted(tmp_path, s3, spool):
+    started = s3.fs.call_s3("create_multipart_upload", Bucket=s3.name, Key="ds/a-000001.tar")
+    elsewhere = s3.fs.call_s3("create_multipart_upload", Bucket=s3.name, Key="other/x.tar")
+    assert cli("pack", originals(tmp_path / "source"), f"{s3.url}/ds", *PACK_ARGS
+               ).exit_code == 0
+    left = {upload["UploadId"] for upload in s3.fs.call_s3(
+        "list_multipart_uploads", Bucket=s3.name).get("Uploads", [])}
+    assert started["UploadId"] not in left
+    assert elsewhere["UploadId"] in left  # not this dataset's
