@@ -21,6 +21,7 @@ import pytest
 from hostile_helpers import PACK_ARGS, cli, command, finish, one_error_line, start
 
 from shardsmith.dataset.lock import BucketLease
+from shardsmith.ops.verify import verify
 from shardsmith.storage import locate
 
 import images
@@ -155,6 +156,9 @@ def test_objects_a_new_version_drops_are_deleted_at_the_next_commit(tmp_path, s3
     dropped = {name for name in first if name.endswith(".tar")} - named
     assert dropped  # the test means something
     assert dropped <= names_of(s3, "ds")  # still there for a stage of version 1
+    checked = verify(f"{s3.url}/ds")
+    assert checked.problems == [] and any("kept from the previous version" in note
+                                          for note in checked.notes)
     originals(source, 2, first=100)
     assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS, *extra).exit_code == 0
     assert not dropped & names_of(s3, "ds")  # gone at the next commit

@@ -75,6 +75,12 @@ class PackResult:
     output: Path
     up_to_date: bool = False
     resumed_at: int = 0
+    published: str = ""  # the s3:// URL of a pack to a bucket (``output`` is its spool)
+
+    @property
+    def shown(self) -> str:
+        """Where the dataset is, as the user named it."""
+        return self.published or str(self.output)
 
     @property
     def reject_fraction(self) -> float:

@@ -35,7 +35,13 @@ from typing import Any
 from ..atomic import publish_object, remove_stale_tmp, tmp_path_for, write_json_atomic
 from ..config import Config
 from ..dataset.lock import BucketLease
-from ..dataset.manifest import MANIFEST_NAME, STATE_DIR
+from ..dataset.manifest import (
+    MANIFEST_NAME,
+    OBJECTS_RECORD,
+    OBJECTS_RECORD_CAP,
+    STATE_DIR,
+    objects_record,
+)
 from ..errors import OutputStateError
 from ..storage import ObjectPath, locate
 
@@ -43,8 +49,6 @@ log = logging.getLogger(__name__)
 
 SPOOL_VARIABLE = "SHARDSMITH_SPOOL"
 LEASE_NAME = "lease"
-RECORD_NAME = "objects.json"
-RECORD_CAP = 64 << 20  # an object record names every object of two versions: ~100 B each
 UPLOADS = 4  # files uploaded at once
 
 
@@ -60,7 +64,8 @@ def spool_for(bucket: ObjectPath) -> Path:
 def pack_to_bucket(config: Config, pack_local: Callable[[Config], Any]) -> Any:
     """Pack ``config`` (its ``output.path`` an ``s3://`` URL) through a local spool with
     ``pack_local`` (``pipeline.pack`` of a local output), then publish the spool's version
-    to the bucket.  Returns what ``pack_local`` returned (its ``output``: the spool)."""
+    to the bucket.  Returns what ``pack_local`` returned (its ``output``: the spool), with
+    ``published``: the URL."""
     bucket = locate(config.output.path)
     if not bucket.key:
         raise OutputStateError(f"{bucket}: give a prefix for the dataset (s3://bucket/name)")
@@ -71,7 +76,7 @@ def pack_to_bucket(config: Config, pack_local: Callable[[Config], Any]) -> Any:
         result = pack_local(replace(config, output=replace(config.output, path=str(spool))))
         lease.check()
         publish(spool, bucket, home, lease.check)
-    return result
+    return replace(result, published=str(bucket))
 
 
 def _sha(data: bytes | None) -> str | None:
@@ -188,10 +193,10 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
             uploaded[name] = seen
     write_json_atomic(home / "state.json", {"base": state.get("base"), "uploaded": uploaded})
 
-    record_object = bucket / STATE_DIR / RECORD_NAME
+    record_object = bucket / STATE_DIR / OBJECTS_RECORD
     current = _remote_manifest(bucket)
     new_sha, current_sha = _sha(manifest), _sha(current)
-    record = _record(_read(record_object, RECORD_CAP))
+    record = objects_record(_read(record_object, OBJECTS_RECORD_CAP))
     if record.get("manifest") == new_sha:
         kept = record.get("kept", [])
     elif current is None:
@@ -221,20 +226,3 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
         log.info("removed %s, which neither this version nor the previous names",
                  ", ".join(stale))
 
-
-def _record(raw: bytes | None) -> dict[str, Any]:
-    """The object record, when it is one this code wrote; {} otherwise (untrusted)."""
-    if raw is None:
-        return {}
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return {}
-    if not isinstance(record, dict) or not isinstance(record.get("manifest"), str):
-        return {}
-    for field in ("names", "kept"):
-        value = record.get(field)
-        if not isinstance(value, list) or not all(isinstance(name, str) and "/" not in name
-                                                  for name in value):
-            return {}
-    return record
