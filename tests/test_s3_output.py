@@ -225,3 +225,52 @@ def test_unfinished_multipart_uploads_under_the_prefix_are_aborted(tmp_path, s3,
         "list_multipart_uploads", Bucket=s3.name).get("Uploads", [])}
     assert started["UploadId"] not in left
     assert elsewhere["UploadId"] in left  # not this dataset's
+
+
+@pytest.mark.parametrize("request_number", [1, 6, 12, 20])
+def test_a_refused_request_stops_the_pack_in_one_line_and_a_rerun_finishes_it(
+        tmp_path, s3, spool, fault_proxy, monkeypatch, request_number):
+    """A 403 (which no client retries) on one request, wherever it falls: one line, no
+    version half there; the rerun ends with the local bytes."""
+    source = originals(tmp_path / "source")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", fault_proxy.url)
+    fault_proxy.fail("403", request_number)
+    result = cli("pack", source, f"{s3.url}/ds", *PACK_ARGS)
+    if result.exit_code != 0:
+        assert "denied" in one_error_line(result, result.exit_code).lower()
+    if s3.fs.exists(f"{s3.name}/ds/manifest.json"):
+        assert complete(s3, "ds")
+    fault_proxy.heal()
+    assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS).exit_code == 0
+    assert bucket_bytes(s3, "ds") == local_pack(tmp_path, source)
+
+
+def test_a_run_killed_after_its_commit_deletes_late_on_the_rerun(tmp_path, s3, spool):
+    """Killed between the manifest PUT and the deletes: the rerun deletes what neither the
+    new version nor the one before names, and keeps what the one before names."""
+    source = originals(tmp_path / "source")
+    extra = ("--shard-samples", "2")
+    target = f"{s3.url}/ds"
+    assert cli("pack", source, target, *PACK_ARGS, *extra).exit_code == 0
+    first = names_of(s3, "ds")
+    for path in sorted((source / "a").iterdir())[:4]:
+        path.unlink()
+    assert cli("pack", source, target, *PACK_ARGS, *extra).exit_code == 0
+    record = json.loads(s3.fs.cat_file(f"{s3.name}/ds/.shardsmith/objects.json"))
+    second = set(record["names"])
+    only_first = first - second
+    assert only_first and only_first <= names_of(s3, "ds")  # kept for a stage of version 1
+    originals(source, 2, first=100)
+    die_on_delete = ("import os, s3fs\n"
+                     "s3fs.S3FileSystem.rm = lambda *a, **k: os._exit(9)\n")
+    died = subprocess.run(command("pack", source, target, *PACK_ARGS, *extra,
+                                  hook=die_on_delete), capture_output=True, text=True,
+                          timeout=120, env=os.environ)
+    assert died.returncode == 9, died.stderr
+    assert json.loads(s3.fs.cat_file(f"{s3.name}/ds/manifest.json"))["version"] == 3
+    assert only_first <= names_of(s3, "ds")  # not deleted yet
+    assert cli("pack", source, target, *PACK_ARGS, *extra).exit_code == 0
+    left = names_of(s3, "ds")
+    assert not only_first & left
+    assert second - {"manifest.json"} <= left  # version 2's, kept for a stage of it
+    assert complete(s3, "ds")
