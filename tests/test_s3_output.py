@@ -21,6 +21,7 @@ import pytest
 from hostile_helpers import PACK_ARGS, cli, command, finish, one_error_line, start
 
 from shardsmith.dataset.lock import BucketLease
+from shardsmith.errors import LockedError
 from shardsmith.ops.verify import verify
 from shardsmith.storage import locate
 
@@ -274,3 +275,28 @@ def test_a_run_killed_after_its_commit_deletes_late_on_the_rerun(tmp_path, s3, s
     assert not only_first & left
     assert second - {"manifest.json"} <= left  # version 2's, kept for a stage of it
     assert complete(s3, "ds")
+
+
+def test_a_lease_holding_something_else_is_taken_over_without_quoting_it(tmp_path, s3,
+                                                                         spool, caplog):
+    s3.put("ds/.shardsmith/lease", b"\x1b[2Jrm -rf / please")
+    with caplog.at_level(logging.WARNING):
+        result = cli("pack", originals(tmp_path / "source"), f"{s3.url}/ds", *PACK_ARGS)
+    assert result.exit_code == 0, result.output
+    [warning] = [r.getMessage() for r in caplog.records if "lease" in r.getMessage()]
+    assert "unknown holder" in warning and "rm -rf" not in warning
+
+
+def test_a_holder_whose_lease_was_taken_over_may_not_commit(s3):
+    lease = BucketLease(locate(f"{s3.url}/ds/.shardsmith/lease"), "packed", seconds=1)
+    with lease:
+        s3.put("ds/.shardsmith/lease", json.dumps(
+            {"holder": "pid 1 on elsewhere since 2026-01-01T00:00:00", "token": "other",
+             "expires": time.time() + 600}).encode())
+        for _ in range(200):  # renewed every 0.2 s: the next renewal finds it taken
+            if lease.lost:
+                break
+            time.sleep(0.05)
+        with pytest.raises(LockedError, match="taken over"):
+            lease.check()
+    assert s3.fs.exists(f"{s3.name}/ds/.shardsmith/lease")  # the new holder's: not deleted
