@@ -300,3 +300,10 @@ def test_a_holder_whose_lease_was_taken_over_may_not_commit(s3):
         with pytest.raises(LockedError, match="taken over"):
             lease.check()
     assert s3.fs.exists(f"{s3.name}/ds/.shardsmith/lease")  # the new holder's: not deleted
+
+
+def test_a_missing_bucket_is_one_line_without_a_secret(tmp_path, s3, spool):
+    result = cli("pack", originals(tmp_path / "source"), "s3://no-such-bucket-here/ds",
+                 *PACK_ARGS)
+    line = one_error_line(result, result.exit_code)
+    assert "no such bucket" in line and s3.secret not in line

@@ -11,6 +11,7 @@ holds is shown only when it is a holder line shardsmith wrote, never raw.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -27,6 +28,7 @@ from typing import Any
 from ..atomic import naming
 from ..door import STATE_CAP
 from ..errors import LockedError
+from ..storage import scrub
 from .manifest import STATE_DIR
 from .statedir import open_state_file, read_state, state_folder
 
@@ -191,7 +193,7 @@ class BucketLease:
             return None
         size = int(info.get("size") or 0)
         raw = lease.client.call(str(lease), lease.client.fs.cat_file, lease.path, start=0,
-                                end=min(size, LEASE_BYTES))
+                                end=min(size, LEASE_BYTES)) if size else b""
         try:
             fields = json.loads(raw)
             if not isinstance(fields, dict):
@@ -201,14 +203,18 @@ class BucketLease:
         return fields, str(info.get("ETag") or "")
 
     def __enter__(self) -> BucketLease:
+        failure = ""
         for _ in range(3):  # a race with another taker: look again, a few times
             try:
                 self.etag = self._put(IfNoneMatch="*")
                 break
-            except Exception:  # noqa: BLE001 - 412 (it exists) or a failure: look at it
+            except Exception as error:  # noqa: BLE001 - 412 (it exists) or a failure: look
+                failure = "no such bucket" if isinstance(error, FileNotFoundError) \
+                    else scrub(str(error) or type(error).__name__, self.lease.client.secrets)
                 found = self._read()
             if found is None:
                 continue
+            failure = ""
             fields, etag = found
             if fields.get("token") == self.token:  # our PUT landed; its answer was lost
                 self.etag = etag
@@ -226,6 +232,8 @@ class BucketLease:
                         holder)
             break
         else:
+            if failure:  # the store refused the PUT itself: say why
+                raise OSError(errno.EIO, f"cannot create the lease: {failure}", str(self.lease))
             raise LockedError(f"{_dataset_of(self.lease)}: could not take its lease (another "
                               "run is taking it); rerun")
         self._thread = threading.Thread(target=self._renew, name="lease", daemon=True)
