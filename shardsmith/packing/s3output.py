@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 SPOOL_VARIABLE = "SHARDSMITH_SPOOL"
 LEASE_NAME = "lease"
 UPLOADS = 4  # files uploaded at once
+# What was uploaded is saved every SAVE_EVERY files: a run killed while uploading sends at most
+# that many again, and the record (~100 bytes a file) is not rewritten per file.
+SAVE_EVERY = 16
 
 
 def spool_for(bucket: ObjectPath) -> Path:
@@ -189,9 +192,11 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
 
     todo = [name for name in names if needed(name)]
     with ThreadPoolExecutor(UPLOADS) as pool:
-        for name, seen in pool.map(upload, todo):
+        for done, (name, seen) in enumerate(pool.map(upload, todo), 1):
             uploaded[name] = seen
-    write_json_atomic(home / "state.json", {"base": state.get("base"), "uploaded": uploaded})
+            if done % SAVE_EVERY == 0 or done == len(todo):  # a killed run re-sends few
+                write_json_atomic(home / "state.json", {"base": state.get("base"),
+                                                        "uploaded": uploaded})
 
     record_object = bucket / STATE_DIR / OBJECTS_RECORD
     current = _remote_manifest(bucket)
