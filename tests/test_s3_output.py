@@ -307,3 +307,25 @@ def test_a_missing_bucket_is_one_line_without_a_secret(tmp_path, s3, spool):
                  *PACK_ARGS)
     line = one_error_line(result, result.exit_code)
     assert "no such bucket" in line and s3.secret not in line
+
+
+def test_an_overwrite_replaces_the_version_and_keeps_the_old_objects_one_commit(tmp_path, s3,
+                                                                               spool):
+    source = originals(tmp_path / "source")
+    assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS).exit_code == 0
+    before = names_of(s3, "ds")
+    result = cli("pack", source, f"{s3.url}/ds", *PACK_ARGS, "--shard-samples", "5",
+                 "--overwrite")
+    assert result.exit_code == 0, result.output
+    got = bucket_bytes(s3, "ds")
+    want = images.dataset_bytes(_repacked(tmp_path, source))
+    assert {name: got[name] for name in want} == want
+    assert set(got) - set(want) <= before
+
+
+def _repacked(tmp_path: Path, source: Path) -> Path:
+    output = tmp_path / "overwritten"
+    assert cli("pack", source, output, *PACK_ARGS).exit_code == 0
+    assert cli("pack", source, output, *PACK_ARGS, "--shard-samples", "5",
+               "--overwrite").exit_code == 0
+    return output
