@@ -11,17 +11,25 @@ holds is shown only when it is a holder line shardsmith wrote, never raw.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import json
 import logging
 import os
 import re
 import socket
+import threading
+import time
+import uuid
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from ..atomic import naming
 from ..door import STATE_CAP
 from ..errors import LockedError
+from ..storage import scrub
+from .manifest import STATE_DIR
 from .statedir import open_state_file, read_state, state_folder
 
 log = logging.getLogger(__name__)
@@ -133,3 +141,168 @@ class SharedLock:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+# A lease lives this long unless renewed; the holder renews it every LEASE_RENEW seconds, so
+# a holder that stops renewing (killed, cut off) frees the dataset within LEASE_SECONDS.
+LEASE_SECONDS = 600
+LEASE_RENEW = 120
+LEASE_BYTES = 1024  # a lease object is one short JSON line; nothing more of one is read
+
+
+class BucketLease:
+    """``with BucketLease(location, "packed"):`` holds a dataset in a bucket, which has no
+    flock: the lease is an object created only if absent (a conditional PUT, ``If-None-Match:
+    *``), naming its holder and its expiry, renewed in the background (``If-Match`` its own
+    ETag) and deleted on exit.
+
+    A lease that has expired, or that names a process of this host that no longer runs (a
+    run killed with -9), is taken over with one warning; a live one is LockedError naming
+    its holder.  ``check()`` raises LockedError when a renewal found the lease taken: the
+    holder then must not commit.
+    """
+
+    def __init__(self, lease: Any, activity: str, seconds: int = LEASE_SECONDS):
+        self.lease = lease  # a storage.ObjectPath
+        self.activity = activity
+        self.seconds = seconds
+        self.token = uuid.uuid4().hex
+        self.etag: str | None = None
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        holder = (f"pid {os.getpid()} on {socket.gethostname()} since "
+                  f"{datetime.now().isoformat(timespec='seconds')}")
+        return json.dumps({"holder": holder, "token": self.token,
+                           "expires": time.time() + self.seconds}).encode()
+
+    def _put(self, **condition: str) -> str:
+        lease = self.lease
+        answer = lease.client.fs.call_s3("put_object", Bucket=lease.bucket, Key=lease.key,
+                                         Body=self._body(), **condition)
+        return answer["ETag"]
+
+    def _read(self) -> tuple[dict[str, Any], str] | None:
+        """The lease there now (its fields, its ETag); None when there is none."""
+        lease = self.lease
+        try:
+            info = lease.info()
+        except FileNotFoundError:
+            return None
+        size = int(info.get("size") or 0)
+        raw = lease.client.call(str(lease), lease.client.fs.cat_file, lease.path, start=0,
+                                end=min(size, LEASE_BYTES)) if size else b""
+        try:
+            fields = json.loads(raw)
+            if not isinstance(fields, dict):
+                fields = {}
+        except ValueError:
+            fields = {}
+        return fields, str(info.get("ETag") or "")
+
+    def __enter__(self) -> BucketLease:
+        failure = ""
+        for _ in range(3):  # a race with another taker: look again, a few times
+            try:
+                self.etag = self._put(IfNoneMatch="*")
+                break
+            except Exception as error:  # noqa: BLE001 - 412 (it exists) or a failure: look
+                failure = "no such bucket" if isinstance(error, FileNotFoundError) \
+                    else scrub(str(error) or type(error).__name__, self.lease.client.secrets)
+                found = self._read()
+            if found is None:
+                continue
+            failure = ""
+            fields, etag = found
+            if fields.get("token") == self.token:  # our PUT landed; its answer was lost
+                self.etag = etag
+                break
+            holder = _lease_holder(fields)
+            if not _stale(fields):
+                raise LockedError(f"{_dataset_of(self.lease)} is being "
+                                  f"{self.activity} by {holder}; its lease expires in "
+                                  f"{max(0, int(_expires(fields) - time.time()))} s")
+            try:
+                self.etag = self._put(IfMatch=etag)
+            except Exception:  # noqa: BLE001 - another taker was first: look again
+                continue
+            log.warning("taking over the lease of a run that ended without releasing it (%s)",
+                        holder)
+            break
+        else:
+            if failure:  # the store refused the PUT itself: say why
+                raise OSError(errno.EIO, f"cannot create the lease: {failure}", str(self.lease))
+            raise LockedError(f"{_dataset_of(self.lease)}: could not take its lease (another "
+                              "run is taking it); rerun")
+        self._thread = threading.Thread(target=self._renew, name="lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _renew(self) -> None:
+        while not self._stop.wait(min(LEASE_RENEW, self.seconds / 5)):
+            try:
+                self.etag = self._put(IfMatch=self.etag)
+            except Exception:  # noqa: BLE001 - taken over, or the store failed for good
+                found = self._read_quietly()
+                if found is None or found[0].get("token") != self.token:
+                    self.lost = True
+                    return
+
+    def _read_quietly(self) -> tuple[dict[str, Any], str] | None:
+        try:
+            return self._read()
+        except OSError:
+            return ({"token": self.token}, self.etag or "")  # unknown: try again later
+
+    def check(self) -> None:
+        """LockedError when the lease was lost (taken over after it expired)."""
+        if self.lost:
+            raise LockedError(f"{_dataset_of(self.lease)}: this run's lease was taken over "
+                              "(it could not be renewed in time); nothing was committed")
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.etag is not None and not self.lost:
+            lease = self.lease
+            try:
+                lease.client.call(str(lease), lease.client.fs.rm_file, lease.path)
+            except OSError as error:  # it expires anyway
+                log.warning("could not release the lease %s: %s", lease, error.strerror)
+
+
+def _dataset_of(lease: Any) -> str:
+    return str(lease).rsplit(f"/{STATE_DIR}/", 1)[0]
+
+
+def _expires(fields: dict[str, Any]) -> float:
+    value = fields.get("expires")
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _lease_holder(fields: dict[str, Any]) -> str:
+    holder = fields.get("holder")
+    if isinstance(holder, str) and HOLDER.fullmatch(holder):
+        return holder
+    return "an unknown holder: its lease holds something shardsmith did not write"
+
+
+def _stale(fields: dict[str, Any]) -> bool:
+    """Expired, or held by a process of this host that no longer runs."""
+    if _expires(fields) < time.time():
+        return True
+    holder = fields.get("holder")
+    match = re.fullmatch(r"pid (\d{1,10}) on (\S+) since .*", holder) \
+        if isinstance(holder, str) else None
+    if match is None or match.group(2) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(match.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False

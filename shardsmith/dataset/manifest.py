@@ -46,6 +46,10 @@ MANIFEST_NAME = "manifest.json"
 LEGACY_SAMPLES_NAME = "samples.jsonl"
 STATE_DIR = ".shardsmith"
 LOCK_NAME = "lock"
+# In a bucket: the objects of the version the manifest commits and of the one it replaced,
+# kept until the next commit (docs/storage.md, "Pack to s3").
+OBJECTS_RECORD = "objects.json"
+OBJECTS_RECORD_CAP = 64 << 20  # two versions' names, ~100 bytes each: a million shards
 FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 # How this release derives a sample's objects and class mask from an original's annotations:
 # raised whenever that changes, so a dataset never mixes samples made by two sets of rules
@@ -764,3 +768,36 @@ def no_longer_named(previous: Manifest | None, manifest: Manifest) -> list[str]:
         return []
     named = {entry.name for entry in manifest.files()}
     return [entry.name for entry in previous.files() if entry.name not in named]
+
+
+def objects_record(raw: bytes | None) -> dict[str, Any]:
+    """The object record of a dataset in a bucket (``OBJECTS_RECORD``: ``manifest``, the
+    sha256 of the manifest it was written for; ``names``, that version's objects; ``kept``,
+    the previous version's) when it is one shardsmith wrote; {} otherwise (untrusted)."""
+    if raw is None:
+        return {}
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(record, dict) or not isinstance(record.get("manifest"), str):
+        return {}
+    for name in ("names", "kept"):
+        value = record.get(name)
+        if not isinstance(value, list) or not all(isinstance(item, str) and "/" not in item
+                                                  for item in value):
+            return {}
+    return record
+
+
+def kept_objects(location: Any, manifest_sha256: str) -> frozenset[str]:
+    """The objects of the previous version a dataset in a bucket keeps until its next commit
+    (a stage of that version may be copying them); empty where no record of ours says so."""
+    try:
+        with open_file(location / STATE_DIR / OBJECTS_RECORD, OBJECTS_RECORD_CAP) as handle:
+            record = objects_record(handle.read())
+    except (FileNotFoundError, Refused):
+        return frozenset()
+    if record.get("manifest") != manifest_sha256:
+        return frozenset()
+    return frozenset(record["kept"]) - frozenset(record["names"])

@@ -21,7 +21,7 @@ def pack_summary(result: PackResult) -> str:
     totals, run = manifest.totals, manifest.run
     change = manifest.history[-1] if manifest.history else None
     if result.up_to_date:
-        head = f"{result.output}: up to date, nothing to do (same settings, sources unchanged)"
+        head = f"{result.shown}: up to date, nothing to do (same settings, sources unchanged)"
     elif manifest.version > 1 and change is not None:
         parts = [f"{change.added:,} added", f"{change.changed:,} changed",
                  f"{change.removed:,} removed"]
@@ -29,16 +29,16 @@ def pack_summary(result: PackResult) -> str:
             ("rejected", change.rejected), ("touched (same content)", change.touched),
             ("repaired", change.repaired)) if value]
         copied = run.get("jpeg_copied", 0)
-        head = (f"{result.output}: version {manifest.version}: {', '.join(parts)}; "
+        head = (f"{result.shown}: version {manifest.version}: {', '.join(parts)}; "
                 f"{plural(run.get('decoded', 0), 'image')} decoded, "
                 + (f"{copied:,} re-annotated with their JPEG bytes copied, " if copied else "")
                 + f"{plural(len(change.shards_added), 'shard')} new, "
                 f"{len(change.shards_removed):,} rewritten or dropped"
                 + (f" ({change.note})" if change.note else ""))
     elif result.resumed_at:
-        head = f"{result.output}: packed (resumed after {plural(result.resumed_at, 'image')})"
+        head = f"{result.shown}: packed (resumed after {plural(result.resumed_at, 'image')})"
     else:
-        head = f"{result.output}: packed"
+        head = f"{result.shown}: packed"
     lines = [
         head,
         f"  files seen   {totals.seen:>9,}   excluded {totals.excluded:,}"
@@ -93,7 +93,7 @@ def reject_budget_exceeded(result: PackResult, allowed: float) -> str:
     return (f"{state} (version {result.manifest.version}, "
             f"{plural(totals.packed, 'sample')}), but {totals.rejected:,} of "
             f"{plural(candidates, 'image')} ({result.reject_fraction:.1%}) were rejected, more "
-            f"than the allowed {allowed:.1%}: see `shardsmith inspect {result.output} "
+            f"than the allowed {allowed:.1%}: see `shardsmith inspect {result.shown} "
             f"--rejects`, then fix or remove those files, or allow it with "
             f"--max-reject-fraction {needed:g} (run.max_reject_fraction in the config)")
 
@@ -104,7 +104,7 @@ def pack_report(result: PackResult) -> dict:
 
     manifest = result.manifest
     return {
-        "output": str(result.output),
+        "output": result.shown,
         "status": "up_to_date" if result.up_to_date else "packed",
         "version": manifest.version,
         "resumed_at": result.resumed_at,

@@ -29,6 +29,7 @@ from ..dataset.formats import SHARD_CAP, Placed, index_bytes, shard_format
 from ..dataset.formats.example_check import example_problems
 from ..dataset.manifest import (
     LABEL_MAP_NAME,
+    MANIFEST_NAME,
     STATE_DIR,
     FileEntry,
     Manifest,
@@ -37,10 +38,19 @@ from ..dataset.manifest import (
     derived_contents,
     is_shard_file,
     iter_sample_index,
+    kept_objects,
     read_manifest,
     shard_list_names,
 )
-from ..door import LABEL_MAP_CAP, SHARD_LIST_CAP, OpenFile, Refused, open_file, read_file
+from ..door import (
+    LABEL_MAP_CAP,
+    MANIFEST_CAP,
+    SHARD_LIST_CAP,
+    OpenFile,
+    Refused,
+    open_file,
+    read_file,
+)
 from ..errors import ManifestError, ShardFormatError
 from ..packing.journal import JOURNAL_NAME
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
@@ -139,6 +149,7 @@ def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: in
     present = directory.names() if remote else [entry.name for entry in os.scandir(directory)]
     unlisted = sorted(name for name in present if is_shard_file(name) and name not in listed)
     unfinished = (directory / STATE_DIR / JOURNAL_NAME).exists()
+    kept = _kept_in_bucket(directory) if remote and unlisted else frozenset()
     if remote and decode:
         report.notes.append("--decode: records in a bucket are not decoded; stage the "
                             "dataset and verify the copy")
@@ -146,6 +157,9 @@ def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: in
         if manifest.staged is not None:
             report.notes.append(f"{name}: not listed, left from an earlier stage; "
                                 "stage --prune removes it")
+        elif name in kept:
+            report.notes.append(f"{name}: not listed, kept from the previous version for a "
+                                "stage copying it; the next pack removes it")
         elif unfinished:
             report.notes.append(f"{name}: not listed yet, written by a pack that has not "
                                 "finished; rerun the pack to finish (or it removes it)")
@@ -350,3 +364,12 @@ def _check_image(shard: str, key: str, jpeg: bytes, expected: dict | None,
         simplejpeg.decode_jpeg(jpeg, colorspace="GRAY", strict=True)
     except ValueError as exc:
         problems.append(f"{shard}: sample {key} does not decode ({exc})")
+
+
+def _kept_in_bucket(directory: ObjectPath) -> frozenset[str]:
+    """The previous version's objects a bucket keeps until its next commit."""
+    try:
+        manifest = read_file(directory / MANIFEST_NAME, MANIFEST_CAP)
+    except (OSError, Refused):
+        return frozenset()
+    return kept_objects(directory, hashlib.sha256(manifest).hexdigest())

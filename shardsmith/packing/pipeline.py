@@ -75,6 +75,12 @@ class PackResult:
     output: Path
     up_to_date: bool = False
     resumed_at: int = 0
+    published: str = ""  # the s3:// URL of a pack to a bucket (``output`` is its spool)
+
+    @property
+    def shown(self) -> str:
+        """Where the dataset is, as the user named it."""
+        return self.published or str(self.output)
 
     @property
     def reject_fraction(self) -> float:
@@ -92,6 +98,10 @@ def pack(config: Config) -> PackResult:
     (only new or changed sources decoded); after an interruption it resumes from the last
     published shard.
     """
+    if is_url(config.output.path):
+        from .s3output import pack_to_bucket
+
+        return pack_to_bucket(config, pack)
     started = time.monotonic()
     source, output = check_paths(config)
     with DirectoryLock(output / STATE_DIR / LOCK_NAME, "packed"):
