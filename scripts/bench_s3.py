@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Benchmark of `shardsmith stage` from an s3:// dataset against a local stage of the same
-dataset, same run.
+"""Benchmark of `shardsmith pack` and `stage` from and to s3:// against the same work on local
+disk, same run.
 
-    scripts/bench_s3.py [--shards N] [--shard-mb MB] [--workers W] [--reps R] [--quick]
+    scripts/bench_s3.py [--shards N] [--shard-mb MB] [--workers W] [--images N]
+                        [--prefixes P] [--pack-workers W] [--reps R] [--quick]
 
 The bench starts its own S3 server on 127.0.0.1 (``moto_server``, as the tests do, stopped at
 the end) and uploads a dataset of N random shards (bench_stage.py's: staging never looks inside
@@ -10,9 +11,16 @@ a shard).  Rounds interleave: a stage of the local folder (the baseline) and a s
 bucket straight from the server (throughput); then, of a second dataset of many small shards
 (--small-shards of 256 KiB: a request each, so latency, not bandwidth, sets the time), two
 stages through the tests' fault proxy (tests/s3server.py) with 5 ms added to every request,
-with 1 worker and with W, so that the parallelism of the downloads shows.  Medians of --reps
-rounds; ratios against the local stage and of 1 worker against W.  ``pack`` from and to a
-bucket is not measured here yet.
+with 1 worker and with W, so that the parallelism of the downloads shows.
+
+Pack: --images small JPEGs in --prefixes class folders, on local disk and in the bucket.
+Rounds interleave a local pack (the baseline), a pack from the bucket and a pack to the bucket,
+all with --pack-workers, straight from the server; then, through the proxy with 5 ms a
+request: the listing of the bucket (``scan``) with its threads (``scan.SCAN_THREADS``, one per
+top-level prefix at once) and with 1 (one prefix at a time); a pack from the bucket with 1
+worker and with --pack-workers (the reads: a HEAD and a GET per original); and the upload of a
+pack to the bucket (``s3output.publish``, timed alone) with ``s3output.UPLOADS`` files at once
+and with 1.  Medians of --reps rounds; ratios against the local runs and of 1 against many.
 """
 
 from __future__ import annotations
@@ -37,10 +45,19 @@ from bench_stage import make_dataset  # noqa: E402
 from benchkit import parser, scratch_root, write_report  # noqa: E402
 from s3server import FaultProxy, _handler, free_port  # noqa: E402
 
+from shardsmith import load_config, pack  # noqa: E402
+from shardsmith.config import SourceConfig  # noqa: E402
 from shardsmith.ops.stage import stage  # noqa: E402
+from shardsmith.packing import s3output  # noqa: E402
+from shardsmith.packing.scan import SCAN_THREADS, scan  # noqa: E402
+from shardsmith.storage import locate  # noqa: E402
+
+import images  # noqa: E402
 
 DELAY = 0.005  # seconds added to every request through the proxy (the issue's 5 ms)
 BUCKET = "bench"
+IMAGE_SIZE = 128  # pack's output side: small, so requests, not decoding, weigh
+SHARD_SAMPLES = 8  # many small shards: an upload each, so the upload's parallelism shows
 
 
 def make_small(root: Path, shards: int, shard_bytes: int = 2**18) -> int:
@@ -93,6 +110,16 @@ def start_proxy(upstream: str) -> FaultProxy:
     return proxy
 
 
+def make_originals(root: Path, count: int, prefixes: int) -> int:
+    """``count`` 640x480 JPEGs spread over ``prefixes`` class folders; returns the bytes."""
+    total = 0
+    for number in range(count):
+        data = images.jpeg(640, 480, number)
+        images.write(root / f"c{number % prefixes:02d}" / f"{number:05d}.jpg", data)
+        total += len(data)
+    return total
+
+
 def timed_stage(source: str | Path, target: Path, workers: int,
                 endpoint: str | None = None) -> float:
     shutil.rmtree(target, ignore_errors=True)
@@ -102,17 +129,69 @@ def timed_stage(source: str | Path, target: Path, workers: int,
     return time.perf_counter() - started
 
 
+class Uploads:
+    """``s3output.publish`` timed alone, with ``s3output.UPLOADS`` set to ``files`` at once
+    (the module reads it when it publishes)."""
+
+    def __init__(self) -> None:
+        self.publish, self.default = s3output.publish, s3output.UPLOADS
+        self.seconds = 0.0
+        s3output.publish = self._timed
+
+    def _timed(self, *args, **kwargs) -> None:
+        started = time.perf_counter()
+        try:
+            self.publish(*args, **kwargs)
+        finally:
+            self.seconds = time.perf_counter() - started
+
+    def restore(self) -> None:
+        s3output.publish, s3output.UPLOADS = self.publish, self.default
+
+
+def timed_pack(source: str | Path, output: str | Path, workers: int,
+               endpoint: str | None = None) -> float:
+    """Seconds of one pack from ``source`` to a fresh ``output`` (a folder or a new
+    prefix), its s3 requests to ``endpoint``."""
+    overrides: dict[str, object] = {
+        "source.path": str(source), "output.path": str(output), "image.size": IMAGE_SIZE,
+        "output.shard_samples": SHARD_SAMPLES, "run.workers": workers, "run.quiet": True}
+    if endpoint:
+        overrides["storage.endpoint_url"] = endpoint
+    config = load_config(None, overrides)
+    # A bucket output is reached through the AWS variables alone: pack_to_bucket locates it
+    # without the config's ``storage`` options (the workers, which read the source, use them).
+    if endpoint and str(output).startswith("s3://"):
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+    started = time.perf_counter()
+    try:
+        pack(config)
+    finally:
+        os.environ.pop("AWS_ENDPOINT_URL", None)
+    return time.perf_counter() - started
+
+
+def timed_listing(url: str, threads: int, endpoint: str) -> float:
+    started = time.perf_counter()
+    scan(locate(url, {"endpoint_url": endpoint}), SourceConfig(), threads=threads)
+    return time.perf_counter() - started
+
+
 def main() -> None:
     arguments = parser(__doc__, "s3")
     arguments.add_argument("--shards", type=int, default=16)
     arguments.add_argument("--shard-mb", type=int, default=32)
     arguments.add_argument("--small-shards", type=int, default=96)
     arguments.add_argument("--workers", type=int, default=8)
+    arguments.add_argument("--images", type=int, default=256)
+    arguments.add_argument("--prefixes", type=int, default=16)
+    arguments.add_argument("--pack-workers", type=int, default=4)
     arguments.add_argument("--quick", action="store_true",
-                           help="4 shards of 8 MB, one round: a check that it runs")
+                           help="small datasets, one round: a check that it runs")
     args = arguments.parse_args()
     if args.quick:
         args.shards, args.shard_mb, args.small_shards, args.reps = 4, 8, 16, 1
+        args.images, args.prefixes, args.pack_workers = 16, 4, 2
 
     for name in [name for name in os.environ if name.startswith("AWS_")]:
         del os.environ[name]  # the bench's own server and dummy credentials, nothing else
@@ -120,32 +199,76 @@ def main() -> None:
                       AWS_DEFAULT_REGION="us-east-1")
     process, endpoint = start_server()
     proxy = start_proxy(endpoint)
+    uploads = Uploads()
     try:
         import s3fs
 
         with tempfile.TemporaryDirectory(dir=scratch_root()) as scratch:
             scratch = Path(scratch)
+            os.environ[s3output.SPOOL_VARIABLE] = str(scratch / "spool")
             total = make_dataset(scratch / "dataset", args.shards, args.shard_mb * 2**20)
             small = make_small(scratch / "small", args.small_shards)
+            originals = make_originals(scratch / "originals", args.images, args.prefixes)
             client = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
             client.mkdir(BUCKET)
-            for name in ("dataset", "small"):
+            for name in ("dataset", "small", "originals"):
                 client.put(str(scratch / name) + "/", f"{BUCKET}/{name}/", recursive=True)
             url, small_url = f"s3://{BUCKET}/dataset", f"s3://{BUCKET}/small"
-            rows = {"local stage": (scratch / "dataset", args.workers, None),
-                    "s3 stage": (url, args.workers, endpoint),
-                    "small, s3 +5 ms, 1 worker": (small_url, 1, proxy.url),
-                    f"small, s3 +5 ms, {args.workers} workers": (small_url, args.workers,
-                                                                 proxy.url)}
-            runs: dict[str, list[float]] = {name: [] for name in rows}
+            source_url = f"s3://{BUCKET}/originals"
+            many, pack_workers = f"{args.workers} workers", f"{args.pack_workers} workers"
+            stages = {"local stage": (scratch / "dataset", args.workers, None),
+                      "s3 stage": (url, args.workers, endpoint),
+                      "small, s3 +5 ms, 1 worker": (small_url, 1, proxy.url),
+                      f"small, s3 +5 ms, {many}": (small_url, args.workers, proxy.url)}
+            local_source = scratch / "originals"
+            packs = {  # name: (source, output or None for a new prefix, workers, endpoint,
+                       #        files uploaded at once)
+                "local pack": (local_source, scratch / "out", args.pack_workers, None, 0),
+                "pack from s3": (source_url, scratch / "out", args.pack_workers, endpoint, 0),
+                "pack to s3": (local_source, None, args.pack_workers, endpoint,
+                               uploads.default),
+                "pack from s3 +5 ms, 1 worker": (source_url, scratch / "out", 1, proxy.url, 0),
+                f"pack from s3 +5 ms, {pack_workers}": (source_url, scratch / "out",
+                                                        args.pack_workers, proxy.url, 0),
+                "upload +5 ms, 1 at once": (local_source, None, args.pack_workers, proxy.url,
+                                            1),
+                f"upload +5 ms, {uploads.default} at once": (
+                    local_source, None, args.pack_workers, proxy.url, uploads.default),
+            }
+            listings = {f"listing +5 ms, {SCAN_THREADS} threads": SCAN_THREADS,
+                        "listing +5 ms, 1 thread": 1}
+            runs: dict[str, list[float]] = {name: [] for name in [*stages, *packs, *listings]}
             requests: dict[str, int] = {}
-            for _ in range(args.reps):
-                for name, (source, workers, through) in rows.items():
+            # Untimed: the imports of the image libraries and of s3fs in the worker processes,
+            # and their start, would otherwise fall on the first packs of the first round.
+            for source in (local_source, source_url):
+                timed_pack(source, scratch / "out", args.pack_workers, endpoint)
+                shutil.rmtree(scratch / "out")
+            for rep in range(args.reps):
+                for name, (source, workers, through) in stages.items():
                     seen = len(proxy.requests)
                     runs[name].append(timed_stage(source, scratch / "copy", workers, through))
                     if through == proxy.url:
                         requests[name] = len(proxy.requests) - seen
+                for name, threads in listings.items():
+                    seen = len(proxy.requests)
+                    runs[name].append(timed_listing(source_url, threads, proxy.url))
+                    requests[name] = len(proxy.requests) - seen
+                for number, (name, (source, output, workers, through, at_once)) in \
+                        enumerate(packs.items()):
+                    if output is None:
+                        output = f"s3://{BUCKET}/packed-{rep}-{number}"
+                    else:
+                        shutil.rmtree(output, ignore_errors=True)
+                    s3output.UPLOADS = at_once or uploads.default
+                    seen = len(proxy.requests)
+                    seconds = timed_pack(source, output, workers, through)
+                    runs[name].append(uploads.seconds if name.startswith("upload")
+                                      else seconds)
+                    if through == proxy.url:
+                        requests[name] = len(proxy.requests) - seen
     finally:
+        uploads.restore()
         proxy.server.shutdown()
         proxy.server.server_close()
         process.terminate()
@@ -154,20 +277,44 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in runs.items()}
     print(f"staging {args.shards} shards x {args.shard_mb} MB = {total / 1e9:.2f} GB, "
           f"median of {args.reps} rounds, against moto_server on 127.0.0.1")
-    print(f"small: {args.small_shards} shards x 256 KiB = {small / 1e6:.1f} MB")
-    print(f"{'method':<32}{'seconds':>10}{'MB/s':>10}{'requests':>10}")
+    print(f"small: {args.small_shards} shards x 256 KiB = {small / 1e6:.1f} MB; packing "
+          f"{args.images} JPEGs of 640x480 ({originals / 1e6:.1f} MB) in {args.prefixes} "
+          f"prefixes to {IMAGE_SIZE} px, {SHARD_SAMPLES} a shard")
+    print(f"{'method':<36}{'seconds':>10}{'rate':>14}{'requests':>10}")
     for name, seconds in medians.items():
-        size = small if name.startswith("small") else total
-        print(f"{name:<32}{seconds:>10.2f}{size / seconds / 1e6:>10,.0f}"
-              f"{requests.get(name, '-'):>10}")
-    parallel = f"small, s3 +5 ms, {args.workers} workers"
-    ratios = {"s3_vs_local": medians["s3 stage"] / medians["local stage"],
-              "delayed_1_vs_n_workers": medians["small, s3 +5 ms, 1 worker"]
-              / medians[parallel]}
+        if name.startswith(("listing", "upload")):
+            rate = "-"
+        elif "pack" in name:
+            rate = f"{args.images / seconds:,.0f} images/s"
+        else:
+            rate = f"{(small if name.startswith('small') else total) / seconds / 1e6:,.0f} MB/s"
+        print(f"{name:<36}{seconds:>10.2f}{rate:>14}{requests.get(name, '-'):>10}")
+    ratios = {
+        "s3_vs_local": medians["s3 stage"] / medians["local stage"],
+        "delayed_1_vs_n_workers": medians["small, s3 +5 ms, 1 worker"]
+        / medians[f"small, s3 +5 ms, {many}"],
+        "pack_from_s3_vs_local": medians["pack from s3"] / medians["local pack"],
+        "pack_to_s3_vs_local": medians["pack to s3"] / medians["local pack"],
+        "listing_1_vs_n_threads": medians["listing +5 ms, 1 thread"]
+        / medians[f"listing +5 ms, {SCAN_THREADS} threads"],
+        "pack_reads_1_vs_n_workers": medians["pack from s3 +5 ms, 1 worker"]
+        / medians[f"pack from s3 +5 ms, {pack_workers}"],
+        "uploads_1_vs_n": medians["upload +5 ms, 1 at once"]
+        / medians[f"upload +5 ms, {uploads.default} at once"],
+    }
     print(f"s3 stage takes {ratios['s3_vs_local']:.2f}x the local stage; through +5 ms per "
           f"request, {args.workers} workers are {ratios['delayed_1_vs_n_workers']:.2f}x as "
           "fast as 1")
+    print(f"pack from s3 takes {ratios['pack_from_s3_vs_local']:.2f}x the local pack, pack to "
+          f"s3 {ratios['pack_to_s3_vs_local']:.2f}x; through +5 ms per request, the listing "
+          f"with {SCAN_THREADS} threads is {ratios['listing_1_vs_n_threads']:.2f}x as fast as "
+          f"with 1, the pack's reads with {args.pack_workers} workers "
+          f"{ratios['pack_reads_1_vs_n_workers']:.2f}x as fast as with 1, the upload of "
+          f"{uploads.default} files at once {ratios['uploads_1_vs_n']:.2f}x as fast as 1")
     write_report(args.json, {"bytes": total, "shards": args.shards, "workers": args.workers,
+                             "images": args.images, "image_bytes": originals,
+                             "prefixes": args.prefixes, "pack_workers": args.pack_workers,
+                             "uploads": uploads.default, "scan_threads": SCAN_THREADS,
                              "delay_s": DELAY, "runs": runs, "medians": medians,
                              "requests": requests, **ratios})
 
