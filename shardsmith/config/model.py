@@ -459,12 +459,9 @@ def check_paths(config: Config) -> tuple[Path | ObjectPath, Path]:
 
 def check_object_source(config: Config) -> ObjectPath:
     """The ``s3://`` source of ``config``: ConfigError (one line, exit 2) for a bad URL, for
-    what cannot be read from a bucket yet, and for credentials in the job file with the Dask
+    links (a bucket has none), and for credentials in the job file with the Dask
     backend (they would travel to the workers in the task graph)."""
     source = locate(config.source.path, config.storage.options())
-    if config.source.annotations.enabled:
-        raise ConfigError("source.annotations: annotation files are read from a local source "
-                          "only (not from s3:// yet): pack from a mounted copy")
     if config.source.follow_symlinks:
         raise ConfigError("source.follow_symlinks: an s3:// source has no links")
     if config.run.backend == "dask" and config.storage.credentials():
