@@ -142,3 +142,56 @@ def test_an_annotation_path_leading_out_of_the_bucket_prefix_is_refused(tmp_path
     assert result.exit_code == 2, result.output
     assert "leads out of the s3:// source prefix" in result.output
     assert "Traceback" not in result.output
+
+
+def small_tree(root: Path) -> Path:
+    for number, relpath in enumerate(RELPATHS):
+        images.write(root / relpath, images.jpeg(160, 120, number))
+    return root
+
+
+def test_a_dry_run_to_a_bucket_names_its_url_and_writes_nothing(tmp_path, s3, monkeypatch):
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "spool"))
+    monkeypatch.chdir(tmp_path)
+    source = small_tree(tmp_path / "source")
+    url = f"{s3.url}/datasets/parts"
+    result = CliRunner().invoke(main, ["pack", str(source), url, "--dry-run", "--size", "72"])
+    assert result.exit_code == 0, result.output
+    assert url in result.output and "holds no dataset" in result.output
+    assert "s3:/" + s3.name not in result.output.replace(url, "")  # not a local path
+    assert s3.fs.find(s3.name) == [] and not (tmp_path / "spool").exists()
+    assert not (tmp_path / "s3:").exists()
+
+    packed = CliRunner().invoke(main, ["pack", str(source), url, "--size", "72", "--quiet"])
+    assert packed.exit_code == 0, packed.output
+    again = CliRunner().invoke(main, ["pack", str(source), url, "--dry-run", "--size", "72"])
+    assert again.exit_code == 0, again.output
+    assert "holds version 1" in again.output
+
+
+def test_pack_storage_options_reach_s3fs_over_the_job_files_and_are_never_written(
+        tmp_path, s3, s3_server, monkeypatch):
+    url = s3.upload(small_tree(tmp_path / "source"), "originals")
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    job = tmp_path / "job.yaml"  # an endpoint that answers nothing, replaced by --storage
+    job.write_text("storage:\n  endpoint_url: http://127.0.0.1:9\n")
+    secret = "pack-storage-secret-8d1e"
+    output = tmp_path / "out"
+    result = CliRunner().invoke(main, [
+        "pack", url, str(output), "--config", str(job), "--size", "72", "--quiet",
+        "--report", str(tmp_path / "report.json"), "--storage", f"endpoint_url={s3_server}",
+        "--storage", "key=pack-storage-key", "--storage", f"secret={secret}"])
+    assert result.exit_code == 0, result.output
+    assert images.manifest_of(output)["totals"]["packed"] == 4
+    written = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert written and all(secret.encode() not in path.read_bytes() for path in written)
+    assert secret not in result.output
+
+
+def test_an_unknown_pack_storage_key_is_one_line_naming_the_key_not_the_value(tmp_path):
+    result = CliRunner().invoke(main, ["pack", "s3://bucket/originals", str(tmp_path / "out"),
+                                       "--storage", "passwrd=hunter2-hunter2"])
+    assert result.exit_code == 2, result.output
+    assert "'passwrd'" in result.output and "hunter2" not in result.output
+    assert "Traceback" not in result.output
