@@ -195,3 +195,34 @@ def test_an_unknown_pack_storage_key_is_one_line_naming_the_key_not_the_value(tm
     assert result.exit_code == 2, result.output
     assert "'passwrd'" in result.output and "hunter2" not in result.output
     assert "Traceback" not in result.output
+
+
+def test_probe_of_a_bucket_is_refused_in_one_line(tmp_path, s3):
+    url = s3.upload(small_tree(tmp_path / "source"), "originals")
+    for command in (["probe", url], ["pack", url, str(tmp_path / "out"), "--dry-run",
+                                     "--probe"]):
+        result = CliRunner().invoke(main, [*command, "--quiet"] if command[0] == "probe"
+                                    else command)
+        assert result.exit_code == 2, result.output
+        assert result.output.splitlines() == [
+            f"shardsmith: error: source.path: {url}: the probe measures a local or mounted "
+            "tree, not an s3:// source (pack --dry-run counts a bucket without --probe)"]
+
+
+def test_a_dry_run_of_an_annotated_bucket_checks_its_annotations(tmp_path, s3):
+    source = tmp_path / "source"
+    annotated(source, "yolo")
+    (source / "parts/o6.txt").write_text("7 0.5 0.5 0.1 0.1\n")  # an id past the classes
+    url = s3.upload(source, "originals")
+    result = CliRunner().invoke(main, [
+        "pack", url, str(tmp_path / "out"), "--dry-run", "--size", "72", "--config",
+        str(write_job(tmp_path, "files: yolo\n    classes: [scratch, dent]\n"))])
+    assert result.exit_code == 0, result.output
+    assert "parts/o6.txt" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def write_job(tmp_path: Path, annotations: str) -> Path:
+    job = tmp_path / "job.yaml"
+    job.write_text(f"source:\n  annotations:\n    {annotations}")
+    return job
