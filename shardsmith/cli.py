@@ -231,8 +231,10 @@ def setting_options(root: type = Config) -> Callable[[Callable], Callable]:
 @click.option("--probe", "with_probe", is_flag=True,
               help="With --dry-run: also measure the storage and the CPU on a sample "
               "(as `shardsmith probe`) and estimate the time.")
+@_storage_option
 @_fail_cleanly
-def pack(source, output, config_file, report_file, dry_run, with_probe, **settings) -> None:
+def pack(source, output, config_file, report_file, dry_run, with_probe, storage_options,
+         **settings) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
     SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
@@ -255,7 +257,7 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, **settin
         check_output_file(report_file, folder=False)  # a missing folder: a warning at the end
     with _report_to(report_file) as report:
         config = load_config(config_file, {"source.path": source, "output.path": output}
-                             | overrides_of(settings))
+                             | overrides_of(settings) | _storage_settings(storage_options))
         if dry_run:
             report.update(_dry_run(config, with_probe))
             return
@@ -278,6 +280,13 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, **settin
         if result.reject_fraction > config.run.max_reject_fraction:
             raise TooManyRejectsError(
                 reject_budget_exceeded(result, config.run.max_reject_fraction))
+
+
+def _storage_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``--storage KEY=VALUE`` as settings of the job's ``storage:`` section, over the job
+    file's (like its other options; never in the manifest or the fingerprint)."""
+    return {f"storage.{name}": value.lower() in ("1", "true", "yes") if name == "anon"
+            else value for name, value in (_options(pairs) or {}).items()}
 
 
 def _dry_run(config: Config, with_probe: bool) -> dict[str, Any]:

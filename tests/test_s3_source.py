@@ -218,18 +218,6 @@ def test_a_config_with_storage_keeps_its_fingerprint_and_hides_its_secret():
     assert "eu" in repr(keyed.storage)
 
 
-def test_annotations_from_a_bucket_are_refused_in_one_line(tmp_path, s3):
-    url = s3.upload(originals(tmp_path / "source"), "originals")
-    job = tmp_path / "job.yaml"
-    job.write_text("source:\n  annotations:\n    files: yolo\n    classes: [crack]\n")
-    result = CliRunner().invoke(main, ["pack", url, str(tmp_path / "out"), "--config",
-                                       str(job)])
-    assert result.exit_code == 2
-    assert "source.annotations: annotation files are read from a local source only" in \
-        result.output
-    assert "Traceback" not in result.output
-
-
 def test_a_bad_source_url_is_one_line_and_exit_2(tmp_path, s3):
     for url, says in ((f"{s3.url}/ds/../x", "segment"), ("s3://Bad_Bucket/x", "bucket name"),
                       (f"{s3.url}/empty", "no object under this prefix")):

@@ -10,8 +10,9 @@ image is read): nothing about annotations may pass in silence.
 
 Orphans are found by listing the annotation folders (a mirrored ``files_dir`` or ``masks``
 tree) or, for files beside the images, each folder that holds images: one listing a folder,
-never a stat a file.  An annotation file is matched to an image by the image's path without
-its extension, by a binary search in the sorted image paths (no set of every path in memory).
+never a stat a file (a bucket source: the scan's listing, no request).  An annotation file is
+matched to an image by the image's path without its extension, by a binary search in the
+sorted image paths (no set of every path in memory).
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..config import AnnotationConfig
-from ..errors import ManifestError
+from ..errors import ConfigError, ManifestError
 from ..schema import Count
+from ..storage import ObjectPath
 from ..text import plural, shown
 from .model import AnnotationError
-from .sources import FILE_EXTENSIONS, resolved
+from .sources import FILE_EXTENSIONS, Listing, Root, object_key, resolved
 
 ORPHANS_KEPT = 20  # orphan paths a report names; the count is always complete
 CLASSES_SHOWN = 6  # image classes a warning names
@@ -67,15 +69,20 @@ class _Found:
     orphans: list[str] = field(default_factory=list)
 
 
-def check_sources(root: str, config: AnnotationConfig) -> None:
+def check_sources(root: Root, config: AnnotationConfig, listing: Listing | None = None
+                  ) -> None:
     """AnnotationError naming the setting when a configured annotation folder or file is not
-    there (or is not a folder, or not a file)."""
+    there (or is not a folder, or not a file); in a bucket source, when ``listing`` (the
+    scan's) has no such object or no object under such a prefix."""
     wanted = [("files_dir", config.files_dir, True), ("coco", config.coco, False),
               ("labels", config.labels, False)]
     if config.masks != "beside":
         wanted.append(("masks", config.masks, True))
     for key, path, folder in wanted:
         if not path:
+            continue
+        if isinstance(root, ObjectPath) and not os.path.isabs(path):
+            _check_object(root, key, path, folder, listing or {})
             continue
         where = resolved(root, path)
         try:
@@ -91,10 +98,28 @@ def check_sources(root: str, config: AnnotationConfig) -> None:
                                   f"({shown(where)})")
 
 
-def survey(relpaths: Sequence[str], root: str, config: AnnotationConfig,
-           image_classes: tuple[str, ...], coco_images: int = -1) -> SourceReport:
+def _check_object(root: ObjectPath, key: str, path: str, folder: bool,
+                  listing: Listing) -> None:
+    try:
+        name = object_key(path)
+    except ConfigError as exc:
+        raise AnnotationError(f"source.annotations.{key}: {exc}") from None
+    if folder:
+        there = any(found.startswith(name + "/") for found in listing)
+    else:
+        there = name in listing
+    if not there:
+        what = "no object under the prefix" if folder else "no object"
+        raise AnnotationError(f"source.annotations.{key}: {shown(path)} does not exist "
+                              f"({what} {root}/{name})")
+
+
+def survey(relpaths: Sequence[str], root: Root, config: AnnotationConfig,
+           image_classes: tuple[str, ...], coco_images: int = -1,
+           listing: Listing | None = None) -> SourceReport:
     """Orphans and warnings for the images ``relpaths`` (sorted) under ``root``;
-    ``coco_images``: how many of them the COCO file lists (-1: no COCO file)."""
+    ``coco_images``: how many of them the COCO file lists (-1: no COCO file); ``listing``:
+    the annotation objects of a bucket source."""
     warnings: list[str] = []
     orphans: list[str] = []
     count = 0
@@ -103,11 +128,11 @@ def survey(relpaths: Sequence[str], root: str, config: AnnotationConfig,
         extension = FILE_EXTENSIONS[config.files]
         key = "files_dir" if config.files_dir else "files"
         sources.append((key, config.files_dir or "", _files(relpaths, root, config.files_dir,
-                                                             extension)))
+                                                             extension, listing)))
     if config.masks:
         suffix = f"{config.mask_suffix}.png"
         folder = "" if config.masks == "beside" else config.masks
-        masks = _files(relpaths, root, folder, suffix)
+        masks = _files(relpaths, root, folder, suffix, listing)
         sources.append(("masks", config.masks, masks))
         if masks.matched and config.mask_values == "binary" and not config.mask_class \
                 and image_classes:
@@ -135,12 +160,17 @@ def survey(relpaths: Sequence[str], root: str, config: AnnotationConfig,
     return SourceReport(count, tuple(orphans[:ORPHANS_KEPT]), tuple(warnings))
 
 
-def _files(relpaths: Sequence[str], root: str, folder: str, ending: str) -> _Found:
+def _files(relpaths: Sequence[str], root: Root, folder: str, ending: str,
+           listing: Listing | None = None) -> _Found:
     """The annotation files ending in ``ending`` in the tree ``folder`` (mirroring the
     images), or, with ``folder`` "", beside the images; which match no image."""
     found = _Found()
-    names = _walk(resolved(root, folder), ending) if folder else \
-        _beside(relpaths, root, ending)
+    if isinstance(root, ObjectPath) and not os.path.isabs(folder):
+        names = _listed(listing or {}, object_key(folder) if folder else "", ending,
+                        None if folder else {posixpath.dirname(path) for path in relpaths})
+    else:
+        names = _walk(resolved(root, folder), ending) if folder else \
+            _beside(relpaths, root, ending)
     for relpath in names:
         if not folder and _is_image(relpaths, relpath):
             continue  # an image that happens to end like an annotation file (x_mask.png)
@@ -150,6 +180,22 @@ def _files(relpaths: Sequence[str], root: str, folder: str, ending: str) -> _Fou
         else:
             found.orphans.append(posixpath.join(folder, relpath) if folder else relpath)
     return found
+
+
+def _listed(listing: Listing, folder: str, ending: str,
+            beside: set[str] | None) -> Iterator[str]:
+    """``_walk`` (or, with ``beside``, the image folders, ``_beside``) of a bucket source,
+    from its listing: keys relative to ``folder``, in sorted order."""
+    prefix = folder + "/" if folder else ""
+    for key in sorted(listing):
+        if not key.startswith(prefix) or not key.lower().endswith(ending.lower()):
+            continue
+        relpath = key[len(prefix):]
+        if any(part.startswith(".") for part in relpath.split("/")):
+            continue
+        if beside is not None and posixpath.dirname(relpath) not in beside:
+            continue
+        yield relpath
 
 
 def _walk(base: str, ending: str) -> Iterator[str]:

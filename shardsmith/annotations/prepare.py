@@ -14,7 +14,7 @@ from .audit import SourceReport, check_sources, survey
 from .coco import read_coco
 from .limits import COCO_CAP
 from .model import ObjectClasses
-from .sources import digests, read_shared
+from .sources import Listing, Root, digests, read_shared
 
 
 @dataclass
@@ -31,17 +31,18 @@ class Prepared:
     report: SourceReport | None = None  # with boxes, polygons or masks
 
 
-def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: str, config: Config,
-            previous: tuple[str, ...] | None) -> Prepared:
+def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: Root, config: Config,
+            previous: tuple[str, ...] | None, listing: Listing | None = None) -> Prepared:
     """Check that every configured annotation source is there (AnnotationError naming the
     setting), read the shared annotation files, survey the annotation files for orphans, stat
     every image's own files, list the known object classes: the previous version's (ids never
     change), the configured ones, the COCO categories, the MVTec defect folders.
-    ``relpaths``: the scanned images, sorted."""
+    ``relpaths``: the scanned images, sorted.  ``root``: a folder, or the ``ObjectPath`` of a
+    bucket source, whose annotation objects the scan listed (``listing``)."""
     notes = config.source.annotations
     prepared = Prepared()
     if notes.enabled:
-        check_sources(root, notes)
+        check_sources(root, notes, listing)
     if not notes.has_objects:
         return prepared
     known = list(previous or ()) + list(notes.classes)
@@ -61,9 +62,10 @@ def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: str, 
     if notes.has_masks:  # refused before any image is read, not at the 255th class
         ObjectClasses(prepared.known).check_mask_limit()
     prepared.report = survey(relpaths, root, notes, image_classes if config.source.labels
-                             != "none" else (), len(prepared.records) if notes.coco else -1)
+                             != "none" else (), len(prepared.records) if notes.coco else -1,
+                             listing)
     prepared.digests = digests(relpaths, prepared.records, root, notes,
-                               config.source.follow_symlinks)
+                               config.source.follow_symlinks, listing)
     return prepared
 
 

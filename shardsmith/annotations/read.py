@@ -1,6 +1,6 @@
 """One image's annotations, gathered in the worker: its record from the shared files (carried by
 its plan item) and its own files (read here once, as regular files, never through a link
-unless ``source.follow_symlinks``)."""
+unless ``source.follow_symlinks``; from a bucket source, as objects through the same door)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import posixpath
 
 from ..config import AnnotationConfig
 from ..door import ANNOTATION_CAP, Refused, open_file
-from ..errors import BadImage
+from ..errors import BadImage, ConfigError
+from ..storage import ObjectFile
 from .model import ImageAnnotations
 from .parse import (
     Frame,
@@ -20,19 +21,24 @@ from .parse import (
     read_mask,
     shapes_from_record,
 )
-from .sources import annotation_digest, own_files, resolved
+from .sources import Root, annotation_digest, object_etag, own_files, resolved
 
 MISSING = (errno.ENOENT, errno.ENOTDIR)
 
 
-def _read_own(root: str, path: str, follow_symlinks: bool
-              ) -> tuple[bytes | None, tuple[str, int | None, int | None]]:
+def _read_own(root: Root, path: str, follow_symlinks: bool
+              ) -> tuple[bytes | None, tuple[str, int | None, int | str | None]]:
     """(bytes or None when the file is not there, (path, size, mtime) for the digest), read
-    through the door: a regular file of at most ``door.ANNOTATION_CAP`` bytes."""
+    through the door: a regular file of at most ``door.ANNOTATION_CAP`` bytes (an object:
+    its size and ETag, as the driver's listing gives them)."""
     try:
         with open_file(resolved(root, path), ANNOTATION_CAP,
                        follow_symlinks=follow_symlinks) as handle:
+            if isinstance(handle, ObjectFile):
+                return handle.read(), (path, handle.size, object_etag(handle.head))
             return handle.read(), (path, handle.size, handle.info.st_mtime_ns)
+    except ConfigError as exc:  # a key that leads out of the bucket prefix
+        raise BadImage("bad_annotation", str(exc)) from None
     except Refused as exc:
         raise BadImage("bad_annotation", f"{path}: {exc.detail}") from None
     except OSError as exc:
@@ -49,7 +55,7 @@ def _depth(relpath: str, path: str) -> int:
     return len(folder.split("/")) if folder else 0
 
 
-def read_annotations(relpath: str, record: bytes | None, root: str, config: AnnotationConfig,
+def read_annotations(relpath: str, record: bytes | None, root: Root, config: AnnotationConfig,
                      follow_symlinks: bool, frame: Frame, image_class: str,
                      coco_name: str) -> ImageAnnotations:
     """Every annotation of the image ``relpath`` whose pixels (the frame the annotations

@@ -10,6 +10,12 @@
 * ``annotation_digest``: per image, a digest of its record and of the size and mtime of its own
   files.  Stored with each sample, it tells the next version which images' annotations changed:
   an edit to one image's entries in a COCO file re-encodes that image only.
+
+A source in a bucket (``root`` an ``ObjectPath``) has its annotation files read through the same
+door (ranged GETs within their caps); the driver knows them from the scan's listing (``Listing``:
+size and ETag per key, no request), and an own file's digest takes its size and ETag in place of
+size and mtime, from the listing in the driver and from the worker's HEAD, which agree for one
+version of an object.
 """
 
 from __future__ import annotations
@@ -29,8 +35,15 @@ import xxhash
 
 from ..config import AnnotationConfig
 from ..door import SHARED_ANNOTATION_CAP, Refused, read_file
+from ..errors import ConfigError
+from ..storage import ObjectPath
 from ..text import shown
 from .model import AnnotationError
+
+# The annotation objects of a bucket source, from the scan's listing: key under the source
+# prefix -> (size, ETag).
+Listing = dict[str, tuple[int, str]]
+Root = str | ObjectPath
 
 FILE_EXTENSIONS = {"yolo": ".txt", "voc": ".xml", "labelme": ".json"}
 MVTEC_MASKS = "ground_truth"
@@ -93,21 +106,51 @@ def own_files(relpath: str, config: AnnotationConfig) -> list[tuple[str, str]]:
 
 
 def annotation_digest(record: bytes | None,
-                      files: list[tuple[str, int | None, int | None]]) -> str:
+                      files: list[tuple[str, int | None, int | str | None]]) -> str:
     """The digest of an image's annotations: its shared-file record and the (path, size,
-    mtime) of its own files (None for a file that is not there)."""
+    mtime) of its own files (None for a file that is not there; an object's ETag in place
+    of its mtime)."""
     digest = xxhash.xxh3_64(record or b"")
     for path, size, mtime_ns in files:
         digest.update(os.fsencode(f"\0{path}\0{size}\0{mtime_ns}"))
     return digest.hexdigest()
 
 
-def resolved(root: str, path: str) -> str:
-    return path if os.path.isabs(path) else os.path.join(root, path)
+def resolved(root: Root, path: str) -> str | ObjectPath:
+    """Where the annotation file ``path`` is: an absolute path as it is (a local file, also
+    for a bucket source), else under ``root`` (for a bucket, the object of that key: a key
+    leading out of the prefix is a ConfigError)."""
+    if os.path.isabs(path):
+        return path
+    if isinstance(root, ObjectPath):
+        return root / object_key(path)
+    return os.path.join(root, path)
 
 
-def file_stat(root: str, path: str, follow_symlinks: bool) -> tuple[str, int | None,
-                                                                       int | None]:
+def object_key(path: str) -> str:
+    """A relative annotation path as a key under a bucket prefix (``./a//b`` is ``a/b``);
+    ConfigError for one that leads out of it."""
+    normal = posixpath.normpath(path.replace(os.sep, "/"))
+    if normal == ".." or normal.startswith("../") or normal == ".":
+        raise ConfigError(f"{shown(path)}: leads out of the s3:// source prefix")
+    return normal
+
+
+def object_etag(entry: dict[str, Any]) -> str:
+    """An object's ETag as a listing or a HEAD gives it, without its quotes."""
+    return str(entry.get("ETag") or "").strip('"')
+
+
+def file_stat(root: Root, path: str, follow_symlinks: bool,
+              listing: Listing | None = None) -> tuple[str, int | None, int | str | None]:
+    """(path, size, mtime) of an own annotation file, None when it is not there; with a
+    bucket source, (path, size, ETag) from ``listing`` (no request)."""
+    if isinstance(root, ObjectPath) and not os.path.isabs(path):
+        try:
+            found = (listing or {}).get(object_key(path))
+        except ConfigError:
+            found = None
+        return (path, None, None) if found is None else (path, *found)
     try:
         info = os.stat(resolved(root, path), follow_symlinks=follow_symlinks)
     except OSError:
@@ -119,17 +162,18 @@ def has_own_files(config: AnnotationConfig) -> bool:
     return bool(config.files or config.masks or config.preset == "mvtec")
 
 
-def digests(relpaths: list[str], records: dict[str, bytes], root: str,
-            config: AnnotationConfig, follow_symlinks: bool) -> np.ndarray:
+def digests(relpaths: list[str], records: dict[str, bytes], root: Root,
+            config: AnnotationConfig, follow_symlinks: bool,
+            listing: Listing | None = None) -> np.ndarray:
     """``annotation_digest`` of every image as uint64 (8 bytes a file), its own files statted
     in batches on a pool of threads (a NAS answers many at once), a bounded number of batches
-    in flight."""
+    in flight.  A bucket source's files are looked up in ``listing`` instead."""
     out = np.empty(len(relpaths), np.uint64)
 
     def batch(start: int) -> None:
         for at in range(start, min(start + STAT_BATCH, len(relpaths))):
             relpath = relpaths[at]
-            files = [file_stat(root, path, follow_symlinks)
+            files = [file_stat(root, path, follow_symlinks, listing)
                      for _, path in own_files(relpath, config)]
             out[at] = int(annotation_digest(records.get(relpath), files), 16)
 
@@ -148,13 +192,17 @@ def digests(relpaths: list[str], records: dict[str, bytes], root: str,
     return out
 
 
-def read_shared(root: str, path: str, cap: int = SHARED_ANNOTATION_CAP,
+def read_shared(root: Root, path: str, cap: int = SHARED_ANNOTATION_CAP,
                 follow_symlinks: bool = False) -> bytes:
     """A labels or COCO file, whole, through the door (a regular file of at most ``cap``
-    bytes: a FIFO or a link to ``/dev/zero`` is refused at once, not read); AnnotationError
-    when it cannot be read."""
+    bytes: a FIFO or a link to ``/dev/zero`` is refused at once, not read; an object larger
+    than ``cap`` is refused unread); AnnotationError when it cannot be read."""
     try:
-        return read_file(resolved(root, path), min(cap, SHARED_ANNOTATION_CAP),
+        where = resolved(root, path)
+    except ConfigError as exc:
+        raise AnnotationError(str(exc)) from None
+    try:
+        return read_file(where, min(cap, SHARED_ANNOTATION_CAP),
                          follow_symlinks=follow_symlinks)
     except Refused as exc:
         raise AnnotationError(f"{path}: {exc.detail}") from None

@@ -434,20 +434,30 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def check_paths(config: Config) -> tuple[Path | ObjectPath, Path]:
+def check_paths(config: Config) -> tuple[Path | ObjectPath, Path | ObjectPath]:
     """Resolve and check source and output (and the local worker count) before any work;
-    returns (source, output): the source an ``ObjectPath`` for an ``s3://`` URL."""
+    returns (source, output): each an ``ObjectPath`` for an ``s3://`` URL (a URL stays a URL:
+    never a path under the working directory)."""
     check_workers(config.run)
     if not config.source.path:
         raise ConfigError("source.path: no source directory given (argument SOURCE or config)")
     if not config.output.path:
         raise ConfigError("output.path: no output directory given (argument OUTPUT or config)")
-    output = Path(config.output.path).expanduser().resolve()
+    output: Path | ObjectPath
+    if is_url(config.output.path):
+        output = locate(config.output.path, config.storage.options())
+        if not output.key:
+            raise ConfigError(f"output.path: {output}: give a prefix for the dataset "
+                              "(s3://bucket/name)")
+    else:
+        output = Path(config.output.path).expanduser().resolve()
     if is_url(config.source.path):
         return check_object_source(config), output
     source = Path(config.source.path).expanduser().resolve()
     if not source.is_dir():
         raise ConfigError(f"source.path: {source} is not a directory")
+    if isinstance(output, ObjectPath):
+        return source, output
     if output == source or source in output.parents:
         raise ConfigError(f"output.path: {output} is inside the source tree {source}")
     if output in source.parents:
@@ -459,12 +469,9 @@ def check_paths(config: Config) -> tuple[Path | ObjectPath, Path]:
 
 def check_object_source(config: Config) -> ObjectPath:
     """The ``s3://`` source of ``config``: ConfigError (one line, exit 2) for a bad URL, for
-    what cannot be read from a bucket yet, and for credentials in the job file with the Dask
+    links (a bucket has none), and for credentials in the job file with the Dask
     backend (they would travel to the workers in the task graph)."""
     source = locate(config.source.path, config.storage.options())
-    if config.source.annotations.enabled:
-        raise ConfigError("source.annotations: annotation files are read from a local source "
-                          "only (not from s3:// yet): pack from a mounted copy")
     if config.source.follow_symlinks:
         raise ConfigError("source.follow_symlinks: an s3:// source has no links")
     if config.run.backend == "dask" and config.storage.credentials():

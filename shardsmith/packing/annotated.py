@@ -50,6 +50,7 @@ from ..config import Config
 from ..dataset.records import Reject, Sample, Unchanged
 from ..decoders import open_header, orientation
 from ..errors import BadImage
+from ..storage import is_url
 from ..tiling import MAX_TILES, Tile, kept, scaled_size, tile_count
 from .imaging import (
     Frame,
@@ -61,7 +62,7 @@ from .imaging import (
     stored_size,
     window_pixels,
 )
-from .originals import original_cap
+from .originals import object_root, original_cap
 from .plan import PlanItem
 
 MASK_BYTES_PER_PIXEL = 6  # the class mask, a label image of a region, a comparison
@@ -153,7 +154,9 @@ def image_annotations(item: PlanItem, root: str, config: Config, vocabulary: Voc
     image_class = vocabulary.image_classes[label] \
         if 0 <= label < len(vocabulary.image_classes) else ""
     frame_of_notes = stored if notes.coordinates == "stored" else upright
-    return read_annotations(item.source.relpath, item.annotation, root, notes,
+    # A bucket source: its annotation objects are read with this process's client.
+    where = object_root(root) if is_url(root) else root
+    return read_annotations(item.source.relpath, item.annotation, where, notes,
                             config.source.follow_symlinks, frame_of_notes, image_class,
                             notes.coco)
 

@@ -194,8 +194,10 @@ def make_job(scanned: ScanResult, config: Config, source: Path | ObjectPath, out
         reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
         raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
                               + _flat_folder_hint(scanned, config))
-    notes = prepare(scanned.files.relpaths, scanned.classes, str(source), config,
-                    previous.object_classes if previous is not None else None)
+    notes = prepare(scanned.files.relpaths, scanned.classes,
+                    source if isinstance(source, ObjectPath) else str(source), config,
+                    previous.object_classes if previous is not None else None,
+                    scanned.annotation_objects)
     plan = make_plan(scanned.files, config.splits, config.seed, config.split_group,
                      config.split_folder, notes.records)
     fingerprint = sources_fingerprint(_source_entries(plan.table, notes, config,
@@ -260,11 +262,14 @@ def _source_entries(table: SourceTable, notes: Prepared, config: Config,
     the annotation digest and the label (a labels file can change one without the other).
     ``objects`` (an ``s3://`` source): also the ETag (``scan.object_tag``), so an object
     rewritten at its size within the second of its ``LastModified`` is a change too."""
-    if objects:
-        return zip(table.relpaths, table.sizes, table.mtimes, table.inodes, strict=True)
     if notes.digests is None and config.source.labels != "file":
+        if objects:
+            return zip(table.relpaths, table.sizes, table.mtimes, table.inodes, strict=True)
         return zip(table.relpaths, table.sizes, table.mtimes, strict=True)
     digests = notes.digests if notes.digests is not None else np.zeros(len(table), np.uint64)
+    if objects:
+        return zip(table.relpaths, table.sizes, table.mtimes, table.inodes, digests,
+                   table.labels, strict=True)
     return zip(table.relpaths, table.sizes, table.mtimes, digests, table.labels, strict=True)
 
 

@@ -69,7 +69,7 @@ def pack_to_bucket(config: Config, pack_local: Callable[[Config], Any]) -> Any:
     ``pack_local`` (``pipeline.pack`` of a local output), then publish the spool's version
     to the bucket.  Returns what ``pack_local`` returned (its ``output``: the spool), with
     ``published``: the URL."""
-    bucket = locate(config.output.path)
+    bucket = locate(config.output.path, config.storage.options())
     if not bucket.key:
         raise OutputStateError(f"{bucket}: give a prefix for the dataset (s3://bucket/name)")
     home = spool_for(bucket)

@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..annotations.sources import annotation_reason, read_labels, read_shared
+from ..annotations.sources import annotation_reason, object_etag, read_labels, read_shared
 from ..config import SourceConfig
 from ..door import Identity
 from ..errors import ConfigError
@@ -131,6 +131,8 @@ class ScanResult:
     # (path, detail) of images whose row in the labels file is malformed, and of rows that
     # name no image (under the labels file's name): rejected with ``bad_annotation``.
     bad_annotations: tuple[tuple[str, str], ...] = ()
+    # An s3:// source: its annotation objects (key -> size, ETag), from the listing.
+    annotation_objects: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,7 @@ class _Walk:
         self.excluded: Counter = Counter()
         self.excluded_paths: dict[str, list[str]] = {}
         self.unreadable: list[tuple[str, str]] = []
+        self.annotation_objects: dict[str, tuple[int, str]] = {}
 
     def exclude(self, reason: str, relpath: str) -> None:
         self.excluded[reason] += 1
@@ -287,16 +290,17 @@ def _finish(walk: _Walk, root: Path | ObjectPath, config: SourceConfig,
             table.labels[:] = [label_of[path.split("/")[depth]] for path in table.relpaths]
     paths = {reason: sorted(kept) for reason, kept in sorted(walk.excluded_paths.items())}
     return ScanResult(table, classes, +walk.excluded, tuple(sorted(walk.unreadable)), paths,
-                      tuple(bad))
+                      tuple(bad), walk.annotation_objects)
 
 
-def _labels_from_file(table: SourceTable, walk: _Walk, root: Path, config: SourceConfig
+def _labels_from_file(table: SourceTable, walk: _Walk, root: Path | ObjectPath,
+                      config: SourceConfig
                       ) -> tuple[SourceTable, tuple[str, ...], list[tuple[str, str]]]:
     """Labels from the labels file: images it does not name are left out (``not in the labels
     file``), images whose row is malformed are rejected; classes sorted by name."""
     where = config.annotations.labels
-    rows = read_labels(read_shared(str(root), where, follow_symlinks=config.follow_symlinks),
-                       where)
+    rows = read_labels(read_shared(root if isinstance(root, ObjectPath) else str(root), where,
+                                   follow_symlinks=config.follow_symlinks), where)
     keep = np.zeros(len(table), bool)
     bad = [(where, problem) for problem in rows.problems]
     for at, relpath in enumerate(table.relpaths):
@@ -545,6 +549,10 @@ def _sort_object(walk: _Walk, relpath: str, entry: dict) -> None:
     except ConfigError:
         walk.unreadable.append((relpath, "not a plain object key (an empty, '.' or '..' "
                                 "segment, or a control character)"))
+        return
+    if walk.annotations is not None and annotation_reason(relpath, False, walk.annotations):
+        walk.exclude("annotation", relpath)  # kept for the annotations' change detection
+        walk.annotation_objects[relpath] = (int(entry.get("size") or 0), object_etag(entry))
         return
     if os.path.splitext(relpath)[1].lower() not in walk.extensions:
         walk.exclude("extension", relpath)

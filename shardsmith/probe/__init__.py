@@ -23,6 +23,7 @@ from ..config import Config
 from ..errors import ConfigError, ShardsmithError
 from ..packing.originals import original_cap
 from ..packing.scan import ScanResult
+from ..storage import is_url
 from .compute import ImagePath, LoaderCosts, WriterRate, measure_sample, measure_writer
 from .predict import Prediction, TrainingFeed, TreeCounts, count_tree, predict, training_feed
 from .storage import ColdReads, Listing, drop_all, measure_listing, measure_reads, reader_levels
@@ -141,6 +142,10 @@ def source_root(config: Config) -> Path:
     """The source directory of ``config``, resolved; ConfigError when there is none."""
     if not config.source.path:
         raise ConfigError("source.path: no source directory given (argument SOURCE or config)")
+    if is_url(config.source.path):  # its cold reads and listing rates are a disk's
+        raise ConfigError(f"source.path: {config.source.path}: the probe measures a local or "
+                          "mounted tree, not an s3:// source (pack --dry-run counts a bucket "
+                          "without --probe)")
     root = Path(config.source.path).expanduser().resolve()
     if not root.is_dir():
         raise ConfigError(f"source.path: {root} is not a directory")

@@ -21,8 +21,9 @@ from ..annotations.read import read_annotations
 from ..config import Config
 from ..decoders import open_header, orientation
 from ..errors import BadImage
-from ..packing.originals import open_source, original_cap, read_all
+from ..packing.originals import open_source, original_cap, read_all, use_storage
 from ..packing.scan import ScanResult
+from ..storage import ObjectPath
 
 SAMPLE = 64  # originals whose annotations are read: a few seconds from a NAS
 HEADER_BYTES = 1 << 20  # JPEG EXIF and PNG/TIFF headers fit; a TIFF with its IFD at the end
@@ -44,7 +45,7 @@ class AnnotationCheck:
     sources: SourceReport | None
 
 
-def check_annotations(scanned: ScanResult, config: Config, source: Path,
+def check_annotations(scanned: ScanResult, config: Config, source: Path | ObjectPath,
                       sample: int = SAMPLE) -> AnnotationCheck | None:
     """The annotation check of a dry run; None for a job without box, polygon or mask
     annotations.  Raises AnnotationError (exit 2) for a source that is not there."""
@@ -52,7 +53,11 @@ def check_annotations(scanned: ScanResult, config: Config, source: Path,
     if not notes.has_objects:
         return None
     files = scanned.files
-    prepared = prepare(files.relpaths, scanned.classes, str(source), config, None)
+    root = source if isinstance(source, ObjectPath) else str(source)
+    if isinstance(source, ObjectPath):
+        use_storage(config.storage.options())  # the originals' headers: as a worker reads
+    prepared = prepare(files.relpaths, scanned.classes, root, config, None,
+                       scanned.annotation_objects)
     problems = [f"{path}: {detail}" for path, detail in prepared.problems]
     chosen = sorted(random.Random(f"dry-run:{config.seed}").sample(
         range(len(files)), min(sample, len(files))))
@@ -64,9 +69,8 @@ def check_annotations(scanned: ScanResult, config: Config, source: Path,
         try:
             stored, rotation = _header(str(source), item.relpath, config, item.identity)
             frame = stored if notes.coordinates == "stored" else upright_size(*stored, rotation)
-            read_annotations(item.relpath, prepared.records.get(item.relpath), str(source),
-                             notes, config.source.follow_symlinks, frame, image_class,
-                             notes.coco)
+            read_annotations(item.relpath, prepared.records.get(item.relpath), root, notes,
+                             config.source.follow_symlinks, frame, image_class, notes.coco)
         except BadImage as exc:
             if exc.reason != "bad_annotation":  # the pack rejects the original itself
                 problems.append(f"{item.relpath}: the original: {exc.reason} ({exc.detail})")

@@ -18,6 +18,7 @@ from ..dataset.manifest import MANIFEST_NAME, read_manifest
 from ..errors import ManifestError, ShardsmithError
 from ..packing.outputdir import previous_dataset
 from ..packing.scan import ScanResult
+from ..storage import ObjectPath
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .annotations import AnnotationCheck, check_annotations
 from .memory import MemoryEstimate, worst_case_memory
@@ -75,22 +76,27 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
                                      assumption(config))
     delta = changes(scanned, config, source, output)  # first: it raises what a pack would
     notes = check_annotations(scanned, config, source)
-    memory = worst_case_memory(config, tree.files, tree.bytes, _coco_bytes(source, config))
+    memory = worst_case_memory(config, tree.files, tree.bytes,
+                               _coco_bytes(source, config, scanned))
     return DryRun(str(source), str(output), tree, dict(sorted(scanned.excluded.items())),
                   len(scanned.unreadable), shards, existing_output(output, config), memory,
                   report, delta, notes)
 
 
-def changes(scanned: ScanResult, config: Config, source: Path, output: Path) -> str | None:
+def changes(scanned: ScanResult, config: Config, source: Path | ObjectPath,
+            output: Path | ObjectPath) -> str | None:
     """What a pack would change in the dataset in ``output`` (its Delta, in one line: "2 new,
     1 removed, up to 1 changed; 1 shard rewritten, 3 kept"); None when there is none to
     build on (``existing_output`` says why).
 
     It decides as the pack does, by the pack's own steps, so a pack that would refuse (a
     manifest it cannot read, other settings, a sample index missing or damaged) is refused
-    here with the same error: the same line and exit code, not a plan that will not run."""
+    here with the same error: the same line and exit code, not a plan that will not run.
+    None too for an ``s3://`` output, whose delta the pack finds against its local spool."""
     from ..packing.pipeline import find_delta, make_job, up_to_date
 
+    if isinstance(output, ObjectPath):  # the pack works out its delta in its spool
+        return None
     previous = previous_dataset(output, config)
     if previous is None:
         return None
@@ -99,12 +105,15 @@ def changes(scanned: ScanResult, config: Config, source: Path, output: Path) -> 
     return find_delta(job, previous).summary()
 
 
-def _coco_bytes(source: Path, config: Config) -> int:
+def _coco_bytes(source: Path | ObjectPath, config: Config, scanned: ScanResult) -> int:
     """The size of the COCO file the driver will parse (0 without one, or when it is not
-    there: the pack says so)."""
+    there: the pack says so); in a bucket, the size its listing gave."""
     coco = config.source.annotations.coco
     if not coco:
         return 0
+    if isinstance(source, ObjectPath) and not os.path.isabs(coco):
+        found = scanned.annotation_objects.get(os.path.normpath(coco))
+        return found[0] if found is not None else 0
     try:
         return os.stat(source / coco, follow_symlinks=config.source.follow_symlinks).st_size
     except OSError:
@@ -129,8 +138,14 @@ def assumption(config: Config) -> str:
             "--probe measures it")
 
 
-def existing_output(output: Path, config: Config) -> str:
-    """What the output directory holds, and what a pack would therefore do with it."""
+def existing_output(output: Path | ObjectPath, config: Config) -> str:
+    """What the output directory (or bucket prefix) holds, and what a pack would therefore do
+    with it."""
+    if isinstance(output, ObjectPath):
+        if not (output / MANIFEST_NAME).exists():
+            return "holds no dataset: a pack creates it"
+        return f"holds version {read_manifest(output).version}: a pack adds what changed" + (
+            " (--overwrite: replaces it with a fresh pack)" if config.run.overwrite else "")
     if not output.exists():
         return "does not exist yet: a pack creates it"
     if not (output / MANIFEST_NAME).exists():
