@@ -15,6 +15,7 @@ anonymous file in the state folder, and the totals are a count per split and cla
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -85,8 +86,9 @@ class ChangesRecorder:
         self.after = Tally(manifest.classes, manifest.object_classes)
         # path -> [key, split, label, source digest, annotation digest, samples]
         self.leaving: dict[str, list[Any]] = {}
-        state_folder(output / STATE_DIR)
-        self.spool = tempfile.TemporaryFile(dir=output / STATE_DIR)
+        self.spool_folder = output / STATE_DIR
+        state_folder(self.spool_folder)
+        self.spool = tempfile.TemporaryFile(dir=self.spool_folder)
 
     def previous_sample(self, record: SampleRecord, leaves: bool) -> None:
         """One sample of the previous version, and whether it leaves this one."""
@@ -137,13 +139,30 @@ class ChangesRecorder:
                                   samples=_count(samples))
             else:  # the same content packed again: repaired, or re-annotated by new rules
                 return
-        self.spool.write(json_line(line))
+        with self._named():
+            self.spool.write(json_line(line))
+
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """An error of the anonymous spool (a full disk) names the folder it lives in, so the
+        one line the command prints says where space ran out."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.spool_folder)) from None
 
     def lines(self) -> Iterator[bytes]:
         """Every change line: this run's sources in plan order, then the sources removed (in
         the previous index's order), the new rejects and the fixed ones."""
-        self.spool.seek(0)
-        while chunk := self.spool.read(COPY_CHUNK):
+        with self._named():
+            self.spool.seek(0)
+        while True:
+            with self._named():
+                chunk = self.spool.read(COPY_CHUNK)
+            if not chunk:
+                break
             yield chunk
         classes = self.previous.classes if self.previous is not None else ()
         for path, (key, split, label, _, _, samples) in self.leaving.items():
@@ -179,8 +198,11 @@ class ChangesRecorder:
 
 
     def close(self) -> None:
-        """Let the spool go (an anonymous file: nothing is left behind)."""
-        self.spool.close()
+        """Let the spool go (an anonymous file: nothing is left behind).  Closing flushes what
+        is buffered; when that fails (a full disk) the lines are not wanted any more, and the
+        error that stopped the pack, naming its file, is the one to report."""
+        with contextlib.suppress(OSError):
+            self.spool.close()
 
 
 def write_changes(output: Path, header: ChangesHeader, lines: Iterable[bytes]) -> ChangesEntry:
