@@ -113,26 +113,38 @@ class ExportTree:
     def link(self, source_root: Path, file: ExportedFile) -> bool:
         """Hard-link ``file`` from the export folder ``source_root``; False (nothing linked)
         when the file there is not a regular file of its recorded size."""
-        # Plain strings, not Path objects: a re-export links every unchanged file, and Path
-        # building was a third of the linking's time.
+        # Plain strings, not Path objects, and the link made before the look (one lstat of
+        # the new name says what it links to): a re-export links every unchanged file, and
+        # Path building and a second lstat were half of the linking's time.
         source = os.path.join(source_root, file.path)
+        parent, _, _ = file.path.rpartition("/")
+        if parent not in self._folders:
+            self.folder(parent)
+        target = os.path.join(self.root, file.path)
+        try:
+            os.link(source, target, follow_symlinks=False)
+        except FileExistsError:
+            return self._link_over(source, target, file)
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            return False  # gone, or a folder (EPERM): not a file to link
+        info = os.lstat(target)
+        if stat.S_ISREG(info.st_mode) and info.st_size == file.bytes:
+            return True
+        os.unlink(target)  # a link to what is there instead: not the recorded file
+        return False
+
+    def _link_over(self, source: str, target: str, file: ExportedFile) -> bool:
+        """``link`` where ``target`` is there already (a folder of an earlier try)."""
         try:
             info = os.lstat(source)
         except FileNotFoundError:
             return False
         if not stat.S_ISREG(info.st_mode) or info.st_size != file.bytes:
             return False
-        parent, _, _ = file.path.rpartition("/")
-        self.folder(parent)
-        target = os.path.join(self.root, file.path)
-        try:
-            there = os.lstat(target)
-        except FileNotFoundError:
-            there = None
-        if there is not None:
-            if there.st_ino == info.st_ino and there.st_dev == info.st_dev:
-                return True
-            self._clear(Path(target))
+        there = os.lstat(target)
+        if there.st_ino == info.st_ino and there.st_dev == info.st_dev:
+            return True
+        self._clear(Path(target))
         os.link(source, target, follow_symlinks=False)
         return True
 
