@@ -175,12 +175,13 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
     with SharedLock(source / STATE_DIR / LOCK_NAME, "packed"):
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
+        read: dict = {}  # records the first survey read and checked
         if root.is_dir():  # refused before our lock folder appears in someone's folder
-            survey(root, layout)
+            survey(root, layout, read)
         root.mkdir(parents=True, exist_ok=True)
         check_destination(root)
         with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
-            run = _Run(source, manifest, options, survey(root, layout), quiet, keep)
+            run = _Run(source, manifest, options, survey(root, layout, read), quiet, keep)
             return run.execute(started)
 
 
