@@ -32,16 +32,21 @@ T = TypeVar("T")
 RECORD_FORMAT = 1
 RECORD_CAP = 4 * STATE_CAP  # ~1 KiB a sample with its COCO polygons: 256k samples
 SHA256 = re.compile(r"[0-9a-f]{64}")
-PART = re.compile(r"[^/\x00]{1,255}")
 
 
 def safe_relpath(path: str) -> bool:
     """A path inside the export folder: relative, no ``.``, ``..`` or empty part, no NUL, not
     in our own ``.export`` folder."""
+    if not 0 < len(path) <= 4096 or path[0] == "/" or path[-1] == "/" or "//" in path \
+            or "\x00" in path:
+        return False
     parts = path.split("/")
-    return (0 < len(path) <= 4096 and not path.startswith("/")
-            and all(PART.fullmatch(part) and part not in (".", "..") for part in parts)
-            and parts[0] != RECORD_DIR)
+    if parts[0] == RECORD_DIR or any(len(part) > 255 for part in parts):
+        return False
+    # a part of "." or ".." starts with a dot: a path without "/." and not starting with one
+    # has none (checked a file at a time in a record of 20,000: a regular expression a part
+    # was half of reading it)
+    return not ((path[0] == "." or "/." in path) and any(part in (".", "..") for part in parts))
 
 
 @dataclass(frozen=True)

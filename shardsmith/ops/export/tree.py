@@ -116,11 +116,11 @@ class ExportTree:
         # Plain strings, not Path objects, and the link made before the look (one lstat of
         # the new name says what it links to): a re-export links every unchanged file, and
         # Path building and a second lstat were half of the linking's time.
-        source = os.path.join(source_root, file.path)
+        source = f"{source_root}/{file.path}"  # a safe relative path (``safe_relpath``)
         parent, _, _ = file.path.rpartition("/")
         if parent not in self._folders:
             self.folder(parent)
-        target = os.path.join(self.root, file.path)
+        target = f"{self.root}/{file.path}"
         try:
             os.link(source, target, follow_symlinks=False)
         except FileExistsError:
