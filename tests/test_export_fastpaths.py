@@ -1,6 +1,7 @@
-"""The export's own walk of a WebDataset shard (``ops/export/plaintar``): the same samples,
-bytes and members as the format's reader for a shard shardsmith wrote, and None (the format's
-reader then reads it) for anything else."""
+"""The export's fast paths give what the slow ones give: its own walk of a WebDataset shard
+(``ops/export/plaintar``) the same samples, bytes and members as the format's reader for a
+shard shardsmith wrote, and None (the format's reader then reads it) for anything else; a
+version made durable by fsyncs where ``syncfs`` is missing or fails."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from test_export import pack_corpus, write_corpus
 
 from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
-from shardsmith.ops.export import plaintar
+from shardsmith.ops.export import export, plaintar, tree
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +84,20 @@ def test_a_plain_tar_of_shardsmith_members_is_walked(tmp_path):
     [(offset, record)] = walked(path)
     assert offset == 0 and record.key == "k"
     assert [member.extension for member in record.members] == ["jpg", "cls", "json"]
+
+
+def fails(fd: int) -> int:
+    return -1
+
+
+@pytest.mark.parametrize("syncfs", [None, fails], ids=["missing", "failing"])
+def test_without_syncfs_every_file_is_fsynced(dataset, tmp_path, monkeypatch, syncfs):
+    synced = []
+    original = tree._fsync_file
+    monkeypatch.setattr(tree, "_SYNCFS", syncfs)
+    monkeypatch.setattr(tree, "_fsync_file", lambda path: synced.append(path) or original(path))
+    result = export(dataset, tmp_path / "dest", "yolo")
+    files = {str(path.relative_to(result.folder)) for path in result.folder.rglob("*")
+             if path.is_file()}
+    assert files and files <= {os.path.relpath(path, tmp_path / "dest" / "v1.partial")
+                               for path in synced}
