@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import time
@@ -27,6 +26,8 @@ from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ...dataset.formats import shard_format
 from ...dataset.formats.base import open_shard
@@ -51,10 +52,9 @@ from ...errors import (
     ShardFormatError,
 )
 from ...progress import Progress
-from ...schema import to_json
 from ...storage import ObjectPath, location
 from ...text import cut, plural, shown
-from . import layouts
+from . import layouts, plaintar
 from .record import (
     JOURNAL_NAME,
     RECORD_DIR,
@@ -187,12 +187,13 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
     with shared:
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
+        read: dict = {}  # records the first survey read and checked
         if root.is_dir():  # refused before our lock folder appears in someone's folder
-            survey(root, layout)
+            survey(root, layout, read)
         root.mkdir(parents=True, exist_ok=True)
         check_destination(root)
         with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
-            run = _Run(source, manifest, options, survey(root, layout), quiet, keep)
+            run = _Run(source, manifest, options, survey(root, layout, read), quiet, keep)
             return run.execute(started)
 
 
@@ -215,12 +216,16 @@ def _check_locations(source: Path | ObjectPath,
     return source, destination
 
 
+# Sorted keys, every field: a sample index line less its shard in 3 us (a generic dump and
+# sort took 150 us a line, 1.5 s of a re-export of 10,000 samples).
+_DIGEST_ENCODER = msgspec.json.Encoder(order="sorted")
+
+
 def sample_digest(record: SampleRecord) -> str:
     """A sample's index line less the shard it lies in (a compaction moves it, not changes
     it)."""
-    line = to_json(record)
-    line.pop("shard", None)
-    return hashlib.sha256(json.dumps(line, sort_keys=True).encode()).hexdigest()
+    fields = {name: getattr(record, name) for name in record.__slots__ if name != "shard"}
+    return hashlib.sha256(_DIGEST_ENCODER.encode(fields)).hexdigest()
 
 
 class _Run:
@@ -396,9 +401,13 @@ class _Run:
         stream by: a shard that is not the manifest's stops the export before anything is
         switched."""
         path = self.source / shard.name  # what messages name; ``copy`` is what is read
+        if self.fmt.name == "webdataset" and isinstance(path, Path):
+            made = self._read_plain_tar(path, shard, wanted, digests, tree, progress)
+            if made is not None:
+                return made
         digest = hashlib.sha256()
         position = 0
-        made: list[ExportedSample] = []
+        made = []
         try:
             with local_copy(path, shard.bytes) as copy, open_shard(copy) as opened, \
                     contextlib.closing(self.fmt.records(copy, shard.bytes)) as stream:
@@ -431,6 +440,41 @@ class _Run:
             raise DamagedShardError(f"{path}: does not hold sample {missing[0]} the sample "
                                      "index places there (shardsmith verify shows more)")
         return made
+
+    def _read_plain_tar(self, path: Path, shard: ShardEntry, wanted: dict[str, SampleRecord],
+                        digests: dict[str, str], tree: ExportTree,
+                        progress: Progress) -> list[ExportedSample] | None:
+        """``_read_shard`` of a sound WebDataset shard: hashed whole first (sequential reads),
+        its headers walked by ``plaintar``, then only the wanted samples read.  None, nothing
+        exported, for a shard that is not plainly sound: the format's reader then reads it
+        and says what is wrong."""
+        try:
+            opened = open_shard(path)
+        except (OSError, ShardFormatError):
+            return None
+        with opened:
+            try:
+                if opened.size != shard.bytes:
+                    return None
+                digest = hashlib.sha256()
+                _hash_range(opened, digest, 0, shard.bytes)
+                if digest.hexdigest() != shard.sha256:
+                    return None
+                samples = plaintar.plain_samples(opened.fd, shard.bytes)
+            except OSError:
+                return None
+            if samples is None or not set(wanted) <= {key for key, _ in samples}:
+                return None
+            made = []
+            try:
+                for _, packed in plaintar.read_samples(opened.fd, samples, wanted):
+                    made.append(self._export_sample(shard, wanted[packed.key], packed,
+                                                    digests, tree))
+                    progress.update()
+            except ShardFormatError as exc:
+                raise DamagedShardError(f"{path}: {exc} (shardsmith verify checks the whole "
+                                         "dataset); nothing was switched") from None
+            return made
 
     def _mismatch(self, path: Path | ObjectPath, why: str) -> str:
         return (f"{path}: {why}: the shard changed or is damaged since it was packed "

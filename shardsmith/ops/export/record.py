@@ -14,8 +14,11 @@ import json
 import re
 import typing
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
+
+import msgspec
 
 from ...door import STATE_CAP, Refused, open_file
 from ...errors import ManifestError, OutputStateError
@@ -29,16 +32,21 @@ T = TypeVar("T")
 RECORD_FORMAT = 1
 RECORD_CAP = 4 * STATE_CAP  # ~1 KiB a sample with its COCO polygons: 256k samples
 SHA256 = re.compile(r"[0-9a-f]{64}")
-PART = re.compile(r"[^/\x00]{1,255}")
 
 
 def safe_relpath(path: str) -> bool:
     """A path inside the export folder: relative, no ``.``, ``..`` or empty part, no NUL, not
     in our own ``.export`` folder."""
+    if not 0 < len(path) <= 4096 or path[0] == "/" or path[-1] == "/" or "//" in path \
+            or "\x00" in path:
+        return False
     parts = path.split("/")
-    return (0 < len(path) <= 4096 and not path.startswith("/")
-            and all(PART.fullmatch(part) and part not in (".", "..") for part in parts)
-            and parts[0] != RECORD_DIR)
+    if parts[0] == RECORD_DIR or any(len(part) > 255 for part in parts):
+        return False
+    # a part of "." or ".." starts with a dot: a path without "/." and not starting with one
+    # has none (checked a file at a time in a record of 20,000: a regular expression a part
+    # was half of reading it)
+    return not ((path[0] == "." or "/." in path) and any(part in (".", "..") for part in parts))
 
 
 @dataclass(frozen=True)
@@ -122,8 +130,13 @@ class JournalEntry:
     samples: tuple[ExportedSample, ...]
 
 
-def read_record(folder: Path) -> ExportRecord | None:
-    """The record of the export folder ``folder``; None when it has none."""
+def read_record(folder: Path,
+                memo: dict[Path, tuple[bytes, ExportRecord]] | None = None
+                ) -> ExportRecord | None:
+    """The record of the export folder ``folder``; None when it has none.  ``memo`` (path ->
+    bytes and record) keeps what was parsed: the same bytes again are the same record (an
+    export reads DEST twice, before its lock folder appears and under the lock; a record of
+    10,000 samples takes ~0.1 s to parse)."""
     path = folder / RECORD_DIR / RECORD_NAME
     try:
         with open_file(path, RECORD_CAP) as handle:
@@ -132,7 +145,22 @@ def read_record(folder: Path) -> ExportRecord | None:
         return None
     except Refused as exc:
         raise OutputStateError(f"{path}: {exc.detail}; move {folder} away and rerun") from None
-    return parse_record(raw, path, folder)
+    last = None if memo is None else memo.get(path)
+    if last is not None and last[0] == raw:
+        return last[1]
+    record = parse_record(raw, path, folder)
+    if memo is not None:
+        memo[path] = (raw, record)
+    return record
+
+
+@cache
+def _inner_records(cls: type) -> dict[str, type | None]:
+    """Field name -> the record class it holds (one or a tuple of them), None for a value."""
+    hints = typing.get_type_hints(cls)
+    return {name: next((arg for arg in typing.get_args(hint) or (hint,)
+                        if dataclasses.is_dataclass(arg)), None)
+            for name, hint in hints.items()}
 
 
 def unknown_field(cls: type, value: Any, where: str = "") -> str | None:
@@ -142,12 +170,11 @@ def unknown_field(cls: type, value: Any, where: str = "") -> str | None:
     exactly one this release wrote."""
     if not (dataclasses.is_dataclass(cls) and isinstance(value, dict)):
         return None
-    hints = typing.get_type_hints(cls)
+    fields = _inner_records(cls)
     for name, item in value.items():
-        if name not in hints:
+        if name not in fields:
             return f"{where}{name}"
-        inner = next((arg for arg in typing.get_args(hints[name]) or (hints[name],)
-                      if dataclasses.is_dataclass(arg)), None)
+        inner = fields[name]
         if inner is None:
             continue
         items = value[name] if isinstance(item, list) else [item]
@@ -167,9 +194,42 @@ def parse_strict(cls: type[T], value: Any) -> T:
     return parse(cls, value, "", OutputStateError)
 
 
+# The record's own encoding: msgspec, keys sorted, every field (None as null).  A record that
+# decodes and encodes back to its very bytes has no unknown field and no key twice, so it
+# needs no slower look (10,000 samples: 0.04 s instead of 0.5 s with a Python walk).
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_RECORD_DECODER = msgspec.json.Decoder(ExportRecord, strict=True)
+
+
+def _check_record(record: ExportRecord) -> None:
+    """The ``check`` of every part of a record read fast (what ``parse`` runs after a
+    conversion), in one loop."""
+    record.check("")
+    for number, sample in enumerate(record.samples):
+        sample.check(f"samples[{number}]")
+        for index, file in enumerate(sample.files):
+            file.check(f"samples[{number}].files[{index}]")
+    for index, file in enumerate(record.shared):
+        file.check(f"shared[{index}]")
+
+
+def _exact(decoder: msgspec.json.Decoder, raw: bytes) -> Any:
+    """``raw`` decoded by ``decoder`` when it is exactly what our encoder writes of the result
+    (with its newline); None otherwise (then the slow path says what is wrong, if anything)."""
+    try:
+        value = decoder.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return value if _ENCODER.encode(value) + b"\n" == raw else None
+
+
 def parse_record(raw: bytes, path: Path, folder: Path) -> ExportRecord:
     advice = f"not an export record shardsmith wrote; move {folder} away and rerun"
     try:
+        record = _exact(_RECORD_DECODER, raw)
+        if record is not None:
+            _check_record(record)
+            return record
         return parse_strict(ExportRecord, decode(raw, str(path), unique_keys=True))
     except (ManifestError, OutputStateError) as exc:
         message = str(exc).removeprefix(f"{path}: ")
@@ -177,11 +237,11 @@ def parse_record(raw: bytes, path: Path, folder: Path) -> ExportRecord:
 
 
 def record_bytes(record: ExportRecord) -> bytes:
-    return (json.dumps(to_json(record), sort_keys=True, separators=(",", ":")) + "\n").encode()
+    return _ENCODER.encode(record) + b"\n"
 
 
 def journal_line(entry: JournalEntry) -> bytes:
-    return (json.dumps(to_json(entry), sort_keys=True, separators=(",", ":")) + "\n").encode()
+    return _ENCODER.encode(entry) + b"\n"
 
 
 def read_journal(folder: Path, options_line: bytes) -> dict[str, JournalEntry]:

@@ -5,9 +5,12 @@ take the files out of DEST)."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import os
 import stat
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,13 +27,30 @@ HASH_CHUNK = 8 << 20
 SYNC_THREADS = 32
 
 
+def _load_syncfs():
+    """Linux's ``syncfs(2)`` from the C library, None elsewhere (or where it is missing)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNCFS = _load_syncfs()
+
+
 class ExportTree:
     """Writes and links files under ``root``; remembers what to fsync before the commit."""
 
     def __init__(self, root: Path):
         self.root = root
         self._folders: set[str] = set()
-        self.written: list[Path] = []
+        self.written: list[str] = []
         # A folder this run made holds only what it writes: no leftovers to look for (the
         # walk took 0.24 s of a 2.2 s re-export of 2,020 samples).
         self.fresh = not os.path.lexists(root)
@@ -69,43 +89,62 @@ class ExportTree:
 
     def write(self, relpath: str, data: bytes) -> ExportedFile:
         parent, _, _ = relpath.rpartition("/")
-        self.folder(parent)
-        path = self.root / relpath
-        self._clear(path)
-        with naming(path):
+        if parent not in self._folders:
+            self.folder(parent)
+        # A plain string and no look first: the create refuses a name that is there (then it
+        # is cleared and created again); a Path and an lstat a file were a fifth of the time
+        # spent writing 20,000 small files.
+        path = os.path.join(self.root, relpath)
+        try:
             fd = os.open(path, CREATE, 0o644)
-            try:
+        except FileExistsError:
+            self._clear(Path(path))
+            fd = os.open(path, CREATE, 0o644)
+        try:
+            with naming(path):
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+        finally:
+            os.close(fd)
         self.written.append(path)
         return ExportedFile(relpath, len(data), hashlib.sha256(data).hexdigest())
 
     def link(self, source_root: Path, file: ExportedFile) -> bool:
         """Hard-link ``file`` from the export folder ``source_root``; False (nothing linked)
         when the file there is not a regular file of its recorded size."""
-        # Plain strings, not Path objects: a re-export links every unchanged file, and Path
-        # building was a third of the linking's time.
-        source = os.path.join(source_root, file.path)
+        # Plain strings, not Path objects, and the link made before the look (one lstat of
+        # the new name says what it links to): a re-export links every unchanged file, and
+        # Path building and a second lstat were half of the linking's time.
+        source = f"{source_root}/{file.path}"  # a safe relative path (``safe_relpath``)
+        parent, _, _ = file.path.rpartition("/")
+        if parent not in self._folders:
+            self.folder(parent)
+        target = f"{self.root}/{file.path}"
+        try:
+            os.link(source, target, follow_symlinks=False)
+        except FileExistsError:
+            return self._link_over(source, target, file)
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            return False  # gone, or a folder (EPERM): not a file to link
+        info = os.lstat(target)
+        if stat.S_ISREG(info.st_mode) and info.st_size == file.bytes:
+            return True
+        os.unlink(target)  # a link to what is there instead: not the recorded file
+        return False
+
+    def _link_over(self, source: str, target: str, file: ExportedFile) -> bool:
+        """``link`` where ``target`` is there already (a folder of an earlier try)."""
         try:
             info = os.lstat(source)
         except FileNotFoundError:
             return False
         if not stat.S_ISREG(info.st_mode) or info.st_size != file.bytes:
             return False
-        parent, _, _ = file.path.rpartition("/")
-        self.folder(parent)
-        target = os.path.join(self.root, file.path)
-        try:
-            there = os.lstat(target)
-        except FileNotFoundError:
-            there = None
-        if there is not None:
-            if there.st_ino == info.st_ino and there.st_dev == info.st_dev:
-                return True
-            self._clear(Path(target))
+        there = os.lstat(target)
+        if there.st_ino == info.st_ino and there.st_dev == info.st_dev:
+            return True
+        self._clear(Path(target))
         os.link(source, target, follow_symlinks=False)
         return True
 
@@ -135,13 +174,28 @@ class ExportTree:
         return digest.hexdigest() == file.sha256
 
     def sync(self) -> None:
-        """fsync every file written and every folder: the version is durable before it is
-        switched to.  The fsyncs run from a pool of threads (``SYNC_THREADS``); the first
-        error is raised once all have finished."""
+        """Make every file written and every folder durable before the version is switched
+        to: on Linux one ``syncfs(2)`` of the filesystem (4,000 files of 2,000 samples: 0.78 s
+        of fsyncs from 32 threads on a 2-core machine, one syncfs 0.06 to 0.21 s); elsewhere,
+        or where it fails, an fsync of each file and folder from a pool of threads
+        (``SYNC_THREADS``), the first error raised once all have finished."""
+        if self._syncfs():
+            return
         with ThreadPoolExecutor(max_workers=SYNC_THREADS,
                                 thread_name_prefix="shardsmith-fsync") as pool:
             list(pool.map(_fsync_file, self.written))  # list(): raises the first error
             list(pool.map(fsync_directory, [self.root / relpath for relpath in self._folders]))
+
+    def _syncfs(self) -> bool:
+        """One ``syncfs`` of the filesystem holding ``root``; False when there is none or it
+        reports an error (the fsyncs one by one then say which file fails, if one does)."""
+        if _SYNCFS is None:
+            return False
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            return _SYNCFS(fd) == 0
+        finally:
+            os.close(fd)
 
     def remove_unnamed(self, named: set[str]) -> None:
         """Remove files an earlier try with other samples left that this export does not
@@ -160,7 +214,7 @@ class ExportTree:
                     os.unlink(path)
 
 
-def _fsync_file(path: Path) -> None:
+def _fsync_file(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:  # the journal, gone once the record is written

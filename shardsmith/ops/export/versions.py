@@ -61,8 +61,11 @@ def check_destination(root: Path) -> None:
         raise OutputStateError(f"{root}: exists and is {kind_of(info.st_mode)}, not a folder")
 
 
-def survey(root: Path, layout: str) -> Destination:
-    """Read DEST: every entry must be an export's; a version of another layout is refused."""
+def survey(root: Path, layout: str,
+           memo: dict[Path, tuple[bytes, ExportRecord]] | None = None) -> Destination:
+    """Read DEST: every entry must be an export's; a version of another layout is refused.
+    ``memo``: the records an earlier survey of this export read and checked (``read_record``),
+    not checked again when their bytes are the same."""
     versions: dict[int, ExportRecord] = {}
     partials: list[int] = []
     strangers = []
@@ -81,7 +84,8 @@ def survey(root: Path, layout: str) -> Destination:
         if match["partial"]:
             partials.append(number)
             continue
-        record = read_record(Path(entry.path))
+        known = None if memo is None else memo.get(Path(entry.path) / RECORD_DIR / RECORD_NAME)
+        record = read_record(Path(entry.path), memo)
         if record is None:
             strangers.append(entry.name)
             continue
@@ -89,8 +93,9 @@ def survey(root: Path, layout: str) -> Destination:
             raise OutputStateError(f"{root}: holds a {record.options.layout} export "
                                    f"({entry.name}); one layout per destination: export the "
                                    f"{layout} layout into another folder")
-        problem = check_record_paths(record.options, record.classes, record.object_classes,
-                                     record.samples, [file.path for file in record.shared])
+        problem = None if known is not None and known[1] is record else check_record_paths(
+            record.options, record.classes, record.object_classes, record.samples,
+            [file.path for file in record.shared])
         if problem is not None:
             raise OutputStateError(f"{Path(entry.path) / RECORD_DIR / RECORD_NAME}: {problem}: "
                                    f"the record is damaged; move {entry.path} away and rerun")
