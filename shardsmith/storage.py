@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ConfigError
+from .text import cut
 
 SCHEME = "s3://"
 # Bucket names as S3 defines them (3-63 characters, lower case, digits, dots, hyphens).
@@ -34,11 +35,25 @@ SEGMENT_CAP = 1024  # S3's own limit on a whole key, in bytes
 # server failing 1 request in 100, a request fails for good with odds 1e-12; a server that does
 # not answer at all is given up after ~30 s (measured, docs/storage.md).
 ATTEMPTS = 6
-# Options a user may hand to s3fs, each to where s3fs takes it.
+# Seconds to wait for a connection, and for the next bytes of an answer (botocore waits 60 s
+# for each, times ATTEMPTS: a server that accepts and never answers held a command ~7 min).
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 30.0
+# A whole call (every attempt of its request) is given up after DEADLINE_READS read timeouts,
+# plus a second per MiB it moves: a server trickling a byte a second, which no read timeout
+# catches, cannot hold a bounded ranged GET forever.
+DEADLINE_READS = 4
+SLOWEST_RATE = 1 << 20  # bytes a second
+# Calls that page through many requests (a LIST of 1,000 keys a page, a DELETE of 1,000 a
+# request) get this many deadlines: a listing of a million keys is 1,000 pages.
+MANY_REQUESTS = {"find": 20, "ls": 20, "rm": 20, "walk": 20}
+# Options a user may hand to s3fs, each to where s3fs takes it; the two timeouts are ours.
 OPTIONS = {
     "endpoint_url": "endpoint_url", "region": "region_name", "key": "key", "secret": "secret",
     "token": "token", "profile": "profile", "anon": "anon",
+    "connect_timeout": "connect_timeout", "read_timeout": "read_timeout",
 }
+IP_ADDRESS = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
 SECRET_OPTIONS = ("secret", "token", "key")
 SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
                     "AWS_ACCESS_KEY_ID")
@@ -74,9 +89,13 @@ def locate(url: str, options: Mapping[str, str] | None = None) -> ObjectPath:
     if "@" in bucket or ":" in bucket:  # user:secret@bucket: never echoed
         raise ConfigError(f"{SCHEME}...: credentials in the URL are refused (give them in "
                           "the AWS variables or --storage)")
-    if not BUCKET.fullmatch(bucket):
-        raise ConfigError(f"{SCHEME}{bucket}: not a bucket name (3-63 characters: a-z, 0-9, "
-                          "dots and hyphens)")
+    if not BUCKET.fullmatch(bucket) or ".." in bucket:
+        raise ConfigError(f"{SCHEME}{cut(bucket)}: not a bucket name (3-63 characters: a-z, "
+                          "0-9, dots and hyphens)")
+    if IP_ADDRESS.fullmatch(bucket):
+        raise ConfigError(f"{SCHEME}{bucket}: not a bucket name (S3 forbids names that look "
+                          "like an IP address; give the server in AWS_ENDPOINT_URL or "
+                          "--storage endpoint_url=...)")
     if key:
         check_key(key, url)
     return ObjectPath(client(options), bucket, key)
@@ -86,6 +105,7 @@ def check_key(key: str, where: str) -> None:
     """ConfigError unless ``key`` is a plain relative name: segments joined by single ``/``,
     none empty, ``.`` or ``..``, no trailing ``/``, no control character."""
     segments = key.split("/")
+    where = cut(where, 120)
     if any(segment in ("", ".", "..") for segment in segments):
         raise ConfigError(f"{where}: an object key with an empty, '.' or '..' segment or a "
                           "trailing '/' (keys follow the rules of file names)")
@@ -119,10 +139,15 @@ def client(options: Mapping[str, str] | None = None) -> Any:
     except ImportError:
         raise ConfigError("s3:// datasets need s3fs: pip install s3fs") from None
     options = dict(options or {})
+    timeouts = {name: _seconds(options.pop(name), name)
+                for name in ("connect_timeout", "read_timeout") if name in options}
+    connect = timeouts.get("connect_timeout", CONNECT_TIMEOUT)
+    read = timeouts.get("read_timeout", READ_TIMEOUT)
     kwargs: dict[str, Any] = {
         "skip_instance_cache": True,
         "use_listings_cache": False,  # a listing must be the bucket's now, not a minute ago
-        "config_kwargs": {"retries": {"max_attempts": ATTEMPTS, "mode": "standard"}},
+        "config_kwargs": {"retries": {"max_attempts": ATTEMPTS, "mode": "standard"},
+                          "connect_timeout": connect, "read_timeout": read},
     }
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
@@ -143,7 +168,18 @@ def client(options: Mapping[str, str] | None = None) -> Any:
     except Exception as exc:  # noqa: BLE001 - any client error becomes one scrubbed line
         raise ConfigError("s3: cannot make a client: "
                           + scrub(str(exc) or type(exc).__name__, secrets)) from None
-    return _Client(filesystem, secrets)
+    return _Client(filesystem, secrets, DEADLINE_READS * read + connect)
+
+
+def _seconds(value: str, name: str) -> float:
+    """A timeout option: seconds, more than 0 and at most an hour; ConfigError otherwise."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise ConfigError(f"storage: {name} must be seconds, more than 0 and at most 3600")
+    return seconds
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
@@ -156,30 +192,82 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     return text
 
 
+class StoreError(OSError):
+    """The store failed a request (a 5xx after every attempt, no answer, a reset): exit 1,
+    whatever the command, since the input may be sound; never a ManifestError (exit 2)."""
+
+
+class NoSuchBucket(FileNotFoundError):
+    """The URL's bucket does not exist: said so, not "no manifest" (exit 2, as a missing
+    dataset)."""
+
+
 class _Client:
     """The s3fs file system and the secrets to scrub from its errors; ``call`` runs one of its
     methods and turns whatever it raises into an ``OSError`` of the object's URL."""
 
-    __slots__ = ("fs", "secrets")
+    __slots__ = ("fs", "secrets", "deadline")
 
-    def __init__(self, filesystem: Any, secrets: tuple[str, ...]):
+    def __init__(self, filesystem: Any, secrets: tuple[str, ...], deadline: float = 0.0):
         self.fs = filesystem
         self.secrets = secrets
+        self.deadline = deadline  # seconds for a call moving little; 0: none
 
     def __repr__(self) -> str:
         return "<s3 client>"
 
-    def call(self, url: str, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def call(self, url: str, method: Callable[..., T], *args: Any, moves: int = 0,
+             **kwargs: Any) -> T:
+        """``method(*args, **kwargs)`` within the deadline of a call moving ``moves`` bytes
+        (a ranged GET: its range; an upload: its file's size)."""
+        deadline = self._deadline(method, args, kwargs, moves)
         try:
+            if deadline:
+                return method(*args, timeout=deadline, **kwargs)
             return method(*args, **kwargs)
-        except FileNotFoundError:
-            raise FileNotFoundError(errno.ENOENT, "no such object", url) from None
+        except FileNotFoundError as exc:
+            if _no_bucket(exc):
+                raise NoSuchBucket(errno.ENOENT, "the bucket does not exist (on this server: "
+                                   "check the URL and AWS_ENDPOINT_URL)", cut(url, 200)) \
+                    from None
+            raise FileNotFoundError(errno.ENOENT, "no such object", cut(url, 200)) from None
         except PermissionError as exc:
             raise PermissionError(errno.EACCES, "access denied: "
                                   + scrub(str(exc), self.secrets), url) from None
         except Exception as exc:  # noqa: BLE001 - botocore, aiohttp: one scrubbed OSError
-            detail = scrub(str(exc) or type(exc).__name__, self.secrets)
-            raise OSError(errno.EIO, f"object storage: {detail}", url) from None
+            if _timed_out(exc):
+                raise StoreError(errno.ETIMEDOUT, f"object storage: no whole answer within "
+                              f"{deadline:.0f} s ({ATTEMPTS} attempts); the store is down or "
+                              "too slow (--storage read_timeout=...)", cut(url, 200)) from None
+            detail = cut(scrub(str(exc) or type(exc).__name__, self.secrets), 200)
+            raise StoreError(errno.EIO, f"object storage: {detail}", cut(url, 200)) from None
+
+    def _deadline(self, method: Callable, args: tuple, kwargs: dict, moves: int) -> float:
+        """Seconds for the whole call: a deadline only fsspec's blocking methods take."""
+        if not self.deadline or not hasattr(method, "__wrapped__"):
+            return 0.0
+        name = getattr(method, "__name__", "").lstrip("_")
+        if name in MANY_REQUESTS:
+            return self.deadline * MANY_REQUESTS[name]
+        if not moves and name == "cat_file":
+            moves = max(0, int(kwargs.get("end") or 0) - int(kwargs.get("start") or 0))
+        if not moves and name == "put_file" and args:
+            try:
+                moves = os.path.getsize(args[0])
+            except (OSError, TypeError):
+                moves = 0
+        return self.deadline + moves / SLOWEST_RATE
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A deadline or a timeout of the client, by name (fsspec, asyncio, aiohttp, botocore)."""
+    return isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
+
+
+def _no_bucket(exc: FileNotFoundError) -> bool:
+    """A whole bucket missing (s3fs says so in its text; a HEAD of a key cannot)."""
+    text = str(exc)
+    return "NoSuchBucket" in text or "bucket does not exist" in text.lower()
 
 
 class ObjectPath:

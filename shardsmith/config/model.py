@@ -320,6 +320,8 @@ class StorageConfig:
     token: str = setting("")
     profile: str = setting("", comment="a profile of ~/.aws/credentials")
     anon: bool = setting(False, comment="true: a public bucket, no credentials")
+    connect_timeout: str = setting("", comment='seconds; "" = 10 (docs/storage.md)')
+    read_timeout: str = setting("", comment='seconds; "" = 30 (docs/storage.md)')
 
     def options(self) -> dict[str, str]:
         """The options given, as ``storage.locate`` takes them."""

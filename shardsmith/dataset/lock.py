@@ -15,6 +15,7 @@ import errno
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -29,6 +30,7 @@ from ..atomic import naming
 from ..door import STATE_CAP
 from ..errors import LockedError
 from ..storage import scrub
+from ..text import cut
 from .manifest import STATE_DIR
 from .statedir import open_state_file, read_state, state_folder
 
@@ -148,6 +150,9 @@ class SharedLock:
 LEASE_SECONDS = 600
 LEASE_RENEW = 120
 LEASE_BYTES = 1024  # a lease object is one short JSON line; nothing more of one is read
+# An expiry further ahead than this (or not a finite number) was not written by a holder
+# renewing every LEASE_RENEW seconds: the lease is garbage, taken over, never quoted.
+LEASE_HORIZON = 365 * 24 * 3600
 
 
 class BucketLease:
@@ -180,9 +185,13 @@ class BucketLease:
 
     def _put(self, **condition: str) -> str:
         lease = self.lease
-        answer = lease.client.fs.call_s3("put_object", Bucket=lease.bucket, Key=lease.key,
-                                         Body=self._body(), **condition)
-        return answer["ETag"]
+        answer = lease.client.call(str(lease), lease.client.fs.call_s3, "put_object",
+                                   Bucket=lease.bucket, Key=lease.key, Body=self._body(),
+                                   **condition)
+        etag = answer.get("ETag") if isinstance(answer, dict) else None
+        if not isinstance(etag, str) or not etag:
+            raise UnexpectedAnswer(str(lease))
+        return etag
 
     def _read(self) -> tuple[dict[str, Any], str] | None:
         """The lease there now (its fields, its ETag); None when there is none."""
@@ -208,17 +217,26 @@ class BucketLease:
             try:
                 self.etag = self._put(IfNoneMatch="*")
                 break
+            except UnexpectedAnswer as error:  # a 200 without an ETag: not S3 as we know it
+                raise OSError(errno.EIO, "cannot create the lease: the store answered "
+                              "something unexpected (not an S3 answer: check the endpoint)",
+                              error.url) from None
             except Exception as error:  # noqa: BLE001 - 412 (it exists) or a failure: look
                 failure = "no such bucket" if isinstance(error, FileNotFoundError) \
-                    else scrub(str(error) or type(error).__name__, self.lease.client.secrets)
+                    else scrub(getattr(error, "strerror", None) or str(error)
+                               or type(error).__name__, self.lease.client.secrets)
                 found = self._read()
             if found is None:
                 continue
-            failure = ""
             fields, etag = found
             if fields.get("token") == self.token:  # our PUT landed; its answer was lost
                 self.etag = etag
                 break
+            if failure and not _precondition(failure) and (not etag or "token" not in fields):
+                # neither "it exists" nor a lease there: a store that does not speak S3
+                raise OSError(errno.EIO, "cannot create the lease: the store answered "
+                              f"something unexpected ({cut(failure, 120)})", str(self.lease))
+            failure = ""
             holder = _lease_holder(fields)
             if not _stale(fields):
                 raise LockedError(f"{_dataset_of(self.lease)} is being "
@@ -274,13 +292,36 @@ class BucketLease:
                 log.warning("could not release the lease %s: %s", lease, error.strerror)
 
 
+def _precondition(failure: str) -> bool:
+    """Whether a failed conditional PUT failed on its condition (412: the lease exists)."""
+    return any(word in failure for word in ("pre-condition", "PreconditionFailed", "412"))
+
+
 def _dataset_of(lease: Any) -> str:
     return str(lease).rsplit(f"/{STATE_DIR}/", 1)[0]
 
 
+class UnexpectedAnswer(Exception):
+    """A store that answered a PUT with something that is not S3's answer (no ETag)."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        self.url = url
+
+
 def _expires(fields: dict[str, Any]) -> float:
+    """When the lease expires; 0 (expired: garbage) unless a finite number within
+    LEASE_HORIZON of now (``Infinity``, ``NaN``, 1e300: not a holder's)."""
     value = fields.get("expires")
-    return float(value) if isinstance(value, (int, float)) else 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    try:
+        value = float(value)
+    except OverflowError:  # an integer of 400 digits
+        return 0.0
+    if not math.isfinite(value) or value > time.time() + LEASE_HORIZON:
+        return 0.0
+    return value
 
 
 def _lease_holder(fields: dict[str, Any]) -> str:

@@ -38,6 +38,7 @@ from ..config import config_from_settings
 from ..door import MANIFEST_CAP, Refused, open_file
 from ..errors import ConfigError, ManifestError
 from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse, to_json
+from ..storage import NoSuchBucket, StoreError
 from ..text import shown
 
 SCHEMA_VERSION = 2
@@ -457,11 +458,15 @@ def read_manifest(directory: Path) -> Manifest:
     try:
         with open_file(path, MANIFEST_CAP) as handle:
             raw = handle.read()
+    except NoSuchBucket as exc:
+        raise ManifestError(f"{directory}: {exc.strerror}") from None
     except FileNotFoundError:
         raise ManifestError(f"{directory}: no {MANIFEST_NAME}: not a packed dataset (or its "
                             "pack has not finished)") from None
     except Refused as exc:
         raise ManifestError(f"{path}: {exc.detail}") from None
+    except StoreError:
+        raise  # the store failed, not the manifest: exit 1 (docs/storage.md)
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
     data = decode(raw, str(path), unique_keys=True)
