@@ -115,9 +115,14 @@ def samples_of(dataset: Path) -> list[dict]:
 
 def dataset_bytes(output: Path) -> dict[str, bytes]:
     """Every file of a dataset, the manifest without its timing fields."""
+    return without_timings({p.name: p.read_bytes() for p in sorted(output.iterdir())
+                            if p.is_file()})
+
+
+def without_timings(files: dict[str, bytes]) -> dict[str, bytes]:
+    """``files`` of a dataset (name -> bytes) with the manifest's timing fields left out."""
     import json
 
-    files = {p.name: p.read_bytes() for p in sorted(output.iterdir()) if p.is_file()}
     manifest = json.loads(files.pop("manifest.json"))
     for volatile in ("created", "run"):
         manifest.pop(volatile)

@@ -44,17 +44,7 @@ def bucket_bytes(s3, prefix: str) -> dict[str, bytes]:
     objects = {Path(key).name: s3.fs.cat_file(key)
                for key in s3.fs.ls(f"{s3.name}/{prefix}", detail=False)
                if s3.fs.info(key)["type"] == "file"}
-    return _normalized(objects)
-
-
-def _normalized(files: dict[str, bytes]) -> dict[str, bytes]:
-    manifest = json.loads(files.pop("manifest.json"))
-    for volatile in ("created", "run"):
-        manifest.pop(volatile)
-    for version in manifest["history"]:
-        version.pop("created")
-    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
-    return files
+    return images.without_timings(objects)
 
 
 def local_pack(tmp_path: Path, source: Path, name: str = "local") -> dict[str, bytes]:
