@@ -5,6 +5,7 @@ version made durable by fsyncs where ``syncfs`` is missing or fails."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tarfile
@@ -15,7 +16,8 @@ from test_export import pack_corpus, write_corpus
 
 from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
-from shardsmith.ops.export import export, plaintar, tree
+from shardsmith.errors import OutputStateError
+from shardsmith.ops.export import export, plaintar, record, tree
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +103,36 @@ def test_without_syncfs_every_file_is_fsynced(dataset, tmp_path, monkeypatch, sy
              if path.is_file()}
     assert files and files <= {os.path.relpath(path, tmp_path / "dest" / "v1.partial")
                                for path in synced}
+
+
+HOSTILE_PATHS = ["", "/abs", "end/", "a//b", ".export/x", "./a", "a/./b", "a/..", "..",
+                 ".hidden", "a/.b", "a\nb", "a\n/b", "a/\nb", "a\x00b", "x" * 256,
+                 "a/" + "y" * 256, "\n", "a\n", "\na"]
+
+
+@pytest.mark.parametrize("bad", HOSTILE_PATHS)
+def test_the_bulk_look_at_a_records_paths_passes_only_what_each_look_passes(bad):
+    sound = ["images/train/k.jpg", "labels/train/k.txt", "train/ok/k-1_a.jpg"]
+    assert all(record.safe_relpath(path) for path in sound)
+    assert record._plainly_safe(sound)
+    for paths in ([bad], [bad] + sound, sound + [bad], sound[:1] + [bad] + sound[1:]):
+        assert not record._plainly_safe(paths) or all(map(record.safe_relpath, paths))
+
+
+def test_a_record_with_one_bad_sha256_among_sound_ones_names_it(tmp_path):
+    good = record.ExportedFile("images/train/k.jpg", 3, "a" * 64)
+    bad = record.ExportedFile("labels/train/k.txt", 3, "A" * 64)
+    sample = record.ExportedSample("k", "train", "b" * 64, 4, 4, (good, bad))
+    exported = record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
+                                   "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (sample,))
+    with pytest.raises(OutputStateError, match=r"samples\[0\]\.files\[1\]\.sha256"):
+        record.parse_record(record.record_bytes(exported), tmp_path / "record.json", tmp_path)
+
+
+@pytest.mark.parametrize("bad", ["A" * 64, "a" * 63, "a" * 65, "g" * 64, "\u0660" * 64,
+                                 "a" * 63 + "\n", ""])
+def test_the_bulk_look_at_a_records_digests_passes_only_sha256s(bad):
+    sound = [hashlib.sha256(bytes([number])).hexdigest() for number in range(3)]
+    assert record._plainly_sha256(sound)
+    for digests in ([bad], sound + [bad], [bad] + sound):
+        assert not record._plainly_sha256(digests)
