@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -17,7 +18,7 @@ from test_export import pack_corpus, write_corpus
 from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
 from shardsmith.errors import OutputStateError
-from shardsmith.ops.export import export, plaintar, record, tree
+from shardsmith.ops.export import export, layouts, plaintar, record, tree
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +137,23 @@ def test_the_bulk_look_at_a_records_digests_passes_only_sha256s(bad):
     assert record._plainly_sha256(sound)
     for digests in ([bad], sound + [bad], [bad] + sound):
         assert not record._plainly_sha256(digests)
+
+
+def test_a_coco_instances_file_is_ascii_json_even_for_class_names_beyond_it():
+    box = record.CocoObject(1, (1.5, 2.0, 3.25, 4.0), 13.0, ((1.5, 2.0, 4.75, 2.0, 4.75, 6.0),))
+    mask = record.CocoObject(2, (0.0, 0.0, 2.0, 2.0), 4.0, None, "04")
+    samples = [record.ExportedSample("b", "train", "a" * 64, 8, 6, (), (box, mask)),
+               record.ExportedSample("a", "train", "a" * 64, 8, 6, (), ())]
+    data = layouts.instances(("Kratzer", "Delle \u00e4"), samples)
+    assert data.isascii() and data.endswith(b"}\n")
+    document = json.loads(data)
+    assert [image["file_name"] for image in document["images"]] == ["a.jpg", "b.jpg"]
+    assert document["annotations"] == [
+        {"id": 1, "image_id": layouts.coco_image_id("b"), "category_id": 1,
+         "bbox": [1.5, 2.0, 3.25, 4.0], "area": 13.0,
+         "segmentation": [[1.5, 2.0, 4.75, 2.0, 4.75, 6.0]], "iscrowd": 0},
+        {"id": 2, "image_id": layouts.coco_image_id("b"), "category_id": 2,
+         "bbox": [0.0, 0.0, 2.0, 2.0], "area": 4.0,
+         "segmentation": {"size": [6, 8], "counts": "04"}, "iscrowd": 0}]
+    assert document["categories"][1] == {"id": 2, "name": "Delle \u00e4",
+                                          "supercategory": "defect"}
