@@ -5,7 +5,9 @@ version made durable by fsyncs where ``syncfs`` is missing or fails."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -15,7 +17,8 @@ from test_export import pack_corpus, write_corpus
 
 from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
-from shardsmith.ops.export import export, plaintar, tree
+from shardsmith.errors import OutputStateError
+from shardsmith.ops.export import export, layouts, plaintar, record, tree
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +104,56 @@ def test_without_syncfs_every_file_is_fsynced(dataset, tmp_path, monkeypatch, sy
              if path.is_file()}
     assert files and files <= {os.path.relpath(path, tmp_path / "dest" / "v1.partial")
                                for path in synced}
+
+
+HOSTILE_PATHS = ["", "/abs", "end/", "a//b", ".export/x", "./a", "a/./b", "a/..", "..",
+                 ".hidden", "a/.b", "a\nb", "a\n/b", "a/\nb", "a\x00b", "x" * 256,
+                 "a/" + "y" * 256, "\n", "a\n", "\na"]
+
+
+@pytest.mark.parametrize("bad", HOSTILE_PATHS)
+def test_the_bulk_look_at_a_records_paths_passes_only_what_each_look_passes(bad):
+    sound = ["images/train/k.jpg", "labels/train/k.txt", "train/ok/k-1_a.jpg"]
+    assert all(record.safe_relpath(path) for path in sound)
+    assert record._plainly_safe(sound)
+    for paths in ([bad], [bad] + sound, sound + [bad], sound[:1] + [bad] + sound[1:]):
+        assert not record._plainly_safe(paths) or all(map(record.safe_relpath, paths))
+
+
+def test_a_record_with_one_bad_sha256_among_sound_ones_names_it(tmp_path):
+    good = record.ExportedFile("images/train/k.jpg", 3, "a" * 64)
+    bad = record.ExportedFile("labels/train/k.txt", 3, "A" * 64)
+    sample = record.ExportedSample("k", "train", "b" * 64, 4, 4, (good, bad))
+    exported = record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
+                                   "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (sample,))
+    with pytest.raises(OutputStateError, match=r"samples\[0\]\.files\[1\]\.sha256"):
+        record.parse_record(record.record_bytes(exported), tmp_path / "record.json", tmp_path)
+
+
+@pytest.mark.parametrize("bad", ["A" * 64, "a" * 63, "a" * 65, "g" * 64, "\u0660" * 64,
+                                 "a" * 63 + "\n", ""])
+def test_the_bulk_look_at_a_records_digests_passes_only_sha256s(bad):
+    sound = [hashlib.sha256(bytes([number])).hexdigest() for number in range(3)]
+    assert record._plainly_sha256(sound)
+    for digests in ([bad], sound + [bad], [bad] + sound):
+        assert not record._plainly_sha256(digests)
+
+
+def test_a_coco_instances_file_is_ascii_json_even_for_class_names_beyond_it():
+    box = record.CocoObject(1, (1.5, 2.0, 3.25, 4.0), 13.0, ((1.5, 2.0, 4.75, 2.0, 4.75, 6.0),))
+    mask = record.CocoObject(2, (0.0, 0.0, 2.0, 2.0), 4.0, None, "04")
+    samples = [record.ExportedSample("b", "train", "a" * 64, 8, 6, (), (box, mask)),
+               record.ExportedSample("a", "train", "a" * 64, 8, 6, (), ())]
+    data = layouts.instances(("Kratzer", "Delle \u00e4"), samples)
+    assert data.isascii() and data.endswith(b"}\n")
+    document = json.loads(data)
+    assert [image["file_name"] for image in document["images"]] == ["a.jpg", "b.jpg"]
+    assert document["annotations"] == [
+        {"id": 1, "image_id": layouts.coco_image_id("b"), "category_id": 1,
+         "bbox": [1.5, 2.0, 3.25, 4.0], "area": 13.0,
+         "segmentation": [[1.5, 2.0, 4.75, 2.0, 4.75, 6.0]], "iscrowd": 0},
+        {"id": 2, "image_id": layouts.coco_image_id("b"), "category_id": 2,
+         "bbox": [0.0, 0.0, 2.0, 2.0], "area": 4.0,
+         "segmentation": {"size": [6, 8], "counts": "04"}, "iscrowd": 0}]
+    assert document["categories"][1] == {"id": 2, "name": "Delle \u00e4",
+                                          "supercategory": "defect"}

@@ -323,15 +323,19 @@ class _Run:
             return 0
         source = self.destination.folder(self.destination.current)
         linked = 0
-        for record in records:
-            before = previous.get(record.key)
-            if before is None or before.digest != digests[record.key] \
-                    or before.split != record.split:
-                continue
-            if all(tree.link(source, file) for file in before.files):
-                exported[record.key] = before
-                linked += 1
-                progress.update()
+        link = tree.link
+        try:
+            for record in records:
+                before = previous.get(record.key)
+                if before is None or before.digest != digests[record.key] \
+                        or before.split != record.split:
+                    continue
+                if all(link(source, file) for file in before.files):
+                    exported[record.key] = before
+                    linked += 1
+                    progress.update()
+        finally:
+            tree.close()
         return linked
 
     def _from_shards(self, todo: list[SampleRecord], digests: dict[str, str],

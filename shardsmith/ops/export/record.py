@@ -201,10 +201,42 @@ _ENCODER = msgspec.json.Encoder(order="sorted")
 _RECORD_DECODER = msgspec.json.Decoder(ExportRecord, strict=True)
 
 
+def _plainly_sha256(digests: list[str]) -> bool:
+    """Every one of ``digests`` is a sha256 as ``SHA256`` says, seen at once: 64 characters
+    each and nothing but lowercase hex in them joined (30,000 in 3 to 4 ms; a match each
+    took 25 ms, one regular expression over them joined 20 to 25 ms)."""
+    joined = "".join(digests)
+    return (joined.isascii() and set(map(len, digests)) <= {64}
+            and not joined.encode("ascii").translate(None, b"0123456789abcdef"))
+
+
+def _plainly_safe(paths: list[str]) -> bool:
+    """Every path passes ``safe_relpath``, seen by a few scans of them joined by newlines
+    (20,000 paths in 4 ms, 40 ms one by one); False where one might not (a path with a
+    newline, a part starting with a dot): then each is checked on its own."""
+    if not paths:
+        return True
+    if not all(paths):
+        return False
+    joined = "\n".join(paths)
+    return (joined.count("\n") == len(paths) - 1 and max(map(len, paths)) <= 255
+            and joined[0] not in "/." and joined[-1] != "/" and "\n\n" not in joined
+            and "//" not in joined and "/." not in joined and "\n." not in joined
+            and "\n/" not in joined and "/\n" not in joined and "\x00" not in joined)
+
+
 def _check_record(record: ExportRecord) -> None:
     """The ``check`` of every part of a record read fast (what ``parse`` runs after a
-    conversion), in one loop."""
+    conversion): in bulk where everything is sound, one by one (naming the first that is
+    not) otherwise."""
     record.check("")
+    files = [file for sample in record.samples for file in sample.files]
+    digests = [sample.digest for sample in record.samples]
+    digests += [file.sha256 for file in files]
+    digests += [file.sha256 for file in record.shared]
+    if _plainly_sha256(digests) and _plainly_safe([file.path for file in files]) \
+            and _plainly_safe([file.path for file in record.shared]):
+        return
     for number, sample in enumerate(record.samples):
         sample.check(f"samples[{number}]")
         for index, file in enumerate(sample.files):

@@ -51,6 +51,8 @@ class ExportTree:
         self.root = root
         self._folders: set[str] = set()
         self.written: list[str] = []
+        # (source root, relative folder) -> descriptors of it there and here (``link``)
+        self._link_folders: dict[tuple[Path, str], tuple[int, int]] = {}
         # A folder this run made holds only what it writes: no leftovers to look for (the
         # walk took 0.24 s of a 2.2 s re-export of 2,020 samples).
         self.fresh = not os.path.lexists(root)
@@ -113,25 +115,58 @@ class ExportTree:
     def link(self, source_root: Path, file: ExportedFile) -> bool:
         """Hard-link ``file`` from the export folder ``source_root``; False (nothing linked)
         when the file there is not a regular file of its recorded size."""
-        # Plain strings, not Path objects, and the link made before the look (one lstat of
-        # the new name says what it links to): a re-export links every unchanged file, and
-        # Path building and a second lstat were half of the linking's time.
-        source = f"{source_root}/{file.path}"  # a safe relative path (``safe_relpath``)
-        parent, _, _ = file.path.rpartition("/")
-        if parent not in self._folders:
-            self.folder(parent)
-        target = f"{self.root}/{file.path}"
+        # linkat and fstatat by name relative to an open descriptor of each folder (one pair
+        # a folder, ``close`` ends them): 9,000 links of one folder took 0.13 to 0.14 s so,
+        # 0.16 to 0.18 s by full paths with an lstat each.  The look after the link stays
+        # (2 us by name): a link made without following a symbolic link is whatever the
+        # source name is, and a link, a fifo or a file cut short in the previous version
+        # must not become part of this one.
+        parent, _, name = file.path.rpartition("/")  # a safe relative path (``safe_relpath``)
+        folders = self._link_folders.get((source_root, parent))
+        if folders is None:
+            folders = self._open_pair(source_root, parent)
+        if folders[0] < 0:
+            return False  # no such folder in the previous version: nothing to link
+        source_fd, target_fd = folders
         try:
-            os.link(source, target, follow_symlinks=False)
+            os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd,
+                    follow_symlinks=False)
         except FileExistsError:
-            return self._link_over(source, target, file)
+            return self._link_over(f"{source_root}/{file.path}", f"{self.root}/{file.path}",
+                                   file)
         except (FileNotFoundError, PermissionError, IsADirectoryError):
             return False  # gone, or a folder (EPERM): not a file to link
-        info = os.lstat(target)
+        info = os.stat(name, dir_fd=target_fd, follow_symlinks=False)
         if stat.S_ISREG(info.st_mode) and info.st_size == file.bytes:
             return True
-        os.unlink(target)  # a link to what is there instead: not the recorded file
+        os.unlink(name, dir_fd=target_fd)  # a link to what is there instead: not the file
         return False
+
+    def _open_pair(self, source_root: Path, parent: str) -> tuple[int, int]:
+        """Descriptors of ``source_root/parent`` (-1 where it is no folder) and of our own
+        ``parent``, made a real folder where missing; kept until ``close``."""
+        target = self.folder(parent)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            source_fd = os.open(f"{source_root}/{parent}" if parent else source_root, flags)
+        except OSError:  # missing, not a folder, a link (ELOOP), not ours to read
+            folders = (-1, -1)
+        else:
+            try:
+                folders = (source_fd, os.open(target, flags))
+            except BaseException:
+                os.close(source_fd)
+                raise
+        self._link_folders[(source_root, parent)] = folders
+        return folders
+
+    def close(self) -> None:
+        """Close the folder descriptors ``link`` opened."""
+        folders, self._link_folders = self._link_folders, {}
+        for pair in folders.values():
+            for fd in pair:
+                if fd >= 0:
+                    os.close(fd)
 
     def _link_over(self, source: str, target: str, file: ExportedFile) -> bool:
         """``link`` where ``target`` is there already (a folder of an earlier try)."""
