@@ -157,6 +157,7 @@ def one_round(scratch: Path, layout: str, first: Path, second: Path) -> dict:
     seconds["cp -r + sync"] = time.perf_counter() - started
     files, size = tree_size(copy)
     shutil.rmtree(copy)
+    subprocess.run(["sync"], check=True)  # the re-export's syncfs must not pay for that delete
     seconds["re-export"], again = timed(export, second, dest, layout, "auto", "good",
                                         "folder", None, True)
     return {"seconds": seconds, "files": files, "bytes": size, "samples": full.samples,
