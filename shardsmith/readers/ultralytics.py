@@ -21,11 +21,11 @@ on Ultralytics' public extension points only, nothing of it patched:
 
 Labels: a box is the object's ``[x0, y0, x1, y1]`` normalised to centre, width and height;
 the class is the object class id - 1 (``names`` in id order).  For ``segment`` each object is
-one polygon: its ring, several rings joined at their nearest points (Ultralytics' own
-``merge_multi_segment``), traced from its instance mask (RLE) when it has no polygon, its
-box's corners when it has neither; its box is then the polygon's extent, as Ultralytics
-derives it from a polygon label file.  What stays on disk and what does not work is in
-``docs/ultralytics-reader.md``.
+one polygon by the rule the export follows (``annotations/polygons.py``): its ring, several
+rings joined at their nearest points, traced from its instance mask (RLE) along pixel borders
+when it has no polygon, its box's corners when it has neither; its box is then the polygon's
+extent, as Ultralytics derives it from a polygon label file.  What stays on disk and what
+does not work is in ``docs/ultralytics-reader.md``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from typing import Any
 
 try:
     import cv2
-    from ultralytics.data.converter import merge_multi_segment
     from ultralytics.data.dataset import YOLODataset
     from ultralytics.data.utils import get_split_fraction
     from ultralytics.models.yolo.detect import DetectionTrainer
@@ -54,6 +53,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import numpy as np
 
+from ..annotations.polygons import object_ring
 from ..dataset.manifest import iter_sample_index, read_manifest
 from ..errors import ConfigError, CorruptSampleError, ShardFormatError
 from . import largest_image_size, select_shards
@@ -241,20 +241,16 @@ class ShardYOLODataset(YOLODataset):
             except (TypeError, ValueError) as exc:
                 raise self.reader.named(index, f"object {number}: bad polygon ({exc})") \
                     from None
-            if not points and meta.get("rle") is not None:
-                if masks is None:
-                    try:
-                        masks = detection_target(meta, height, width, True,
-                                                 len(self.object_classes))["masks"]
-                    except ValueError as exc:
-                        raise self.reader.named(index, f"bad annotations ({exc})") from None
-                points = traced_rings(masks[number])
-            if not points:
-                x0, y0, x1, y1 = (float(value) for value in box)
-                points = [np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float32)]
-            polygon = points[0] if len(points) == 1 else \
-                np.concatenate(merge_multi_segment([ring.reshape(-1).tolist()
-                                                    for ring in points]), 0)
+            if not points and meta.get("rle") is not None and masks is None:
+                try:
+                    masks = detection_target(meta, height, width, True,
+                                             len(self.object_classes))["masks"]
+                except ValueError as exc:
+                    raise self.reader.named(index, f"bad annotations ({exc})") from None
+            mask = masks[number] if masks is not None and not points else None
+            polygon = np.asarray(object_ring([float(value) for value in box],
+                                             [ring.reshape(-1).tolist() for ring in points],
+                                             mask), np.float32)
             scale = np.array([width, height], np.float32)
             segments.append(np.clip(polygon.reshape(-1, 2) / scale, 0, 1).astype(np.float32))
         return segments
@@ -268,16 +264,6 @@ def xyxy_to_normalised_xywh(boxes: np.ndarray, height: int, width: int) -> np.nd
     x0, y0, x1, y1 = clipped.T
     return np.stack(((x0 + x1) / 2 / width, (y0 + y1) / 2 / height, (x1 - x0) / width,
                      (y1 - y0) / height), 1).astype(np.float32)
-
-
-def traced_rings(mask: np.ndarray) -> list[np.ndarray]:
-    """The outer borders of a binary mask's regions (``cv2.findContours``), largest first,
-    as K x 2 pixel points; regions of fewer than 3 points are left out."""
-    contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL,
-                                   cv2.CHAIN_APPROX_SIMPLE)
-    rings = [contour.reshape(-1, 2).astype(np.float32) for contour in contours
-             if len(contour) >= 3]
-    return sorted(rings, key=lambda ring: -cv2.contourArea(ring))
 
 
 def _rings_points(rings: Any) -> list[np.ndarray]:

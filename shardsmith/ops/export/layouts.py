@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 from pycocotools import mask as coco_mask
 
+from ...annotations import polygons
 from ...errors import ConfigError
 from ...readers.sample_jpeg import SampleJpegError, check_header, decode_sample
 from ...text import shown
@@ -196,7 +197,7 @@ def yolo_lines(sample: Sample, segment: bool) -> list[str]:
     lines = []
     for item in sample.objects:
         if segment:
-            ring = objects.object_ring(item.box, item.rings, item.mask)
+            ring = polygons.object_ring(item.box, item.rings, item.mask)
             coordinates = " ".join(
                 f"{_clip(value / (width if index % 2 == 0 else height)):.6f}"
                 for index, value in enumerate(ring))
@@ -232,7 +233,7 @@ def coco_objects(sample: Sample) -> tuple[CocoObject, ...]:
         elif not rings and item.mask is not None:
             rle = objects.compressed(item.mask)
         elif not rings:
-            rings = (tuple(objects.box_ring(item.box)),)
+            rings = (tuple(polygons.box_ring(item.box)),)
         area = float(pixels) if pixels is not None else round((x1 - x0) * (y1 - y0), 3)
         found.append(CocoObject(item.label, bbox, area, rings if rle is None else None, rle))
     return tuple(found)
