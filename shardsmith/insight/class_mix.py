@@ -65,7 +65,7 @@ def class_mix(directory: str | Path, weights: WeightSpec, split: str | None = No
     # Bin classes 0..n-1 and, last, unlabelled samples (and labels outside the classes).
     bins = np.where((planned.labels >= 0) & (planned.labels < classes), planned.labels,
                     classes)
-    samples = np.bincount(bins, minlength=classes + 1)
+    samples = planned.counts  # per bin, as the draw counted them
     drawn = np.bincount(bins[planned.order(seed, 0)], minlength=classes + 1)
     per_bin = np.asarray((*chosen.per_class, chosen.others), np.float64)
     mass = samples * per_bin

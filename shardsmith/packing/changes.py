@@ -24,6 +24,7 @@ from typing import Any
 
 from ..atomic import HashingFile
 from ..dataset.changes import CHANGES_FORMAT, ChangeLine, ChangesHeader, VersionTotals, json_line
+from ..dataset.formats.base import class_name
 from ..dataset.manifest import STATE_DIR, ChangesEntry, Manifest, SampleRecord, changes_name
 from ..dataset.statedir import state_folder
 
@@ -59,11 +60,6 @@ class Tally:
                    for number, count in enumerate(self.objects) if count}
         return VersionTotals(self.classes, self.object_classes, sum(self.counts.values()),
                              counts, objects, rejects)
-
-
-def class_name(classes: tuple[str, ...], label: int) -> str:
-    """The class of ``label`` ("" for none, or an index past the list)."""
-    return classes[label] if 0 <= label < len(classes) else ""
 
 
 def _label(classes: tuple[str, ...], label: int) -> str | None:
@@ -195,7 +191,6 @@ class ChangesRecorder:
         kept = tuple(known for known in (self.previous.changes if self.previous else ())
                      if known.version > entry.version - keep and known.version < entry.version)
         return (*kept, entry)
-
 
     def close(self) -> None:
         """Let the spool go (an anonymous file: nothing is left behind).  Closing flushes what

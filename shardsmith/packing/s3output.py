@@ -301,6 +301,7 @@ def abort_stale_uploads(bucket: ObjectPath) -> int:
 def publish(spool: Path, bucket: ObjectPath, home: Path,
             check: Callable[[], None] = lambda: None) -> None:
     """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's."""
+    client = bucket.client
     remove_stale_tmp(spool)
     manifest = (spool / MANIFEST_NAME).read_bytes()
     names = sorted(entry.name for entry in os.scandir(spool)
@@ -347,18 +348,15 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
     if current != manifest:
         fresh = {"manifest": new_sha, "names": names_now, "kept": kept}
         if record != fresh:
-            client = bucket.client
             client.call(str(record_object), client.fs.pipe_file, record_object.path,
                         json.dumps(fresh, sort_keys=True).encode())
         check()
-        client = bucket.client
         client.call(str(bucket), client.fs.pipe_file, (bucket / MANIFEST_NAME).path, manifest)
         log.info("committed %s", bucket)
     write_json_atomic(home / "state.json", {"base": new_sha, "uploaded": uploaded})
     keep = set(names_now) | set(kept)
     stale = sorted(set(_listing(bucket)) - keep)
     if stale:
-        client = bucket.client
         client.call(str(bucket), client.fs.rm, [(bucket / name).path for name in stale])
         log.info("removed %s, which neither this version nor the previous names",
                  ", ".join(stale))

@@ -54,6 +54,7 @@ MAX_DRAWS = 1 << 28
 _NUMBER = re.compile(r"[+-]?(?:(?P<mantissa>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
                      r"|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
 
+
 class WeightsError(ConfigError, ValueError):
     """A malformed weight SPEC or ``draws``: a ValueError in Python, one line and exit 2 from
     the command line."""
@@ -66,7 +67,6 @@ class ClassWeights:
 
     per_class: tuple[float, ...]
     others: float = 1.0
-
 
 
 WeightSpec = str | Mapping[str | int, float] | ClassWeights

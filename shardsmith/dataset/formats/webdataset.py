@@ -86,17 +86,17 @@ class WebDatasetFormat:
 
     def label(self, record: Record) -> int:
         """The integer label (``KEY.cls``) of a record as ``records`` yields it."""
-        for member in record.members:
-            if member.extension == "cls":
-                return parse_label(record.data[member.data : member.data + member.size])
-        raise ShardFormatError(f"sample {record.key} has no .cls")
+        data = _member(record, "cls")
+        if data is None:
+            raise ShardFormatError(f"sample {record.key} has no .cls")
+        return parse_label(data)
 
     def jpeg(self, record: Record) -> bytes:
         """The image bytes of a record as ``records`` yields it."""
-        for member in record.members:
-            if member.extension == "jpg":
-                return record.data[member.data : member.data + member.size]
-        raise ShardFormatError(f"sample {record.key} has no .jpg")
+        data = _member(record, "jpg")
+        if data is None:
+            raise ShardFormatError(f"sample {record.key} has no .jpg")
+        return data
 
     def metadata(self, record: Record) -> dict:
         """The sample's metadata (``KEY.json``), parsed and checked: ShardFormatError naming

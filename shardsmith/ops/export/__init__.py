@@ -369,7 +369,7 @@ class _Run:
                                         "shard the manifest does not list")
                 wanted = by_shard[name]
                 entry = finished.get(name)
-                if entry is not None and self._keep(entry, wanted, digests, tree):
+                if entry is not None and self._keep(entry, listed, wanted, digests, tree):
                     for sample in entry.samples:
                         if sample.key in wanted:
                             exported[sample.key] = sample
@@ -385,12 +385,13 @@ class _Run:
                 journal.flush()
         return kept, read
 
-    def _keep(self, entry: JournalEntry, wanted: dict[str, SampleRecord],
-              digests: dict[str, str], tree: ExportTree) -> bool:
+    def _keep(self, entry: JournalEntry, listed: dict[str, ShardEntry],
+              wanted: dict[str, SampleRecord], digests: dict[str, str],
+              tree: ExportTree) -> bool:
         """A journalled shard is kept when it is the same shard, its samples are the wanted
         ones unchanged, and every file is there with its size and sha256."""
-        listed = {shard.name: shard.sha256 for shard in self.manifest.shards}
-        if listed.get(entry.shard) != entry.sha256:
+        shard = listed.get(entry.shard)
+        if shard is None or shard.sha256 != entry.sha256:
             return False
         by_key = {sample.key: sample for sample in entry.samples}
         if set(by_key) != set(wanted) or any(
@@ -489,9 +490,7 @@ class _Run:
         classes = self.manifest.classes
         class_name = classes[record.label] if 0 <= record.label < len(classes) else ""
         try:
-            metadata = self.fmt.metadata(packed)
-            if not isinstance(metadata, dict):
-                raise ValueError("its metadata is not a mapping")
+            metadata = self.fmt.metadata(packed)  # a checked mapping, or ShardFormatError
             wants_mask = self.options.layout == "anomalib" or "rle" not in metadata
             sample = layouts.parse_sample(
                 record.key, record.split, class_name, metadata, self.fmt.jpeg(packed),
