@@ -55,8 +55,6 @@ demo: $(CORE)  ## generate a small image tree, pack, stage, verify; then what to
 	@echo "  $(BIN)/shardsmith sheet $(DEMO)/shards -o $(DEMO)/sheet.png  # a contact sheet to look at"
 	@echo "  $(BIN)/shardsmith inspect $(DEMO)/shards --quality 12       # PSNR and SSIM per class"
 	@echo "  $(BIN)/shardsmith log $(DEMO)/shards                        # the dataset's versions"
-	@echo "  $(BIN)/shardsmith report $(DEMO)/shards -o $(DEMO)/report.html  # one page to read each morning"
-	@echo "  $(BIN)/shardsmith export $(DEMO)/staged $(DEMO)/yolo --layout yolo  # folders a trainer reads"
 	@echo "  $(BIN)/shardsmith init-config > job.yaml                     # your own job: edit its paths, then"
 	@echo "  $(BIN)/shardsmith pack --config job.yaml"
 
