@@ -18,7 +18,7 @@ Rounds interleave a local pack (the baseline), a pack from the bucket and a pack
 all with --pack-workers, straight from the server; then, through the proxy with 5 ms a
 request: the listing of the bucket (``scan``) with its threads (``scan.SCAN_THREADS``, one per
 top-level prefix at once) and with 1 (one prefix at a time); a pack from the bucket with 1
-worker and with --pack-workers (the reads: a HEAD and a GET per original); and the upload of a
+worker and with --pack-workers (the reads: one GET per original); and the upload of a
 pack to the bucket (``s3output.publish``, timed alone) with ``s3output.UPLOADS`` files at once
 and with 1.  Medians of --reps rounds; ratios against the local runs and of 1 against many.
 """

@@ -16,6 +16,7 @@ through the guarded door (``door.open_file`` hands it to ``ObjectPath.open_guard
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import io
 import os
@@ -330,6 +331,27 @@ class ObjectPath:
         return sorted(entry["name"].rsplit("/", 1)[-1] for entry in listing
                       if entry.get("type") == "file")
 
+    def open_listed(self, size: int, cap: int) -> ObjectFile:
+        """The door for an object whose ``size`` a listing just gave: no request is made
+        (``Refused`` ``too_large`` over ``cap``); every read is one ranged GET whose answer
+        must be of an object of that size, and of the ETag of the answers before it
+        (``Refused`` ``changed`` otherwise).  ``head`` is filled from the first answer."""
+        from .door import Refused
+
+        if size > cap:
+            raise Refused("too_large", f"{size:,} bytes is more than the {cap:,} allowed "
+                          "for it (not read)", str(self))
+        return ObjectFile(self, size, cap, listed=True)
+
+    def get_range(self, start: int, end: int) -> tuple[bytes, dict[str, Any] | None]:
+        """Bytes ``start`` to ``end`` (excluded) in one ranged GET, and what its answer said of
+        the object (``ContentRange``, ``ETag``, ``LastModified``); None for the answer when
+        the object now ends before ``start`` (416)."""
+        client = self.client
+        getter = fsspec_sync(_get_range, client.fs)
+        return client.call(str(self), getter, client.fs, self.bucket, self.key, start, end,
+                           moves=end - start)
+
     def open_guarded(self, cap: int, expect_size: int | None = None) -> ObjectFile:
         """The door's ``open_file`` for an object: Refused (``not_a_file``, ``too_large``,
         ``changed``) or OSError (missing, unreachable), as for a local file."""
@@ -354,16 +376,17 @@ class ObjectFile:
     within it (``pread`` in chunks: memory stays at one chunk, whatever the object's size).
     ``head``: what the store said of it when opened (``ETag``, ``LastModified``)."""
 
-    __slots__ = ("location", "path", "size", "cap", "fd", "head")
+    __slots__ = ("location", "path", "size", "cap", "fd", "head", "listed")
 
     def __init__(self, location: ObjectPath, size: int, cap: int,
-                 head: Mapping[str, Any] | None = None):
+                 head: Mapping[str, Any] | None = None, listed: bool = False):
         self.location = location
         self.head = dict(head or {})
         self.path = str(location)
         self.size = size
         self.cap = cap
         self.fd = -1  # no descriptor: callers that need one read a local file only
+        self.listed = listed  # opened without a HEAD (``open_listed``): answers are checked
 
     def pread(self, length: int, offset: int) -> bytes:
         """``length`` bytes at ``offset`` (fewer at the end of the object)."""
@@ -375,12 +398,36 @@ class ObjectFile:
         end = min(offset + length, self.size)
         if end <= offset:
             return b""
-        client = self.location.client
-        data = client.call(self.path, client.fs.cat_file, self.location.path, start=offset,
-                           end=end)
+        if self.listed:
+            data = self._answered(offset, end)
+        else:
+            client = self.location.client
+            data = client.call(self.path, client.fs.cat_file, self.location.path,
+                               start=offset, end=end)
         if len(data) > end - offset:  # a server that ignores the range: never trusted
             raise Refused("changed", f"answered {len(data):,} bytes to a read of "
                           f"{end - offset:,}", self.path)
+        return data
+
+    def _answered(self, start: int, end: int) -> bytes:
+        """A ranged GET of an object opened without a HEAD: its answer must name an object of
+        the listed size and the ETag of the answers before it; ``head`` keeps what it said."""
+        from .door import Refused
+
+        data, answer = self.location.get_range(start, end)
+        if answer is None:
+            raise Refused("changed", f"ends before byte {start:,} now, not at the "
+                          f"{self.size:,} bytes listed (rewritten since)", self.path)
+        total = _whole_size(answer)
+        if total is not None and total != self.size:
+            raise Refused("changed", f"is not the object the listing saw ({total:,} bytes, "
+                          f"not {self.size:,}: rewritten since)", self.path)
+        etag = answer.get("ETag")
+        if self.head.get("ETag") and etag != self.head["ETag"]:
+            raise Refused("changed", "was rewritten between two reads (another ETag)",
+                          self.path)
+        self.head = {"ETag": etag, "LastModified": answer.get("LastModified"),
+                     "size": self.size, "type": "file"}
         return data
 
     def read(self) -> bytes:
@@ -421,3 +468,60 @@ class _RangeReader(io.RawIOBase):
         buffer[:len(data)] = data
         self.offset += len(data)
         return len(data)
+
+
+CONTENT_RANGE = re.compile(r"bytes \d+-\d+/(\d+)")
+
+
+def _whole_size(answer: Mapping[str, Any]) -> int | None:
+    """The whole object's size a ranged GET's answer gives (``Content-Range: bytes a-b/N``);
+    None when it gives none (a server answering the whole object to a range: its length is
+    then checked against the range by the caller)."""
+    found = CONTENT_RANGE.fullmatch(str(answer.get("ContentRange") or ""))
+    return int(found.group(1)) if found else None
+
+
+def fsspec_sync(coroutine: Callable[..., Any], filesystem: Any) -> Callable[..., Any]:
+    """``coroutine`` as a blocking call on the file system's event loop, with fsspec's own
+    wrapper: it takes ``timeout=`` (the deadline ``_Client.call`` gives)."""
+    from fsspec.asyn import sync_wrapper
+
+    return sync_wrapper(coroutine, obj=filesystem)
+
+
+async def _get_range(filesystem: Any, bucket: str, key: str, start: int,
+                     end: int) -> tuple[bytes, dict[str, Any] | None]:
+    """One ranged GET through s3fs (its ``_call_s3``: its retries of the request, botocore's
+    attempts), returning the body and the answer's fields; a body cut short in transfer is
+    asked for again as s3fs's ``cat_file`` does (its retryable errors, its backoff)."""
+    import s3fs.core
+
+    attempts = max(1, int(filesystem.retries))
+    attempt = 0
+    while True:
+        try:
+            answer = await filesystem._call_s3("get_object", Bucket=bucket, Key=key,
+                                               Range=f"bytes={start}-{end - 1}")
+        except OSError as exc:
+            if _invalid_range(exc):
+                return b"", None
+            raise
+        body = answer.pop("Body")
+        try:
+            return await body.read(), answer
+        except s3fs.core.S3_RETRYABLE_ERRORS:
+            attempt += 1
+            if attempt == attempts:
+                raise
+            await asyncio.sleep(min(1.7 ** attempt * 0.1, 15))  # s3fs's own backoff
+        finally:
+            body.close()
+
+
+def _invalid_range(exc: OSError) -> bool:
+    """A 416 (``InvalidRange``): the object ends before the range starts.  s3fs turns
+    botocore's error into an OSError and keeps it as the cause."""
+    cause = exc.__cause__
+    response = getattr(cause, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return code in ("InvalidRange", "416")

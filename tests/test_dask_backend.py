@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import distributed
 import pytest
 from click.testing import CliRunner
 from test_pack_e2e import dataset_bytes
@@ -10,6 +9,9 @@ from test_pack_e2e import dataset_bytes
 from shardsmith.cli import main
 
 import images
+
+distributed = pytest.importorskip(
+    "distributed", reason="the dask extra is not installed (pip install 'shardsmith[dask]')")
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
 
 from ..config import ImageConfig
 from ..dataset.records import EDGE_BYTES
@@ -86,31 +85,69 @@ def open_source(root: str, relpath: str, follow_symlinks: bool, cap: int = UNCAP
         raise _as_bad_image(exc, budget) from None
 
 
-class ObjectStat(NamedTuple):
-    """The fields of a stat an object has: its size and ``LastModified``."""
+class ObjectStat:
+    """The fields of a stat an object has: its size, and its ``LastModified`` as the answer
+    that gave its bytes said it (asked of the store by a HEAD when nothing was read yet), so
+    the time recorded is that of the bytes read."""
 
-    st_size: int
-    st_mtime_ns: int
+    __slots__ = ("st_size", "_original")
+
+    def __init__(self, size: int, original: ObjectOriginal):
+        self.st_size = size
+        self._original = original
+
+    @property
+    def st_mtime_ns(self) -> int:
+        return self._original.mtime_ns()
 
 
 class ObjectOriginal:
     """An original in a bucket, opened through the door (``storage.ObjectFile``): ``info``
-    as a stat says it, and ranged reads within its size (``fd`` is -1: no descriptor)."""
+    as a stat says it, and ranged reads within its size (``fd`` is -1: no descriptor).
 
-    __slots__ = ("handle", "info", "size", "path", "fd")
+    Opened from the listing (``ObjectPath.open_listed``), no request is made until the first
+    read, and every answer is checked against what the listing saw (size; ETag as ``tag``,
+    -1 when unknown): the worker's read of an original is one GET, not a HEAD and a GET."""
 
-    def __init__(self, handle: ObjectFile):
+    __slots__ = ("handle", "info", "size", "path", "fd", "tag")
+
+    def __init__(self, handle: ObjectFile, tag: int = -1):
         self.handle = handle
         self.size = handle.size
         self.path = handle.path
         self.fd = -1
-        self.info = ObjectStat(handle.size, object_mtime(handle.head))
+        self.tag = tag
+        self.info = ObjectStat(handle.size, self)
 
     def read(self) -> bytes:
-        return self.handle.read()
+        return self._checked(self.handle.read)
 
     def pread(self, length: int, offset: int) -> bytes:
-        return self.handle.pread(length, offset)
+        return self._checked(self.handle.pread, length, offset)
+
+    def mtime_ns(self) -> int:
+        """``LastModified`` of the object whose bytes were read; a HEAD when none were."""
+        if "LastModified" not in self.handle.head:
+            info = self.handle.location.info()
+            if int(info.get("size") or 0) != self.size:
+                raise BadImage("unreadable", "is not the object the listing saw (another "
+                               "size: rewritten since)")
+            self.handle.head = dict(info)
+            self._check_tag()
+        return object_mtime(self.handle.head)
+
+    def _checked(self, read: Callable[..., bytes], *args: int) -> bytes:
+        try:
+            data = read(*args)
+        except Refused as exc:
+            raise _as_bad_image(exc) from None
+        self._check_tag()
+        return data
+
+    def _check_tag(self) -> None:
+        if self.tag >= 0 and object_tag(self.handle.head) != self.tag:
+            raise BadImage("unreadable", "is not the object the listing saw (another ETag: "
+                           "rewritten since)")
 
     def close(self) -> None:
         self.handle.close()
@@ -148,20 +185,25 @@ def open_object(root: str, relpath: str, cap: int = UNCAPPED,
     """Open the original ``relpath`` under the ``s3://`` source ``root`` through the door:
     refused ``too_large`` over ``cap`` before a byte is read, ``unreadable`` when it is not
     the object the listing saw (another size or ETag: rewritten since); OSError when it is
-    gone or the store cannot be reached.  Reads are ranged GETs, by this process alone."""
+    gone or the store cannot be reached.  Reads are ranged GETs, by this process alone.
+
+    With the listing's ``expect`` (its size and ETag), nothing is asked at the open: the
+    first read is the first request, and its answer is checked (``ObjectPath.open_listed``).
+    Without it, a HEAD gives the size and ETag first, as for any object."""
     budget = cap if cap != UNCAPPED else 0
     try:
         location = object_root(root) / relpath
     except ConfigError as exc:
         raise BadImage("not_a_file", str(exc)) from None
     try:
+        if expect is not None and expect.size > 0:  # an empty object: no range to ask for
+            return ObjectOriginal(location.open_listed(expect.size, cap), expect.inode)
         handle = open_file(location, cap, expect=expect)
     except Refused as exc:
         raise _as_bad_image(exc, budget) from None
-    if expect is not None and expect.inode >= 0 and object_tag(handle.head) != expect.inode:
-        raise BadImage("unreadable", "is not the object the listing saw (another ETag: "
-                       "rewritten since)")
-    return ObjectOriginal(handle)
+    original = ObjectOriginal(handle, -1 if expect is None else expect.inode)
+    original._check_tag()
+    return original
 
 
 def open_original(path: str, follow_symlinks: bool, cap: int = UNCAPPED) -> OpenFile:
