@@ -24,6 +24,7 @@ from test_s3_gaps import (
 from shardsmith.atomic import publish_object
 from shardsmith.storage import locate
 
+import defects
 import images
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
@@ -186,3 +187,20 @@ def test_an_object_rewritten_between_the_listing_and_its_read_is_a_reject_with_a
     assert "rewritten since" in rejects["b/1.jpg"].detail
     assert says in rejects["b/1.jpg"].detail
     assert result.manifest.totals.packed == 5
+
+
+def test_re_annotated_originals_in_a_bucket_keep_their_jpeg_bytes(tmp_path, s3, monkeypatch):
+    """A version of older annotation rules packed from a bucket is re-annotated from each
+    original's header (a ranged read), its JPEG bytes copied, as from a folder."""
+    from test_rederive import corpus, older_version, records, settings
+
+    source = tmp_path / "source"
+    corpus(source, "jpeg8", (1, 6))
+    url = s3.upload(source, "originals")
+    overrides = settings("pad")
+    older_version(url, tmp_path / "out", overrides, monkeypatch)
+    manifest = defects.pack_with(url, tmp_path / "out", overrides)
+    defects.pack_with(source, tmp_path / "fresh", overrides)
+
+    assert manifest["run"]["jpeg_copied"] == 3 and manifest["run"]["decoded"] == 0
+    assert records(tmp_path / "out") == records(tmp_path / "fresh")

@@ -19,7 +19,6 @@ correct, only slower.
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import replace
 
@@ -78,7 +77,7 @@ def _rederived(item: RederiveItem, root: str, config: Config,
     with open_source(root, relpath, config.source.follow_symlinks, original_cap(image),
                      item.source.identity) as handle:
         info, size = handle.info, handle.size
-        head = os.pread(handle.fd, HEADER_BYTES, 0)
+        head = handle.pread(HEADER_BYTES, 0)  # an object has no descriptor: a ranged GET
         try:
             facts = _header(head, size, config)
         except BadImage:
