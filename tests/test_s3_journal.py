@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_helpers import PACK_ARGS, cli, command, finish, run, start
+from hostile_helpers import PACK_ARGS, cli, command, finish, one_error_line, run, start
+
+from shardsmith.packing import s3journal
 
 import images
 
@@ -160,7 +162,7 @@ def test_checkpoint_objects_are_the_journal_lines_with_their_sample_records(tmp_
 
 
 @pytest.mark.parametrize("harm", ["damaged", "truncated", "longer than its line says",
-                                  "of another run"])
+                                  "over the cap", "of another run"])
 def test_a_checkpoint_object_that_is_not_one_is_not_resumed_from(tmp_path, s3, spool, harm,
                                                                  monkeypatch, caplog):
     """On another machine: a damaged object 2 (or one cut short, or with records its line
@@ -176,6 +178,9 @@ def test_a_checkpoint_object_that_is_not_one_is_not_resumed_from(tmp_path, s3, s
         s3.fs.pipe_file(key, data[:-7])
     elif harm == "longer than its line says":
         s3.fs.pipe_file(key, data + data.splitlines(keepends=True)[-1])
+    elif harm == "over the cap":  # the cap made small, not the object huge
+        monkeypatch.setattr(s3journal, "CHECKPOINT_CAP", 8192)
+        s3.fs.pipe_file(key, data + b" " * 10_000)
     else:
         originals(source, 2, first=200)
     monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "another-machine"))
@@ -209,6 +214,22 @@ def test_a_pack_killed_on_this_machine_resumes_from_its_spool_and_mirrors_in_ord
     assert numbers == sorted(set(numbers)) and numbers[-1] > 3
     assert bucket_bytes(s3, "ds") == local_pack(source, tmp_path / "local")
     assert journal_objects(s3) == []
+
+
+def test_a_refused_checkpoint_upload_stops_the_pack_in_one_line_and_a_rerun_finishes_it(
+        tmp_path, s3, spool, fault_proxy, monkeypatch):
+    source = originals(tmp_path / "source", 16)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", fault_proxy.url)
+    assert cli("pack", source, f"{s3.url}/first", *PACK_ARGS).exit_code == 0
+    number = 1 + next(at for at, (method, path) in enumerate(fault_proxy.requests)
+                      if method == "PUT" and "/.shardsmith/journal/" in path)
+    fault_proxy.fail("403", number)  # the same request of a pack of the same files
+    line = one_error_line(cli("pack", source, f"{s3.url}/ds", *PACK_ARGS), 1)
+    assert "denied" in line.lower()
+    assert not s3.fs.exists(f"{s3.name}/ds/manifest.json")
+    fault_proxy.heal()
+    assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS).exit_code == 0
+    assert bucket_bytes(s3, "ds") == local_pack(source, tmp_path / "local")
 
 
 def test_shards_go_up_while_the_pack_runs_and_publish_sends_none_again(tmp_path, s3, spool,
