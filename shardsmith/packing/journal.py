@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..atomic import fsync_directory, naming, write_bytes_atomic
 from ..dataset.manifest import (
@@ -108,6 +108,24 @@ class JournalState:
         self.samples_end = entry["samples_end"]
 
 
+# A line of the journal as a mirror gets it: its bytes, the range of the sample spool its
+# checkpoint accounts for (start, end), and its shard (None for the first line, or a
+# checkpoint of rejects alone).
+MirroredLine = tuple[bytes, int, int, "ShardEntry | None"]
+
+
+class JournalMirror(Protocol):
+    """Where a journal's durable lines are copied as they are written (a bucket:
+    ``s3journal.BucketJournal``); a local output has none."""
+
+    def begin(self, identity: dict[str, Any], lines: list[MirroredLine]) -> None:
+        """The journal as it stands once started (its first line) or resumed from."""
+
+    def checkpoint(self, line: bytes, start: int, end: int, shard: ShardEntry | None) -> None:
+        """A checkpoint made durable: its line, the spool's bytes ``start:end`` it accounts
+        for, its shard; raises when the mirror failed (the pack stops)."""
+
+
 class Journal:
     """Append-only record of published shards, so a killed pack resumes where it stopped.
 
@@ -116,10 +134,13 @@ class Journal:
     line is a checkpoint written after a shard was published: the plan position reached, the
     shard, the rejects and unchanged sources, and the count and end of its sample records.  A
     torn last line is cut off on load, and so are sample records after the last checkpoint.
+    ``mirror``: told of each durable line (``JournalMirror``), or None.
     """
 
-    def __init__(self, output: Path, identity: dict[str, Any]):
+    def __init__(self, output: Path, identity: dict[str, Any],
+                 mirror: JournalMirror | None = None):
         self.output = output
+        self.mirror = mirror
         self.path = output / STATE_DIR / JOURNAL_NAME
         self.samples_path = output / STATE_DIR / SAMPLES_NAME
         self.identity = identity
@@ -147,7 +168,7 @@ class Journal:
             found = self._checkpoints(handle, work, next_numbers, extension)
             if found is None:
                 return None
-            state, checkpoints, valid_bytes = found
+            state, checkpoints, valid_bytes, accepted = found
             spool = open_state_file(self.samples_path, create=False)
         except FileNotFoundError:
             return None
@@ -176,14 +197,21 @@ class Journal:
             raise
         self._open_spool(spool)
         self._spool_hash = spool_hash
+        if self.mirror is not None:
+            starts = [0] + [stop.samples_end for stop in checkpoints]
+            self.mirror.begin(self.identity, [(accepted[0], 0, 0, None)] + [
+                (line, start, stop.samples_end, stop.shard)
+                for line, start, stop in zip(accepted[1:], starts[:-1], checkpoints, strict=True)])
         return state
 
     def _checkpoints(self, handle: Any, work: Sequence[Any], next_numbers: Mapping[str, int],
-                     extension: str) -> tuple[JournalState, list[_Checkpoint], int] | None:
+                     extension: str
+                     ) -> tuple[JournalState, list[_Checkpoint], int, list[bytes]] | None:
         """The journal's checkpoints up to the first torn line or the first one whose shard is
-        not intact (resumed before: it is written again), and the bytes they take; None for
-        another run's journal; _Mismatch for a line that is not a checkpoint of this plan."""
-        state, checkpoints, valid_bytes = None, [], 0
+        not intact (resumed before: it is written again), the bytes they take and the lines
+        (the first one too); None for another run's journal; _Mismatch for a line that is not
+        a checkpoint of this plan."""
+        state, checkpoints, valid_bytes, accepted = None, [], 0, []
         numbers: dict[str, int] = {}
         with closing(_lines(handle, JOURNAL_CAP)) as lines:
             for number, line in enumerate(lines, 1):
@@ -208,6 +236,7 @@ class Journal:
                         return None
                     state = JournalState()
                     valid_bytes += len(line)
+                    accepted.append(line)
                     continue
                 try:
                     shard = entry["shard"]
@@ -248,9 +277,10 @@ class Journal:
                 checkpoints.append(_Checkpoint(state.next_index, state.next_part, shard, packed,
                                                state.samples_end, spool_sha256))
                 valid_bytes += len(line)
+                accepted.append(line)
         if state is None:
             return None
-        return state, checkpoints, valid_bytes
+        return state, checkpoints, valid_bytes, accepted
 
     def _check_published(self, files: Sequence[FileEntry], where: str) -> None:
         """Each published file of a checkpoint's shard holds what the checkpoint says it
@@ -325,9 +355,11 @@ class Journal:
         state_folder(self.path.parent)
         write_bytes_atomic(self.samples_path, b"")
         self._spool_hash = hashlib.sha256()
-        first = {"journal": JOURNAL_FORMAT, "run": self.identity}
-        write_bytes_atomic(self.path, (json.dumps(first) + "\n").encode())
+        first = (json.dumps({"journal": JOURNAL_FORMAT, "run": self.identity}) + "\n").encode()
+        write_bytes_atomic(self.path, first)
         self._open_spool(open_state_file(self.samples_path, create=False))
+        if self.mirror is not None:
+            self.mirror.begin(self.identity, [(first, 0, 0, None)])
         return JournalState()
 
     def _open_spool(self, fd: int) -> None:
@@ -380,8 +412,11 @@ class Journal:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        start = state.samples_end
         state.apply(json.loads(line))
         self._pending = (0, 0, 0)
+        if self.mirror is not None:
+            self.mirror.checkpoint(line.encode("ascii"), start, state.samples_end, shard)
 
     def samples(self, end: int) -> Iterator[dict[str, Any]]:
         """Every sample record of the checkpointed shards, in order, streamed (never a byte

@@ -52,7 +52,7 @@ from ..storage import ObjectPath, is_url
 from .changes import ChangesRecorder
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
-from .journal import Journal, JournalState
+from .journal import Journal, JournalMirror, JournalState
 from .jpegcopy import Decoded, PreviousJpegs, copy_jpegs
 from .originals import original_cap, use_storage
 from .outputdir import clear_previous_output, previous_dataset
@@ -90,13 +90,14 @@ class PackResult:
         return totals.rejected / candidates if candidates else 0.0
 
 
-def pack(config: Config) -> PackResult:
+def pack(config: Config, mirror: JournalMirror | None = None) -> PackResult:
     """Pack the source tree into shards and a manifest, as ``config`` says.
 
     Re-running on a finished output with the same config and unchanged sources does nothing;
     with changed sources (or a damaged or older-schema output) it adds a dataset version
     (only new or changed sources decoded); after an interruption it resumes from the last
-    published shard.
+    published shard.  ``mirror``: where the journal's checkpoints are copied as they are
+    written (a pack to a bucket, through its spool).
     """
     if is_url(config.output.path):
         from .s3output import pack_to_bucket
@@ -109,13 +110,14 @@ def pack(config: Config) -> PackResult:
             split_folders = tuple(name for name, _ in config.splits) \
                 if config.split_folder else ()
             scanned = scan(source, config.source, split_folders=split_folders)
-            return _pack_scanned(pool, scanned, config, source, output, started)
+            return _pack_scanned(pool, scanned, config, source, output, started, mirror)
 
 
 def _pack_scanned(
     pool: WorkerPool, scanned: ScanResult, config: Config, source: Path | ObjectPath,
     output: Path,
     started: float,
+    mirror: JournalMirror | None = None,
 ) -> PackResult:
     previous = previous_dataset(output, config)
     job = make_job(scanned, config, source, output, previous, started)
@@ -129,7 +131,7 @@ def _pack_scanned(
         return PackResult(previous, output, up_to_date=True)
 
     delta = find_delta(job, previous)
-    journal = Journal(output, {"delta": delta.digest})
+    journal = Journal(output, {"delta": delta.digest}, mirror)
     # What is left to do comes first: a journal is resumed from only if it fits that work.
     state = journal.load(delta.items(), delta.next_numbers, FORMATS[config.output.format])
     if state is None:

@@ -25,7 +25,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import stat
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..atomic import publish_object, remove_stale_tmp, tmp_path_for, write_json_atomic
+from ..atomic import publish_object, remove_stale_tmp, write_json_atomic
 from ..config import Config
 from ..dataset.lock import BucketLease
 from ..dataset.manifest import (
@@ -42,34 +41,29 @@ from ..dataset.manifest import (
     OBJECTS_RECORD,
     OBJECTS_RECORD_CAP,
     STATE_DIR,
-    is_dataset_file,
     is_derived_file,
     objects_record,
     read_manifest,
 )
-from ..door import MANIFEST_CAP, Refused, open_file
+from ..door import MANIFEST_CAP
 from ..errors import ManifestError, OutputStateError
 from ..storage import ObjectPath, locate
 from ..text import cut
+from .journal import JOURNAL_NAME
+from .s3journal import BucketJournal, clear, restore
+from .spool import (
+    SAVE_EVERY,
+    download_checked,
+    files_of_ours,
+    ours,
+    spool_record,
+)
 
 log = logging.getLogger(__name__)
 
 SPOOL_VARIABLE = "SHARDSMITH_SPOOL"
 LEASE_NAME = "lease"
 UPLOADS = 4  # files uploaded at once
-# What was uploaded is saved every SAVE_EVERY files: a run killed while uploading sends at most
-# that many again, and the record (~100 bytes a file) is not rewritten per file.
-SAVE_EVERY = 16
-CHUNK = 8 << 20  # one ranged GET of a download: memory stays at one chunk
-STATE_RECORD_CAP = 64 << 20  # ~100 bytes a file: far more files than a dataset holds
-SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def ours(name: str) -> bool:
-    """Whether ``name`` is one shardsmith writes beside a manifest (a shard, an index, a
-    sample index, a changes file, a shard list, the label map, the manifest): only such
-    objects under a dataset's prefix are ever downloaded, recorded or deleted."""
-    return name == MANIFEST_NAME or is_dataset_file(name) or is_derived_file(name)
 
 
 def spool_for(bucket: ObjectPath) -> Path:
@@ -81,11 +75,11 @@ def spool_for(bucket: ObjectPath) -> Path:
     return root.resolve() / f"{bucket.bucket}-{digest}"
 
 
-def pack_to_bucket(config: Config, pack_local: Callable[[Config], Any]) -> Any:
+def pack_to_bucket(config: Config, pack_local: Callable[..., Any]) -> Any:
     """Pack ``config`` (its ``output.path`` an ``s3://`` URL) through a local spool with
-    ``pack_local`` (``pipeline.pack`` of a local output), then publish the spool's version
-    to the bucket.  Returns what ``pack_local`` returned (its ``output``: the spool), with
-    ``published``: the URL."""
+    ``pack_local`` (``pipeline.pack`` of a local output, its journal mirrored in the bucket),
+    then publish the spool's version to the bucket.  Returns what ``pack_local`` returned
+    (its ``output``: the spool), with ``published``: the URL."""
     bucket = locate(config.output.path, config.storage.options())
     if not bucket.key:
         raise OutputStateError(f"{bucket}: give a prefix for the dataset (s3://bucket/name)")
@@ -95,9 +89,18 @@ def pack_to_bucket(config: Config, pack_local: Callable[[Config], Any]) -> Any:
     with BucketLease(bucket / STATE_DIR / LEASE_NAME, "packed") as lease:
         _refuse_foreign(bucket)
         _sync_spool(bucket, home, spool)
-        result = pack_local(replace(config, output=replace(config.output, path=str(spool))))
+        # Shards and checkpoints go up while the pack runs (packing/s3journal.py).
+        mirror = BucketJournal(bucket, spool, home, lease.check)
+        try:
+            result = pack_local(replace(config, output=replace(config.output, path=str(spool))),
+                                mirror=mirror)
+        except BaseException:
+            mirror.cancel()
+            raise
+        mirror.finish()
         lease.check()
         publish(spool, bucket, home, lease.check)
+        clear(bucket, home, lease.check)
     return replace(result, published=str(bucket))
 
 
@@ -162,38 +165,6 @@ def _read(target: ObjectPath, cap: int) -> bytes | None:
         return None
 
 
-def _state(home: Path) -> dict[str, Any]:
-    """The spool's record (``base``: the sha256 of the bucket's manifest it holds;
-    ``uploaded``: name -> [size, mtime_ns, ETag]).  The spool is a cache: a record damaged
-    in any field is discarded with one warning (the next publish compares and re-sends)."""
-    path = home / "state.json"
-    try:
-        with open_file(path, STATE_RECORD_CAP) as handle:
-            state = json.loads(handle.read())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, Refused):
-        state = None
-    if _sound_state(state):
-        return state
-    log.warning("%s: damaged, discarded (the spool is a cache: what is uploaded is "
-                "compared again)", path)
-    return {}
-
-
-def _sound_state(state: object) -> bool:
-    if not isinstance(state, dict) or set(state) - {"base", "uploaded"}:
-        return False
-    base, uploaded = state.get("base"), state.get("uploaded", {})
-    if not (base is None or (isinstance(base, str) and SHA256.fullmatch(base))):
-        return False
-    if not isinstance(uploaded, dict):
-        return False
-    return all(isinstance(name, str) and isinstance(seen, list) and len(seen) == 3
-               and all(type(number) is int and number >= 0 for number in seen[:2])
-               and isinstance(seen[2], str) for name, seen in uploaded.items())
-
-
 def _remote_manifest(bucket: ObjectPath) -> bytes | None:
     return _read(bucket / MANIFEST_NAME, MANIFEST_CAP)
 
@@ -207,7 +178,14 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path) -> None:
         local = _sha((spool / MANIFEST_NAME).read_bytes())
     except FileNotFoundError:
         local = None
-    base = _state(home).get("base")
+    base = spool_record(home).get("base")
+    if remote == local and not _has_journal(spool):  # a spool with its journal lost
+        found = restore(bucket, spool, files_of_ours(bucket))
+        if found:
+            state = spool_record(home)
+            write_json_atomic(home / "state.json", {
+                "base": state.get("base"), "uploaded": (state.get("uploaded") or {}) | found})
+        return
     if remote == local or remote == base:
         return  # the same version, or the spool is one ahead of it (step 3-6 left to do)
     _plain_folders(home, spool)
@@ -222,65 +200,30 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path) -> None:
         except ManifestError as exc:
             raise OutputStateError(f"{exc}; the bucket's version cannot be built on (pack "
                                    "to another prefix)") from None
-        there = _listing(bucket)
+        there = files_of_ours(bucket)
         for entry in sorted(manifest.files(), key=lambda entry: entry.name):
-            _download(bucket / entry.name, spool / entry.name, entry.bytes, entry.sha256)
+            download_checked(bucket / entry.name, spool / entry.name, entry.bytes, entry.sha256)
             found = (spool / entry.name).stat()
             uploaded[entry.name] = [found.st_size, found.st_mtime_ns, there.get(entry.name, "")]
         for name in sorted(name for name in there if is_derived_file(name)):
-            _download(bucket / name, spool / name, MANIFEST_CAP, None)  # rewritten by a pack
+            download_checked(bucket / name, spool / name, MANIFEST_CAP, None)  # rewritten by a pack
             found = (spool / name).stat()
             uploaded[name] = [found.st_size, found.st_mtime_ns, there[name]]
-        _download(bucket / MANIFEST_NAME, spool / MANIFEST_NAME, MANIFEST_CAP, remote)
+        download_checked(bucket / MANIFEST_NAME, spool / MANIFEST_NAME, MANIFEST_CAP, remote)
+    uploaded |= restore(bucket, spool, files_of_ours(bucket))  # a pack killed on another machine
     write_json_atomic(home / "state.json", {"base": remote, "uploaded": uploaded})
 
 
-def _download(source: ObjectPath, final: Path, size: int, sha256: str | None) -> None:
-    """``source`` into ``final`` by ranged GETs within ``size`` (the manifest's; a cap for
-    the manifest itself), its sha256 checked before it takes its name: OutputStateError for
-    an object that is not what the manifest says."""
-    tmp = tmp_path_for(final)
-    digest = hashlib.sha256()
+def _has_journal(spool: Path) -> bool:
+    """Whether the spool's state folder holds a journal (a link there counts: the journal
+    refuses it, nothing is rebuilt over it)."""
     try:
-        with source.open_guarded(size) as handle, open(tmp, "wb") as out:
-            offset = 0
-            while offset < handle.size:
-                data = handle.pread(min(CHUNK, handle.size - offset), offset)
-                if not data:
-                    break
-                digest.update(data)
-                out.write(data)
-                offset += len(data)
-    except Refused as exc:
-        tmp.unlink(missing_ok=True)
-        raise OutputStateError(f"{exc.path}: {exc.detail}; the bucket's version is not "
-                               "what its manifest says (pack to another prefix)") from None
+        os.lstat(spool / STATE_DIR / JOURNAL_NAME)
     except FileNotFoundError:
-        tmp.unlink(missing_ok=True)
-        raise OutputStateError(f"{source}: named by the bucket's manifest but missing; the "
-                               "bucket's version is incomplete (pack to another prefix)") \
-            from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if sha256 is not None and digest.hexdigest() != sha256:
-        tmp.unlink(missing_ok=True)
-        raise OutputStateError(f"{source}: its sha256 is not the manifest's; the bucket's "
-                               "version is damaged (pack to another prefix)")
-    os.replace(tmp, final)
-
-
-def _listing(bucket: ObjectPath) -> dict[str, str]:
-    """name -> ETag of the objects of ours directly under the prefix (one LIST); an object
-    under another name is someone else's, never listed, recorded or deleted."""
-    client = bucket.client
-    try:
-        entries = client.call(str(bucket), client.fs.ls, bucket.path, detail=True)
-    except FileNotFoundError:
-        return {}
-    names = {entry["name"].rsplit("/", 1)[-1]: str(entry.get("ETag") or "")
-             for entry in entries if entry.get("type") == "file"}
-    return {name: etag for name, etag in names.items() if ours(name)}
+        return False
+    except NotADirectoryError:
+        return True
+    return True
 
 
 def abort_stale_uploads(bucket: ObjectPath) -> int:
@@ -308,9 +251,9 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
                    if entry.is_file(follow_symlinks=False) and entry.name != MANIFEST_NAME
                    and ours(entry.name))
     abort_stale_uploads(bucket)
-    state = _state(home)
+    state = spool_record(home)
     uploaded: dict[str, list] = state.get("uploaded") or {}
-    there = _listing(bucket)
+    there = files_of_ours(bucket)
 
     def needed(name: str) -> bool:
         stat = (spool / name).stat()
@@ -355,7 +298,7 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
         log.info("committed %s", bucket)
     write_json_atomic(home / "state.json", {"base": new_sha, "uploaded": uploaded})
     keep = set(names_now) | set(kept)
-    stale = sorted(set(_listing(bucket)) - keep)
+    stale = sorted(set(files_of_ours(bucket)) - keep)
     if stale:
         client.call(str(bucket), client.fs.rm, [(bucket / name).path for name in stale])
         log.info("removed %s, which neither this version nor the previous names",

@@ -1,0 +1,418 @@
+"""The journal of a pack to ``s3://`` kept in the bucket, one object per checkpoint, with the
+shards uploaded while the pack runs (docs/storage.md, "Pack to s3").
+
+The spool's journal (``journal.py``) is copied as it is written: after each durable
+checkpoint, one thread uploads the checkpoint's shard and index, then the checkpoint object
+``PREFIX/.shardsmith/journal/<run>/<NNNNNNNN>.json`` (``<run>``: the first 16 hex digits of the
+run's digest).  Object 0 is the journal's first line; object N is its line N followed by
+exactly the sample records that checkpoint accounts for (its ``samples_end`` less the one
+before).  An object is PUT only after the files it names, so the bucket's objects 0..K name
+shards the bucket holds; the manifest is still PUT last, by ``s3output.publish``.
+
+A run on another machine (the spool is not the bucket's version, or holds no journal)
+downloads the contiguous objects 0..K and the shards they name, and rebuilds the journal in
+the spool; ``Journal.load`` then judges it as it judges a local one.  After the manifest
+commit the journal objects are deleted; a run finds those of another run, or of its own beyond
+where its journal stands, and deletes them before it uploads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import re
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import atomic
+from ..atomic import HashingFile, fsync_directory, write_bytes_atomic, write_json_atomic
+from ..dataset.manifest import STATE_DIR, ShardEntry
+from ..dataset.statedir import read_state, state_folder
+from ..door import MANIFEST_CAP, Refused
+from ..errors import ManifestError, OutputStateError
+from ..schema import decode, parse
+from ..storage import ObjectPath
+from .journal import JOURNAL_CAP, JOURNAL_NAME, SAMPLES_NAME, SPOOL_CAP, MirroredLine
+from .spool import SAVE_EVERY, download_checked, files_of_ours, ours, spool_record
+
+log = logging.getLogger(__name__)
+
+JOURNAL_FOLDER = "journal"
+OBJECT_KEY = re.compile(r"([0-9a-f]{16})/([0-9]{8})\.json")
+# A checkpoint line and one shard's sample records (~300 bytes each: ~800,000 of them); a
+# checkpoint past it is not copied, and a resume elsewhere stops before it.
+CHECKPOINT_CAP = MANIFEST_CAP
+# Checkpoints waiting for the upload thread: the pack waits beyond that, so the bucket's
+# journal is never more than two shards behind the spool's.
+QUEUE_DEPTH = 2
+
+
+def journal_folder(bucket: ObjectPath) -> ObjectPath:
+    """Where the bucket's journal objects are: ``PREFIX/.shardsmith/journal``."""
+    return bucket / STATE_DIR / JOURNAL_FOLDER
+
+
+def _key(run: str, number: int) -> str:
+    return f"{run}/{number:08d}.json"
+
+
+def _recorded(key: str) -> str:
+    """The name of a journal object in the spool's record of what is uploaded."""
+    return f"{STATE_DIR}/{JOURNAL_FOLDER}/{key}"
+
+
+def _objects(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
+    """key (``run/NNNNNNNN.json``) -> what the listing says of it, for the journal objects
+    of ours in the bucket (one recursive listing); other names there are not ours."""
+    folder = journal_folder(bucket)
+    client = folder.client
+    try:
+        found = client.call(str(folder), client.fs.find, folder.path, detail=True)
+    except FileNotFoundError:
+        return {}
+    base = folder.path + "/"
+    return {name.removeprefix(base): dict(info) for name, info in found.items()
+            if OBJECT_KEY.fullmatch(name.removeprefix(base))
+            and info.get("type", "file") == "file"}
+
+
+def _delete(bucket: ObjectPath, keys: list[str], check: Callable[[], None]) -> None:
+    if keys:
+        folder = journal_folder(bucket)
+        check()
+        folder.client.call(str(folder), folder.client.fs.rm,
+                           [(folder / key).path for key in keys])
+
+
+class BucketJournal:
+    """The bucket's copy of the spool's journal (``journal.JournalMirror``), uploaded in
+    order on one thread.  ``check``: the lease's, called before every PUT and delete; an
+    upload that fails stops the pack at its next checkpoint, or at ``finish``."""
+
+    def __init__(self, bucket: ObjectPath, spool: Path, home: Path,
+                 check: Callable[[], None]):
+        self.bucket, self.spool, self.home, self.check = bucket, spool, home, check
+        self.samples_path = spool / STATE_DIR / SAMPLES_NAME
+        self.error: BaseException | None = None
+        self.run = ""
+        self.number = 0  # of the next checkpoint handed over
+        self._queue: queue.Queue = queue.Queue(QUEUE_DEPTH)
+        self._cancelled = threading.Event()
+        # the upload thread's alone
+        self._state: dict[str, Any] = {}
+        self._there: dict[str, str] = {}  # name -> ETag, of the bucket's files of ours
+        self._held: dict[str, str] = {}  # journal key -> ETag
+        self._unsaved = 0
+        self._copying = True  # False once a checkpoint could not be copied: none after it
+        self._thread = threading.Thread(target=self._work, name="journal upload",
+                                        daemon=True)
+        self._thread.start()
+
+    # The pack's side (its main thread).
+
+    def begin(self, identity: dict[str, Any], lines: list[MirroredLine]) -> None:
+        """The journal started or resumed: what the bucket holds of another run, or of this
+        one past ``lines``, is deleted, then ``lines`` are copied where it lacks them."""
+        self._raise()
+        self.run = str(identity.get("delta", ""))[:16]
+        self.number = len(lines)
+        self._hand(("begin", lines))
+
+    def checkpoint(self, line: bytes, start: int, end: int, shard: ShardEntry | None) -> None:
+        """Copy one more checkpoint (after the files it names)."""
+        self._raise()
+        self._hand(("checkpoint", self.number, (line, start, end, shard)))
+        self.number += 1
+
+    def finish(self) -> None:
+        """Wait until everything handed over is uploaded; raises what an upload raised."""
+        self._hand(None)
+        self._thread.join()
+        self._raise()
+
+    def cancel(self) -> None:
+        """Stop (the pack failed): what is queued is dropped, the record of what was
+        uploaded saved."""
+        self._cancelled.set()
+        self._thread.join()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _hand(self, item: Any) -> None:
+        while True:
+            try:
+                self._queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                if not self._thread.is_alive():  # cannot happen but by a bug: do not hang
+                    raise RuntimeError("the journal's upload thread ended early") from None
+
+    # The upload thread.
+
+    def _work(self) -> None:
+        try:
+            while not self._cancelled.is_set():
+                try:
+                    item = self._queue.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if item is None:
+                    break
+                if self.error is not None:
+                    continue  # drained, so that the pack never waits on a full queue
+                try:
+                    if item[0] == "begin":
+                        self._begin(item[1])
+                    else:
+                        self._copy(item[1], *item[2])
+                except Exception as exc:  # noqa: BLE001 - raised again in the pack's thread
+                    self.error = exc
+        finally:
+            try:
+                self._save()
+            except OSError as exc:
+                self.error = self.error or exc
+
+    def _begin(self, lines: list[MirroredLine]) -> None:
+        self._state = spool_record(self.home)
+        uploaded = self._state.setdefault("uploaded", {})
+        self._there = files_of_ours(self.bucket)
+        objects = _objects(self.bucket)
+        others = sorted(key for key in objects if not key.startswith(self.run + "/"))
+        beyond = sorted(key for key in objects if key.startswith(self.run + "/")
+                        and int(key[17:25]) >= len(lines))
+        if others:
+            runs = sorted({key[:16] for key in others})
+            log.warning("%s holds the journal of another run (%s): not resumed from; deleted",
+                        journal_folder(self.bucket), ", ".join(runs))
+        _delete(self.bucket, others + beyond, self.check)
+        for key in others + beyond:
+            uploaded.pop(_recorded(key), None)
+        self._held = {key: str(info.get("ETag") or "") for key, info in objects.items()
+                      if key not in others and key not in beyond}
+        for number, line in enumerate(lines):
+            self._copy(number, *line)
+
+    def _copy(self, number: int, line: bytes, start: int, end: int,
+              shard: ShardEntry | None) -> None:
+        """Checkpoint ``number``: its shard's files, then its object, each unless held."""
+        for entry in shard.files() if shard is not None else ():
+            self._upload_file(entry.name)
+        if not self._copying:
+            return
+        key = _key(self.run, number)
+        size = len(line) + end - start
+        if size > CHECKPOINT_CAP:
+            log.warning("checkpoint %d of the journal is %s bytes, more than a checkpoint "
+                        "object may hold: the bucket's journal stops before it", number,
+                        f"{size:,}")
+            self._copying = False
+            return
+        uploaded = self._state["uploaded"]
+        if uploaded.get(_recorded(key)) == [size, 0, self._held.get(key)]:
+            return
+        records = self._samples(start, end)
+        if records is None:
+            self._copying = False  # the version is committed in the spool: no journal needed
+            return
+        target = journal_folder(self.bucket) / key
+        self.check()
+        answer = target.client.call(str(target), target.client.fs.call_s3, "put_object",
+                                    Bucket=target.bucket, Key=target.key, Body=line + records)
+        etag = str(answer.get("ETag") or "") if isinstance(answer, dict) else ""
+        uploaded[_recorded(key)] = [size, 0, etag]
+        self._held[key] = etag
+        self._saved()
+
+    def _upload_file(self, name: str) -> None:
+        """A file of a checkpoint's shard, unless the bucket holds it (as ``publish``
+        judges it, and recorded as it records it, so that it finds it held)."""
+        path = self.spool / name
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            return  # merged away when the version was made: publish sends what it names
+        if not stat.S_ISREG(found.st_mode):
+            return
+        seen = [found.st_size, found.st_mtime_ns]
+        uploaded = self._state["uploaded"]
+        if uploaded.get(name) == seen + [self._there.get(name)]:
+            return
+        self.check()
+        try:
+            etag = atomic.publish_object(path, self.bucket / name)
+        except FileNotFoundError:
+            if path.exists():
+                raise
+            return
+        uploaded[name] = seen + [etag]
+        self._there[name] = etag
+        self._saved()
+
+    def _samples(self, start: int, end: int) -> bytes | None:
+        """The spool's sample records ``start:end``; None when the spool no longer holds
+        them (the pack committed its version in the spool, which removed its journal)."""
+        try:
+            with read_state(self.samples_path, SPOOL_CAP) as handle:
+                if handle.size < end:
+                    return None
+                data = handle.pread(end - start, start)
+        except (FileNotFoundError, OutputStateError):
+            return None
+        return data if len(data) == end - start else None
+
+    def _saved(self) -> None:
+        self._unsaved += 1
+        if self._unsaved >= SAVE_EVERY:  # a killed run sends at most that many again
+            self._save()
+
+    def _save(self) -> None:
+        if self._unsaved:
+            write_json_atomic(self.home / "state.json", {
+                "base": self._state.get("base"), "uploaded": self._state["uploaded"]})
+            self._unsaved = 0
+
+
+def clear(bucket: ObjectPath, home: Path, check: Callable[[], None]) -> None:
+    """After the commit: the bucket's journal objects are deleted (of this run, or of any
+    run before it), and the spool's record of them."""
+    objects = _objects(bucket)
+    _delete(bucket, sorted(objects), check)
+    state = spool_record(home)
+    uploaded = state.get("uploaded") or {}
+    kept = {name: seen for name, seen in uploaded.items()
+            if not name.startswith(f"{STATE_DIR}/{JOURNAL_FOLDER}/")}
+    if kept != uploaded:
+        write_json_atomic(home / "state.json", {"base": state.get("base"), "uploaded": kept})
+
+
+class _Damaged(Exception):
+    """Why a checkpoint object is not one (it and those after it are not resumed from)."""
+
+
+def restore(bucket: ObjectPath, spool: Path, there: dict[str, str]) -> dict[str, list]:
+    """Rebuild the spool's journal from the bucket's checkpoint objects 0..K (up to the first
+    missing or damaged one, with one warning) and download the shards they name (ranged,
+    sha256-checked); of several runs' journals, the one written last.  Returns the record of
+    what it downloaded (name -> [size, mtime_ns, ETag]: held in the bucket).  Whether the
+    journal is resumed from is ``Journal.load``'s to say."""
+    objects = _objects(bucket)
+    if not objects:
+        return {}
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for key, info in objects.items():
+        runs.setdefault(key[:16], {})[int(key[17:25])] = info
+    run = max(runs, key=lambda name: (max(str(info.get("LastModified", ""))
+                                          for info in runs[name].values()), name))
+    numbers = runs[run]
+    folder = spool / STATE_DIR
+    state_folder(folder)
+    samples = HashingFile(folder / SAMPLES_NAME)
+    lines: list[bytes] = []
+    records: dict[str, list] = {}
+    try:
+        end = 0
+        for number in itertools.count():
+            info = numbers.get(number)
+            if info is None:
+                if any(found > number for found in numbers):
+                    log.warning("%s: checkpoint object %d is missing; resumed from the %d "
+                                "before it", journal_folder(bucket) / run, number, number)
+                break
+            target = journal_folder(bucket) / _key(run, number)
+            try:
+                line, rest = _checkpoint_object(target, number, run, end,
+                                                sum(map(len, lines)))
+                if number:
+                    records.update(_shard_files(bucket, spool, line, there, target))
+            except _Damaged as exc:
+                log.warning("%s: %s; resumed from the %d checkpoint objects before it",
+                            target, exc, number)
+                break
+            lines.append(line)
+            samples.write(rest)
+            end += len(rest)
+            records[_recorded(_key(run, number))] = [len(line) + len(rest), 0,
+                                                     str(info.get("ETag") or "")]
+        if not lines:
+            samples.discard()
+            return {}
+        samples.publish()
+        write_bytes_atomic(folder / JOURNAL_NAME, b"".join(lines))
+        fsync_directory(folder)
+    except BaseException:
+        samples.discard()
+        raise
+    log.info("rebuilt the journal from %d checkpoint objects in %s", len(lines) - 1,
+             journal_folder(bucket))
+    return records
+
+
+def _checkpoint_object(target: ObjectPath, number: int, run: str, end: int,
+                       journal_bytes: int) -> tuple[bytes, bytes]:
+    """The journal line and the sample records of checkpoint object ``number`` (the spool's
+    records so far ending at ``end``); _Damaged when it is not one."""
+    try:
+        with target.open_guarded(CHECKPOINT_CAP) as handle:
+            data = handle.read()
+    except Refused as exc:
+        raise _Damaged(exc.detail) from None
+    except FileNotFoundError:
+        raise _Damaged("deleted while it was read") from None
+    cut = data.find(b"\n")
+    if cut < 0:
+        raise _Damaged("no whole journal line")
+    line, rest = data[:cut + 1], data[cut + 1:]
+    if journal_bytes + len(line) > JOURNAL_CAP:
+        raise _Damaged(f"the journal would pass {JOURNAL_CAP:,} bytes")
+    try:
+        entry = decode(line, f"checkpoint object {number}")
+    except ManifestError as exc:
+        raise _Damaged(str(exc)) from None
+    if not isinstance(entry, dict):
+        raise _Damaged("its line is not a journal line")
+    if number == 0:
+        identity = entry.get("run")
+        if rest or not isinstance(identity, dict) or \
+                str(identity.get("delta", ""))[:16] != run:
+            raise _Damaged("not the first line of this run's journal")
+        return line, rest
+    samples_end = entry.get("samples_end")
+    if type(samples_end) is not int or samples_end < end:
+        raise _Damaged("its line is not a checkpoint")
+    if len(rest) != samples_end - end:
+        raise _Damaged(f"it holds {len(rest):,} bytes of sample records, its checkpoint "
+                       f"counts {samples_end - end:,}")
+    return line, rest
+
+
+def _shard_files(bucket: ObjectPath, spool: Path, line: bytes, there: dict[str, str],
+                 target: ObjectPath) -> dict[str, list]:
+    """The files of the shard a checkpoint line names, downloaded into the spool and checked
+    against its sha256; their records.  _Damaged when one is not what the line says."""
+    shard = decode(line, str(target)).get("shard")
+    if shard is None:
+        return {}
+    try:
+        files = parse(ShardEntry, shard, str(target)).files()
+    except ManifestError as exc:
+        raise _Damaged(str(exc)) from None
+    records = {}
+    for entry in files:
+        if not ours(entry.name):
+            raise _Damaged(f"it names {entry.name!r}, not a shard of ours")
+        try:
+            download_checked(bucket / entry.name, spool / entry.name, entry.bytes,
+                               entry.sha256)
+        except OutputStateError as exc:
+            raise _Damaged(f"its shard is not in the bucket as it says ({exc})") from None
+        found = (spool / entry.name).stat()
+        records[entry.name] = [found.st_size, found.st_mtime_ns, there.get(entry.name, "")]
+    return records

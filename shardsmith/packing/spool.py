@@ -1,0 +1,118 @@
+"""The spool of a pack to ``s3://`` and what it knows of the bucket: the record of what is
+uploaded (``state.json``), the files of ours the bucket holds, checked downloads.
+
+Shared by the publishing of a version (``s3output``) and the journal kept in the bucket
+(``s3journal``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..atomic import tmp_path_for
+from ..dataset.manifest import MANIFEST_NAME, is_dataset_file, is_derived_file
+from ..door import Refused, open_file
+from ..errors import OutputStateError
+from ..storage import ObjectPath
+
+log = logging.getLogger(__name__)
+
+# What was uploaded is saved every SAVE_EVERY files: a run killed while uploading sends at most
+# that many again, and the record (~100 bytes a file) is not rewritten per file.
+SAVE_EVERY = 16
+CHUNK = 8 << 20  # one ranged GET of a download: memory stays at one chunk
+STATE_RECORD_CAP = 64 << 20  # ~100 bytes a file: far more files than a dataset holds
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def ours(name: str) -> bool:
+    """Whether ``name`` is one shardsmith writes beside a manifest (a shard, an index, a
+    sample index, a changes file, a shard list, the label map, the manifest): only such
+    objects under a dataset's prefix are ever downloaded, recorded or deleted."""
+    return name == MANIFEST_NAME or is_dataset_file(name) or is_derived_file(name)
+
+
+def spool_record(home: Path) -> dict[str, Any]:
+    """The spool's record (``base``: the sha256 of the bucket's manifest it holds;
+    ``uploaded``: name -> [size, mtime_ns, ETag]).  The spool is a cache: a record damaged
+    in any field is discarded with one warning (the next publish compares and re-sends)."""
+    path = home / "state.json"
+    try:
+        with open_file(path, STATE_RECORD_CAP) as handle:
+            state = json.loads(handle.read())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, Refused):
+        state = None
+    if _sound_record(state):
+        return state
+    log.warning("%s: damaged, discarded (the spool is a cache: what is uploaded is "
+                "compared again)", path)
+    return {}
+
+
+def _sound_record(state: object) -> bool:
+    if not isinstance(state, dict) or set(state) - {"base", "uploaded"}:
+        return False
+    base, uploaded = state.get("base"), state.get("uploaded", {})
+    if not (base is None or (isinstance(base, str) and SHA256.fullmatch(base))):
+        return False
+    if not isinstance(uploaded, dict):
+        return False
+    return all(isinstance(name, str) and isinstance(seen, list) and len(seen) == 3
+               and all(type(number) is int and number >= 0 for number in seen[:2])
+               and isinstance(seen[2], str) for name, seen in uploaded.items())
+
+
+def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | None) -> None:
+    """``source`` into ``final`` by ranged GETs within ``size`` (the manifest's; a cap for
+    the manifest itself), its sha256 checked before it takes its name: OutputStateError for
+    an object that is not what the manifest says."""
+    tmp = tmp_path_for(final)
+    digest = hashlib.sha256()
+    try:
+        with source.open_guarded(size) as handle, open(tmp, "wb") as out:
+            offset = 0
+            while offset < handle.size:
+                data = handle.pread(min(CHUNK, handle.size - offset), offset)
+                if not data:
+                    break
+                digest.update(data)
+                out.write(data)
+                offset += len(data)
+    except Refused as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputStateError(f"{exc.path}: {exc.detail}; the bucket's version is not "
+                               "what its manifest says (pack to another prefix)") from None
+    except FileNotFoundError:
+        tmp.unlink(missing_ok=True)
+        raise OutputStateError(f"{source}: named by the bucket's manifest but missing; the "
+                               "bucket's version is incomplete (pack to another prefix)") \
+            from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if sha256 is not None and digest.hexdigest() != sha256:
+        tmp.unlink(missing_ok=True)
+        raise OutputStateError(f"{source}: its sha256 is not the manifest's; the bucket's "
+                               "version is damaged (pack to another prefix)")
+    os.replace(tmp, final)
+
+
+def files_of_ours(bucket: ObjectPath) -> dict[str, str]:
+    """name -> ETag of the objects of ours directly under the prefix (one LIST); an object
+    under another name is someone else's, never listed, recorded or deleted."""
+    client = bucket.client
+    try:
+        entries = client.call(str(bucket), client.fs.ls, bucket.path, detail=True)
+    except FileNotFoundError:
+        return {}
+    names = {entry["name"].rsplit("/", 1)[-1]: str(entry.get("ETag") or "")
+             for entry in entries if entry.get("type") == "file"}
+    return {name: etag for name, etag in names.items() if ours(name)}
