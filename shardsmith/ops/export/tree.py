@@ -11,7 +11,7 @@ import hashlib
 import os
 import stat
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ...atomic import fsync_directory, naming
@@ -111,6 +111,16 @@ class ExportTree:
             os.close(fd)
         self.written.append(path)
         return ExportedFile(relpath, len(data), hashlib.sha256(data).hexdigest())
+
+    def write_later(self, pool: Executor, relpath: str, data: bytes) -> Future[ExportedFile]:
+        """``write`` on one of ``pool``'s threads: its folders are made here first (``folder``
+        is not for threads), the file's creation, writing and hashing there.  A create waits
+        in the kernel with the GIL released (10,000 files of 5 kB: 2.4 to 4.7 s of system
+        time on this 2-core machine), so the samples after it are parsed meanwhile."""
+        parent, _, _ = relpath.rpartition("/")
+        if parent not in self._folders:
+            self.folder(parent)
+        return pool.submit(self.write, relpath, data)
 
     def link(self, source_root: Path, file: ExportedFile) -> bool:
         """Hard-link ``file`` from the export folder ``source_root``; False (nothing linked)
