@@ -18,6 +18,7 @@ its sha256 checked as it streams by; a bucket has no lock to share.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -83,6 +84,7 @@ HASH_CHUNK = 8 << 20
 # waits in the kernel, the GIL released (a full COCO export of 10,000 samples: 2.7 to 7 s one
 # file after another, mostly that wait).
 WRITE_THREADS = 4
+LINK_THREADS, LINK_CHUNK = 4, 2048
 
 __all__ = ["ExportOptions", "ExportResult", "export", "export_summary", "resolve_options"]
 
@@ -190,7 +192,7 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
     source, root = _check_locations(location(dataset, storage_options), Path(destination))
     shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
         source / STATE_DIR / LOCK_NAME, "packed")
-    with shared:
+    with shared, _collector_paused():
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
         read: dict = {}  # records the first survey read and checked
@@ -201,6 +203,21 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
         with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
             run = _Run(source, manifest, options, survey(root, layout, read), quiet, keep)
             return run.execute(started)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused while an export runs: it builds tens of
+    thousands of small objects that hold no cycles (records, files, COCO objects), and the
+    collector walked them again and again (a COCO re-export of 10,100 samples: 240 runs,
+    0.08 s of 0.55 s).  Restored as it was, whatever happens."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _check_locations(source: Path | ObjectPath,
@@ -325,23 +342,43 @@ class _Run:
     def _link_unchanged(self, records: list[SampleRecord], digests: dict[str, str],
                         previous: dict[str, ExportedSample], tree: ExportTree,
                         exported: dict[str, ExportedSample], progress: Progress) -> int:
+        """Hard-link the files of the samples unchanged since the current export; returns
+        how many.  A sample one of whose files does not link is exported from its shard (its
+        other files, linked, are then written over)."""
         if not previous:
             return 0
         source = self.destination.folder(self.destination.current)
-        linked = 0
+        unchanged = []
+        for record in records:
+            before = previous.get(record.key)
+            if before is not None and before.digest == digests[record.key] \
+                    and before.split == record.split:
+                unchanged.append(before)
+        # Runs of files of one folder, linked by a few threads: a link waits in the kernel
+        # with the GIL released, and two folders (YOLO's images and labels) take their links
+        # side by side (20,000 links: 0.27 s one after another, profiled).
+        runs: dict[str, list[ExportedFile]] = defaultdict(list)
+        for sample in unchanged:
+            for file in sample.files:
+                runs[file.path.rpartition("/")[0]].append(file)
+        chunks = [files[start:start + LINK_CHUNK] for files in runs.values()
+                  for start in range(0, len(files), LINK_CHUNK)]
         link = tree.link
         try:
-            for record in records:
-                before = previous.get(record.key)
-                if before is None or before.digest != digests[record.key] \
-                        or before.split != record.split:
-                    continue
-                if all(link(source, file) for file in before.files):
-                    exported[record.key] = before
-                    linked += 1
-                    progress.update()
+            for folder in runs:
+                tree.link_folder(source, folder)  # opened here: ``link`` is then read-only
+            with ThreadPoolExecutor(LINK_THREADS, thread_name_prefix="shardsmith-link") as pool:
+                failed = set().union(*pool.map(
+                    lambda files: {file.path for file in files if not link(source, file)},
+                    chunks))
         finally:
             tree.close()
+        linked = 0
+        for sample in unchanged:
+            if not failed or not any(file.path in failed for file in sample.files):
+                exported[sample.key] = sample
+                linked += 1
+                progress.update()
         return linked
 
     def _from_shards(self, todo: list[SampleRecord], digests: dict[str, str],

@@ -134,7 +134,7 @@ class ExportTree:
         parent, _, name = file.path.rpartition("/")  # a safe relative path (``safe_relpath``)
         folders = self._link_folders.get((source_root, parent))
         if folders is None:
-            folders = self._open_pair(source_root, parent)
+            folders = self.link_folder(source_root, parent)
         if folders[0] < 0:
             return False  # no such folder in the previous version: nothing to link
         source_fd, target_fd = folders
@@ -152,9 +152,13 @@ class ExportTree:
         os.unlink(name, dir_fd=target_fd)  # a link to what is there instead: not the file
         return False
 
-    def _open_pair(self, source_root: Path, parent: str) -> tuple[int, int]:
+    def link_folder(self, source_root: Path, parent: str) -> tuple[int, int]:
         """Descriptors of ``source_root/parent`` (-1 where it is no folder) and of our own
-        ``parent``, made a real folder where missing; kept until ``close``."""
+        ``parent``, made a real folder where missing; kept until ``close``.  Threads that
+        ``link`` at once have their folders opened first, by one thread."""
+        folders = self._link_folders.get((source_root, parent))
+        if folders is not None:
+            return folders
         target = self.folder(parent)
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:

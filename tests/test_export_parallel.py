@@ -1,0 +1,103 @@
+"""What the export's speed-ups must not change: files written and linked by threads give the
+same folder as one after another, a previous file that cannot be linked is made again from its
+shard, the bulk look at a record's paths refuses what the look a sample did, and the paused
+garbage collector comes back as it was."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import pytest
+from test_export import pack_corpus, tree_of, write_corpus
+
+from shardsmith.errors import ConfigError
+from shardsmith.ops import export as package
+from shardsmith.ops.export import export
+from shardsmith.ops.export.layouts import check_record_paths, layout_paths
+from shardsmith.ops.export.record import ExportedFile, ExportedSample, ExportOptions
+
+import defects
+import images
+
+SHA = "0" * 64
+
+
+def test_a_file_of_the_previous_version_cut_short_is_made_again_from_its_shard(tmp_path):
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    images.write(tmp_path / "source" / "train" / "good" / "new.jpg",
+                 defects.corpus_original("jpeg8", 1, with_defects=False))
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    label = sorted((tmp_path / "yolo" / "v1" / "labels" / "val").iterdir())[0]
+    label.write_bytes(label.read_bytes()[:-1])  # its image still links, its label does not
+    result = export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    fresh = export(tmp_path / "dataset", tmp_path / "fresh", "yolo", quiet=True)
+    made, expected = tree_of(result.folder), tree_of(fresh.folder)
+    assert made.pop("data.yaml") != expected.pop("data.yaml")  # its absolute path only
+    assert made == expected
+    relative = label.relative_to(tmp_path / "yolo" / "v1")
+    assert (result.folder / relative).stat().st_ino != label.stat().st_ino
+    assert result.linked == fresh.samples - result.written and result.written >= 2
+
+
+def test_one_write_thread_or_many_give_the_same_bytes(tmp_path, monkeypatch):
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "tfrecord")
+    monkeypatch.setattr(package, "WRITE_THREADS", 1)
+    one = export(tmp_path / "dataset", tmp_path / "one", "coco", quiet=True)
+    monkeypatch.setattr(package, "WRITE_THREADS", 8)
+    many = export(tmp_path / "dataset", tmp_path / "many", "coco", quiet=True)
+    assert tree_of(one.folder) == tree_of(many.folder)
+    assert (one.folder / ".export" / "record.json").read_bytes() \
+        == (many.folder / ".export" / "record.json").read_bytes()
+
+
+def sample(key: str, split: str, *paths: str) -> ExportedSample:
+    return ExportedSample(key, split, SHA, 8, 8,
+                          tuple(ExportedFile(path, 1, SHA) for path in paths))
+
+
+@pytest.mark.parametrize("options", [ExportOptions("coco"), ExportOptions("yolo", "detect"),
+                                     ExportOptions("yolo", "segment")],
+                         ids=["coco", "detect", "segment"])
+@pytest.mark.parametrize("paths", [
+    ("images/train/k.jpg", "labels/train/k.txt"),
+    ("labels/train/k.txt", "images/train/k.jpg"),
+    ("images/train/k.jpg",),
+    ("images/val/k.jpg", "labels/val/k.txt"),
+    ("images/val/k.jpg",),
+    ("images/train/j.jpg", "labels/train/j.txt"),
+    ("images/train/k.png",),
+    (),
+])
+def test_the_bulk_look_at_a_records_paths_agrees_with_the_layouts_list(options, paths):
+    fits = paths in layout_paths(options, "k", "train", ("a",), ("x",))
+    found = check_record_paths(options, ("a",), ("x",), [sample("k", "train", *paths)])
+    assert (found is None) == fits
+
+
+def test_a_split_that_is_no_folder_name_is_refused_in_every_sample():
+    good = sample("k", "train", "images/train/k.jpg")
+    bad = sample("j", "..", "images/../j.jpg")
+    found = check_record_paths(ExportOptions("coco"), (), ("x",), [good, bad])
+    assert found is not None and "is not a folder name" in found
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_garbage_collector_is_as_it_was_after_an_export(tmp_path, enabled):
+    write_corpus(tmp_path / "source", annotated=False)
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset", annotated=False)
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        export(tmp_path / "dataset", tmp_path / "ok", "yolo", quiet=True)
+        assert gc.isenabled() is enabled
+        with pytest.raises(ConfigError):
+            export(tmp_path / "dataset", tmp_path / "bad", "coco", quiet=True)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert not os.path.lexists(tmp_path / "bad" / "v1")
+
