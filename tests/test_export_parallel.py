@@ -6,14 +6,17 @@ garbage collector comes back as it was."""
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 
 import pytest
 from test_export import pack_corpus, tree_of, write_corpus
+from test_export_fastpaths import SAMPLE, tar_of
 
+from shardsmith.dataset.manifest import read_manifest
 from shardsmith.errors import ConfigError
 from shardsmith.ops import export as package
-from shardsmith.ops.export import export
+from shardsmith.ops.export import export, plaintar
 from shardsmith.ops.export.layouts import check_record_paths, layout_paths
 from shardsmith.ops.export.record import ExportedFile, ExportedSample, ExportOptions
 
@@ -101,3 +104,37 @@ def test_the_garbage_collector_is_as_it_was_after_an_export(tmp_path, enabled):
         gc.enable() if was else gc.disable()
     assert not os.path.lexists(tmp_path / "bad" / "v1")
 
+
+
+@pytest.mark.parametrize("chunk", [512, 1536, plaintar.CHUNK], ids=["a block", "3 blocks",
+                                                                     "8 MiB"])
+def test_the_header_walk_hashes_every_byte_of_the_shard_once(tmp_path, monkeypatch, chunk):
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    monkeypatch.setattr(plaintar, "CHUNK", chunk)
+    for shard in read_manifest(tmp_path / "dataset").shards:
+        path = tmp_path / "dataset" / shard.name
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            digest = hashlib.sha256()
+            samples = plaintar.plain_samples(fd, shard.bytes, digest)
+            assert samples == plaintar.plain_samples(fd, shard.bytes) is not None
+        finally:
+            os.close(fd)
+        assert digest.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_shard_longer_than_its_listed_size_is_hashed_to_that_size_only(tmp_path):
+    path = tmp_path / "shard.tar"
+    path.write_bytes(tar_of(SAMPLE))
+    size = path.stat().st_size
+    with path.open("ab") as handle:
+        handle.write(b"trailing bytes")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        digest = hashlib.sha256()
+        assert plaintar.plain_samples(fd, size, digest) is not None
+        assert plaintar.plain_samples(fd, size + 1024) is None  # past the end: cut short
+    finally:
+        os.close(fd)
+    assert digest.hexdigest() == hashlib.sha256(path.read_bytes()[:size]).hexdigest()

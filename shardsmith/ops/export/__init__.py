@@ -496,10 +496,10 @@ class _Run:
     def _read_plain_tar(self, path: Path, shard: ShardEntry, wanted: dict[str, SampleRecord],
                         digests: dict[str, str], tree: ExportTree, pool: Executor,
                         progress: Progress) -> list[_Pending] | None:
-        """``_read_shard`` of a sound WebDataset shard: hashed whole first (sequential reads),
-        its headers walked by ``plaintar``, then only the wanted samples read.  None, nothing
-        exported, for a shard that is not plainly sound: the format's reader then reads it
-        and says what is wrong."""
+        """``_read_shard`` of a sound WebDataset shard: hashed whole by the reads that walk its
+        headers (``plaintar``, one sequential pass), then only the wanted samples read.  None,
+        nothing exported, for a shard that is not plainly sound: the format's reader then
+        reads it and says what is wrong."""
         try:
             opened = open_shard(path)
         except (OSError, ShardFormatError):
@@ -509,10 +509,9 @@ class _Run:
                 if opened.size != shard.bytes:
                     return None
                 digest = hashlib.sha256()
-                _hash_range(opened, digest, 0, shard.bytes)
+                samples = plaintar.plain_samples(opened.fd, shard.bytes, digest)
                 if digest.hexdigest() != shard.sha256:
                     return None
-                samples = plaintar.plain_samples(opened.fd, shard.bytes)
             except OSError:
                 return None
             if samples is None or not set(wanted) <= {key for key, _ in samples}:
