@@ -13,6 +13,7 @@ import pytest
 from test_export import pack_corpus, tree_of, write_corpus
 from test_export_fastpaths import SAMPLE, tar_of
 
+from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
 from shardsmith.errors import ConfigError
 from shardsmith.ops import export as package
@@ -138,3 +139,24 @@ def test_a_shard_longer_than_its_listed_size_is_hashed_to_that_size_only(tmp_pat
     finally:
         os.close(fd)
     assert digest.hexdigest() == hashlib.sha256(path.read_bytes()[:size]).hexdigest()
+
+
+def test_a_tfrecord_record_is_parsed_once_for_its_metadata_and_its_mask(tmp_path, monkeypatch):
+    from shardsmith.dataset.formats import tfrecord
+
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "tfrecord")
+    fmt = shard_format("tfrecord")
+    shard = read_manifest(tmp_path / "dataset").shards[0]
+    records = [record for _, record in fmt.records(tmp_path / "dataset" / shard.name,
+                                                   shard.bytes)]
+    expected = [(fmt.metadata(record), fmt.mask_png(record)) for record in records]
+    parses = []
+    real = tfrecord.feature_lists
+    monkeypatch.setattr(tfrecord, "feature_lists", lambda data: parses.append(1) or real(data))
+    for record, (metadata, mask) in zip(records, expected, strict=True):
+        assert fmt.metadata(record) == metadata and fmt.mask_png(record) == mask
+    assert len(parses) == len(records)
+    copy = type(records[0])(records[0].key, bytes(bytearray(records[0].data)))
+    assert fmt.metadata(copy) == expected[0][0] and len(parses) == len(records) + 1
+    assert any(mask is not None for _, mask in expected)
