@@ -166,8 +166,11 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
                                            object_classes[label - 1],
                                            [[float(v) for v in ring] for ring in rings], rle,
                                            spare, height, width))
-        if rle is not None:
-            sample.objects[-1].mask  # noqa: B018 - checks its runs now, named by its sample
+    # An instance mask is decoded when a layout asks for it (``SampleObject.mask``): its runs
+    # were checked with the metadata (``checked_metadata``: sizes, counts covering the
+    # sample), and a mask that fails anyway fails inside ``sample_files``, named by its
+    # sample.  COCO takes an RLE from its counts: the mask of each object was decoded for
+    # nothing (62 us for a 1024 x 1024 mask of 501 runs, timeit).
     return sample
 
 
