@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from test_export import pack_corpus, tree_of, write_corpus
@@ -160,3 +161,18 @@ def test_a_tfrecord_record_is_parsed_once_for_its_metadata_and_its_mask(tmp_path
     copy = type(records[0])(records[0].key, bytes(bytearray(records[0].data)))
     assert fmt.metadata(copy) == expected[0][0] and len(parses) == len(records) + 1
     assert any(mask is not None for _, mask in expected)
+
+
+def test_the_bytes_handed_to_the_write_threads_stay_bounded(tmp_path, monkeypatch):
+    from shardsmith.ops.export import tree
+
+    monkeypatch.setattr(tree, "WRITE_AHEAD", 10)
+    folder = tree.ExportTree(tmp_path / "out")
+    with ThreadPoolExecutor(2) as pool:
+        futures = []
+        for number in range(20):
+            futures.append(folder.write_later(pool, f"a/{number}.bin", bytes(4)))
+            assert folder._ahead_bytes <= 10 and len(folder._ahead) <= 2
+    assert [future.result().bytes for future in futures] == [4] * 20
+    assert sorted(path.name for path in (tmp_path / "out" / "a").iterdir()) \
+        == sorted(f"{number}.bin" for number in range(20))

@@ -11,6 +11,7 @@ import hashlib
 import os
 import stat
 import sys
+from collections import deque
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,6 +26,7 @@ HASH_CHUNK = 8 << 20
 # ones share a commit: on ext4, 4,000 files of 4 kB took 4.5 s one after another and 0.78 s
 # from 32 threads (0.55 s from 64), on a 2-core machine.
 SYNC_THREADS = 32
+WRITE_AHEAD = 64 << 20  # bytes given to ``write_later``'s threads and not yet written, at most
 
 
 def _load_syncfs():
@@ -51,6 +53,8 @@ class ExportTree:
         self.root = root
         self._folders: set[str] = set()
         self.written: list[str] = []
+        self._ahead: deque[tuple[Future[ExportedFile], int]] = deque()  # ``write_later``'s
+        self._ahead_bytes = 0
         # (source root, relative folder) -> descriptors of it there and here (``link``)
         self._link_folders: dict[tuple[Path, str], tuple[int, int]] = {}
         # A folder this run made holds only what it writes: no leftovers to look for (the
@@ -120,7 +124,16 @@ class ExportTree:
         parent, _, _ = relpath.rpartition("/")
         if parent not in self._folders:
             self.folder(parent)
-        return pool.submit(self.write, relpath, data)
+        # the bytes handed to threads and not yet written stay bounded: the oldest write is
+        # waited for (its error raised here) past WRITE_AHEAD bytes in flight
+        while self._ahead and self._ahead_bytes + len(data) > WRITE_AHEAD:
+            done, size = self._ahead.popleft()
+            self._ahead_bytes -= size
+            done.result()
+        future = pool.submit(self.write, relpath, data)
+        self._ahead.append((future, len(data)))
+        self._ahead_bytes += len(data)
+        return future
 
     def link(self, source_root: Path, file: ExportedFile) -> bool:
         """Hard-link ``file`` from the export folder ``source_root``; False (nothing linked)
