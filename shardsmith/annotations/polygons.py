@@ -16,11 +16,21 @@ def traced_rings(mask: np.ndarray) -> list[Ring]:
     """The outlines of a mask's regions along pixel borders (so a 1-pixel-wide crack keeps its
     width): the mask's pixels are placed on the odd points of a grid of half pixels and
     dilated by one point, whose outer contours then run exactly on the pixel edges."""
-    height, width = mask.shape
+    # Only the mask's bounding rows and columns, one more on each side where the sample has
+    # them, go on the grid: the outlines are the same (offset back below), and the grid of an
+    # object is not the whole sample's (a 40 x 120 object of a 1024 x 1024 sample: 0.17 ms,
+    # 5.3 ms on the sample's grid).
+    rows, columns = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    if not len(rows):
+        return []
+    top, left = max(int(rows[0]) - 1, 0), max(int(columns[0]) - 1, 0)
+    part = mask[top : int(rows[-1]) + 2, left : int(columns[-1]) + 2]
+    height, width = part.shape
     grid = np.zeros((2 * height + 1, 2 * width + 1), np.uint8)
-    grid[1::2, 1::2] = mask
+    grid[1::2, 1::2] = part
     grid = cv2.dilate(grid, np.ones((3, 3), np.uint8))
-    contours, _ = cv2.findContours(grid, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    contours, _ = cv2.findContours(grid, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE,
+                                   offset=(2 * left, 2 * top))
     rings = []
     for contour in contours:
         points = contour.reshape(-1, 2).astype(np.float64) / 2.0

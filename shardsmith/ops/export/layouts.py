@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import msgspec
 import numpy as np
@@ -166,8 +166,11 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
                                            object_classes[label - 1],
                                            [[float(v) for v in ring] for ring in rings], rle,
                                            spare, height, width))
-        if rle is not None:
-            sample.objects[-1].mask  # noqa: B018 - checks its runs now, named by its sample
+    # An instance mask is decoded when a layout asks for it (``SampleObject.mask``): its runs
+    # were checked with the metadata (``checked_metadata``: sizes, counts covering the
+    # sample), and a mask that fails anyway fails inside ``sample_files``, named by its
+    # sample.  COCO takes an RLE from its counts: the mask of each object was decoded for
+    # nothing (62 us for a 1024 x 1024 mask of 501 runs, timeit).
     return sample
 
 
@@ -284,6 +287,9 @@ def png_image(sample: Sample) -> bytes:
     return objects.png(np.ascontiguousarray(pixels[:, :, ::-1]))  # OpenCV writes BGR
 
 
+# A re-export asks for every key's id twice (the collision check, the instances files): a
+# hit is ~0.1 us, a sha256 ~2 us (10,000 keys: 0.04 s of a 0.6 s re-export, profiled).
+@lru_cache(maxsize=1 << 18)
 def coco_image_id(key: str) -> int:
     """The first 53 bits of sha256(key): stable across versions, exact as a JSON double."""
     return int(hashlib.sha256(key.encode("ascii")).hexdigest()[:14], 16) >> 3
@@ -400,15 +406,30 @@ def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
     named twice; None when everything fits."""
     seen: set[str] = set()
     keys: set[str] = set()
+    # A split is a folder name or not whatever the sample (a handful of splits, 10,000
+    # samples: the check a sample was a third of this walk); the detect, segment and coco
+    # layouts give a sample one list of files, compared whole without building the lists.
+    splits: dict[str, bool] = {}
+    single = options.layout == "coco" or (options.layout == "yolo"
+                                          and options.task != "classify")
+    labelled = options.layout == "yolo"
     for sample in samples:
-        if KEY.fullmatch(sample.key) is None:
-            return f"sample key {shown(sample.key)} is not a sample key"
-        if not safe_folder_name(sample.split):
-            return f"sample {sample.key}: split {shown(sample.split)} is not a folder name"
+        key, split = sample.key, sample.split
+        if KEY.fullmatch(key) is None:
+            return f"sample key {shown(key)} is not a sample key"
+        sound = splits.get(split)
+        if sound is None:
+            sound = splits[split] = safe_folder_name(split)
+        if not sound:
+            return f"sample {key}: split {shown(split)} is not a folder name"
         paths = tuple(file.path for file in sample.files)
-        if paths not in layout_paths(options, sample.key, sample.split, classes,
-                                     object_classes):
-            return f"sample {sample.key}: its files are not the {options.layout} layout's"
+        if single:
+            fits = paths == ((f"images/{split}/{key}{JPEG}", f"labels/{split}/{key}{LABEL}")
+                             if labelled else (f"images/{split}/{key}{JPEG}",))
+        else:
+            fits = paths in layout_paths(options, key, split, classes, object_classes)
+        if not fits:
+            return f"sample {key}: its files are not the {options.layout} layout's"
         if seen.intersection(paths) or sample.key in keys:
             return f"sample {sample.key}: named twice"
         seen.update(paths)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from ...dataset.formats.base import Member, Record
 from ...dataset.formats.webdataset import BLOCK, MEMBER_EXTENSIONS, check_member_name
 from ...errors import ShardFormatError
 
+CHUNK = 8 << 20  # a multiple of BLOCK: a header never straddles two chunks
 MAGIC = b"ustar\x0000"
 ZERO = bytes(BLOCK)
 REGULAR = (b"0", b"\x00")
@@ -24,7 +26,9 @@ REGULAR = (b"0", b"\x00")
 
 def _octal(field: bytes) -> int | None:
     text = field.split(b"\x00", 1)[0].strip()
-    if not text or any(byte not in b"01234567" for byte in text):
+    # what is left once the octal digits are taken out: 1 us a field, 2.8 us a byte at a
+    # time (timeit; six fields a sample, 60,000 in an export of 10,000 samples)
+    if not text or text.translate(None, b"01234567"):
         return None
     return int(text, 8)
 
@@ -33,15 +37,57 @@ def _padded(size: int) -> int:
     return -(-size // BLOCK) * BLOCK
 
 
-def plain_samples(fd: int, size: int) -> list[tuple[str, list[Member]]] | None:
+class _Chunks:
+    """The file read once from its start in chunks of ``CHUNK`` bytes, each fed to ``digest``
+    as it comes: the headers are sliced from the chunk in hand (a ``pread`` a header was
+    30,000 system calls in an export of 10,000 samples, on top of the shard's hashing)."""
+
+    def __init__(self, fd: int, size: int, digest: Any):
+        self.fd, self.size, self.digest = fd, size, digest
+        self.start, self.data = 0, b""
+
+    def block(self, offset: int) -> bytes | None:
+        """The 512 bytes at ``offset`` (never before the last asked for); None when the file
+        ends first or a read comes back short (the walk then gives up)."""
+        while offset + BLOCK > self.start + len(self.data):
+            if not self._next():
+                return None
+        at = offset - self.start
+        return self.data[at : at + BLOCK] if at >= 0 else None
+
+    def _next(self) -> bool:
+        at = self.start + len(self.data)
+        wanted = min(CHUNK, self.size - at)
+        if wanted <= 0:
+            return False
+        data = os.pread(self.fd, wanted, at)
+        if len(data) != wanted:
+            return False
+        if self.digest is not None:
+            self.digest.update(data)
+        self.start, self.data = at, data
+        return True
+
+    def finish(self) -> bool:
+        """Read (and hash) the rest of the file; False when it ends before ``size``."""
+        while self._next():
+            pass
+        return self.start + len(self.data) == self.size
+
+
+def plain_samples(fd: int, size: int,
+                  digest: Any = None) -> list[tuple[str, list[Member]]] | None:
     """(key, its members with absolute offsets) of each sample of the tar in ``fd`` (its first
-    ``size`` bytes), or None when the shard is not plainly what shardsmith writes."""
+    ``size`` bytes), or None when the shard is not plainly what shardsmith writes.  Every
+    byte of the ``size`` is read once, in order, and fed to ``digest`` (a ``hashlib`` hash)
+    when one is given: the shard is hashed by the same reads."""
+    chunks = _Chunks(fd, size, digest)
     samples: list[tuple[str, list[Member]]] = []
     seen: set[str] = set()
     offset = 0
     while offset + BLOCK <= size:
-        header = os.pread(fd, BLOCK, offset)
-        if len(header) != BLOCK:
+        header = chunks.block(offset)
+        if header is None:
             return None
         if header == ZERO:
             break
@@ -71,7 +117,7 @@ def plain_samples(fd: int, size: int) -> list[tuple[str, list[Member]]] | None:
         extensions = {member.extension for member in members}
         if any(extension not in extensions for extension in MEMBER_EXTENSIONS):
             return None
-    return samples
+    return samples if chunks.finish() else None
 
 
 def read_samples(fd: int, samples: list[tuple[str, list[Member]]],

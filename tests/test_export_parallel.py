@@ -1,0 +1,178 @@
+"""What the export's speed-ups must not change: files written and linked by threads give the
+same folder as one after another, a previous file that cannot be linked is made again from its
+shard, the bulk look at a record's paths refuses what the look a sample did, and the paused
+garbage collector comes back as it was."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from test_export import pack_corpus, tree_of, write_corpus
+from test_export_fastpaths import SAMPLE, tar_of
+
+from shardsmith.dataset.formats import shard_format
+from shardsmith.dataset.manifest import read_manifest
+from shardsmith.errors import ConfigError
+from shardsmith.ops import export as package
+from shardsmith.ops.export import export, plaintar
+from shardsmith.ops.export.layouts import check_record_paths, layout_paths
+from shardsmith.ops.export.record import ExportedFile, ExportedSample, ExportOptions
+
+import defects
+import images
+
+SHA = "0" * 64
+
+
+def test_a_file_of_the_previous_version_cut_short_is_made_again_from_its_shard(tmp_path):
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    images.write(tmp_path / "source" / "train" / "good" / "new.jpg",
+                 defects.corpus_original("jpeg8", 1, with_defects=False))
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    label = sorted((tmp_path / "yolo" / "v1" / "labels" / "val").iterdir())[0]
+    label.write_bytes(label.read_bytes()[:-1])  # its image still links, its label does not
+    result = export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    fresh = export(tmp_path / "dataset", tmp_path / "fresh", "yolo", quiet=True)
+    made, expected = tree_of(result.folder), tree_of(fresh.folder)
+    assert made.pop("data.yaml") != expected.pop("data.yaml")  # its absolute path only
+    assert made == expected
+    relative = label.relative_to(tmp_path / "yolo" / "v1")
+    assert (result.folder / relative).stat().st_ino != label.stat().st_ino
+    assert result.linked == fresh.samples - result.written and result.written >= 2
+
+
+def test_one_write_thread_or_many_give_the_same_bytes(tmp_path, monkeypatch):
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "tfrecord")
+    monkeypatch.setattr(package, "WRITE_THREADS", 1)
+    one = export(tmp_path / "dataset", tmp_path / "one", "coco", quiet=True)
+    monkeypatch.setattr(package, "WRITE_THREADS", 8)
+    many = export(tmp_path / "dataset", tmp_path / "many", "coco", quiet=True)
+    assert tree_of(one.folder) == tree_of(many.folder)
+    assert (one.folder / ".export" / "record.json").read_bytes() \
+        == (many.folder / ".export" / "record.json").read_bytes()
+
+
+def sample(key: str, split: str, *paths: str) -> ExportedSample:
+    return ExportedSample(key, split, SHA, 8, 8,
+                          tuple(ExportedFile(path, 1, SHA) for path in paths))
+
+
+@pytest.mark.parametrize("options", [ExportOptions("coco"), ExportOptions("yolo", "detect"),
+                                     ExportOptions("yolo", "segment")],
+                         ids=["coco", "detect", "segment"])
+@pytest.mark.parametrize("paths", [
+    ("images/train/k.jpg", "labels/train/k.txt"),
+    ("labels/train/k.txt", "images/train/k.jpg"),
+    ("images/train/k.jpg",),
+    ("images/val/k.jpg", "labels/val/k.txt"),
+    ("images/val/k.jpg",),
+    ("images/train/j.jpg", "labels/train/j.txt"),
+    ("images/train/k.png",),
+    (),
+])
+def test_the_bulk_look_at_a_records_paths_agrees_with_the_layouts_list(options, paths):
+    fits = paths in layout_paths(options, "k", "train", ("a",), ("x",))
+    found = check_record_paths(options, ("a",), ("x",), [sample("k", "train", *paths)])
+    assert (found is None) == fits
+
+
+def test_a_split_that_is_no_folder_name_is_refused_in_every_sample():
+    good = sample("k", "train", "images/train/k.jpg")
+    bad = sample("j", "..", "images/../j.jpg")
+    found = check_record_paths(ExportOptions("coco"), (), ("x",), [good, bad])
+    assert found is not None and "is not a folder name" in found
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_garbage_collector_is_as_it_was_after_an_export(tmp_path, enabled):
+    write_corpus(tmp_path / "source", annotated=False)
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset", annotated=False)
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        export(tmp_path / "dataset", tmp_path / "ok", "yolo", quiet=True)
+        assert gc.isenabled() is enabled
+        with pytest.raises(ConfigError):
+            export(tmp_path / "dataset", tmp_path / "bad", "coco", quiet=True)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert not os.path.lexists(tmp_path / "bad" / "v1")
+
+
+
+@pytest.mark.parametrize("chunk", [512, 1536, plaintar.CHUNK], ids=["a block", "3 blocks",
+                                                                     "8 MiB"])
+def test_the_header_walk_hashes_every_byte_of_the_shard_once(tmp_path, monkeypatch, chunk):
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    monkeypatch.setattr(plaintar, "CHUNK", chunk)
+    for shard in read_manifest(tmp_path / "dataset").shards:
+        path = tmp_path / "dataset" / shard.name
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            digest = hashlib.sha256()
+            samples = plaintar.plain_samples(fd, shard.bytes, digest)
+            assert samples == plaintar.plain_samples(fd, shard.bytes) is not None
+        finally:
+            os.close(fd)
+        assert digest.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_shard_longer_than_its_listed_size_is_hashed_to_that_size_only(tmp_path):
+    path = tmp_path / "shard.tar"
+    path.write_bytes(tar_of(SAMPLE))
+    size = path.stat().st_size
+    with path.open("ab") as handle:
+        handle.write(b"trailing bytes")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        digest = hashlib.sha256()
+        assert plaintar.plain_samples(fd, size, digest) is not None
+        assert plaintar.plain_samples(fd, size + 1024) is None  # past the end: cut short
+    finally:
+        os.close(fd)
+    assert digest.hexdigest() == hashlib.sha256(path.read_bytes()[:size]).hexdigest()
+
+
+def test_a_tfrecord_record_is_parsed_once_for_its_metadata_and_its_mask(tmp_path, monkeypatch):
+    from shardsmith.dataset.formats import tfrecord
+
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "tfrecord")
+    fmt = shard_format("tfrecord")
+    shard = read_manifest(tmp_path / "dataset").shards[0]
+    records = [record for _, record in fmt.records(tmp_path / "dataset" / shard.name,
+                                                   shard.bytes)]
+    expected = [(fmt.metadata(record), fmt.mask_png(record)) for record in records]
+    parses = []
+    real = tfrecord.feature_lists
+    monkeypatch.setattr(tfrecord, "feature_lists", lambda data: parses.append(1) or real(data))
+    for record, (metadata, mask) in zip(records, expected, strict=True):
+        assert fmt.metadata(record) == metadata and fmt.mask_png(record) == mask
+    assert len(parses) == len(records)
+    copy = type(records[0])(records[0].key, bytes(bytearray(records[0].data)))
+    assert fmt.metadata(copy) == expected[0][0] and len(parses) == len(records) + 1
+    assert any(mask is not None for _, mask in expected)
+
+
+def test_the_bytes_handed_to_the_write_threads_stay_bounded(tmp_path, monkeypatch):
+    from shardsmith.ops.export import tree
+
+    monkeypatch.setattr(tree, "WRITE_AHEAD", 10)
+    folder = tree.ExportTree(tmp_path / "out")
+    with ThreadPoolExecutor(2) as pool:
+        futures = []
+        for number in range(20):
+            futures.append(folder.write_later(pool, f"a/{number}.bin", bytes(4)))
+            assert folder._ahead_bytes <= 10 and len(folder._ahead) <= 2
+    assert [future.result().bytes for future in futures] == [4] * 20
+    assert sorted(path.name for path in (tmp_path / "out" / "a").iterdir()) \
+        == sorted(f"{number}.bin" for number in range(20))
