@@ -108,11 +108,18 @@ def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | N
 def files_of_ours(bucket: ObjectPath) -> dict[str, str]:
     """name -> ETag of the objects of ours directly under the prefix (one LIST); an object
     under another name is someone else's, never listed, recorded or deleted."""
+    return {name: found["ETag"] for name, found in listing_of_ours(bucket).items()}
+
+
+def listing_of_ours(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
+    """name -> {``ETag``, ``size``} of the objects of ours directly under the prefix, as
+    ``files_of_ours`` lists them."""
     client = bucket.client
     try:
         entries = client.call(str(bucket), client.fs.ls, bucket.path, detail=True)
     except FileNotFoundError:
         return {}
-    names = {entry["name"].rsplit("/", 1)[-1]: str(entry.get("ETag") or "")
+    names = {entry["name"].rsplit("/", 1)[-1]: {"ETag": str(entry.get("ETag") or ""),
+                                                 "size": int(entry.get("size") or 0)}
              for entry in entries if entry.get("type") == "file"}
-    return {name: etag for name, etag in names.items() if ours(name)}
+    return {name: found for name, found in names.items() if ours(name)}
