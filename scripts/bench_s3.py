@@ -18,9 +18,13 @@ Rounds interleave a local pack (the baseline), a pack from the bucket and a pack
 all with --pack-workers, straight from the server; then, through the proxy with 5 ms a
 request: the listing of the bucket (``scan``) with its threads (``scan.SCAN_THREADS``, one per
 top-level prefix at once) and with 1 (one prefix at a time); a pack from the bucket with 1
-worker and with --pack-workers (the reads: one GET per original); and the upload of a
-pack to the bucket (``s3output.publish``, timed alone) with ``s3output.UPLOADS`` files at once
-and with 1.  Medians of --reps rounds; ratios against the local runs and of 1 against many.
+worker and with --pack-workers (the reads: one GET per original); a whole pack from local
+disk to a new prefix (its shards go up while it packs, on the journal's one thread, then the
+publish sends the rest); and the publish alone (``s3output.publish``) of that pack's spool to
+a FRESH prefix, so that every file is sent by it, with ``s3output.UPLOADS`` files at once and
+with 1.  (The publish at the end of a pack finds most shards uploaded already: timing it
+there would time little.)  Medians of --reps rounds; ratios against the local runs and of 1
+against many.
 """
 
 from __future__ import annotations
@@ -129,24 +133,18 @@ def timed_stage(source: str | Path, target: Path, workers: int,
     return time.perf_counter() - started
 
 
-class Uploads:
-    """``s3output.publish`` timed alone, with ``s3output.UPLOADS`` set to ``files`` at once
-    (the module reads it when it publishes)."""
-
-    def __init__(self) -> None:
-        self.publish, self.default = s3output.publish, s3output.UPLOADS
-        self.seconds = 0.0
-        s3output.publish = self._timed
-
-    def _timed(self, *args, **kwargs) -> None:
+def timed_publish(spool: Path, url: str, at_once: int, endpoint: str, home: Path) -> float:
+    """Seconds of ``s3output.publish`` of the packed ``spool`` to the fresh prefix ``url``
+    (a new spool record in ``home``: every file is uploaded), ``at_once`` files at once."""
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    default, s3output.UPLOADS = s3output.UPLOADS, at_once  # read when it publishes
+    try:
         started = time.perf_counter()
-        try:
-            self.publish(*args, **kwargs)
-        finally:
-            self.seconds = time.perf_counter() - started
-
-    def restore(self) -> None:
-        s3output.publish, s3output.UPLOADS = self.publish, self.default
+        s3output.publish(spool, locate(url, {"endpoint_url": endpoint}), home)
+        return time.perf_counter() - started
+    finally:
+        s3output.UPLOADS = default
 
 
 def timed_pack(source: str | Path, output: str | Path, workers: int,
@@ -199,7 +197,7 @@ def main() -> None:
                       AWS_DEFAULT_REGION="us-east-1")
     process, endpoint = start_server()
     proxy = start_proxy(endpoint)
-    uploads = Uploads()
+    at_once = s3output.UPLOADS
     try:
         import s3fs
 
@@ -221,23 +219,22 @@ def main() -> None:
                       "small, s3 +5 ms, 1 worker": (small_url, 1, proxy.url),
                       f"small, s3 +5 ms, {many}": (small_url, args.workers, proxy.url)}
             local_source = scratch / "originals"
-            packs = {  # name: (source, output or None for a new prefix, workers, endpoint,
-                       #        files uploaded at once)
-                "local pack": (local_source, scratch / "out", args.pack_workers, None, 0),
-                "pack from s3": (source_url, scratch / "out", args.pack_workers, endpoint, 0),
-                "pack to s3": (local_source, None, args.pack_workers, endpoint,
-                               uploads.default),
-                "pack from s3 +5 ms, 1 worker": (source_url, scratch / "out", 1, proxy.url, 0),
+            delayed_pack = f"pack to s3 +5 ms, {pack_workers}"
+            packs = {  # name: (source, output or None for a new prefix, workers, endpoint)
+                "local pack": (local_source, scratch / "out", args.pack_workers, None),
+                "pack from s3": (source_url, scratch / "out", args.pack_workers, endpoint),
+                "pack to s3": (local_source, None, args.pack_workers, endpoint),
+                "pack from s3 +5 ms, 1 worker": (source_url, scratch / "out", 1, proxy.url),
                 f"pack from s3 +5 ms, {pack_workers}": (source_url, scratch / "out",
-                                                        args.pack_workers, proxy.url, 0),
-                "upload +5 ms, 1 at once": (local_source, None, args.pack_workers, proxy.url,
-                                            1),
-                f"upload +5 ms, {uploads.default} at once": (
-                    local_source, None, args.pack_workers, proxy.url, uploads.default),
+                                                        args.pack_workers, proxy.url),
+                delayed_pack: (local_source, None, args.pack_workers, proxy.url),
             }
+            publishes = {"publish to a fresh prefix +5 ms, 1 at once": 1,
+                         f"publish to a fresh prefix +5 ms, {at_once} at once": at_once}
             listings = {f"listing +5 ms, {SCAN_THREADS} threads": SCAN_THREADS,
                         "listing +5 ms, 1 thread": 1}
-            runs: dict[str, list[float]] = {name: [] for name in [*stages, *packs, *listings]}
+            runs: dict[str, list[float]] = {
+                name: [] for name in [*stages, *packs, *publishes, *listings]}
             requests: dict[str, int] = {}
             # Untimed: the imports of the image libraries and of s3fs in the worker processes,
             # and their start, would otherwise fall on the first packs of the first round.
@@ -254,21 +251,25 @@ def main() -> None:
                     seen = len(proxy.requests)
                     runs[name].append(timed_listing(source_url, threads, proxy.url))
                     requests[name] = len(proxy.requests) - seen
-                for number, (name, (source, output, workers, through, at_once)) in \
+                packed = {}
+                for number, (name, (source, output, workers, through)) in \
                         enumerate(packs.items()):
                     if output is None:
-                        output = f"s3://{BUCKET}/packed-{rep}-{number}"
+                        output = packed[name] = f"s3://{BUCKET}/packed-{rep}-{number}"
                     else:
                         shutil.rmtree(output, ignore_errors=True)
-                    s3output.UPLOADS = at_once or uploads.default
                     seen = len(proxy.requests)
-                    seconds = timed_pack(source, output, workers, through)
-                    runs[name].append(uploads.seconds if name.startswith("upload")
-                                      else seconds)
+                    runs[name].append(timed_pack(source, output, workers, through))
                     if through == proxy.url:
                         requests[name] = len(proxy.requests) - seen
+                spool = s3output.spool_for(locate(packed[delayed_pack])) / "dataset"
+                for number, (name, files) in enumerate(publishes.items()):
+                    seen = len(proxy.requests)
+                    runs[name].append(timed_publish(
+                        spool, f"s3://{BUCKET}/published-{rep}-{number}", files, proxy.url,
+                        scratch / "publish-home"))
+                    requests[name] = len(proxy.requests) - seen
     finally:
-        uploads.restore()
         proxy.server.shutdown()
         proxy.server.server_close()
         process.terminate()
@@ -280,15 +281,15 @@ def main() -> None:
     print(f"small: {args.small_shards} shards x 256 KiB = {small / 1e6:.1f} MB; packing "
           f"{args.images} JPEGs of 640x480 ({originals / 1e6:.1f} MB) in {args.prefixes} "
           f"prefixes to {IMAGE_SIZE} px, {SHARD_SAMPLES} a shard")
-    print(f"{'method':<36}{'seconds':>10}{'rate':>14}{'requests':>10}")
+    print(f"{'method':<46}{'seconds':>10}{'rate':>14}{'requests':>10}")
     for name, seconds in medians.items():
-        if name.startswith(("listing", "upload")):
+        if name.startswith(("listing", "publish")):
             rate = "-"
         elif "pack" in name:
             rate = f"{args.images / seconds:,.0f} images/s"
         else:
             rate = f"{(small if name.startswith('small') else total) / seconds / 1e6:,.0f} MB/s"
-        print(f"{name:<36}{seconds:>10.2f}{rate:>14}{requests.get(name, '-'):>10}")
+        print(f"{name:<46}{seconds:>10.2f}{rate:>14}{requests.get(name, '-'):>10}")
     ratios = {
         "s3_vs_local": medians["s3 stage"] / medians["local stage"],
         "delayed_1_vs_n_workers": medians["small, s3 +5 ms, 1 worker"]
@@ -299,8 +300,9 @@ def main() -> None:
         / medians[f"listing +5 ms, {SCAN_THREADS} threads"],
         "pack_reads_1_vs_n_workers": medians["pack from s3 +5 ms, 1 worker"]
         / medians[f"pack from s3 +5 ms, {pack_workers}"],
-        "uploads_1_vs_n": medians["upload +5 ms, 1 at once"]
-        / medians[f"upload +5 ms, {uploads.default} at once"],
+        "pack_to_s3_delayed_vs_local": medians[delayed_pack] / medians["local pack"],
+        "uploads_1_vs_n": medians["publish to a fresh prefix +5 ms, 1 at once"]
+        / medians[f"publish to a fresh prefix +5 ms, {at_once} at once"],
     }
     print(f"s3 stage takes {ratios['s3_vs_local']:.2f}x the local stage; through +5 ms per "
           f"request, {args.workers} workers are {ratios['delayed_1_vs_n_workers']:.2f}x as "
@@ -309,12 +311,14 @@ def main() -> None:
           f"s3 {ratios['pack_to_s3_vs_local']:.2f}x; through +5 ms per request, the listing "
           f"with {SCAN_THREADS} threads is {ratios['listing_1_vs_n_threads']:.2f}x as fast as "
           f"with 1, the pack's reads with {args.pack_workers} workers "
-          f"{ratios['pack_reads_1_vs_n_workers']:.2f}x as fast as with 1, the upload of "
-          f"{uploads.default} files at once {ratios['uploads_1_vs_n']:.2f}x as fast as 1")
+          f"{ratios['pack_reads_1_vs_n_workers']:.2f}x as fast as with 1; a pack to s3 "
+          f"takes {ratios['pack_to_s3_delayed_vs_local']:.2f}x the local pack, and the "
+          f"publish of a packed spool to a fresh prefix with {at_once} files at once is "
+          f"{ratios['uploads_1_vs_n']:.2f}x as fast as with 1")
     write_report(args.json, {"bytes": total, "shards": args.shards, "workers": args.workers,
                              "images": args.images, "image_bytes": originals,
                              "prefixes": args.prefixes, "pack_workers": args.pack_workers,
-                             "uploads": uploads.default, "scan_threads": SCAN_THREADS,
+                             "uploads": at_once, "scan_threads": SCAN_THREADS,
                              "delay_s": DELAY, "runs": runs, "medians": medians,
                              "requests": requests, **ratios})
 

@@ -423,6 +423,9 @@ class ObjectFile:
             raise Refused("changed", f"is not the object the listing saw ({total:,} bytes, "
                           f"not {self.size:,}: rewritten since)", self.path)
         etag = answer.get("ETag")
+        if self.head.get("ETag") and not etag:
+            raise Refused("changed", "the store gave no ETag with this read (it gave one "
+                          "before), so it cannot be told from a rewrite", self.path)
         if self.head.get("ETag") and etag != self.head["ETag"]:
             raise Refused("changed", "was rewritten between two reads (another ETag)",
                           self.path)

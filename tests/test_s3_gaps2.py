@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
+import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -35,6 +39,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 # which no documented option of the file system or of ``storage:`` sets): 110 MiB is 3 parts.
 PART = 50 << 20
 MULTIPART_BYTES = 110 << 20
+# Below the size of a shard of six 160x120 JPEGs packed at 32 px (~2.4 KB a sample), above
+# what a pack writes before its first download (nothing, in a fresh spool).
+FILE_LIMIT = 1024
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +211,67 @@ def test_re_annotated_originals_in_a_bucket_keep_their_jpeg_bytes(tmp_path, s3, 
 
     assert manifest["run"]["jpeg_copied"] == 3 and manifest["run"]["decoded"] == 0
     assert records(tmp_path / "out") == records(tmp_path / "fresh")
+
+
+def test_a_spool_download_past_the_file_size_limit_names_the_spool_file(tmp_path, s3):
+    """A full disk says so without a file name (``write`` raises EFBIG or ENOSPC with none):
+    a spool download names the file it was writing.  RLIMIT_FSIZE in the child stands for the
+    full disk (Python ignores SIGXFSZ, so the write fails instead of the process dying)."""
+    from hostile_helpers import PACK_ARGS, cli, command, one_stderr_line
+
+    source = small_originals(tmp_path / "source")
+    assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS).exit_code == 0  # in this spool...
+    spool = tmp_path / "another-machine"  # ...and a fresh one downloads the version
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+
+    died = subprocess.run(command("pack", source, f"{s3.url}/ds", *PACK_ARGS),
+                          capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"SHARDSMITH_SPOOL": str(spool)},
+                          preexec_fn=limited)
+
+    named, _, why = one_stderr_line(died, 1).removeprefix("shardsmith: error: ").rpartition(
+        ": ")
+    assert why == "File too large"
+    assert Path(named).parent == next(spool.iterdir()) / "dataset"  # a file of the version
+    assert not list(spool.rglob("*.tmp"))
+
+
+def test_a_store_whose_answers_carry_no_etag_gets_a_reject_saying_so(tmp_path, s3,
+                                                                     s3_server, monkeypatch):
+    """The listing gives an ETag, the GET of one original none: the reject says the store
+    gave none (it is not "rewritten since")."""
+    from s3server import FaultProxy, _handler
+
+    from shardsmith.config import load_config
+    from shardsmith.packing import pipeline
+
+    url = s3.upload(small_originals(tmp_path / "source"), "originals")
+    proxy = FaultProxy(s3_server)
+    relay = _handler(proxy)
+
+    class WithoutTag(relay):
+        def send_header(self, name: str, value: str) -> None:
+            if name.lower() == "etag" and self.path.split("?")[0].endswith("/b/1.jpg"):
+                return
+            super().send_header(name, value)
+
+    proxy.server = ThreadingHTTPServer(("127.0.0.1", 0), WithoutTag)
+    proxy.server.daemon_threads = True
+    threading.Thread(target=proxy.server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        config = load_config(None, {"source.path": url, "output.path": str(tmp_path / "out"),
+                                    "image.size": 72, "run.quiet": True, "run.workers": 1,
+                                    "run.max_reject_fraction": 0.5})
+        result = pipeline.pack(config)
+    finally:
+        proxy.server.shutdown()
+        proxy.server.server_close()
+
+    rejects = {reject.path: reject for reject in result.manifest.rejects}
+    assert set(rejects) == {"b/1.jpg"}
+    assert "no ETag" in rejects["b/1.jpg"].detail
+    assert "rewritten since)" not in rejects["b/1.jpg"].detail
+    assert result.manifest.totals.packed == 5

@@ -162,12 +162,15 @@ def test_checkpoint_objects_are_the_journal_lines_with_their_sample_records(tmp_
 
 
 @pytest.mark.parametrize("harm", ["damaged", "truncated", "longer than its line says",
-                                  "over the cap", "of another run"])
+                                  "over the cap", "missing", "a shard size not the listing's",
+                                  "of another run"])
 def test_a_checkpoint_object_that_is_not_one_is_not_resumed_from(tmp_path, s3, spool, harm,
                                                                  monkeypatch, caplog):
-    """On another machine: a damaged object 2 (or one cut short, or with records its line
-    does not count) ends the journal before it, with a warning; the journal of another run
-    (the sources changed since) is not resumed from.  Either way the same bytes."""
+    """On another machine: a damaged object 2 (or one cut short, with records its line does
+    not count, missing, or naming its shard with a size far over the listing's) ends the
+    journal before it, with one warning counting the objects resumed from as the info line
+    does; the journal of another run (the sources changed since) is not resumed from.
+    Either way the same bytes."""
     source = _killed_after_object_3(tmp_path, s3)
     [run] = {key.split("/")[0] for key in journal_objects(s3)}
     key = f"{s3.name}/{JOURNAL}/{run}/00000002.json"
@@ -181,6 +184,13 @@ def test_a_checkpoint_object_that_is_not_one_is_not_resumed_from(tmp_path, s3, s
     elif harm == "over the cap":  # the cap made small, not the object huge
         monkeypatch.setattr(s3journal, "CHECKPOINT_CAP", 8192)
         s3.fs.pipe_file(key, data + b" " * 10_000)
+    elif harm == "missing":
+        s3.fs.rm(key)
+    elif harm == "a shard size not the listing's":  # a cap of the download, and nothing else
+        line, _, records = data.partition(b"\n")
+        checkpoint = json.loads(line)
+        checkpoint["shard"]["bytes"] = 10**15
+        s3.fs.pipe_file(key, json.dumps(checkpoint).encode() + b"\n" + records)
     else:
         originals(source, 2, first=200)
     monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "another-machine"))
@@ -192,8 +202,13 @@ def test_a_checkpoint_object_that_is_not_one_is_not_resumed_from(tmp_path, s3, s
         assert any("journal of another run" in warning for warning in warnings), warnings
         assert not any("resuming" in r.getMessage() for r in caplog.records)
     else:
-        assert any("00000002.json" in warning and "resumed from the 2 checkpoint objects "
-                   "before it" in warning for warning in warnings), warnings
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+                    and r.name == s3journal.__name__]
+        assert len(warnings) == 1, warnings
+        assert "00000002.json" in warnings[0], warnings
+        assert "resumed from the 2 checkpoint objects before it" in warnings[0]
+        assert any("rebuilt the journal from 2 checkpoint objects" in r.getMessage()
+                   for r in caplog.records)
         assert resumed_at(caplog) > 0  # at checkpoint 1
     assert bucket_bytes(s3, "ds") == local_pack(source, tmp_path / "local")
     assert journal_objects(s3) == []
@@ -246,5 +261,116 @@ def test_shards_go_up_while_the_pack_runs_and_publish_sends_none_again(tmp_path,
     manifest = puts.index(f"/{s3.name}/ds/manifest.json")
     assert journal and max(journal) < min(samples_index) < manifest
     assert puts.index(shards[0]) < min(samples_index)  # up before the version was made
+    assert journal_objects(s3) == []
+    assert bucket_bytes(s3, "ds") == local_pack(source, tmp_path / "local")
+
+
+# The process dies (as by kill -9) after the manifest's PUT, before the journal objects are
+# deleted.
+DIE_BEFORE_CLEAR = ("import os, shardsmith.packing.s3output as o\n"
+                    "def die(*args):\n    os._exit(9)\n"
+                    "o.clear = die\n")
+
+
+def journal_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The warnings of the bucket's journal (a killed run's lease is taken over with one of
+    its own)."""
+    return [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and r.name == s3journal.__name__]
+
+
+def shard_gets(proxy) -> list[str]:
+    return [path.split("?")[0] for path in proxy.gets() if path.split("?")[0].endswith(
+        (".tar", ".idx"))]
+
+
+@pytest.mark.parametrize("where", ["the same machine", "another machine"])
+def test_journal_objects_left_by_a_run_killed_after_its_commit_are_deleted_not_downloaded(
+        tmp_path, s3, spool, fault_proxy, monkeypatch, caplog, where):
+    """The object record names the run it commits: the next run knows the journal objects
+    beside the committed version are that run's leftovers and deletes them.  A no-op rerun
+    makes no shard GET; on another machine each shard is downloaded once (the version's),
+    not a second time for the journal."""
+    source = originals(tmp_path / "source", 16)
+    died = subprocess.run(command("pack", source, f"{s3.url}/ds", *PACK_ARGS,
+                                  hook=DIE_BEFORE_CLEAR), capture_output=True, text=True,
+                          timeout=120, env=os.environ)
+    assert died.returncode == 9, died.stderr
+    assert json.loads(s3.fs.cat_file(f"{s3.name}/ds/manifest.json"))["version"] == 1
+    runs = {key.split("/")[0] for key in journal_objects(s3)}
+    record = json.loads(s3.fs.cat_file(f"{s3.name}/ds/.shardsmith/objects.json"))
+    assert runs == {record["run"]}
+    if where == "another machine":
+        monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "another-machine"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", fault_proxy.url)
+
+    with caplog.at_level(logging.INFO):
+        result = cli("pack", source, f"{s3.url}/ds", *PACK_ARGS)
+
+    assert result.exit_code == 0, result.output
+    got = shard_gets(fault_proxy)
+    if where == "the same machine":
+        assert got == []
+    else:
+        shards = {name for name in bucket_bytes(s3, "ds") if name.endswith((".tar", ".idx"))}
+        assert sorted(got) == sorted(f"/{s3.name}/ds/{name}" for name in shards)
+    assert journal_objects(s3) == []
+    assert journal_warnings(caplog) == []
+    assert not any("rebuilt the journal" in r.getMessage() for r in caplog.records)
+    assert json.loads(s3.fs.cat_file(f"{s3.name}/ds/manifest.json"))["version"] == 1
+    assert bucket_bytes(s3, "ds") == local_pack(source, tmp_path / "local")
+
+
+@pytest.mark.parametrize("planted", [
+    b"junk",
+    b'{"journal":3,"run":{"delta":"ffffffffffffffff0000"}}\n',
+], ids=["junk", "a header alone"])
+def test_a_newer_planted_run_does_not_cancel_the_resume_of_a_good_one(tmp_path, s3, spool,
+                                                                       monkeypatch, caplog,
+                                                                       planted):
+    """Runs are tried newest first (a planted run also sorts first by name): one whose
+    object 0 is not a journal's first line, or that restores no checkpoint, is passed over."""
+    source = _killed_after_object_3(tmp_path, s3)
+    s3.put(f"{JOURNAL}/ffffffffffffffff/00000000.json", planted)
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "another-machine"))
+    with caplog.at_level(logging.INFO):
+        result = cli("pack", source, f"{s3.url}/ds", *PACK_ARGS)
+    assert result.exit_code == 0, result.output
+    assert resumed_at(caplog) > 0
+    assert bucket_bytes(s3, "ds") == local_pack(source, tmp_path / "local")
+    assert journal_objects(s3) == []
+
+
+def test_the_warning_of_other_runs_names_three_of_them(tmp_path, s3, spool, monkeypatch,
+                                                       caplog):
+    source = _killed_after_object_3(tmp_path, s3)
+    planted = [f"{number:016x}" for number in range(1, 7)]
+    for name in planted:
+        s3.put(f"{JOURNAL}/{name}/00000000.json", b"x")
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "another-machine"))
+    with caplog.at_level(logging.INFO):
+        result = cli("pack", source, f"{s3.url}/ds", *PACK_ARGS)
+    assert result.exit_code == 0, result.output
+    [warning] = [r.getMessage() for r in caplog.records if "another run" in r.getMessage()]
+    named = re.findall(r"[0-9a-f]{16}", warning)
+    assert named == planted[:3] and warning.count(" ...") == 1
+    assert journal_objects(s3) == []
+
+
+def test_journal_objects_without_object_0_are_leftovers_deleted_without_a_warning(
+        tmp_path, s3, spool, monkeypatch, caplog):
+    """A run killed while it deleted its journal objects (object 0 goes first) leaves a
+    run without object 0: no journal to resume from, nothing to warn of."""
+    source = _killed_after_object_3(tmp_path, s3)
+    [run] = {key.split("/")[0] for key in journal_objects(s3)}
+    s3.fs.rm(f"{s3.name}/{JOURNAL}/{run}/00000000.json")
+    originals(source, 2, first=200)  # another run now: its objects are not this one's
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "another-machine"))
+    with caplog.at_level(logging.INFO):
+        result = cli("pack", source, f"{s3.url}/ds", *PACK_ARGS)
+    assert result.exit_code == 0, result.output
+    assert journal_warnings(caplog) == []
+    assert any(run in r.getMessage() and "no object 0" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.INFO)
     assert journal_objects(s3) == []
     assert bucket_bytes(s3, "ds") == local_pack(source, tmp_path / "local")

@@ -145,7 +145,14 @@ class ObjectOriginal:
         return data
 
     def _check_tag(self) -> None:
-        if self.tag >= 0 and object_tag(self.handle.head) != self.tag:
+        if self.tag < 0:
+            return
+        found = object_tag(self.handle.head)
+        if found < 0:  # not a rewrite: the store answers without the header
+            raise BadImage("unreadable", "the store gave no ETag with the object, so it "
+                           "cannot be told from one rewritten since the listing (which gave "
+                           "one)")
+        if found != self.tag:
             raise BadImage("unreadable", "is not the object the listing saw (another ETag: "
                            "rewritten since)")
 

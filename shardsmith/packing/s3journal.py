@@ -13,7 +13,11 @@ A run on another machine (the spool is not the bucket's version, or holds no jou
 downloads the contiguous objects 0..K and the shards they name, and rebuilds the journal in
 the spool; ``Journal.load`` then judges it as it judges a local one.  After the manifest
 commit the journal objects are deleted; a run finds those of another run, or of its own beyond
-where its journal stands, and deletes them before it uploads.
+where its journal stands, and deletes them before it uploads.  The object record
+(``objects.json``, written before the manifest) names the run it commits, so the objects of a
+run killed after its commit and before they were deleted are known as leftovers
+(``clear_committed``): deleted, never restored.  A run without object 0 is the leftovers of a
+run killed while its objects were deleted: deleted with an info line.
 """
 
 from __future__ import annotations
@@ -38,18 +42,29 @@ from ..errors import ManifestError, OutputStateError
 from ..schema import decode, parse
 from ..storage import ObjectPath
 from .journal import JOURNAL_CAP, JOURNAL_NAME, SAMPLES_NAME, SPOOL_CAP, MirroredLine
-from .spool import SAVE_EVERY, download_checked, files_of_ours, ours, spool_record
+from .spool import (
+    SAVE_EVERY,
+    download_checked,
+    files_of_ours,
+    listing_of_ours,
+    ours,
+    spool_record,
+)
 
 log = logging.getLogger(__name__)
 
 JOURNAL_FOLDER = "journal"
 OBJECT_KEY = re.compile(r"([0-9a-f]{16})/([0-9]{8})\.json")
+RUN = re.compile(r"[0-9a-f]{16}")
 # A checkpoint line and one shard's sample records (~300 bytes each: ~800,000 of them); a
 # checkpoint past it is not copied, and a resume elsewhere stops before it.
 CHECKPOINT_CAP = MANIFEST_CAP
 # Checkpoints waiting for the upload thread: the pack waits beyond that, so the bucket's
 # journal is never more than two shards behind the spool's.
 QUEUE_DEPTH = 2
+# Runs a restore tries, newest first: each costs a GET of its object 0 at least, and a bucket
+# holding 3,000 planted runs would otherwise cost 3,000 GETs before the pack starts.
+RUNS_TRIED = 8
 
 
 def journal_folder(bucket: ObjectPath) -> ObjectPath:
@@ -64,6 +79,16 @@ def _key(run: str, number: int) -> str:
 def _recorded(key: str) -> str:
     """The name of a journal object in the spool's record of what is uploaded."""
     return f"{STATE_DIR}/{JOURNAL_FOLDER}/{key}"
+
+
+def _names(runs: list[str]) -> str:
+    """Up to three run ids, then " ..." (a bucket may hold thousands: one short line)."""
+    return ", ".join(runs[:3]) + (" ..." if len(runs) > 3 else "")
+
+
+def journal_objects(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
+    """The bucket's journal objects of ours (key ``run/NNNNNNNN.json`` -> its listing)."""
+    return _objects(bucket)
 
 
 def _objects(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
@@ -188,10 +213,16 @@ class BucketJournal:
         others = sorted(key for key in objects if not key.startswith(self.run + "/"))
         beyond = sorted(key for key in objects if key.startswith(self.run + "/")
                         and int(key[17:25]) >= len(lines))
-        if others:
-            runs = sorted({key[:16] for key in others})
+        runs = sorted({key[:16] for key in others})
+        headless = [run for run in runs if _key(run, 0) not in objects]
+        headed = [run for run in runs if run not in headless]
+        if headed:
             log.warning("%s holds the journal of another run (%s): not resumed from; deleted",
-                        journal_folder(self.bucket), ", ".join(runs))
+                        journal_folder(self.bucket), _names(headed))
+        if headless:
+            log.info("%s: deleted the journal objects of %s, which have no object 0 (left by "
+                     "a run killed while it deleted them)", journal_folder(self.bucket),
+                     _names(headless))
         _delete(self.bucket, others + beyond, self.check)
         for key in others + beyond:
             uploaded.pop(_recorded(key), None)
@@ -283,12 +314,36 @@ class BucketJournal:
 def clear(bucket: ObjectPath, home: Path, check: Callable[[], None]) -> None:
     """After the commit: the bucket's journal objects are deleted (of this run, or of any
     run before it), and the spool's record of them."""
-    objects = _objects(bucket)
-    _delete(bucket, sorted(objects), check)
+    _clear(bucket, home, sorted(_objects(bucket)), check, every=True)
+
+
+def clear_committed(bucket: ObjectPath, home: Path, run: str,
+                    objects: dict[str, dict[str, Any]],
+                    check: Callable[[], None]) -> dict[str, dict[str, Any]]:
+    """The journal objects of ``run``, the run the bucket's version committed (its object
+    record says so), are deleted with an info line: leftovers of a run killed between its
+    commit and ``clear``, which a restore would download again shard by shard.  Returns the
+    other objects."""
+    if not RUN.fullmatch(run):
+        return objects
+    leftovers = sorted(key for key in objects if key.startswith(run + "/"))
+    if leftovers:
+        log.info("%s: deleted the %d journal objects of run %s, which the bucket's version "
+                 "committed", journal_folder(bucket), len(leftovers), run)
+        _clear(bucket, home, leftovers, check)
+    return {key: info for key, info in objects.items() if not key.startswith(run + "/")}
+
+
+def _clear(bucket: ObjectPath, home: Path, keys: list[str], check: Callable[[], None],
+           every: bool = False) -> None:
+    """``keys`` deleted, and the spool's record of them (``every``: of all journal objects)."""
+    _delete(bucket, keys, check)
     state = spool_record(home)
     uploaded = state.get("uploaded") or {}
+    gone = {_recorded(key) for key in keys}
     kept = {name: seen for name, seen in uploaded.items()
-            if not name.startswith(f"{STATE_DIR}/{JOURNAL_FOLDER}/")}
+            if not (name in gone or
+                    (every and name.startswith(f"{STATE_DIR}/{JOURNAL_FOLDER}/")))}
     if kept != uploaded:
         write_json_atomic(home / "state.json", {"base": state.get("base"), "uploaded": kept})
 
@@ -297,62 +352,96 @@ class _Damaged(Exception):
     """Why a checkpoint object is not one (it and those after it are not resumed from)."""
 
 
-def restore(bucket: ObjectPath, spool: Path, there: dict[str, str]) -> dict[str, list]:
+def restore(bucket: ObjectPath, spool: Path,
+            objects: dict[str, dict[str, Any]] | None = None) -> dict[str, list]:
     """Rebuild the spool's journal from the bucket's checkpoint objects 0..K (up to the first
     missing or damaged one, with one warning) and download the shards they name (ranged,
-    sha256-checked); of several runs' journals, the one written last.  Returns the record of
-    what it downloaded (name -> [size, mtime_ns, ETag]: held in the bucket).  Whether the
-    journal is resumed from is ``Journal.load``'s to say."""
-    objects = _objects(bucket)
-    if not objects:
-        return {}
+    sha256-checked, each of the size the listing gives it).  ``objects``: the bucket's journal
+    objects (``journal_objects``), listed when not given.
+
+    Of several runs' journals, the newest (of the ``RUNS_TRIED`` newest) whose object 0 is
+    the first line of a journal of ours and which restores at least one checkpoint: a planted
+    or broken run does not cancel a good one.  A run without object 0 is not one (the
+    leftovers of a run killed while it deleted them).  Returns the record of what it
+    downloaded (name -> [size, mtime_ns, ETag]: held in the bucket).  Whether the journal is
+    resumed from is ``Journal.load``'s to say."""
+    objects = _objects(bucket) if objects is None else objects
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for key, info in objects.items():
         runs.setdefault(key[:16], {})[int(key[17:25])] = info
-    run = max(runs, key=lambda name: (max(str(info.get("LastModified", ""))
-                                          for info in runs[name].values()), name))
-    numbers = runs[run]
+    candidates = sorted((run for run in runs if 0 in runs[run]), reverse=True,
+                        key=lambda name: (max(str(info.get("LastModified", ""))
+                                              for info in runs[name].values()), name))
+    if not candidates:
+        return {}
+    listing = listing_of_ours(bucket)
+    first_warning = ""
+    for run in candidates[:RUNS_TRIED]:
+        restored, warning = _restore_run(bucket, spool, run, runs[run], listing)
+        if restored is not None:
+            if warning:
+                log.warning("%s", warning)
+            log.info("rebuilt the journal from %d checkpoint objects in %s",
+                     sum(name.startswith(f"{STATE_DIR}/{JOURNAL_FOLDER}/") for name in restored),
+                     journal_folder(bucket) / run)
+            return restored
+        first_warning = first_warning or warning
+    if first_warning:  # the newest journal of ours, which restored no checkpoint
+        log.warning("%s", first_warning)
+    return {}
+
+
+def _restore_run(bucket: ObjectPath, spool: Path, run: str,
+                 numbers: dict[int, dict[str, Any]],
+                 listing: dict[str, dict[str, Any]]) -> tuple[dict[str, list] | None, str]:
+    """The journal of ``run`` rebuilt in the spool when it restores at least one checkpoint:
+    (its record, the warning of where it stopped or ""); (None, why) otherwise, nothing
+    written but the shards downloaded."""
     folder = spool / STATE_DIR
     state_folder(folder)
     samples = HashingFile(folder / SAMPLES_NAME)
     lines: list[bytes] = []
     records: dict[str, list] = {}
+    stopped, why = None, ""  # the object the journal stops before, and why
     try:
         end = 0
         for number in itertools.count():
+            target = journal_folder(bucket) / _key(run, number)
             info = numbers.get(number)
             if info is None:
                 if any(found > number for found in numbers):
-                    log.warning("%s: checkpoint object %d is missing; resumed from the %d "
-                                "before it", journal_folder(bucket) / run, number, number)
+                    stopped, why = target, "missing"
                 break
-            target = journal_folder(bucket) / _key(run, number)
             try:
                 line, rest = _checkpoint_object(target, number, run, end,
                                                 sum(map(len, lines)))
                 if number:
-                    records.update(_shard_files(bucket, spool, line, there, target))
+                    records.update(_shard_files(bucket, spool, line, listing, target))
             except _Damaged as exc:
-                log.warning("%s: %s; resumed from the %d checkpoint objects before it",
-                            target, exc, number)
+                stopped, why = target, str(exc)
                 break
             lines.append(line)
             samples.write(rest)
             end += len(rest)
             records[_recorded(_key(run, number))] = [len(line) + len(rest), 0,
                                                      str(info.get("ETag") or "")]
+        warning = "" if stopped is None else \
+            f"{stopped}: {why}; resumed from the {len(lines)} checkpoint objects before it"
         if not lines:
             samples.discard()
-            return {}
+            log.info("%s: %s, not the first line of a journal of ours; not resumed from",
+                     stopped, why)
+            return None, ""
+        if len(lines) == 1:  # no checkpoint: nothing to resume from
+            samples.discard()
+            return None, warning
         samples.publish()
         write_bytes_atomic(folder / JOURNAL_NAME, b"".join(lines))
         fsync_directory(folder)
     except BaseException:
         samples.discard()
         raise
-    log.info("rebuilt the journal from %d checkpoint objects in %s", len(lines) - 1,
-             journal_folder(bucket))
-    return records
+    return records, warning
 
 
 def _checkpoint_object(target: ObjectPath, number: int, run: str, end: int,
@@ -393,10 +482,11 @@ def _checkpoint_object(target: ObjectPath, number: int, run: str, end: int,
     return line, rest
 
 
-def _shard_files(bucket: ObjectPath, spool: Path, line: bytes, there: dict[str, str],
-                 target: ObjectPath) -> dict[str, list]:
+def _shard_files(bucket: ObjectPath, spool: Path, line: bytes,
+                 listing: dict[str, dict[str, Any]], target: ObjectPath) -> dict[str, list]:
     """The files of the shard a checkpoint line names, downloaded into the spool and checked
-    against its sha256; their records.  _Damaged when one is not what the line says."""
+    against its sha256; their records.  _Damaged when one is not what the line says (another
+    size than the listing's, or sha256), or not in the bucket."""
     shard = decode(line, str(target)).get("shard")
     if shard is None:
         return {}
@@ -408,11 +498,17 @@ def _shard_files(bucket: ObjectPath, spool: Path, line: bytes, there: dict[str, 
     for entry in files:
         if not ours(entry.name):
             raise _Damaged(f"it names {entry.name!r}, not a shard of ours")
+        listed = listing.get(entry.name)
+        if listed is None:
+            raise _Damaged(f"its shard {entry.name} is not in the bucket")
+        if listed["size"] != entry.bytes:
+            raise _Damaged(f"it says {entry.name} holds {entry.bytes:,} bytes, the bucket's "
+                           f"holds {listed['size']:,}")
         try:
             download_checked(bucket / entry.name, spool / entry.name, entry.bytes,
                                entry.sha256)
         except OutputStateError as exc:
             raise _Damaged(f"its shard is not in the bucket as it says ({exc})") from None
         found = (spool / entry.name).stat()
-        records[entry.name] = [found.st_size, found.st_mtime_ns, there.get(entry.name, "")]
+        records[entry.name] = [found.st_size, found.st_mtime_ns, listed["ETag"]]
     return records

@@ -9,7 +9,7 @@ at its last shard).  Publishing a version to the bucket (docs/storage.md, "Pack 
 3. every file of the spool's version the bucket does not hold yet is uploaded (a PUT, or a
    multipart upload for a large file: visible only when complete);
 4. the object record (``.shardsmith/objects.json``) names the objects of the new version and
-   of the version it replaces;
+   of the version it replaces, and the run whose journal objects commit with it;
 5. the manifest is PUT: the commit point (a PUT is atomic per object; docs/design.md,
    invariant 8);
 6. objects that neither of the two versions names are deleted: what the new version no longer
@@ -50,7 +50,7 @@ from ..errors import ManifestError, OutputStateError
 from ..storage import ObjectPath, locate
 from ..text import cut
 from .journal import JOURNAL_NAME
-from .s3journal import BucketJournal, clear, restore
+from .s3journal import BucketJournal, clear, clear_committed, journal_objects, restore
 from .spool import (
     SAVE_EVERY,
     download_checked,
@@ -88,7 +88,7 @@ def pack_to_bucket(config: Config, pack_local: Callable[..., Any]) -> Any:
     _plain_folders(home, spool)
     with BucketLease(bucket / STATE_DIR / LEASE_NAME, "packed") as lease:
         _refuse_foreign(bucket)
-        _sync_spool(bucket, home, spool)
+        _sync_spool(bucket, home, spool, lease.check)
         # Shards and checkpoints go up while the pack runs (packing/s3journal.py).
         mirror = BucketJournal(bucket, spool, home, lease.check)
         try:
@@ -99,7 +99,7 @@ def pack_to_bucket(config: Config, pack_local: Callable[..., Any]) -> Any:
             raise
         mirror.finish()
         lease.check()
-        publish(spool, bucket, home, lease.check)
+        publish(spool, bucket, home, lease.check, run=mirror.run)
         clear(bucket, home, lease.check)
     return replace(result, published=str(bucket))
 
@@ -169,10 +169,12 @@ def _remote_manifest(bucket: ObjectPath) -> bytes | None:
     return _read(bucket / MANIFEST_NAME, MANIFEST_CAP)
 
 
-def _sync_spool(bucket: ObjectPath, home: Path, spool: Path) -> None:
+def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
+                check: Callable[[], None] = lambda: None) -> None:
     """Make the spool hold the bucket's version, or a version packed on it that a killed run
     did not finish publishing; otherwise (another machine packed, the spool is new or lost)
-    download the bucket's version into it."""
+    download the bucket's version into it.  Either way, a journal the bucket holds and the
+    spool lacks is restored (``_restore``)."""
     remote = _sha(_remote_manifest(bucket))
     try:
         local = _sha((spool / MANIFEST_NAME).read_bytes())
@@ -180,7 +182,7 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path) -> None:
         local = None
     base = spool_record(home).get("base")
     if remote == local and not _has_journal(spool):  # a spool with its journal lost
-        found = restore(bucket, spool, files_of_ours(bucket))
+        found = _restore(bucket, home, spool, remote, check)
         if found:
             state = spool_record(home)
             write_json_atomic(home / "state.json", {
@@ -210,8 +212,23 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path) -> None:
             found = (spool / name).stat()
             uploaded[name] = [found.st_size, found.st_mtime_ns, there[name]]
         download_checked(bucket / MANIFEST_NAME, spool / MANIFEST_NAME, MANIFEST_CAP, remote)
-    uploaded |= restore(bucket, spool, files_of_ours(bucket))  # a pack killed on another machine
+    uploaded |= _restore(bucket, home, spool, remote, check)  # killed on another machine
     write_json_atomic(home / "state.json", {"base": remote, "uploaded": uploaded})
+
+
+def _restore(bucket: ObjectPath, home: Path, spool: Path, remote: str | None,
+             check: Callable[[], None]) -> dict[str, list]:
+    """``s3journal.restore``, unless the journal objects are those of the run the bucket's
+    version (sha256 ``remote``) committed, as its object record names it: a run killed
+    between its commit and ``clear`` left them, and they are deleted, not downloaded again."""
+    objects = journal_objects(bucket)
+    if not objects:
+        return {}
+    if remote is not None:
+        record = objects_record(_read(bucket / STATE_DIR / OBJECTS_RECORD, OBJECTS_RECORD_CAP))
+        if record.get("manifest") == remote:
+            objects = clear_committed(bucket, home, str(record.get("run", "")), objects, check)
+    return restore(bucket, spool, objects)
 
 
 def _has_journal(spool: Path) -> bool:
@@ -242,8 +259,11 @@ def abort_stale_uploads(bucket: ObjectPath) -> int:
 
 
 def publish(spool: Path, bucket: ObjectPath, home: Path,
-            check: Callable[[], None] = lambda: None) -> None:
-    """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's."""
+            check: Callable[[], None] = lambda: None, run: str = "") -> None:
+    """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's.
+    ``run``: the id of the run whose journal objects the bucket holds (``BucketJournal.run``),
+    named in the object record, so that a run killed before it deletes them is known by the
+    next as the committed run's (``_restore``)."""
     client = bucket.client
     remove_stale_tmp(spool)
     manifest = (spool / MANIFEST_NAME).read_bytes()
@@ -280,6 +300,7 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
     record = objects_record(_read(record_object, OBJECTS_RECORD_CAP))
     if record.get("manifest") == new_sha:
         kept = [name for name in record.get("kept", []) if ours(name)]
+        run = run or str(record.get("run") or "")  # a rerun that packed nothing: no run
     elif current is None:
         kept = []
     elif record.get("manifest") == current_sha:
@@ -290,6 +311,8 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
     check()
     if current != manifest:
         fresh = {"manifest": new_sha, "names": names_now, "kept": kept}
+        if run:
+            fresh["run"] = run
         if record != fresh:
             client.call(str(record_object), client.fs.pipe_file, record_object.path,
                         json.dumps(fresh, sort_keys=True).encode())

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..atomic import tmp_path_for
+from ..atomic import naming, tmp_path_for
 from ..dataset.manifest import MANIFEST_NAME, is_dataset_file, is_derived_file
 from ..door import Refused, open_file
 from ..errors import OutputStateError
@@ -77,15 +77,26 @@ def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | N
     tmp = tmp_path_for(final)
     digest = hashlib.sha256()
     try:
-        with source.open_guarded(size) as handle, open(tmp, "wb") as out:
-            offset = 0
-            while offset < handle.size:
-                data = handle.pread(min(CHUNK, handle.size - offset), offset)
-                if not data:
-                    break
-                digest.update(data)
-                out.write(data)
-                offset += len(data)
+        with source.open_guarded(size) as handle:
+            # A full disk (or a file size limit) says "File too large" without a file: the
+            # writes, and the close that flushes them, name the spool file.  Only they: an
+            # OSError of a read is the store's, not the spool's.
+            with naming(final):
+                out = open(tmp, "wb")
+            try:
+                offset = 0
+                while offset < handle.size:
+                    data = handle.pread(min(CHUNK, handle.size - offset), offset)
+                    if not data:
+                        break
+                    digest.update(data)
+                    with naming(final):
+                        out.write(data)
+                    offset += len(data)
+                with naming(final):
+                    out.close()
+            finally:
+                out.close()
     except Refused as exc:
         tmp.unlink(missing_ok=True)
         raise OutputStateError(f"{exc.path}: {exc.detail}; the bucket's version is not "
@@ -108,11 +119,18 @@ def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | N
 def files_of_ours(bucket: ObjectPath) -> dict[str, str]:
     """name -> ETag of the objects of ours directly under the prefix (one LIST); an object
     under another name is someone else's, never listed, recorded or deleted."""
+    return {name: found["ETag"] for name, found in listing_of_ours(bucket).items()}
+
+
+def listing_of_ours(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
+    """name -> {``ETag``, ``size``} of the objects of ours directly under the prefix, as
+    ``files_of_ours`` lists them."""
     client = bucket.client
     try:
         entries = client.call(str(bucket), client.fs.ls, bucket.path, detail=True)
     except FileNotFoundError:
         return {}
-    names = {entry["name"].rsplit("/", 1)[-1]: str(entry.get("ETag") or "")
+    names = {entry["name"].rsplit("/", 1)[-1]: {"ETag": str(entry.get("ETag") or ""),
+                                                 "size": int(entry.get("size") or 0)}
              for entry in entries if entry.get("type") == "file"}
-    return {name: etag for name, etag in names.items() if ours(name)}
+    return {name: found for name, found in names.items() if ours(name)}
