@@ -44,6 +44,16 @@ IMAGE_SIGNATURES = (b"\xff\xd8", b"\x89PNG", b"II*\x00", b"MM\x00*", b"BM", b"RI
 
 PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 4, 6: 4}  # by colour type, as OpenCV returns them
 DETAIL_CHARS = 120  # of a decoder's own message in a reject
+# Gray and RGB TIFFs are read by tifffile; palette, CMYK, YCbCr and inverted ones by Pillow.
+TIFFFILE_PHOTOMETRICS = (tifffile.PHOTOMETRIC.MINISBLACK, tifffile.PHOTOMETRIC.RGB)
+# The inverse of the turn Pillow's TIFF load makes for each EXIF orientation
+# (``ImageOps.exif_transpose``): its own turn but for 6 and 8, which undo each other.
+PILLOW_UNDO = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90, 7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
 
 
 @contextmanager
@@ -148,7 +158,10 @@ def decode_peak_bytes(image: Image.Image, data: bytes, need_w: int, need_h: int,
             bits = bits if isinstance(bits, tuple) else (bits,)
             samples = image.tag_v2.get(277, len(bits))
             per_pixel = max(1, int(samples)) * math.ceil(int(max(bits)) / 8)
+            photometric = image.tag_v2.get(262)
         copies = 1  # tifffile decodes strip by strip into its output
+        if photometric not in TIFFFILE_PHOTOMETRICS:  # Pillow's load, then its RGB(A) copy
+            per_pixel, copies = max(per_pixel, 4), 2
     else:
         per_pixel = 4 * (2 if "16" in image.mode else 1)
         copies = 2
@@ -195,9 +208,7 @@ def _decode_tiff(data: bytes) -> np.ndarray | None:
     try:
         with tifffile.TiffFile(io.BytesIO(data)) as tiff:
             page = tiff.pages[0]
-            if page.photometric not in (
-                tifffile.PHOTOMETRIC.MINISBLACK, tifffile.PHOTOMETRIC.RGB
-            ):
+            if page.photometric not in TIFFFILE_PHOTOMETRICS:
                 return None  # palette, CMYK, YCbCr, inverted: Pillow knows those
             pixels = page.asarray(maxworkers=1)  # one thread per worker process
     except (ValueError, KeyError, IndexError, NotImplementedError, tifffile.TiffFileError):
@@ -215,7 +226,13 @@ def _decode_with_pillow(image: Image.Image, need_w: int, need_h: int) -> np.ndar
     """The general path: CMYK JPEG, palette images, and whatever OpenCV declined."""
     if image.format == "JPEG":
         image.draft(None, (need_w, need_h))
+    turned = orientation(image) if image.format == "TIFF" else 1
     image.load()  # raises for truncated or corrupt data
+    if turned != 1:
+        # Pillow's TIFF load turns the pixels upright by the Orientation tag; callers turn
+        # them from the stored orientation, which every other path here returns, so undo it
+        # (a palette TIFF with orientation 6 came out turned twice: 180 degrees).
+        image = image.transpose(PILLOW_UNDO[turned])
     mode = image.mode
     if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         pixels = np.asarray(image)

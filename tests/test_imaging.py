@@ -8,7 +8,7 @@ import io
 import cv2
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from shardsmith.config import ImageConfig
 from shardsmith.dataset.records import Reject
@@ -104,6 +104,34 @@ def test_16bit_rgb_tiff_keeps_its_colours():
     tifffile.imwrite(buffer, rgb16, photometric="rgb")
     pixels = decoded(convert(buffer.getvalue(), config()).jpeg).astype(float)
     assert np.allclose(pixels.mean(axis=(0, 1)), (233.5, 116.7, 0), atol=3)
+
+
+def quadrants(width: int, height: int) -> np.ndarray:
+    """Four colours split off-centre, so that any wrong turn or mirror moves most pixels."""
+    pixels = np.zeros((height, width, 3), np.uint8)
+    across, down = width // 3, height // 4
+    pixels[:down, :across] = (255, 0, 0)
+    pixels[:down, across:] = (0, 255, 0)
+    pixels[down:, :across] = (0, 0, 255)
+    pixels[down:, across:] = (255, 255, 0)
+    return pixels
+
+
+@pytest.mark.parametrize("orientation", range(2, 9))
+def test_a_turned_tiff_is_upright_whichever_decoder_reads_it(orientation):
+    # RGB goes through tifffile, which returns the stored pixels; a palette TIFF through
+    # Pillow, whose load turns them itself: either way the sample is turned once.
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    stored = Image.fromarray(quadrants(120, 80))
+    by_tifffile = images.encode(stored, "TIFF", exif=exif)
+    by_pillow = images.encode(stored.quantize(4), "TIFF", exif=exif)
+    upright = ImageOps.exif_transpose(Image.open(io.BytesIO(by_tifffile)))
+    expected = decoded(convert(images.encode(upright, "PNG"), config()).jpeg).astype(int)
+    for data in (by_tifffile, by_pillow):
+        result = convert(data, config())
+        assert (result.original_width, result.original_height) == upright.size
+        assert np.abs(decoded(result.jpeg).astype(int) - expected).mean() < 4
 
 
 def test_16bit_png_mid_grey_stays_mid_grey():
