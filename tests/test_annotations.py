@@ -73,3 +73,21 @@ def test_boxes_and_masks_follow_every_resize_mode_and_exif_orientation(tmp_path,
                                                            shown[name]))
     assert worst_box <= 1.0, f"{fmt}: a box is {worst_box:.3f} px off its drawn defect"
     assert worst_iou >= 0.9, f"{fmt}: a mask overlaps its drawn defect with IoU {worst_iou:.3f}"
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_a_box_on_an_original_of_a_few_pixels_keeps_its_place(tmp_path, fmt):
+    # A full decode of a 6x4 original also fits 7/8 of it once rounded up (ceil(6 * 7/8) = 6):
+    # taken for a reduced decode, that scale shrank the box to [2.6, 0, 5.2, 3.5].
+    source = tmp_path / "source"
+    images.write(source / "tiny" / f"dot.{fmt.lower()}", images.encode(
+        images.gradient_rgb(6, 4), fmt))
+    (source / "tiny" / "dot.txt").write_text("0 0.75 0.5 0.5 1.0\n")  # the right half
+    output = tmp_path / "out"
+    manifest = defects.pack_with(source, output, {
+        "source.annotations.files": "yolo", "source.annotations.classes": ["scratch"]},
+        **{"image.size": 64})
+    assert manifest["totals"]["packed"] == 1 and not manifest["rejects"]
+    [(image, target)] = list(dataset(output, targets=True, shuffle=False))
+    assert tuple(image.shape[1:]) == (4, 6)
+    assert target["boxes"].tolist() == [[3.0, 0.0, 6.0, 4.0]]

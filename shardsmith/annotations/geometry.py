@@ -237,7 +237,9 @@ def decode_scale(stored: tuple[int, int], decoded: tuple[int, int]) -> tuple[flo
     """The scale a decode of ``stored`` (width, height) to ``decoded`` pixels applied: ``n/8``
     on both axes when it was a reduced DCT decode (libjpeg-turbo's scaled IDCT maps 8 pixels to
     ``n`` and rounds the size up), else the plain ratio of each axis."""
-    for eighths in range(1, 9):
+    if decoded == stored:  # a full decode; a side under 8 px also fits some n/8 (4 -> 7/8)
+        return 1.0, 1.0
+    for eighths in range(1, 8):
         if all(math.ceil(side * eighths / 8) == out
                for side, out in zip(stored, decoded, strict=True)):
             return eighths / 8, eighths / 8
