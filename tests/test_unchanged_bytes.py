@@ -1,8 +1,9 @@
 """A dataset without annotations or tiles packs to the same bytes as before they existed.
 
-The shards below were packed by the release before annotations and tiling, with the library
-versions in ``PINNED_WITH``; byte identity is promised for equal library versions (docs/design.md,
-invariant 1), so with other versions the comparison is skipped, not failed.
+The shards below were packed by the release before annotations and tiling, with the first of the
+library versions in ``PINNED_WITH``; byte identity is promised for equal library versions
+(docs/design.md, invariant 1), so with versions not listed the comparison is skipped, not
+failed.  A version set joins the list only once this code packed these very bytes with it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from shardsmith.cli import main
 
 import images
 
-PINNED_WITH = {"pillow": "13.0.0", "opencv": "5.0.0", "simplejpeg": "1.9.0", "numpy": "2.4.6"}
+PINNED_WITH = (
+    {"pillow": "13.0.0", "opencv": "5.0.0", "simplejpeg": "1.9.0", "numpy": "2.4.6"},
+    {"pillow": "13.0.0", "opencv": "5.1.0", "simplejpeg": "1.9.0", "numpy": "2.4.6"},
+)
 
 PINNED = {
     "webdataset": {
@@ -62,8 +66,8 @@ def test_a_dataset_without_annotations_packs_to_the_pinned_bytes(tmp_path: Path,
     assert result.exit_code == 0, result.output
     # The settings fingerprint is ours alone: equal whatever the library versions.
     assert images.manifest_of(output)["fingerprint"] == PINNED[fmt]["fingerprint"]
-    if library_versions() != PINNED_WITH:
-        message = (f"the golden shard bytes were NOT compared: pinned with {PINNED_WITH}, "
+    if library_versions() not in PINNED_WITH:
+        message = (f"the golden shard bytes were NOT compared: known for {PINNED_WITH}, "
                    f"these are {library_versions()}")
         warnings.warn(message, stacklevel=1)  # in the warnings summary, not only the skips
         pytest.skip(message)
