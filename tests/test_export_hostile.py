@@ -412,3 +412,18 @@ def current_umask() -> int:
     os.umask(mask)
     return mask
 
+
+def test_a_record_folder_that_is_a_link_out_of_dest_is_not_read(two_versions, tmp_path):
+    import shutil
+
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    record_folder = tmp_path / "dest" / "v1" / ".export"
+    shutil.copytree(record_folder, tmp_path / "outside")
+    shutil.rmtree(record_folder)
+    record_folder.symlink_to(tmp_path / "outside")
+    (tmp_path / "outside" / "record.json").unlink()
+    os.mkfifo(tmp_path / "outside" / "record.json")  # the link is refused before this is seen
+    result = shardsmith(second, tmp_path / "dest", "--layout", "yolo")
+    refused(result, ".export", "link")
+    assert os.readlink(tmp_path / "dest" / "current") == "v1"
