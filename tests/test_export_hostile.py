@@ -427,3 +427,29 @@ def test_a_record_folder_that_is_a_link_out_of_dest_is_not_read(two_versions, tm
     result = shardsmith(second, tmp_path / "dest", "--layout", "yolo")
     refused(result, ".export", "link")
     assert os.readlink(tmp_path / "dest" / "current") == "v1"
+
+
+def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path):
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    # links relative to folder descriptors, failing as on a file system out of inodes
+    full = ("import errno, os, sys\n"
+            "real = os.link\n"
+            "def link(source, target, **where):\n"
+            "    if where.get('dst_dir_fd') is not None:\n"
+            "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), source)\n"
+            "    return real(source, target, **where)\n"
+            "os.link = link\n"
+            "from shardsmith.__main__ import run\n"
+            "sys.argv[0] = 'shardsmith'\n"
+            "run()\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    result = subprocess.run([sys.executable, "-c", full, "export", str(second),
+                             str(tmp_path / "dest"), "--layout", "yolo", "--quiet"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"{tmp_path / 'dest' / 'v2.partial'}/images/" in line and "free some space" in line
+    assert os.readlink(tmp_path / "dest" / "current") == "v1"
+    assert shardsmith(second, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    assert os.readlink(tmp_path / "dest" / "current") == "v2"

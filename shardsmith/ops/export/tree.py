@@ -159,6 +159,8 @@ class ExportTree:
             return self._link_over(source_fd, target_fd, name, file)
         except (FileNotFoundError, PermissionError, IsADirectoryError):
             return False  # gone, or a folder (EPERM): not a file to link
+        except OSError as exc:  # no inode left (ENOSPC), read-only: the call knew a bare name
+            raise OSError(exc.errno, exc.strerror, f"{self.root}/{file.path}") from None
         info = os.stat(name, dir_fd=target_fd, follow_symlinks=False)
         if _as_written(info, file):
             return True
@@ -211,7 +213,11 @@ class ExportTree:
                                    "the export links a file; move it away and rerun (it is "
                                    "not removed)")
         os.unlink(name, dir_fd=target_fd)
-        os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd, follow_symlinks=False)
+        try:
+            os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd,
+                    follow_symlinks=False)
+        except OSError as exc:  # as in ``link``: named by its path
+            raise OSError(exc.errno, exc.strerror, f"{self.root}/{file.path}") from None
         return True
 
     def holds(self, file: ExportedFile) -> bool:
