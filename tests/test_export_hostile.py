@@ -453,3 +453,30 @@ def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path
     assert os.readlink(tmp_path / "dest" / "current") == "v1"
     assert shardsmith(second, tmp_path / "dest", "--layout", "yolo").returncode == 0
     assert os.readlink(tmp_path / "dest" / "current") == "v2"
+
+
+def test_a_switch_of_current_killed_before_its_rename_does_not_block_the_next_run(
+        two_versions, tmp_path):
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    # what a kill -9 between the new link and its rename over ``current`` leaves
+    (tmp_path / "dest" / ".current.4242.tmp").symlink_to("v1")
+    result = shardsmith(second, tmp_path / "dest", "--layout", "yolo")
+    assert result.returncode == 0, result.stderr
+    assert os.readlink(tmp_path / "dest" / "current") == "v2"
+    assert sorted(os.listdir(tmp_path / "dest")) == [".export", "current", "v1", "v2"]
+
+
+@pytest.mark.parametrize("planted", ["file", "folder", "link out"])
+def test_anything_else_under_a_switch_links_name_is_refused_and_kept(dataset, tmp_path,
+                                                                    planted):
+    (tmp_path / "dest").mkdir()
+    stranger = tmp_path / "dest" / ".current.4242.tmp"
+    if planted == "file":
+        stranger.write_text("mine")
+    elif planted == "folder":
+        stranger.mkdir()
+    else:
+        stranger.symlink_to(tmp_path)
+    refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), ".current.4242.tmp")
+    assert os.path.lexists(stranger)
