@@ -324,3 +324,159 @@ def test_a_current_link_that_is_not_ours_is_refused_and_kept(dataset, tmp_path, 
     refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), "current")
     assert os.readlink(tmp_path / "dest" / "current") == target
     assert listing(tmp_path / "dest") == ["current"]
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory) -> tuple[Path, Path]:
+    """The same dataset at version 1 and, in another folder, at version 2 (one new original):
+    an export of the second links what it shares with an export of the first (the same
+    classes: a class more would make every file again)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("two-versions")
+    overrides = {**defects.CORPUS_ANNOTATIONS, **TILES, "splits.folder": True,
+                 "splits": "train=0.8,val=0.2"}
+    for split, name in (("train", "a"), ("val", "c")):
+        path = images.write(root / "source" / split / "defect" / f"{name}.jpg",
+                            defects.corpus_original("jpeg8", 1))
+        defects.write_corpus_annotations(path.with_suffix(""))
+    defects.pack_with(root / "source", root / "first", overrides)
+    shutil.copytree(root / "first", root / "second")
+    images.write(root / "source" / "train" / "defect" / "new.jpg",
+                 defects.corpus_original("jpeg8", 1, with_defects=False))
+    defects.pack_with(root / "source", root / "second", overrides)
+    return root / "first", root / "second"
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """What a trainer reads of an export: every file but the record and ``data.yaml`` (it names
+    its own folder)."""
+    return {str(path.relative_to(folder)): path.read_bytes()
+            for path in sorted(folder.rglob("*")) if path.is_file()
+            and ".export" not in path.parts and path.name != "data.yaml"}
+
+
+def test_a_folder_of_the_previous_version_that_is_a_link_lends_no_file(two_versions,
+                                                                      tmp_path):
+    import shutil
+
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    images_folder = tmp_path / "dest" / "v1" / "images"
+    shutil.copytree(images_folder, tmp_path / "outside")
+    for path in (tmp_path / "outside").rglob("*.jpg"):  # same names and sizes, other bytes
+        path.write_bytes(b"O" * path.stat().st_size)
+    shutil.rmtree(images_folder)
+    images_folder.symlink_to(tmp_path / "outside")
+    outside = {path: path.stat().st_ino for path in (tmp_path / "outside").rglob("*.jpg")}
+    assert shardsmith(second, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    assert shardsmith(second, tmp_path / "fresh", "--layout", "yolo").returncode == 0
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    assert not {path.stat().st_ino for path in (tmp_path / "dest" / "v2").rglob("*")} \
+        & set(outside.values())
+
+
+def test_an_up_to_date_version_with_a_folder_that_is_a_link_is_made_again(two_versions,
+                                                                         tmp_path):
+    import shutil
+
+    first, _ = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    expected = files_of(tmp_path / "dest" / "v1")
+    train = tmp_path / "dest" / "v1" / "images" / "train"
+    shutil.copytree(train, tmp_path / "outside")
+    for path in (tmp_path / "outside").iterdir():
+        path.write_bytes(b"O" * path.stat().st_size)
+    shutil.rmtree(train)
+    train.symlink_to(tmp_path / "outside")
+    result = shardsmith(first, tmp_path / "dest", "--layout", "yolo")
+    assert result.returncode == 0 and "up to date" not in result.stdout
+    assert files_of(tmp_path / "dest" / "current") == expected
+    assert not (tmp_path / "dest" / "v1" / "images" / "train").is_symlink()
+    assert all(set(path.read_bytes()) == {ord("O")} for path in (tmp_path / "outside").iterdir())
+
+
+def test_an_unreadable_file_of_the_previous_version_is_not_linked(two_versions, tmp_path):
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    locked = sorted((tmp_path / "dest" / "v1" / "images" / "train").iterdir())[0]
+    locked.chmod(0)
+    assert shardsmith(second, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    made = tmp_path / "dest" / "v2" / locked.relative_to(tmp_path / "dest" / "v1")
+    assert made.stat().st_mode & 0o777 == 0o644 & ~current_umask()
+    assert made.stat().st_ino != locked.stat().st_ino
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_record_folder_that_is_a_link_out_of_dest_is_not_read(two_versions, tmp_path):
+    import shutil
+
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    record_folder = tmp_path / "dest" / "v1" / ".export"
+    shutil.copytree(record_folder, tmp_path / "outside")
+    shutil.rmtree(record_folder)
+    record_folder.symlink_to(tmp_path / "outside")
+    (tmp_path / "outside" / "record.json").unlink()
+    os.mkfifo(tmp_path / "outside" / "record.json")  # the link is refused before this is seen
+    result = shardsmith(second, tmp_path / "dest", "--layout", "yolo")
+    refused(result, ".export", "link")
+    assert os.readlink(tmp_path / "dest" / "current") == "v1"
+
+
+def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path):
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    # links relative to folder descriptors, failing as on a file system out of inodes
+    full = ("import errno, os, sys\n"
+            "real = os.link\n"
+            "def link(source, target, **where):\n"
+            "    if where.get('dst_dir_fd') is not None:\n"
+            "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), source)\n"
+            "    return real(source, target, **where)\n"
+            "os.link = link\n"
+            "from shardsmith.__main__ import run\n"
+            "sys.argv[0] = 'shardsmith'\n"
+            "run()\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    result = subprocess.run([sys.executable, "-c", full, "export", str(second),
+                             str(tmp_path / "dest"), "--layout", "yolo", "--quiet"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"{tmp_path / 'dest' / 'v2.partial'}/images/" in line and "free some space" in line
+    assert os.readlink(tmp_path / "dest" / "current") == "v1"
+    assert shardsmith(second, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    assert os.readlink(tmp_path / "dest" / "current") == "v2"
+
+
+def test_a_switch_of_current_killed_before_its_rename_does_not_block_the_next_run(
+        two_versions, tmp_path):
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    # what a kill -9 between the new link and its rename over ``current`` leaves
+    (tmp_path / "dest" / ".current.4242.tmp").symlink_to("v1")
+    result = shardsmith(second, tmp_path / "dest", "--layout", "yolo")
+    assert result.returncode == 0, result.stderr
+    assert os.readlink(tmp_path / "dest" / "current") == "v2"
+    assert sorted(os.listdir(tmp_path / "dest")) == [".export", "current", "v1", "v2"]
+
+
+@pytest.mark.parametrize("planted", ["file", "folder", "link out"])
+def test_anything_else_under_a_switch_links_name_is_refused_and_kept(dataset, tmp_path,
+                                                                    planted):
+    (tmp_path / "dest").mkdir()
+    stranger = tmp_path / "dest" / ".current.4242.tmp"
+    if planted == "file":
+        stranger.write_text("mine")
+    elif planted == "folder":
+        stranger.mkdir()
+    else:
+        stranger.symlink_to(tmp_path)
+    refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), ".current.4242.tmp")
+    assert os.path.lexists(stranger)

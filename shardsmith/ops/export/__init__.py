@@ -72,7 +72,7 @@ from .record import (
     read_journal,
     record_bytes,
 )
-from .tree import ExportTree
+from .tree import ExportTree, real_folders
 from .versions import Destination, check_destination, publish, remove_older, survey
 
 log = logging.getLogger(__name__)
@@ -323,7 +323,10 @@ class _Run:
                 and record.content_fingerprint == self.manifest.content_fingerprint):
             return False
         folder = self.destination.folder(self.number)
-        for file in record.files():
+        files = record.files()
+        if not real_folders(folder, {file.path.rpartition("/")[0] for file in files}):
+            return False  # a folder swapped for a link: its files may be anyone's
+        for file in files:
             try:
                 info = os.lstat(folder / file.path)
             except FileNotFoundError:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ...door import STATE_CAP, Refused, open_file
+from ...door import STATE_CAP, Refused, open_beneath, open_file
 from ...errors import ManifestError, OutputStateError
 from ...schema import Count, decode, parse, to_json
 from ...text import shown
@@ -139,7 +139,9 @@ def read_record(folder: Path,
     10,000 samples takes ~0.1 s to parse)."""
     path = folder / RECORD_DIR / RECORD_NAME
     try:
-        with open_file(path, RECORD_CAP) as handle:
+        # walked from ``folder`` following no link: a ``.export`` that is a link would have a
+        # record from outside DEST decide what is linked
+        with open_beneath(str(folder), f"{RECORD_DIR}/{RECORD_NAME}", RECORD_CAP) as handle:
             raw = handle.read()
     except FileNotFoundError:
         return None

@@ -21,6 +21,7 @@ from ...errors import OutputStateError
 from .record import ExportedFile
 
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 HASH_CHUNK = 8 << 20
 # An fsync of a small file waits on the filesystem's journal, not on the CPU, and concurrent
 # ones share a commit: on ext4, 4,000 files of 4 kB took 4.5 s one after another and 0.78 s
@@ -155,12 +156,13 @@ class ExportTree:
             os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd,
                     follow_symlinks=False)
         except FileExistsError:
-            return self._link_over(f"{source_root}/{file.path}", f"{self.root}/{file.path}",
-                                   file)
+            return self._link_over(source_fd, target_fd, name, file)
         except (FileNotFoundError, PermissionError, IsADirectoryError):
             return False  # gone, or a folder (EPERM): not a file to link
+        except OSError as exc:  # no inode left (ENOSPC), read-only: the call knew a bare name
+            raise OSError(exc.errno, exc.strerror, f"{self.root}/{file.path}") from None
         info = os.stat(name, dir_fd=target_fd, follow_symlinks=False)
-        if stat.S_ISREG(info.st_mode) and info.st_size == file.bytes:
+        if _as_written(info, file):
             return True
         os.unlink(name, dir_fd=target_fd)  # a link to what is there instead: not the file
         return False
@@ -173,14 +175,13 @@ class ExportTree:
         if folders is not None:
             return folders
         target = self.folder(parent)
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
-            source_fd = os.open(f"{source_root}/{parent}" if parent else source_root, flags)
+            source_fd = _open_folder_beneath(source_root, parent)
         except OSError:  # missing, not a folder, a link (ELOOP), not ours to read
             folders = (-1, -1)
         else:
             try:
-                folders = (source_fd, os.open(target, flags))
+                folders = (source_fd, os.open(target, FOLDER))
             except BaseException:
                 os.close(source_fd)
                 raise
@@ -195,19 +196,28 @@ class ExportTree:
                 if fd >= 0:
                     os.close(fd)
 
-    def _link_over(self, source: str, target: str, file: ExportedFile) -> bool:
-        """``link`` where ``target`` is there already (a folder of an earlier try)."""
+    def _link_over(self, source_fd: int, target_fd: int, name: str,
+                   file: ExportedFile) -> bool:
+        """``link`` where the file is there already in our folder (an earlier try's)."""
         try:
-            info = os.lstat(source)
+            info = os.stat(name, dir_fd=source_fd, follow_symlinks=False)
         except FileNotFoundError:
             return False
-        if not stat.S_ISREG(info.st_mode) or info.st_size != file.bytes:
+        if not _as_written(info, file):
             return False
-        there = os.lstat(target)
+        there = os.stat(name, dir_fd=target_fd, follow_symlinks=False)
         if there.st_ino == info.st_ino and there.st_dev == info.st_dev:
             return True
-        self._clear(Path(target))
-        os.link(source, target, follow_symlinks=False)
+        if not stat.S_ISREG(there.st_mode):
+            raise OutputStateError(f"{self.root}/{file.path}: {kind_of(there.st_mode)} where "
+                                   "the export links a file; move it away and rerun (it is "
+                                   "not removed)")
+        os.unlink(name, dir_fd=target_fd)
+        try:
+            os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd,
+                    follow_symlinks=False)
+        except OSError as exc:  # as in ``link``: named by its path
+            raise OSError(exc.errno, exc.strerror, f"{self.root}/{file.path}") from None
         return True
 
     def holds(self, file: ExportedFile) -> bool:
@@ -274,6 +284,50 @@ class ExportTree:
                 path = Path(directory) / name
                 if relpath not in named and stat.S_ISREG(os.lstat(path).st_mode):
                     os.unlink(path)
+
+
+def real_folders(root: Path, relpaths: set[str]) -> bool:
+    """Every folder of ``relpaths`` in ``root``, and every one above it, is a real folder (an
+    ``lstat`` of each: a file's own ``lstat`` sees through links on its way)."""
+    above = set()
+    for relpath in relpaths:
+        while relpath and relpath not in above:
+            above.add(relpath)
+            relpath = relpath.rpartition("/")[0]
+    for relpath in above:
+        try:
+            if not stat.S_ISDIR(os.lstat(root / relpath).st_mode):
+                return False
+        except FileNotFoundError:
+            return False
+    return True
+
+
+def _open_folder_beneath(root: Path, relpath: str) -> int:
+    """A descriptor of the folder ``root/relpath`` (a safe relative path, or empty), opened one
+    part at a time following no link: a folder of the previous version swapped for a link
+    would lend files from outside DEST (``O_NOFOLLOW`` on the whole path checks its last
+    part only)."""
+    fd = os.open(root, FOLDER)
+    try:
+        for part in relpath.split("/") if relpath else ():
+            inner = os.open(part, FOLDER, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _as_written(info: os.stat_result, file: ExportedFile) -> bool:
+    """``info`` is of a file as ``write`` makes ``file``: regular, its recorded size, and the
+    permissions a create with 0o644 gives under some umask (0o600 to 0o644).  A file made
+    unreadable (``chmod 000``) or executable in the previous version is not linked: the new
+    version would share its mode, as a fresh export would not."""
+    mode = stat.S_IMODE(info.st_mode)
+    return (stat.S_ISREG(info.st_mode) and info.st_size == file.bytes
+            and mode & 0o600 == 0o600 and not mode & ~0o644)
 
 
 def _fsync_file(path: str) -> None:

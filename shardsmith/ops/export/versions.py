@@ -28,6 +28,9 @@ VERSION = re.compile(r"v(?P<number>[1-9][0-9]{0,15})(?P<partial>\.partial)?")
 # an old version on its way out: renamed (atomic) before it is deleted, so a deletion cut short
 # leaves a name no export reads, removed by the next run
 REMOVING = re.compile(r"\.v[1-9][0-9]{0,15}\.removing")
+# the new ``current`` link of a switch killed before its rename (``switch_current``): ours when
+# it is a link to a version's name, removed by the next run
+SWITCHING = re.compile(r"\.current\.[0-9]{1,10}\.tmp")
 OURS = (RECORD_DIR, CURRENT)
 
 
@@ -40,6 +43,7 @@ class Destination:
     partials: list[int]
     current: int | None
     removing: list[str]  # ``.vN.removing`` folders a deletion cut short left
+    switching: list[str]  # ``.current.PID.tmp`` links a switch cut short left
 
     def folder(self, number: int) -> Path:
         return self.root / f"v{number}"
@@ -70,12 +74,17 @@ def survey(root: Path, layout: str,
     partials: list[int] = []
     strangers = []
     removing = []
+    switching = []
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         match = VERSION.fullmatch(entry.name)
         if entry.name in OURS:
             continue
         if REMOVING.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
             removing.append(entry.name)
+            continue
+        if SWITCHING.fullmatch(entry.name) and entry.is_symlink() \
+                and VERSION.fullmatch(os.readlink(entry.path)):
+            switching.append(entry.name)
             continue
         if match is None or not entry.is_dir(follow_symlinks=False):
             strangers.append(entry.name)
@@ -107,7 +116,7 @@ def survey(root: Path, layout: str,
                                "export into an empty folder or one that holds exports only "
                                "(nothing is removed)")
     return Destination(root, versions, partials, current_version(root, versions, partials),
-                       removing)
+                       removing, switching)
 
 
 def current_version(root: Path, versions: dict[int, ExportRecord],
@@ -171,10 +180,12 @@ def remove_older(destination: Destination, current: int, keep: int) -> list[int]
     ``keep - 1`` highest others (the one before it, when versions only grow: a training run
     started on it keeps its files),
     the partial folders of other versions that are ours (carrying ``.export``), and what a
-    deletion cut short left; returns the versions deleted."""
+    deletion or a switch of ``current`` cut short left; returns the versions deleted."""
     root = destination.root
     for name in destination.removing:
         shutil.rmtree(root / name)
+    for name in destination.switching:
+        (root / name).unlink(missing_ok=True)
     others = sorted((number for number in destination.versions if number != current),
                     reverse=True)
     removed = sorted(others[keep - 1:])
