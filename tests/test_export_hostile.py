@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from shardsmith.errors import OutputStateError
 
 import defects
 import images
@@ -480,3 +483,27 @@ def test_anything_else_under_a_switch_links_name_is_refused_and_kept(dataset, tm
         stranger.symlink_to(tmp_path)
     refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), ".current.4242.tmp")
     assert os.path.lexists(stranger)
+
+
+def test_a_record_too_large_for_the_fixed_cap_is_read_back_when_the_dataset_is_that_large(
+        dataset, tmp_path, monkeypatch):
+    # At the real sizes: 256 MiB and ~500 bytes a YOLO sample, so 500,000 samples wrote a
+    # record their next export refused ("move v1 away").  The same at a small scale: a cap of
+    # 1 KiB, far under this dataset's record, and the per-sample allowance that scales it.
+    from shardsmith.ops.export import export, record
+
+    monkeypatch.setattr(record, "RECORD_CAP", 1024)
+    dest = tmp_path / "dest"
+    first = export(dataset, dest, "coco", quiet=True)
+    size = (first.folder / ".export" / "record.json").stat().st_size
+    assert size > 1024
+    again = export(dataset, dest, "coco", quiet=True)  # reads v1's record back
+    assert again.up_to_date and again.folder == first.folder
+
+    # An allowance the record outgrows: refused before anything is switched, and the
+    # version exported before stays current.
+    monkeypatch.setattr(record, "RECORD_BYTES_PER_SAMPLE", 1)
+    shutil.rmtree(dest)
+    with pytest.raises(OutputStateError, match="record would be .* an export of"):
+        export(dataset, dest, "coco", quiet=True)
+    assert not (dest / "current").exists()

@@ -59,6 +59,7 @@ from ...text import cut, plural, shown
 from . import layouts, plaintar
 from .record import (
     JOURNAL_NAME,
+    RECORD_BYTES_PER_SAMPLE,
     RECORD_DIR,
     RECORD_FORMAT,
     RECORD_NAME,
@@ -71,6 +72,7 @@ from .record import (
     options_line,
     read_journal,
     record_bytes,
+    record_cap,
 )
 from .tree import ExportTree, real_folders
 from .versions import Destination, check_destination, publish, remove_older, survey
@@ -196,12 +198,13 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
         read: dict = {}  # records the first survey read and checked
+        cap = record_cap(manifest.totals.packed)
         if root.is_dir():  # refused before our lock folder appears in someone's folder
-            survey(root, layout, read)
+            survey(root, layout, read, cap)
         root.mkdir(parents=True, exist_ok=True)
         check_destination(root)
         with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
-            run = _Run(source, manifest, options, survey(root, layout, read), quiet, keep)
+            run = _Run(source, manifest, options, survey(root, layout, read, cap), quiet, keep)
             return run.execute(started)
 
 
@@ -297,7 +300,15 @@ class _Run:
                               self.manifest.fingerprint, self.number, self.manifest.classes,
                               self.manifest.object_classes, samples, shared)
         tree.remove_unnamed({file.path for file in record.files()})
-        tree.write(f"{RECORD_DIR}/{RECORD_NAME}", record_bytes(record))
+        written = record_bytes(record)
+        cap = record_cap(self.manifest.totals.packed)
+        if len(written) > cap:  # the next export would refuse this version: refused now
+            raise OutputStateError(
+                f"{partial / RECORD_DIR / RECORD_NAME}: the export's record would be "
+                f"{len(written) / 2**20:,.0f} MiB, over the {cap / 2**20:,.0f} MiB an export "
+                f"of {plural(len(records), 'sample')} reads back ({RECORD_BYTES_PER_SAMPLE >> 10}"
+                " KiB a sample: COCO objects of very many polygon points); nothing was switched")
+        tree.write(f"{RECORD_DIR}/{RECORD_NAME}", written)
         (partial / RECORD_DIR / JOURNAL_NAME).unlink(missing_ok=True)
         tree.sync()
         publish(self.destination, self.number)
@@ -395,7 +406,7 @@ class _Run:
             by_shard[record.shard][record.key] = record
         listed = {shard.name: shard for shard in self.manifest.shards}
         header = options_line(self.options, self.manifest.content_fingerprint)
-        finished = read_journal(tree.root, header)
+        finished = read_journal(tree.root, header, record_cap(self.manifest.totals.packed))
         for entry in finished.values():
             problem = layouts.check_record_paths(self.options, self.manifest.classes,
                                                  self.manifest.object_classes, entry.samples)

@@ -30,7 +30,11 @@ RECORD_NAME = "record.json"
 JOURNAL_NAME = "journal.jsonl"
 T = TypeVar("T")
 RECORD_FORMAT = 1
-RECORD_CAP = 4 * STATE_CAP  # ~1 KiB a sample with its COCO polygons: 256k samples
+RECORD_CAP = 4 * STATE_CAP  # the least a record may be, whatever the dataset's size
+# A record is ~500 bytes a YOLO sample and ~1 KiB a COCO sample with its polygons: read up to
+# 16 KiB a sample of the dataset exported (a record of 256 MiB was 500,000 YOLO samples, and
+# the next export refused the folder it had itself written).
+RECORD_BYTES_PER_SAMPLE = 16 << 10
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -130,9 +134,14 @@ class JournalEntry:
     samples: tuple[ExportedSample, ...]
 
 
+def record_cap(samples: int) -> int:
+    """The largest record read or written for a dataset of ``samples`` samples."""
+    return max(RECORD_CAP, samples * RECORD_BYTES_PER_SAMPLE)
+
+
 def read_record(folder: Path,
-                memo: dict[Path, tuple[bytes, ExportRecord]] | None = None
-                ) -> ExportRecord | None:
+                memo: dict[Path, tuple[bytes, ExportRecord]] | None = None,
+                cap: int = RECORD_CAP) -> ExportRecord | None:
     """The record of the export folder ``folder``; None when it has none.  ``memo`` (path ->
     bytes and record) keeps what was parsed: the same bytes again are the same record (an
     export reads DEST twice, before its lock folder appears and under the lock; a record of
@@ -141,7 +150,7 @@ def read_record(folder: Path,
     try:
         # walked from ``folder`` following no link: a ``.export`` that is a link would have a
         # record from outside DEST decide what is linked
-        with open_beneath(str(folder), f"{RECORD_DIR}/{RECORD_NAME}", RECORD_CAP) as handle:
+        with open_beneath(str(folder), f"{RECORD_DIR}/{RECORD_NAME}", cap) as handle:
             raw = handle.read()
     except FileNotFoundError:
         return None
@@ -278,12 +287,13 @@ def journal_line(entry: JournalEntry) -> bytes:
     return _ENCODER.encode(entry) + b"\n"
 
 
-def read_journal(folder: Path, options_line: bytes) -> dict[str, JournalEntry]:
+def read_journal(folder: Path, options_line: bytes,
+                 cap: int = RECORD_CAP) -> dict[str, JournalEntry]:
     """shard name -> what an interrupted export into ``folder`` finished of it; empty when it
     was made with other options or is unreadable (its files are then checked again anyway)."""
     path = folder / RECORD_DIR / JOURNAL_NAME
     try:
-        with open_file(path, RECORD_CAP) as handle:
+        with open_file(path, cap) as handle:
             lines = handle.read().splitlines(keepends=True)
     except (OSError, Refused):
         return {}

@@ -21,7 +21,7 @@ from ...door import kind_of
 from ...errors import OutputStateError
 from ...text import shown
 from .layouts import check_record_paths
-from .record import RECORD_DIR, RECORD_NAME, ExportRecord, read_record
+from .record import RECORD_CAP, RECORD_DIR, RECORD_NAME, ExportRecord, read_record
 
 CURRENT = "current"
 VERSION = re.compile(r"v(?P<number>[1-9][0-9]{0,15})(?P<partial>\.partial)?")
@@ -66,10 +66,11 @@ def check_destination(root: Path) -> None:
 
 
 def survey(root: Path, layout: str,
-           memo: dict[Path, tuple[bytes, ExportRecord]] | None = None) -> Destination:
+           memo: dict[Path, tuple[bytes, ExportRecord]] | None = None,
+           cap: int = RECORD_CAP) -> Destination:
     """Read DEST: every entry must be an export's; a version of another layout is refused.
     ``memo``: the records an earlier survey of this export read and checked (``read_record``),
-    not checked again when their bytes are the same."""
+    not checked again when their bytes are the same; ``cap``: the largest record read."""
     versions: dict[int, ExportRecord] = {}
     partials: list[int] = []
     strangers = []
@@ -94,7 +95,7 @@ def survey(root: Path, layout: str,
             partials.append(number)
             continue
         known = None if memo is None else memo.get(Path(entry.path) / RECORD_DIR / RECORD_NAME)
-        record = read_record(Path(entry.path), memo)
+        record = read_record(Path(entry.path), memo, cap)
         if record is None:
             strangers.append(entry.name)
             continue
