@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -507,3 +508,33 @@ def test_a_record_too_large_for_the_fixed_cap_is_read_back_when_the_dataset_is_t
     with pytest.raises(OutputStateError, match="record would be .* an export of"):
         export(dataset, dest, "coco", quiet=True)
     assert not (dest / "current").exists()
+
+
+@pytest.mark.parametrize("old", ["there", "renamed", "gone"])
+def test_a_repair_killed_with_current_on_its_partial_folder_is_finished_not_rewritten(
+        dataset, tmp_path, old):
+    # ``publish`` repairing a damaged v1 points current at the finished v1.partial, removes
+    # v1 (renamed to .v1.removing, then deleted) and renames the partial folder into place: a
+    # kill at each step.  The next run must not export into the folder current names.
+    from shardsmith.ops.export import export
+
+    dest = tmp_path / "dest"
+    version = export(dataset, dest, "yolo", quiet=True).folder
+    partial = dest / f"{version.name}.partial"
+    shutil.copytree(version, partial)
+    (dest / "next").symlink_to(partial.name)
+    os.replace(dest / "next", dest / "current")
+    if old == "renamed":
+        os.rename(version, dest / f".{version.name}.removing")
+    elif old == "gone":
+        shutil.rmtree(version)
+    def identities(folder: Path) -> dict:  # a number can be reused, with a time besides not
+        return {path.relative_to(folder): (path.stat().st_ino, path.stat().st_mtime_ns)
+                for path in folder.rglob("*") if path.is_file()}
+
+    time.sleep(0.01)  # a rewrite would get another modification time
+    files = identities(partial)
+    export(dataset, dest, "yolo", quiet=True)
+    assert os.readlink(dest / "current") == version.name
+    assert sorted(path.name for path in dest.iterdir()) == [".export", "current", "v1"]
+    assert identities(version) == files  # moved, not rewritten

@@ -75,7 +75,14 @@ from .record import (
     record_cap,
 )
 from .tree import ExportTree, real_folders
-from .versions import Destination, check_destination, publish, remove_older, survey
+from .versions import (
+    Destination,
+    check_destination,
+    finish_publish,
+    publish,
+    remove_older,
+    survey,
+)
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +211,10 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
         root.mkdir(parents=True, exist_ok=True)
         check_destination(root)
         with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
-            run = _Run(source, manifest, options, survey(root, layout, read, cap), quiet, keep)
+            destination = survey(root, layout, read, cap)
+            if finish_publish(destination, read, cap):
+                destination = survey(root, layout, read, cap)
+            run = _Run(source, manifest, options, destination, quiet, keep)
             return run.execute(started)
 
 

@@ -176,6 +176,29 @@ def publish(destination: Destination, number: int) -> None:
     switch_current(root, final.name)
 
 
+def finish_publish(destination: Destination,
+                   memo: dict[Path, tuple[bytes, ExportRecord]] | None = None,
+                   cap: int = RECORD_CAP) -> bool:
+    """Finish a ``publish`` cut short while it repaired a damaged ``vN``: ``current`` links to
+    ``vN.partial`` only once that folder is written whole and synced, so a run that finds it
+    so moves it into place before anything writes into a folder a trainer may be reading (it
+    would be exported again in place).  Returns whether it did."""
+    if destination.current is not None:
+        return False
+    try:
+        match = VERSION.fullmatch(os.readlink(destination.root / CURRENT))
+    except OSError:  # no link
+        return False
+    if match is None or not match["partial"]:
+        return False
+    number = int(match["number"])
+    if number not in destination.partials \
+            or read_record(destination.partial(number), memo, cap) is None:
+        return False
+    publish(destination, number)
+    return True
+
+
 def remove_older(destination: Destination, current: int, keep: int) -> list[int]:
     """Delete exported versions (folders carrying an export record) but ``current`` and the
     ``keep - 1`` highest others (the one before it, when versions only grow: a training run
