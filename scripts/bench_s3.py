@@ -281,7 +281,7 @@ def main() -> None:
     print(f"small: {args.small_shards} shards x 256 KiB = {small / 1e6:.1f} MB; packing "
           f"{args.images} JPEGs of 640x480 ({originals / 1e6:.1f} MB) in {args.prefixes} "
           f"prefixes to {IMAGE_SIZE} px, {SHARD_SAMPLES} a shard")
-    print(f"{'method':<46}{'seconds':>10}{'rate':>14}{'requests':>10}")
+    print(f"{'method':<46}{'seconds':>10}{'rate':>17}{'requests':>10}")
     for name, seconds in medians.items():
         if name.startswith(("listing", "publish")):
             rate = "-"
@@ -289,7 +289,7 @@ def main() -> None:
             rate = f"{args.images / seconds:,.0f} images/s"
         else:
             rate = f"{(small if name.startswith('small') else total) / seconds / 1e6:,.0f} MB/s"
-        print(f"{name:<46}{seconds:>10.2f}{rate:>14}{requests.get(name, '-'):>10}")
+        print(f"{name:<46}{seconds:>10.2f}{rate:>17}{requests.get(name, '-'):>10}")
     ratios = {
         "s3_vs_local": medians["s3 stage"] / medians["local stage"],
         "delayed_1_vs_n_workers": medians["small, s3 +5 ms, 1 worker"]
