@@ -505,7 +505,7 @@ def test_a_record_too_large_for_the_fixed_cap_is_read_back_when_the_dataset_is_t
     # version exported before stays current.
     monkeypatch.setattr(record, "RECORD_BYTES_PER_SAMPLE", 1)
     shutil.rmtree(dest)
-    with pytest.raises(OutputStateError, match="record would be .* an export of"):
+    with pytest.raises(OutputStateError, match="record would be .* a dataset of"):
         export(dataset, dest, "coco", quiet=True)
     assert not (dest / "current").exists()
 

@@ -326,8 +326,9 @@ class _Run:
             raise OutputStateError(
                 f"{partial / RECORD_DIR / RECORD_NAME}: the export's record would be "
                 f"{len(written) / 2**20:,.0f} MiB, over the {cap / 2**20:,.0f} MiB an export "
-                f"of {plural(len(records), 'sample')} reads back ({RECORD_BYTES_PER_SAMPLE >> 10}"
-                " KiB a sample: COCO objects of very many polygon points); nothing was switched")
+                f"of a dataset of {plural(self.manifest.totals.packed, 'sample')} reads back "
+                f"({RECORD_BYTES_PER_SAMPLE >> 10} KiB a sample: COCO objects of very many "
+                "polygon points); nothing was switched")
         tree.write(f"{RECORD_DIR}/{RECORD_NAME}", written)
         (partial / RECORD_DIR / JOURNAL_NAME).unlink(missing_ok=True)
         tree.sync()
