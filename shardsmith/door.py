@@ -41,6 +41,7 @@ SHARED_ANNOTATION_CAP = 1 * GIB  # a labels CSV for the whole tree (COCO: limits
 SHARD_LIST_CAP = 64 * MIB
 LABEL_MAP_CAP = 16 * MIB
 STATE_CAP = 64 * MIB  # our own lock and journal head
+FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 class Refused(ShardsmithError):
@@ -163,36 +164,47 @@ def read_file(path: str | os.PathLike, cap: int, *, follow_symlinks: bool = Fals
 
 def open_beneath(root: str, relpath: str, cap: int) -> OpenFile:
     """Open ``root/relpath`` walking it one component at a time, no symlink anywhere on the way
-    (``O_NOFOLLOW`` on every folder, not just the last name): a folder swapped for a link to
-    somewhere else after the scan is refused ``link``.  Slower than ``open_file`` by one open a
-    component; callers use it only when the fast path's identity check failed."""
+    (``walk_folders``): a folder swapped for a link to somewhere else after the scan is refused
+    ``link``.  Slower than ``open_file`` by one open a component; callers use it only when the
+    fast path's identity check failed."""
     parts = relpath.split("/")
     if not relpath or any(part in ("", ".", "..") for part in parts):
         raise Refused("not_a_file", "is not a plain relative path", relpath)
-    directory_flags = (os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                       | getattr(os, "O_CLOEXEC", 0))
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    path = os.path.join(root, relpath)
+    fd = walk_folders(os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)),
+                      parts[:-1], path)
     try:
-        for depth, part in enumerate(parts[:-1], 1):
+        try:
+            handle = open_file(parts[-1], cap, dir_fd=fd)
+        except Refused as exc:
+            raise Refused(exc.reason, exc.detail, path) from None
+        handle.path = path
+        return handle
+    finally:
+        os.close(fd)
+
+
+def walk_folders(fd: int, parts: list[str] | tuple[str, ...], path: str) -> int:
+    """A descriptor of the folder ``parts`` below the open folder ``fd`` (taken over: closed
+    here), opened one part at a time with ``O_NOFOLLOW`` (on a whole path it checks the last
+    name only): a link or a non-folder on the way is refused ``link`` for ``path``, naming the
+    folder from ``fd``; any other error is raised as it is."""
+    try:
+        for depth, part in enumerate(parts, 1):
             try:
-                next_fd = os.open(part, directory_flags, dir_fd=fd)
+                inner = os.open(part, FOLDER_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     folder = "/".join(parts[:depth])  # named from the root: unambiguous
                     raise Refused("link", f"folder {folder!r} on its path is a symbolic link "
-                                  "or not a folder (not followed)",
-                                  os.path.join(root, relpath)) from None
+                                  "or not a folder (not followed)", path) from None
                 raise
             os.close(fd)
-            fd = next_fd
-        try:
-            handle = open_file(parts[-1], cap, dir_fd=fd)
-        except Refused as exc:
-            raise Refused(exc.reason, exc.detail, os.path.join(root, relpath)) from None
-        handle.path = os.path.join(root, relpath)
-        return handle
-    finally:
+            fd = inner
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def kind_of(mode: int) -> str:

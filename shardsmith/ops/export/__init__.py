@@ -222,7 +222,7 @@ def _export(source: Path | ObjectPath, root: Path, layout: str, task: str, norma
             destination = survey(root, layout, read, cap)
             if finish_publish(destination, read, cap):
                 destination = survey(root, layout, read, cap)
-            run = _Run(source, manifest, options, destination, quiet, keep)
+            run = _Run(source, manifest, options, destination, quiet, keep, cap)
             return run.execute(started)
 
 
@@ -279,9 +279,10 @@ class _Run:
     """One export: the plan (``execute``'s first half), then the writing."""
 
     def __init__(self, source: Path | ObjectPath, manifest: Manifest, options: ExportOptions,
-                 destination: Destination, quiet: bool, keep: int):
+                 destination: Destination, quiet: bool, keep: int, cap: int):
         self.source, self.manifest, self.options = source, manifest, options
         self.destination, self.quiet, self.keep = destination, quiet, keep
+        self.cap = cap  # the largest record and journal read back (``record_cap``)
         self.number = manifest.version
         self.fmt = shard_format(manifest.format)
         self.fallback_warned = False
@@ -321,11 +322,10 @@ class _Run:
                               self.manifest.object_classes, samples, shared)
         tree.remove_unnamed({file.path for file in record.files()})
         written = record_bytes(record)
-        cap = record_cap(self.manifest.totals.packed)
-        if len(written) > cap:  # the next export would refuse this version: refused now
+        if len(written) > self.cap:  # the next export would refuse this version: refused now
             raise OutputStateError(
                 f"{partial / RECORD_DIR / RECORD_NAME}: the export's record would be "
-                f"{len(written) / 2**20:,.0f} MiB, over the {cap / 2**20:,.0f} MiB an export "
+                f"{len(written) / 2**20:,.0f} MiB, over the {self.cap / 2**20:,.0f} MiB an export "
                 f"of a dataset of {plural(self.manifest.totals.packed, 'sample')} reads back "
                 f"({RECORD_BYTES_PER_SAMPLE >> 10} KiB a sample: COCO objects of very many "
                 "polygon points); nothing was switched")
@@ -427,7 +427,7 @@ class _Run:
             by_shard[record.shard][record.key] = record
         listed = {shard.name: shard for shard in self.manifest.shards}
         header = options_line(self.options, self.manifest.content_fingerprint)
-        finished = read_journal(tree.root, header, record_cap(self.manifest.totals.packed))
+        finished = read_journal(tree.root, header, self.cap)
         for entry in finished.values():
             problem = layouts.check_record_paths(self.options, self.manifest.classes,
                                                  self.manifest.object_classes, entry.samples)

@@ -16,12 +16,11 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ...atomic import fsync_directory, naming
-from ...door import Refused, kind_of, open_file
+from ...door import FOLDER_FLAGS, Refused, kind_of, open_file, walk_folders
 from ...errors import OutputStateError
 from .record import ExportedFile
 
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 HASH_CHUNK = 8 << 20
 # An fsync of a small file waits on the filesystem's journal, not on the CPU, and concurrent
 # ones share a commit: on ext4, 4,000 files of 4 kB took 4.5 s one after another and 0.78 s
@@ -153,14 +152,11 @@ class ExportTree:
             return False  # no such folder in the previous version: nothing to link
         source_fd, target_fd = folders
         try:
-            os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd,
-                    follow_symlinks=False)
+            _linkat(source_fd, target_fd, name, f"{self.root}/{file.path}")
         except FileExistsError:
             return self._link_over(source_fd, target_fd, name, file)
         except (FileNotFoundError, PermissionError, IsADirectoryError):
             return False  # gone, or a folder (EPERM): not a file to link
-        except OSError as exc:  # no inode left (ENOSPC), read-only: the call knew a bare name
-            raise OSError(exc.errno, exc.strerror, f"{self.root}/{file.path}") from None
         info = os.stat(name, dir_fd=target_fd, follow_symlinks=False)
         if _as_written(info, file):
             return True
@@ -176,12 +172,16 @@ class ExportTree:
             return folders
         target = self.folder(parent)
         try:
-            source_fd = _open_folder_beneath(source_root, parent)
-        except OSError:  # missing, not a folder, a link (ELOOP), not ours to read
+            # a folder of the previous version swapped for a link would lend files from
+            # outside DEST: no link followed anywhere on the way
+            source_fd = walk_folders(os.open(source_root, FOLDER_FLAGS),
+                                     parent.split("/") if parent else (),
+                                     f"{source_root}/{parent}")
+        except (OSError, Refused):  # missing, not a folder, a link, not ours to read
             folders = (-1, -1)
         else:
             try:
-                folders = (source_fd, os.open(target, FOLDER))
+                folders = (source_fd, os.open(target, FOLDER_FLAGS))
             except BaseException:
                 os.close(source_fd)
                 raise
@@ -213,11 +213,7 @@ class ExportTree:
                                    "the export links a file; move it away and rerun (it is "
                                    "not removed)")
         os.unlink(name, dir_fd=target_fd)
-        try:
-            os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd,
-                    follow_symlinks=False)
-        except OSError as exc:  # as in ``link``: named by its path
-            raise OSError(exc.errno, exc.strerror, f"{self.root}/{file.path}") from None
+        _linkat(source_fd, target_fd, name, f"{self.root}/{file.path}")
         return True
 
     def holds(self, file: ExportedFile) -> bool:
@@ -303,21 +299,14 @@ def real_folders(root: Path, relpaths: set[str]) -> bool:
     return True
 
 
-def _open_folder_beneath(root: Path, relpath: str) -> int:
-    """A descriptor of the folder ``root/relpath`` (a safe relative path, or empty), opened one
-    part at a time following no link: a folder of the previous version swapped for a link
-    would lend files from outside DEST (``O_NOFOLLOW`` on the whole path checks its last
-    part only)."""
-    fd = os.open(root, FOLDER)
+def _linkat(source_fd: int, target_fd: int, name: str, path: str) -> None:
+    """Hard-link ``name`` of one open folder into the other, following no link; an error
+    names ``path`` (the call knew a bare name: no inode left, a read-only disk), its type kept
+    (``OSError`` makes ``FileExistsError`` of EEXIST, and so on)."""
     try:
-        for part in relpath.split("/") if relpath else ():
-            inner = os.open(part, FOLDER, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, path) from None
 
 
 def _as_written(info: os.stat_result, file: ExportedFile) -> bool:
