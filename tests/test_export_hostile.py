@@ -254,8 +254,6 @@ def test_metadata_that_lies_stops_the_export_naming_shard_and_key(dataset, tmp_p
 
 @pytest.mark.parametrize("damage", ["empty", "fifo", "flipped byte"])
 def test_a_damaged_shard_exits_2_and_switches_nothing(dataset, tmp_path, damage):
-    import shutil
-
     shutil.copytree(dataset, tmp_path / "copy")
     shard = sorted((tmp_path / "copy").glob("*.tar"))[0]
     if damage == "empty":
@@ -285,8 +283,6 @@ def test_a_task_for_another_layout_is_refused(dataset, tmp_path, layout):
 
 
 def renamed_classes(dataset: Path, copy: Path, classes=None, object_classes=None) -> Path:
-    import shutil
-
     shutil.copytree(dataset, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     if classes is not None:
@@ -335,8 +331,6 @@ def two_versions(tmp_path_factory) -> tuple[Path, Path]:
     """The same dataset at version 1 and, in another folder, at version 2 (one new original):
     an export of the second links what it shares with an export of the first (the same
     classes: a class more would make every file again)."""
-    import shutil
-
     root = tmp_path_factory.mktemp("two-versions")
     overrides = {**defects.CORPUS_ANNOTATIONS, **TILES, "splits.folder": True,
                  "splits": "train=0.8,val=0.2"}
@@ -362,8 +356,6 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 def test_a_folder_of_the_previous_version_that_is_a_link_lends_no_file(two_versions,
                                                                       tmp_path):
-    import shutil
-
     first, second = two_versions
     assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
     images_folder = tmp_path / "dest" / "v1" / "images"
@@ -382,8 +374,6 @@ def test_a_folder_of_the_previous_version_that_is_a_link_lends_no_file(two_versi
 
 def test_an_up_to_date_version_with_a_folder_that_is_a_link_is_made_again(two_versions,
                                                                          tmp_path):
-    import shutil
-
     first, _ = two_versions
     assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
     expected = files_of(tmp_path / "dest" / "v1")
@@ -418,8 +408,6 @@ def current_umask() -> int:
 
 
 def test_a_record_folder_that_is_a_link_out_of_dest_is_not_read(two_versions, tmp_path):
-    import shutil
-
     first, second = two_versions
     assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
     record_folder = tmp_path / "dest" / "v1" / ".export"
@@ -501,8 +489,7 @@ def test_a_record_too_large_for_the_fixed_cap_is_read_back_when_the_dataset_is_t
     again = export(dataset, dest, "coco", quiet=True)  # reads v1's record back
     assert again.up_to_date and again.folder == first.folder
 
-    # An allowance the record outgrows: refused before anything is switched, and the
-    # version exported before stays current.
+    # An allowance the record outgrows: refused before anything is switched (no current).
     monkeypatch.setattr(record, "RECORD_BYTES_PER_SAMPLE", 1)
     shutil.rmtree(dest)
     with pytest.raises(OutputStateError, match="record would be .* a dataset of"):
@@ -528,6 +515,7 @@ def test_a_repair_killed_with_current_on_its_partial_folder_is_finished_not_rewr
         os.rename(version, dest / f".{version.name}.removing")
     elif old == "gone":
         shutil.rmtree(version)
+
     def identities(folder: Path) -> dict:  # a number can be reused, with a time besides not
         return {path.relative_to(folder): (path.stat().st_ino, path.stat().st_mtime_ns)
                 for path in folder.rglob("*") if path.is_file()}
