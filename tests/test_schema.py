@@ -5,15 +5,20 @@ own function of the settings, equal across releases.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import types
 
 import pytest
 
+import shardsmith.dataset.manifest as manifest_module
 from shardsmith.config import load_config
 from shardsmith.dataset.manifest import (
     Manifest,
+    SampleIndexEntry,
     SampleRecord,
+    iter_sample_index,
     read_manifest,
     sample_line,
     write_manifest,
@@ -255,3 +260,56 @@ def test_a_sample_line_nested_past_any_parser_is_one_line():
 def test_a_byte_order_mark_before_a_sample_line_is_named():
     with pytest.raises(ManifestError, match="^line 1: not valid JSON: starts with a byte-order"):
         read_line(b"\xef\xbb\xbf" + sample_line(RECORD), "line 1")
+
+
+# ------------------------------------------------------------------ the index a block at a time
+
+
+def index_of(tmp_path, lines: list[bytes]):
+    """A sample index of ``lines`` as the manifest names it (name, size, sha256)."""
+    data = b"".join(lines)
+    (tmp_path / "samples-v1.jsonl").write_bytes(data)
+    entry = SampleIndexEntry("samples-v1.jsonl", len(data), hashlib.sha256(data).hexdigest(),
+                             len(lines))
+    return types.SimpleNamespace(samples_index=entry)
+
+
+def keyed(number: int, **changes) -> bytes:
+    return sample_line(dict(RECORD, key=f"a_{number:08x}", **changes))
+
+
+@pytest.mark.parametrize("block", [1 << 20, 64, 500])
+def test_the_index_read_a_block_at_a_time_gives_every_record_in_order(tmp_path, monkeypatch,
+                                                                      block):
+    # blocks of 64 bytes end inside every line; one line is read by the checked path (a path
+    # that is not UTF-8, which msgspec refuses): the same records, in order
+    monkeypatch.setattr(manifest_module, "INDEX_BLOCK", block)
+    lines = [keyed(number) for number in range(40)]
+    lines[17] = keyed(17, path="a/\udcff.jpg")
+    records = list(iter_sample_index(tmp_path, index_of(tmp_path, lines)))
+    assert records == [read_line(line, "line 1") for line in lines]
+
+
+@pytest.mark.parametrize("block", [1 << 20, 500])
+@pytest.mark.parametrize(("damage", "message"), [
+    (keyed(0, label="1"), "line 31.label: expected an integer, got '1'"),
+    (b"\n", "line 31: not valid JSON"),
+    (b"{}\n" + keyed(0), "line 31.key: missing"),
+])
+def test_a_damaged_line_deep_in_the_index_is_named_by_its_number(tmp_path, monkeypatch, block,
+                                                                 damage, message):
+    monkeypatch.setattr(manifest_module, "INDEX_BLOCK", block)
+    lines = [keyed(number) for number in range(30)] + [damage] + [keyed(99)]
+    with pytest.raises(ManifestError) as caught:
+        list(iter_sample_index(tmp_path, index_of(tmp_path, lines)))
+    assert str(caught.value).startswith(f"{tmp_path / 'samples-v1.jsonl'}: {message}")
+
+
+@pytest.mark.parametrize("block", [1 << 20, 100])
+def test_a_line_longer_than_any_record_is_refused_by_its_number(tmp_path, monkeypatch, block):
+    monkeypatch.setattr(manifest_module, "INDEX_BLOCK", block)
+    monkeypatch.setattr(manifest_module, "LINE_CAP", 400)
+    lines = [keyed(number) for number in range(5)] + [keyed(5, path="a/" + "x" * 500 + ".jpg")]
+    with pytest.raises(ManifestError, match=r"line 6: longer than 400 bytes"):
+        list(iter_sample_index(tmp_path, index_of(tmp_path, lines + [keyed(6)])))
+    assert len(list(iter_sample_index(tmp_path, index_of(tmp_path, lines[:5])))) == 5
