@@ -120,6 +120,38 @@ def test_a_damaged_export_record_is_refused(dataset, tmp_path, damage):
     assert not (tmp_path / "outside.jpg").exists()
 
 
+@pytest.mark.parametrize("lent", ["../../outside.jpg", "absolute", "images/train/x.jpg",
+                                  "images/val/{key}.jpg", "labels/train/{key}.txt"])
+def test_a_file_a_record_names_outside_its_layout_is_never_linked_into_the_next_version(
+        dataset, tmp_path, lent):
+    # A new version links the unchanged samples' files from the current one: a sample whose
+    # recorded path is not the layout's for its key and split lends nothing; it is exported
+    # from its shard like a new one.
+    from shardsmith.ops.export import export
+
+    source, copy, dest = tmp_path / "source", tmp_path / "dataset", tmp_path / "dest"
+    shutil.copytree(dataset.parent / "source", source)
+    shutil.copytree(dataset, copy)
+    export(copy, dest, "yolo", quiet=True)
+    path = dest / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    victim = next(sample for sample in record["samples"] if sample["split"] == "train")
+    planted, outside = victim["files"][0], tmp_path / "outside.jpg"
+    planted["path"] = str(outside) if lent == "absolute" else lent.format(key=victim["key"])
+    outside.write_bytes(b"x" * planted["bytes"])
+    path.write_text(json.dumps(record))
+    added = images.write(source / "train" / "defect" / "d.jpg",
+                         defects.corpus_original("jpeg8", 2))
+    defects.write_corpus_annotations(added.with_suffix(""))
+    defects.pack_with(source, copy, {**defects.CORPUS_ANNOTATIONS, **TILES,
+                                     "splits.folder": True, "splits": "train=0.8,val=0.2"})
+    result = export(copy, dest, "yolo", quiet=True)
+    assert result.version == 2 and result.linked == len(record["samples"]) - 1
+    image = dest / "v2" / "images" / "train" / f"{victim['key']}.jpg"
+    assert image.read_bytes()[:2] == b"\xff\xd8" and image.stat().st_nlink == 1
+    assert outside.stat().st_nlink == 1 and outside.read_bytes() == b"x" * planted["bytes"]
+
+
 def interrupted_partial(dataset: Path, dest: Path) -> Path:
     """An export stopped after its first shard: DEST/v1.partial with a journal."""
     from shardsmith.ops import export as package

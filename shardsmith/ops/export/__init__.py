@@ -68,6 +68,7 @@ from .record import (
     ExportOptions,
     ExportRecord,
     JournalEntry,
+    RecordHead,
     journal_line,
     options_line,
     read_journal,
@@ -78,6 +79,8 @@ from .tree import ExportTree, real_folders
 from .versions import (
     Destination,
     check_destination,
+    check_paths,
+    current_record,
     finish_publish,
     publish,
     remove_older,
@@ -93,7 +96,7 @@ HASH_CHUNK = 8 << 20
 # waits in the kernel, the GIL released (a full COCO export of 10,000 samples: 2.7 to 7 s one
 # file after another, mostly that wait).
 WRITE_THREADS = 4
-LINK_THREADS, LINK_CHUNK = 4, 2048
+LINK_THREADS, LINK_CHUNK = 4, 1024  # samples a chunk
 
 __all__ = ["ExportOptions", "ExportResult", "export", "export_summary", "resolve_options"]
 
@@ -212,16 +215,15 @@ def _export(source: Path | ObjectPath, root: Path, layout: str, task: str, norma
     with shared:
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
-        read: dict = {}  # records the first survey read and checked
         cap = record_cap(manifest.totals.packed)
         if root.is_dir():  # refused before our lock folder appears in someone's folder
-            survey(root, layout, read, cap)
+            survey(root, layout, cap)
         root.mkdir(parents=True, exist_ok=True)
         check_destination(root)
         with DirectoryLock(root / RECORD_DIR / "lock", "exported"):
-            destination = survey(root, layout, read, cap)
-            if finish_publish(destination, read, cap):
-                destination = survey(root, layout, read, cap)
+            destination = survey(root, layout, cap)
+            if finish_publish(destination, cap):
+                destination = survey(root, layout, cap)
             run = _Run(source, manifest, options, destination, quiet, keep, cap)
             return run.execute(started)
 
@@ -263,15 +265,16 @@ def _check_locations(source: Path | ObjectPath,
     return source, destination
 
 
-# Sorted keys, every field: a sample index line less its shard in 3 us (a generic dump and
-# sort took 150 us a line, 1.5 s of a re-export of 10,000 samples).
-_DIGEST_ENCODER = msgspec.json.Encoder(order="sorted")
+# Every field but the shard, keys in sorted order, encoded as they are (10,000 index lines in
+# 25 ms; a generic dump and sort took 150 us a line, msgspec sorting the keys of each 3 us).
+_DIGEST_FIELDS = tuple(sorted(name for name in SampleRecord.__slots__ if name != "shard"))
+_DIGEST_ENCODER = msgspec.json.Encoder()
 
 
 def sample_digest(record: SampleRecord) -> str:
     """A sample's index line less the shard it lies in (a compaction moves it, not changes
     it)."""
-    fields = {name: getattr(record, name) for name in record.__slots__ if name != "shard"}
+    fields = {name: getattr(record, name) for name in _DIGEST_FIELDS}
     return hashlib.sha256(_DIGEST_ENCODER.encode(fields)).hexdigest()
 
 
@@ -294,13 +297,16 @@ class _Run:
         if self.options.layout == "coco":
             _check_image_ids(records)
         current = self.destination.current
-        if current == self.number and self._up_to_date(self.destination.versions[current]):
+        before = None  # the current version's record, where this export may use it
+        if current is not None and self._same_export(self.destination.versions[current]):
+            before = current_record(self.destination, self.cap)
+        if current == self.number and before is not None and self._up_to_date(before):
             removed = remove_older(self.destination, self.number, self.keep)
             return self._result(len(records), 0, 0, 0, 0, tuple(removed), True, started)
         partial = self.destination.partial(self.number)
         tree = ExportTree(partial)
         tree.folder(RECORD_DIR)
-        previous = self._reusable(current)
+        previous = {} if before is None else {sample.key: sample for sample in before.samples}
         exported: dict[str, ExportedSample] = {}
         progress = Progress(len(records), 0, "samples", "export", self.quiet)
         try:
@@ -343,17 +349,21 @@ class _Run:
                             samples, written, linked, kept, read, removed, up_to_date,
                             time.monotonic() - started)
 
-    def _same_export(self, record: ExportRecord) -> bool:
-        return (record.options == self.options and record.classes == self.manifest.classes
-                and record.object_classes == self.manifest.object_classes
-                and record.fingerprint == self.manifest.fingerprint)
+    def _same_export(self, head: RecordHead) -> bool:
+        """A version exported by this release with these options and classes, from a
+        dataset packed with this config: its files may be this export's."""
+        return (head.format == RECORD_FORMAT and head.options == self.options
+                and head.classes == self.manifest.classes
+                and head.object_classes == self.manifest.object_classes
+                and head.fingerprint == self.manifest.fingerprint)
 
     def _up_to_date(self, record: ExportRecord) -> bool:
         """The current export is this version with these options, and every file it lists
         is still there at its size (an ``lstat`` each, no reading)."""
-        if not (self._same_export(record) and record.version == self.number
+        if not (record.version == self.number
                 and record.content_fingerprint == self.manifest.content_fingerprint):
             return False
+        check_paths(self.destination, record)
         folder = self.destination.folder(self.number)
         files = record.files()
         if not real_folders(folder, {file.path.rpartition("/")[0] for file in files}):
@@ -367,54 +377,52 @@ class _Run:
                 return False
         return True
 
-    def _reusable(self, current: int | None) -> dict[str, ExportedSample]:
-        if current is None:
-            return {}
-        record = self.destination.versions[current]
-        if not self._same_export(record):
-            return {}
-        return {sample.key: sample for sample in record.samples}
-
     def _link_unchanged(self, records: list[SampleRecord], digests: dict[str, str],
                         previous: dict[str, ExportedSample], tree: ExportTree,
                         exported: dict[str, ExportedSample], progress: Progress) -> int:
         """Hard-link the files of the samples unchanged since the current export; returns
-        how many.  A sample one of whose files does not link is exported from its shard (its
-        other files, linked, are then written over)."""
+        how many.  A sample whose recorded files are not its layout's is not linked; a sample
+        one of whose files does not link is exported from its shard (its other files, linked,
+        are then written over)."""
         if not previous:
             return 0
         source = self.destination.folder(self.destination.current)
+        # the paths of a linked sample are the layout's for its key and split, as the sample
+        # index (checked) gives them: a record that names other files lends none of them
+        fits = layouts.paths_fit(self.options, self.manifest.classes,
+                                 self.manifest.object_classes)
         unchanged = []
         for record in records:
             before = previous.get(record.key)
             if before is not None and before.digest == digests[record.key] \
-                    and before.split == record.split:
+                    and before.split == record.split \
+                    and fits(record.key, record.split, tuple(file.path for file in before.files)):
                 unchanged.append(before)
-        # Runs of files of one folder, linked by a few threads: a link waits in the kernel
-        # with the GIL released, and two folders (YOLO's images and labels) take their links
-        # side by side (20,000 links: 0.27 s one after another, profiled).
-        runs: dict[str, list[ExportedFile]] = defaultdict(list)
-        for sample in unchanged:
-            for file in sample.files:
-                runs[file.path.rpartition("/")[0]].append(file)
-        chunks = [files[start:start + LINK_CHUNK] for files in runs.values()
-                  for start in range(0, len(files), LINK_CHUNK)]
+        # Linked by a few threads, a chunk of samples each: a link waits in the kernel with
+        # the GIL released, and links into different folders (YOLO's images and labels, the
+        # splits) proceed side by side; into one folder they take turns (its lock).
         link = tree.link
+
+        def link_chunk(samples: list[ExportedSample]) -> list[ExportedSample]:
+            done = [sample for sample in samples
+                    if all(link(source, file) for file in sample.files)]
+            progress.update(len(done))
+            return done
+
         try:
-            for folder in runs:
+            for folder in {file.path.rpartition("/")[0] for sample in unchanged
+                           for file in sample.files}:
                 tree.link_folder(source, folder)  # opened here: ``link`` is then read-only
             with ThreadPoolExecutor(LINK_THREADS, thread_name_prefix="shardsmith-link") as pool:
-                failed = set().union(*pool.map(
-                    lambda files: {file.path for file in files if not link(source, file)},
-                    chunks))
+                chunks = pool.map(link_chunk, [unchanged[start:start + LINK_CHUNK]
+                                               for start in range(0, len(unchanged),
+                                                                  LINK_CHUNK)])
+                linked = 0
+                for done in chunks:
+                    linked += len(done)
+                    exported.update((sample.key, sample) for sample in done)
         finally:
             tree.close()
-        linked = 0
-        for sample in unchanged:
-            if not failed or not any(file.path in failed for file in sample.files):
-                exported[sample.key] = sample
-                linked += 1
-                progress.update()
         return linked
 
     def _from_shards(self, todo: list[SampleRecord], digests: dict[str, str],

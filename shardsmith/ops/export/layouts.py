@@ -397,6 +397,22 @@ def layout_paths(options: ExportOptions, key: str, split: str, classes: tuple[st
             (f"abnormal/{key}{JPEG}", f"mask/{key}{MASK}")]
 
 
+def paths_fit(options: ExportOptions, classes: tuple[str, ...],
+              object_classes: tuple[str, ...] | None) -> Callable[[str, str, tuple[str, ...]],
+                                                                  bool]:
+    """A test of a sample's recorded paths: ``fits(key, split, paths)`` when ``paths`` are
+    files the layout gives the sample ``key`` of ``split`` (a sound key and split).  The
+    detect, segment and coco layouts give a sample one list of files, compared whole without
+    building the lists."""
+    if options.layout == "coco":
+        return lambda key, split, paths: paths == (f"images/{split}/{key}{JPEG}",)
+    if options.layout == "yolo" and options.task != "classify":
+        return lambda key, split, paths: paths == (f"images/{split}/{key}{JPEG}",
+                                                   f"labels/{split}/{key}{LABEL}")
+    return lambda key, split, paths: paths in layout_paths(options, key, split, classes,
+                                                           object_classes)
+
+
 def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
                        object_classes: tuple[str, ...] | None,
                        samples: Iterable[ExportedSample],
@@ -407,12 +423,9 @@ def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
     seen: set[str] = set()
     keys: set[str] = set()
     # A split is a folder name or not whatever the sample (a handful of splits, 10,000
-    # samples: the check a sample was a third of this walk); the detect, segment and coco
-    # layouts give a sample one list of files, compared whole without building the lists.
+    # samples: the check a sample was a third of this walk).
     splits: dict[str, bool] = {}
-    single = options.layout == "coco" or (options.layout == "yolo"
-                                          and options.task != "classify")
-    labelled = options.layout == "yolo"
+    fits = paths_fit(options, classes, object_classes)
     for sample in samples:
         key, split = sample.key, sample.split
         if KEY.fullmatch(key) is None:
@@ -423,12 +436,7 @@ def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
         if not sound:
             return f"sample {key}: split {shown(split)} is not a folder name"
         paths = tuple(file.path for file in sample.files)
-        if single:
-            fits = paths == ((f"images/{split}/{key}{JPEG}", f"labels/{split}/{key}{LABEL}")
-                             if labelled else (f"images/{split}/{key}{JPEG}",))
-        else:
-            fits = paths in layout_paths(options, key, split, classes, object_classes)
-        if not fits:
+        if not fits(key, split, paths):
             return f"sample {key}: its files are not the {options.layout} layout's"
         if seen.intersection(paths) or sample.key in keys:
             return f"sample {sample.key}: named twice"

@@ -21,7 +21,15 @@ from ...door import kind_of
 from ...errors import OutputStateError
 from ...text import shown
 from .layouts import check_record_paths
-from .record import RECORD_CAP, RECORD_DIR, RECORD_NAME, ExportRecord, read_record
+from .record import (
+    RECORD_CAP,
+    RECORD_DIR,
+    RECORD_NAME,
+    ExportRecord,
+    RecordHead,
+    read_head,
+    read_record,
+)
 
 CURRENT = "current"
 VERSION = re.compile(r"v(?P<number>[1-9][0-9]{0,15})(?P<partial>\.partial)?")
@@ -36,10 +44,11 @@ OURS = (RECORD_DIR, CURRENT)
 
 @dataclass
 class Destination:
-    """What DEST holds: exported versions (number -> record), partial folders, ``current``."""
+    """What DEST holds: exported versions (number -> its record's head), partial folders,
+    ``current``."""
 
     root: Path
-    versions: dict[int, ExportRecord]
+    versions: dict[int, RecordHead]
     partials: list[int]
     current: int | None
     removing: list[str]  # ``.vN.removing`` folders a deletion cut short left
@@ -65,13 +74,10 @@ def check_destination(root: Path) -> None:
         raise OutputStateError(f"{root}: exists and is {kind_of(info.st_mode)}, not a folder")
 
 
-def survey(root: Path, layout: str,
-           memo: dict[Path, tuple[bytes, ExportRecord]] | None = None,
-           cap: int = RECORD_CAP) -> Destination:
+def survey(root: Path, layout: str, cap: int = RECORD_CAP) -> Destination:
     """Read DEST: every entry must be an export's; a version of another layout is refused.
-    ``memo``: the records an earlier survey of this export read and checked (``read_record``),
-    not checked again when their bytes are the same; ``cap``: the largest record read."""
-    versions: dict[int, ExportRecord] = {}
+    Each version's record is read for its head (``cap``: the largest record read)."""
+    versions: dict[int, RecordHead] = {}
     partials: list[int] = []
     strangers = []
     removing = []
@@ -94,22 +100,15 @@ def survey(root: Path, layout: str,
         if match["partial"]:
             partials.append(number)
             continue
-        known = None if memo is None else memo.get(Path(entry.path) / RECORD_DIR / RECORD_NAME)
-        record = read_record(Path(entry.path), memo, cap)
-        if record is None:
+        head = read_head(Path(entry.path), cap)
+        if head is None:
             strangers.append(entry.name)
             continue
-        if record.options.layout != layout:
-            raise OutputStateError(f"{root}: holds a {record.options.layout} export "
+        if head.options.layout != layout:
+            raise OutputStateError(f"{root}: holds a {head.options.layout} export "
                                    f"({entry.name}); one layout per destination: export the "
                                    f"{layout} layout into another folder")
-        problem = None if known is not None and known[1] is record else check_record_paths(
-            record.options, record.classes, record.object_classes, record.samples,
-            [file.path for file in record.shared])
-        if problem is not None:
-            raise OutputStateError(f"{Path(entry.path) / RECORD_DIR / RECORD_NAME}: {problem}: "
-                                   f"the record is damaged; move {entry.path} away and rerun")
-        versions[number] = record
+        versions[number] = head
     if strangers:
         shown = ", ".join(strangers[:3]) + (f" and {len(strangers) - 3} more"
                                             if len(strangers) > 3 else "")
@@ -120,7 +119,7 @@ def survey(root: Path, layout: str,
                        removing, switching)
 
 
-def current_version(root: Path, versions: dict[int, ExportRecord],
+def current_version(root: Path, versions: dict[int, RecordHead],
                     partials: list[int]) -> int | None:
     """The version ``current`` links to; None when there is no link.
 
@@ -145,6 +144,28 @@ def current_version(root: Path, versions: dict[int, ExportRecord],
         return None
     raise OutputStateError(f"{path}: a link to {shown(target)}, not to an exported version "
                            "of this folder; move it away and rerun (it is not replaced)")
+
+
+def current_record(destination: Destination, cap: int = RECORD_CAP) -> ExportRecord | None:
+    """The whole record of the current version; None when there is no current version."""
+    if destination.current is None:
+        return None
+    folder = destination.folder(destination.current)
+    record = read_record(folder, cap)
+    if record is None:  # gone since the survey
+        raise OutputStateError(f"{folder}: its export record is gone; move it away and rerun")
+    return record
+
+
+def check_paths(destination: Destination, record: ExportRecord) -> None:
+    """Every path of the current version's ``record`` is one its layout gives its sample, and
+    none is named twice: OutputStateError otherwise."""
+    problem = check_record_paths(record.options, record.classes, record.object_classes,
+                                 record.samples, [file.path for file in record.shared])
+    if problem is not None:
+        folder = destination.folder(destination.current)
+        raise OutputStateError(f"{folder / RECORD_DIR / RECORD_NAME}: {problem}: the record is "
+                               f"damaged; move {folder} away and rerun")
 
 
 def switch_current(root: Path, target: str) -> None:
@@ -176,9 +197,7 @@ def publish(destination: Destination, number: int) -> None:
     switch_current(root, final.name)
 
 
-def finish_publish(destination: Destination,
-                   memo: dict[Path, tuple[bytes, ExportRecord]] | None = None,
-                   cap: int = RECORD_CAP) -> bool:
+def finish_publish(destination: Destination, cap: int = RECORD_CAP) -> bool:
     """Finish a ``publish`` cut short while it repaired a damaged ``vN``: ``current`` links to
     ``vN.partial`` only once that folder is written whole and synced, so a run that finds it
     so moves it into place before anything writes into a folder a trainer may be reading (it
@@ -193,7 +212,7 @@ def finish_publish(destination: Destination,
         return False
     number = int(match["number"])
     if number not in destination.partials \
-            or read_record(destination.partial(number), memo, cap) is None:
+            or read_head(destination.partial(number), cap) is None:
         return False
     publish(destination, number)
     return True
