@@ -326,7 +326,8 @@ class _Run:
         record = ExportRecord(RECORD_FORMAT, self.options, self.manifest.content_fingerprint,
                               self.manifest.fingerprint, self.number, self.manifest.classes,
                               self.manifest.object_classes, samples, shared)
-        tree.remove_unnamed({file.path for file in record.files()})
+        if not tree.fresh:  # an earlier try's folder: its files this export does not name
+            tree.remove_unnamed({file.path for file in record.files()})
         written = record_bytes(record)
         if len(written) > self.cap:  # the next export would refuse this version: refused now
             raise OutputStateError(

@@ -267,9 +267,7 @@ class ExportTree:
 
     def remove_unnamed(self, named: set[str]) -> None:
         """Remove files an earlier try with other samples left that this export does not
-        name (regular files and links only: they are the export's own leftovers)."""
-        if self.fresh:
-            return
+        name (regular files only, the export's own leftovers; anything else stays)."""
         for directory, folders, files in os.walk(self.root):
             relative = os.path.relpath(directory, self.root)
             if relative == ".":
