@@ -433,6 +433,32 @@ def test_an_unreadable_file_of_the_previous_version_is_not_linked(two_versions, 
     assert made.stat().st_ino != locked.stat().st_ino
 
 
+@pytest.mark.parametrize("swap", ["link out", "fifo", "cut short", "executable"])
+def test_a_file_of_the_previous_version_that_is_not_as_written_is_made_again(two_versions,
+                                                                            tmp_path, swap):
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    victim = sorted((tmp_path / "dest" / "v1" / "labels" / "train").iterdir())[0]
+    size = victim.stat().st_size
+    if swap == "link out":
+        (tmp_path / "outside.txt").write_bytes(b"O" * size)
+        victim.unlink()
+        victim.symlink_to(tmp_path / "outside.txt")
+    elif swap == "fifo":
+        victim.unlink()
+        os.mkfifo(victim)
+    elif swap == "cut short":
+        victim.write_bytes(victim.read_bytes()[:-1])
+    else:
+        victim.chmod(0o755)
+    assert shardsmith(second, tmp_path / "dest", "--layout", "yolo").returncode == 0
+    assert shardsmith(second, tmp_path / "fresh", "--layout", "yolo").returncode == 0
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    made = tmp_path / "dest" / "v2" / victim.relative_to(tmp_path / "dest" / "v1")
+    assert made.is_file() and not made.is_symlink() and made.stat().st_nlink == 1
+    assert made.stat().st_mode & 0o777 == 0o644 & ~current_umask()
+
+
 def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -402,18 +402,15 @@ class _Run:
         # Linked by a few threads, a chunk of samples each: a link waits in the kernel with
         # the GIL released, and links into different folders (YOLO's images and labels, the
         # splits) proceed side by side; into one folder they take turns (its lock).
-        link = tree.link
-
         def link_chunk(samples: list[ExportedSample]) -> list[ExportedSample]:
-            done = [sample for sample in samples
-                    if all(link(source, file) for file in sample.files)]
+            done = tree.link_samples(source, samples)
             progress.update(len(done))
             return done
 
         try:
             for folder in {file.path.rpartition("/")[0] for sample in unchanged
                            for file in sample.files}:
-                tree.link_folder(source, folder)  # opened here: ``link`` is then read-only
+                tree.link_folder(source, folder)  # by one thread, before the threads link
             with ThreadPoolExecutor(LINK_THREADS, thread_name_prefix="shardsmith-link") as pool:
                 chunks = pool.map(link_chunk, [unchanged[start:start + LINK_CHUNK]
                                                for start in range(0, len(unchanged),
