@@ -146,10 +146,8 @@ def current_version(root: Path, versions: dict[int, RecordHead],
                            "of this folder; move it away and rerun (it is not replaced)")
 
 
-def current_record(destination: Destination, cap: int = RECORD_CAP) -> ExportRecord | None:
-    """The whole record of the current version; None when there is no current version."""
-    if destination.current is None:
-        return None
+def current_record(destination: Destination, cap: int = RECORD_CAP) -> ExportRecord:
+    """The whole record of the current version (there is one)."""
     folder = destination.folder(destination.current)
     record = read_record(folder, cap)
     if record is None:  # gone since the survey
