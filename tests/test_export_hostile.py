@@ -584,3 +584,58 @@ def test_a_repair_killed_with_current_on_its_partial_folder_is_finished_not_rewr
     assert os.readlink(dest / "current") == version.name
     assert sorted(path.name for path in dest.iterdir()) == [".export", "current", "v1"]
     assert identities(version) == files  # moved, not rewritten
+
+
+def negative_box(sample: dict) -> None:
+    sample["coco"][0]["bbox"] = [10.0, 10.0, -5.0, -5.0]
+
+
+def no_such_category(sample: dict) -> None:
+    sample["coco"][0]["category_id"] = 99
+
+
+def box_outside_the_image(sample: dict) -> None:
+    sample["coco"][0]["bbox"][2] = sample["width"] + 40.0
+
+
+def zero_width(sample: dict) -> None:
+    sample["width"] = 0
+
+
+def neither_polygons_nor_rle(sample: dict) -> None:
+    sample["coco"][0]["polygons"] = sample["coco"][0]["rle"] = None
+
+
+def a_polygon_of_one_number(sample: dict) -> None:
+    sample["coco"][0]["polygons"], sample["coco"][0]["rle"] = [[1.0]], None
+
+
+def negative_area(sample: dict) -> None:
+    sample["coco"][0]["area"] = -3.0
+
+
+def no_coco_objects(sample: dict) -> None:
+    sample["coco"] = None
+
+
+@pytest.mark.parametrize("lie", [negative_box, no_such_category, box_outside_the_image,
+                                 zero_width, neither_polygons_nor_rle, a_polygon_of_one_number,
+                                 negative_area, no_coco_objects])
+def test_coco_objects_a_record_lies_about_never_reach_the_next_versions_annotations(
+        two_versions, tmp_path, lie):
+    # A new COCO version writes its instances files again, a linked sample's annotations
+    # taken from the current version's record: an object this release cannot have written
+    # (a box of negative size or outside its image, a category the dataset lacks, no
+    # segmentation) makes the sample one to export from its shard, as a fresh export does.
+    first, second = two_versions
+    assert shardsmith(first, tmp_path / "dest", "--layout", "coco").returncode == 0
+    path = tmp_path / "dest" / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    lie(next(sample for sample in record["samples"] if sample["coco"]))
+    path.write_text(json.dumps(record))
+    assert shardsmith(second, tmp_path / "dest", "--layout", "coco").returncode == 0
+    assert shardsmith(second, tmp_path / "fresh", "--layout", "coco").returncode == 0
+    for split in ("train", "val"):
+        relpath = f"annotations/instances_{split}.json"
+        assert (tmp_path / "dest" / "v2" / relpath).read_bytes() \
+            == (tmp_path / "fresh" / "v2" / relpath).read_bytes()

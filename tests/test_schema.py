@@ -313,3 +313,30 @@ def test_a_line_longer_than_any_record_is_refused_by_its_number(tmp_path, monkey
     with pytest.raises(ManifestError, match=r"line 6: longer than 400 bytes"):
         list(iter_sample_index(tmp_path, index_of(tmp_path, lines + [keyed(6)])))
     assert len(list(iter_sample_index(tmp_path, index_of(tmp_path, lines[:5])))) == 5
+
+
+def split_after_first_comma(line: bytes) -> list[bytes]:
+    at = line.index(b",") + 1
+    return [line[:at] + b"\n", line[at:]]
+
+
+@pytest.mark.parametrize("lines", [
+    # two records on a line and a blank one: as many records as lines in the block
+    [keyed(0)[:-1] + b" " + keyed(1), b"\n", keyed(2)],
+    [keyed(0)[:-1] + keyed(1), b"  \n", keyed(2)],
+    # a record over two lines and two records on a third
+    [*split_after_first_comma(keyed(0))[:1],
+     split_after_first_comma(keyed(0))[1][:-1] + b" " + keyed(1), keyed(2)],
+], ids=["two on a line, a blank", "two touching, spaces", "one over two lines, two on one"])
+def test_a_block_of_as_many_records_as_lines_but_not_one_a_line_is_refused(tmp_path, lines):
+    # msgspec's decode_lines reads a block as JSON values apart by any white space: a line
+    # that holds two makes up for a blank one, or for one record over two lines.  Read line
+    # by line, as every release read the index, the first such line is refused.
+    with pytest.raises(ManifestError, match=r"samples-v1.jsonl: line 1: not valid JSON"):
+        list(iter_sample_index(tmp_path, index_of(tmp_path, lines)))
+
+
+def test_records_apart_by_carriage_returns_and_spaces_are_read_as_line_by_line(tmp_path):
+    lines = [keyed(0)[:-1] + b"\r\n", b" " + keyed(1)[:-1] + b" \n", keyed(2)[:-1]]
+    records = list(iter_sample_index(tmp_path, index_of(tmp_path, lines)))
+    assert records == [read_line(keyed(number), "line 1") for number in range(3)]

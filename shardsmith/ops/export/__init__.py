@@ -392,12 +392,16 @@ class _Run:
         # index (checked) gives them: a record that names other files lends none of them
         fits = layouts.paths_fit(self.options, self.manifest.classes,
                                  self.manifest.object_classes)
+        # and a COCO sample's objects, written into the new instances files, are ones this
+        # release can have made: a record that lies about them lends the sample nothing
+        coco_fits = self._coco_fits()
         unchanged = []
         for record in records:
             before = previous.get(record.key)
             if before is not None and before.digest == digests[record.key] \
                     and before.split == record.split \
-                    and fits(record.key, record.split, tuple(file.path for file in before.files)):
+                    and fits(record.key, record.split, tuple(file.path for file in before.files)) \
+                    and coco_fits(before):
                 unchanged.append(before)
         # Linked by a few threads, a chunk of samples each: a link waits in the kernel with
         # the GIL released, and links into different folders (YOLO's images and labels, the
@@ -472,6 +476,13 @@ class _Run:
                 journal.flush()
         return kept, read
 
+    def _coco_fits(self):
+        """``layouts.coco_fits`` for a COCO export; for another layout every sample fits (its
+        recorded objects are written nowhere)."""
+        if self.options.layout == "coco":
+            return layouts.coco_fits(self.manifest.object_classes)
+        return lambda sample: True
+
     def _keep(self, entry: JournalEntry, listed: dict[str, ShardEntry],
               wanted: dict[str, SampleRecord], digests: dict[str, str],
               tree: ExportTree) -> bool:
@@ -483,6 +494,8 @@ class _Run:
         by_key = {sample.key: sample for sample in entry.samples}
         if set(by_key) != set(wanted) or any(
                 by_key[key].digest != digests[key] for key in wanted):
+            return False
+        if not all(map(self._coco_fits(), entry.samples)):
             return False
         return all(tree.holds(file) for sample in entry.samples for file in sample.files)
 

@@ -413,6 +413,40 @@ def paths_fit(options: ExportOptions, classes: tuple[str, ...],
                                                            object_classes)
 
 
+# A COCO box's corner and size, rounded to 3 decimals each, may pass its image's edge by this.
+COCO_ROUNDING = 0.002
+JPEG_SIDE = 65535  # the most pixels a JPEG's header gives a side
+COCO_RLE = re.compile(r"[0-o]*")  # pycocotools' compressed counts: 6 bits a character from 48
+
+
+def coco_fits(object_classes: tuple[str, ...] | None) -> Callable[[ExportedSample], bool]:
+    """A test of a sample's recorded COCO objects (what a new version's instances files take
+    for a linked or kept sample, its shard unread): ``fits(sample)`` when they are ones
+    ``coco_objects`` can have made for an image of its recorded size, a category of the
+    dataset each, a box of positive size inside the image, its polygons or else its RLE."""
+    categories = len(object_classes or ())
+
+    def fits(sample: ExportedSample) -> bool:
+        width, height = sample.width, sample.height
+        if sample.coco is None or not (1 <= width <= JPEG_SIDE and 1 <= height <= JPEG_SIDE):
+            return False
+        for item in sample.coco:
+            x, y, w, h = item.bbox
+            if not (1 <= item.category_id <= categories and x >= 0 and y >= 0 and w > 0
+                    and h > 0 and x + w <= width + COCO_ROUNDING
+                    and y + h <= height + COCO_ROUNDING and 0 <= item.area <= width * height):
+                return False
+            if item.polygons is None:
+                if item.rle is None or COCO_RLE.fullmatch(item.rle) is None:
+                    return False
+            elif item.rle is not None or not item.polygons or any(
+                    len(ring) < 6 or len(ring) % 2 for ring in item.polygons):
+                return False
+        return True
+
+    return fits
+
+
 def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
                        object_classes: tuple[str, ...] | None,
                        samples: Iterable[ExportedSample],
