@@ -66,6 +66,7 @@ _EXPECTED = re.compile(r"Expected `(?P<type>[^`]+)`(?:, got `[^`]+`)?")
 _BOUND = re.compile(r"Expected `int` (?:>=|<=|>|<) -?\d+")
 _LENGTH = re.compile(r"Expected `array` of length (?P<length>\d+), got \d+")
 _MISSING = re.compile(r"Object missing required field `(?P<name>[^`]+)`")
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]+)`")
 
 
 def decode(data: bytes | str, where: str, *, unique_keys: bool = False) -> Any:
@@ -124,7 +125,7 @@ def parse(cls: type[T], value: Any, where: str,
         # a number where a string belongs is YAML's doing in a file a person wrote
         # (``subsampling: 420``); a program that wrote a manifest needs no such hint
         hint = error is not ManifestError
-        raise error(_explain(str(exc), cls, value, where, hint)) from None
+        raise error(explain(str(exc), cls, value, where, hint)) from None
     _check_records(record, where)
     return record
 
@@ -358,10 +359,17 @@ def _check_free_form(value: Any, where: str) -> None:
 # ------------------------------------------------------------------ msgspec's error in our words
 
 
-def _explain(message: str, cls: type, value: Any, where: str, hint: bool = False) -> str:
+def _is_record(annotation: Any) -> bool:
+    """A record type: a dataclass or a msgspec Struct (the export's record)."""
+    return dataclasses.is_dataclass(annotation) or (
+        isinstance(annotation, type) and issubclass(annotation, msgspec.Struct))
+
+
+def explain(message: str, cls: type, value: Any, where: str = "", hint: bool = False) -> str:
     """msgspec's ``Expected `int`, got `str` - at `$.shards[3].bytes``` as
     ``shards[3].bytes: expected an integer, got 'abc'`` (the value found by walking the
-    document and the model along the path)."""
+    document and the model along the path): ``cls`` a dataclass or a msgspec Struct,
+    ``value`` the document decoded as plain JSON."""
     found = _MESSAGE.fullmatch(message)
     what, steps = found["what"], found["path"] or ""
     path, annotation, current = where, cls, value
@@ -370,8 +378,7 @@ def _explain(message: str, cls: type, value: Any, where: str, hint: bool = False
         origin, args = typing.get_origin(annotation), typing.get_args(annotation)
         if step["name"] is not None:
             name = step["name"]
-            annotation = _hints(annotation).get(name, Any) \
-                if dataclasses.is_dataclass(annotation) else Any
+            annotation = _hints(annotation).get(name, Any) if _is_record(annotation) else Any
             current = current.get(name) if isinstance(current, dict) else None
             path = _path(path, name)
         elif step["index"] == "...":  # a mapping's value: msgspec does not say which key
@@ -388,6 +395,8 @@ def _explain(message: str, cls: type, value: Any, where: str, hint: bool = False
     where_text = path or "the document"
     if (missing := _MISSING.fullmatch(what)) is not None:
         return f"{_path(path, missing['name'])}: missing"
+    if (unknown := _UNKNOWN.fullmatch(what)) is not None:  # a Struct that forbids them
+        return f"{_path(path, unknown['name'])}: not a field of this record"
     if _BOUND.fullmatch(what):
         _, meta = _bare(annotation)
         low = meta.ge if meta is not None and meta.ge is not None else "-inf"

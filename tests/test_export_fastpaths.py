@@ -116,6 +116,27 @@ def test_a_record_with_one_bad_sha256_among_sound_ones_names_it(tmp_path):
         record.parse_record(record.record_bytes(exported), tmp_path / "record.json", tmp_path)
 
 
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda r: r["samples"][0]["files"][0].update(bytes=-1),
+     "samples[0].files[0].bytes: -1 is out of range (from 0 to 9007199254740991)"),
+    (lambda r: r["samples"][0]["files"][0].update(mode="0777"),
+     "samples[0].files[0].mode: not a field of this record"),
+    (lambda r: r.update(format="one"), "format: expected an integer, got 'one'"),
+    (lambda r: r.update(samples="all"), "samples: expected a list, got 'all'"),
+    (lambda r: r["samples"][0].pop("key"), "samples[0].key: missing"),
+])
+def test_a_damaged_record_is_named_by_the_field_in_our_own_words(tmp_path, edit, message):
+    file = record.ExportedFile("images/train/k.jpg", 3, "a" * 64)
+    sample = record.ExportedSample("k", "train", "b" * 64, 4, 4, (file,))
+    exported = record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
+                                   "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (sample,))
+    document = json.loads(record.record_bytes(exported))
+    edit(document)
+    with pytest.raises(OutputStateError) as caught:
+        record.parse_record(json.dumps(document).encode(), tmp_path / "record.json", tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path / 'record.json'}: {message}: not an export")
+
+
 @pytest.mark.parametrize("bad", ["A" * 64, "a" * 63, "a" * 65, "g" * 64, "\u0660" * 64,
                                  "a" * 63 + "\n", ""])
 def test_the_bulk_look_at_a_records_digests_passes_only_sha256s(bad):

@@ -24,8 +24,8 @@ from pathlib import Path
 import msgspec
 
 from ...door import STATE_CAP, Refused, open_beneath, open_file
-from ...errors import OutputStateError
-from ...schema import Count
+from ...errors import ManifestError, OutputStateError
+from ...schema import Count, decode, explain
 from ...text import shown
 
 RECORD_DIR = ".export"
@@ -146,7 +146,7 @@ def parse_record(raw: bytes, path: Path, folder: Path,
     try:
         record = decoder.decode(raw)
     except (msgspec.MsgspecError, RecursionError) as exc:
-        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        why = _explained(exc, decoder.type, raw, path)
     else:
         why = (sha256_problem(record.samples, record.shared)
                if isinstance(record, ExportRecord) else None)
@@ -154,6 +154,18 @@ def parse_record(raw: bytes, path: Path, folder: Path,
             return record
     raise OutputStateError(f"{path}: {why}: not an export record shardsmith wrote; move "
                            f"{folder} away and rerun")
+
+
+def _explained(exc: Exception, cls: type, raw: bytes, path: Path) -> str:
+    """What msgspec refused in ``raw``, in the words of every other file we read
+    (``samples[0].files[0].bytes: -1 is out of range``); or why it is not JSON."""
+    try:
+        value = decode(raw, str(path))
+    except ManifestError as error:  # not JSON: Python's reader says why
+        return str(error).removeprefix(f"{path}: ")
+    if isinstance(exc, msgspec.ValidationError):
+        return explain(str(exc), cls, value)
+    return f"not JSON a record of ours holds ({exc})"  # NaN, a lone surrogate escape
 
 
 def sha256_problem(samples: tuple[ExportedSample, ...],
@@ -212,7 +224,7 @@ def read_journal(folder: Path, options_line: bytes,
         try:
             entry = _JOURNAL_ENTRY.decode(line)
         except msgspec.ValidationError as exc:
-            problem = str(exc)
+            problem = _explained(exc, JournalEntry, line, path)
         except (msgspec.DecodeError, RecursionError):
             break  # a torn last line: what it held is exported again
         else:
