@@ -40,7 +40,7 @@ RECORD_BYTES_PER_SAMPLE = 16 << 10
 
 
 class ExportedFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
-    path: str  # relative to the export folder; the layout's (``check_record_paths``)
+    path: str  # relative to the export folder: the layout's (``layouts.paths_fit``)
     bytes: Count
     sha256: str
 

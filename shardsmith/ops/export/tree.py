@@ -141,7 +141,7 @@ class ExportTree:
         the samples all of whose files are now here as ``write`` makes them (regular, their
         recorded size and a mode a create gives).  A file that is not so in the previous
         version (a link, a fifo, a file cut short or made executable there) is not linked, and
-        its sample not returned.  Threads may call this at once once ``link_folder`` has
+        its sample not returned.  Threads may call this side by side once ``link_folder`` has
         opened every folder of the samples."""
         # linkat and fstatat by name relative to an open descriptor of each folder (one pair
         # a folder, ``close`` ends them): 9,000 links of one folder took 0.13 to 0.14 s so,
