@@ -24,6 +24,7 @@ import logging
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -476,7 +477,7 @@ class _Run:
                 journal.flush()
         return kept, read
 
-    def _coco_fits(self):
+    def _coco_fits(self) -> Callable[[ExportedSample], bool]:
         """``layouts.coco_fits`` for a COCO export; for another layout every sample fits (its
         recorded objects are written nowhere)."""
         if self.options.layout == "coco":
