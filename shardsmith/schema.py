@@ -136,21 +136,24 @@ def line_reader(cls: type[T]) -> Callable[[bytes, str], T]:
     ``decode`` then ``parse``, which it falls back to when msgspec refuses the line (to say
     why, or to take the lone surrogate escapes only Python's reader takes)."""
     decoder = msgspec.json.Decoder(cls, strict=True)
-    # a flat record (no records inside) runs its own check: the walk costs ~3 us a line
-    flat_check = getattr(cls, "check", None) if not _record_fields(cls) else None
+    check = _checker(cls)
 
     def read(line: bytes, where: str) -> T:
         try:
             record = decoder.decode(line)
         except (msgspec.MsgspecError, RecursionError):  # nesting past msgspec's own limit
             return parse(cls, decode(line, where), where)
-        if flat_check is not None:
-            flat_check(record, where)
-        else:
-            _check_records(record, where)
+        check(record, where)
         return record
 
     return read
+
+
+def _checker(cls: type) -> Callable[[Any, str], None]:
+    """The checks of a record of ``cls`` read fast: a flat record (no records inside) runs
+    its own ``check`` (the walk costs ~3 us a line), any other every check inside it."""
+    flat_check = getattr(cls, "check", None) if not _record_fields(cls) else None
+    return flat_check if flat_check is not None else _check_records
 
 
 def lines_reader(cls: type[T]) -> Callable[[bytes, int], list[T]]:
@@ -165,7 +168,7 @@ def lines_reader(cls: type[T]) -> Callable[[bytes, int], list[T]]:
     would make up for a blank one."""
     decoder = msgspec.json.Decoder(cls, strict=True)
     one = line_reader(cls)
-    flat_check = getattr(cls, "check", None) if not _record_fields(cls) else None
+    check = _checker(cls)
 
     def read(block: bytes, first: int) -> list[T]:
         newlines = block.count(b"\n")
@@ -181,10 +184,7 @@ def lines_reader(cls: type[T]) -> Callable[[bytes, int], list[T]]:
                 parts.pop()  # the block's last newline, not a line after it
             return [one(line, f"line {number}") for number, line in enumerate(parts, first)]
         for number, record in enumerate(records, first):
-            if flat_check is not None:
-                flat_check(record, f"line {number}")
-            else:
-                _check_records(record, f"line {number}")
+            check(record, f"line {number}")
         return records
 
     return read

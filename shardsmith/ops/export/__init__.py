@@ -290,6 +290,12 @@ class _Run:
         self.number = manifest.version
         self.fmt = shard_format(manifest.format)
         self.fallback_warned = False
+        # a COCO sample's recorded objects are written into the new instances files when it
+        # is linked or kept: held to what this release can have made (any other layout
+        # writes them nowhere)
+        self.coco_fits: Callable[[ExportedSample], bool] = (
+            layouts.coco_fits(manifest.object_classes) if options.layout == "coco"
+            else lambda sample: True)
 
     def execute(self, started: float) -> ExportResult:
         records = [record for record in iter_sample_index(self.source, self.manifest)
@@ -393,9 +399,7 @@ class _Run:
         # index (checked) gives them: a record that names other files lends none of them
         fits = layouts.paths_fit(self.options, self.manifest.classes,
                                  self.manifest.object_classes)
-        # and a COCO sample's objects, written into the new instances files, are ones this
-        # release can have made: a record that lies about them lends the sample nothing
-        coco_fits = self._coco_fits()
+        coco_fits = self.coco_fits
         unchanged = []
         for record in records:
             before = previous.get(record.key)
@@ -477,13 +481,6 @@ class _Run:
                 journal.flush()
         return kept, read
 
-    def _coco_fits(self) -> Callable[[ExportedSample], bool]:
-        """``layouts.coco_fits`` for a COCO export; for another layout every sample fits (its
-        recorded objects are written nowhere)."""
-        if self.options.layout == "coco":
-            return layouts.coco_fits(self.manifest.object_classes)
-        return lambda sample: True
-
     def _keep(self, entry: JournalEntry, listed: dict[str, ShardEntry],
               wanted: dict[str, SampleRecord], digests: dict[str, str],
               tree: ExportTree) -> bool:
@@ -496,7 +493,7 @@ class _Run:
         if set(by_key) != set(wanted) or any(
                 by_key[key].digest != digests[key] for key in wanted):
             return False
-        if not all(map(self._coco_fits(), entry.samples)):
+        if not all(map(self.coco_fits, entry.samples)):
             return False
         return all(tree.holds(file) for sample in entry.samples for file in sample.files)
 

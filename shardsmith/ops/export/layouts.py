@@ -22,6 +22,7 @@ import yaml
 from pycocotools import mask as coco_mask
 
 from ...annotations import polygons
+from ...dataset.formats.metadata import MAX_SIDE
 from ...errors import ConfigError
 from ...readers.sample_jpeg import SampleJpegError, check_header, decode_sample
 from ...text import shown
@@ -415,7 +416,6 @@ def paths_fit(options: ExportOptions, classes: tuple[str, ...],
 
 # A COCO box's corner and size, rounded to 3 decimals each, may pass its image's edge by this.
 COCO_ROUNDING = 0.002
-JPEG_SIDE = 65535  # the most pixels a JPEG's header gives a side
 COCO_RLE = re.compile(r"[0-o]*")  # pycocotools' compressed counts: 6 bits a character from 48
 
 
@@ -428,7 +428,7 @@ def coco_fits(object_classes: tuple[str, ...] | None) -> Callable[[ExportedSampl
 
     def fits(sample: ExportedSample) -> bool:
         width, height = sample.width, sample.height
-        if sample.coco is None or not (1 <= width <= JPEG_SIDE and 1 <= height <= JPEG_SIDE):
+        if sample.coco is None or not (1 <= width <= MAX_SIDE and 1 <= height <= MAX_SIDE):
             return False
         for item in sample.coco:
             x, y, w, h = item.bbox
