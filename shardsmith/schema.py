@@ -136,69 +136,21 @@ def line_reader(cls: type[T]) -> Callable[[bytes, str], T]:
     ``decode`` then ``parse``, which it falls back to when msgspec refuses the line (to say
     why, or to take the lone surrogate escapes only Python's reader takes)."""
     decoder = msgspec.json.Decoder(cls, strict=True)
-    check = _checker(cls)
+    # a flat record (no records inside) runs its own check: the walk costs ~3 us a line
+    flat_check = getattr(cls, "check", None) if not _record_fields(cls) else None
 
     def read(line: bytes, where: str) -> T:
         try:
             record = decoder.decode(line)
         except (msgspec.MsgspecError, RecursionError):  # nesting past msgspec's own limit
             return parse(cls, decode(line, where), where)
-        check(record, where)
+        if flat_check is not None:
+            flat_check(record, where)
+        else:
+            _check_records(record, where)
         return record
 
     return read
-
-
-def _checker(cls: type) -> Callable[[Any, str], None]:
-    """The checks of a record of ``cls`` read fast: a flat record (no records inside) runs
-    its own ``check`` (the walk costs ~3 us a line), any other every check inside it."""
-    flat_check = getattr(cls, "check", None) if not _record_fields(cls) else None
-    return flat_check if flat_check is not None else _check_records
-
-
-def lines_reader(cls: type[T]) -> Callable[[bytes, int], list[T]]:
-    """``line_reader`` for a block of whole lines at once: ``read(block, first)`` gives the
-    records of ``block`` (lines ending in a newline, but for the last line of a file), the
-    first of them line number ``first``.  msgspec decodes the block in one call (the sample
-    index read whole, checked and hashed: 10,000 lines in 33 to 35 ms, 42 to 62 ms a line at
-    a time; 100,000 in 0.38 s, 0.44 to 0.51 s); a block it refuses, or
-    whose records are not one a line (a blank line), is read again line by line, for the
-    same records or the same error.  decode_lines takes any white space between values, so it
-    is trusted only with a block of one object a line (``_objects_a_line``): a line of two
-    would make up for a blank one."""
-    decoder = msgspec.json.Decoder(cls, strict=True)
-    one = line_reader(cls)
-    check = _checker(cls)
-
-    def read(block: bytes, first: int) -> list[T]:
-        newlines = block.count(b"\n")
-        lines = newlines + (not block.endswith(b"\n"))
-        try:
-            records = (decoder.decode_lines(block) if _objects_a_line(block, newlines)
-                       else None)
-        except (msgspec.MsgspecError, RecursionError):
-            records = None
-        if records is None or len(records) != lines:
-            parts = block.split(b"\n")
-            if not parts[-1]:
-                parts.pop()  # the block's last newline, not a line after it
-            return [one(line, f"line {number}") for number, line in enumerate(parts, first)]
-        for number, record in enumerate(records, first):
-            check(record, f"line {number}")
-        return records
-
-    return read
-
-
-def _objects_a_line(block: bytes, newlines: int) -> bool:
-    """Every line of ``block`` (``newlines`` of them end in one) starts with ``{`` and ends
-    with ``}``, nothing else around its newline.  ``}`` then white space then ``{`` is JSON
-    nowhere inside one value, so no record of such a block that parses spans a line: as many
-    records as lines is then one a line (0.6 ms a MiB, of the 15 ms its records take; a CRLF
-    or a space before the newline is read line by line)."""
-    body = block[:-1] if block.endswith(b"\n") else block
-    return (body.startswith(b"{") and body.endswith(b"}")
-            and body.count(b"}\n{") == newlines - (len(body) != len(block)))
 
 
 def to_json(obj: Any) -> Any:

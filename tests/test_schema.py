@@ -329,9 +329,9 @@ def split_after_first_comma(line: bytes) -> list[bytes]:
      split_after_first_comma(keyed(0))[1][:-1] + b" " + keyed(1), keyed(2)],
 ], ids=["two on a line, a blank", "two touching, spaces", "one over two lines, two on one"])
 def test_a_block_of_as_many_records_as_lines_but_not_one_a_line_is_refused(tmp_path, lines):
-    # msgspec's decode_lines reads a block as JSON values apart by any white space: a line
-    # that holds two makes up for a blank one, or for one record over two lines.  Read line
-    # by line, as every release read the index, the first such line is refused.
+    # A reader of a block as JSON values apart by any white space (msgspec's decode_lines)
+    # would take a line that holds two for a blank one, or for one record over two lines.
+    # Read line by line, as every release read the index, the first such line is refused.
     with pytest.raises(ManifestError, match=r"samples-v1.jsonl: line 1: not valid JSON"):
         list(iter_sample_index(tmp_path, index_of(tmp_path, lines)))
 
