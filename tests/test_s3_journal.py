@@ -57,8 +57,12 @@ def bucket_bytes(s3, prefix: str) -> dict[str, bytes]:
 
 
 def journal_objects(s3) -> list[str]:
-    return sorted(key.split("/.shardsmith/journal/")[1]
-                  for key in s3.fs.find(f"{s3.name}/{JOURNAL}"))
+    """The journal's object keys under its folder. A find that lists nothing falls back to
+    describing the folder itself, which a pack still writing makes exist in between: that
+    entry is not an object of the journal."""
+    folder = f"{s3.name}/{JOURNAL}/"
+    return sorted(key.removeprefix(folder) for key in s3.fs.find(folder.rstrip("/"))
+                  if key.startswith(folder))
 
 
 def shards_in_bucket(s3) -> set[str]:
