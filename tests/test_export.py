@@ -325,6 +325,80 @@ def test_a_new_version_links_unchanged_files_and_keeps_the_one_before(tmp_path):
     assert sorted(os.listdir(tmp_path / "yolo")) == [".export", "current", "v2"]
 
 
+def folders_of(folder: Path) -> set[str]:
+    return {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_dir()
+            and ".export" not in path.parts}
+
+
+def test_a_folder_whose_samples_all_left_is_not_in_the_new_version(tmp_path):
+    """The folders a re-export links into are made before the sample index is read: one
+    that no sample of the new version fills (every defect left: no ``abnormal/``) is gone
+    from it, as from a fresh export of the same dataset."""
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    export(tmp_path / "dataset", tmp_path / "an", "anomalib", quiet=True)
+    assert {"abnormal", "mask"} <= folders_of(tmp_path / "an" / "v1")
+    for path in (tmp_path / "source").rglob("*"):
+        if path.is_file() and path.parent.name == "defect":
+            path.unlink()
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    result = export(tmp_path / "dataset", tmp_path / "an", "anomalib", quiet=True)
+    assert result.linked > 0
+    export(tmp_path / "dataset", tmp_path / "fresh", "anomalib", quiet=True)
+    assert folders_of(tmp_path / "an" / "v2") == folders_of(tmp_path / "fresh" / "v2")
+    assert "abnormal" not in folders_of(tmp_path / "an" / "v2")
+    fresh = tree_of(tmp_path / "fresh" / "v2")
+    assert tree_of(tmp_path / "an" / "v2") == fresh
+
+
+def children_running(program: str) -> list[int]:
+    """This process's children whose command line names ``program``."""
+    found = []
+    for listing in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in listing.read_text().split():
+            try:
+                if program in Path(f"/proc/{pid}/cmdline").read_text():
+                    found.append(int(pid))
+            except FileNotFoundError:
+                continue
+    return found
+
+
+def test_a_re_export_stopped_while_its_links_are_made_ends_its_workers_and_resumes(
+        tmp_path, monkeypatch):
+    """Ctrl-C while the link workers run: none outlives the export, and the rerun (its
+    folder not fresh: linked in-process, over the links made) ends with a fresh export's
+    bytes."""
+    from shardsmith.ops import export as package
+
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    images.write(tmp_path / "source" / "train" / "good" / "new.jpg",
+                 defects.corpus_original("jpeg8", 1, with_defects=False))
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    original = package._Run._from_shards
+    seen = []
+
+    def interrupted(self, *args, **kwargs):
+        seen.append(children_running("linkworker.py"))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(package._Run, "_from_shards", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    assert seen[0], "no link worker ran"
+    assert children_running("linkworker.py") == []
+    assert os.readlink(tmp_path / "yolo" / "current") == "v1"
+    monkeypatch.setattr(package._Run, "_from_shards", original)
+    result = export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    assert result.linked > 0 and os.readlink(tmp_path / "yolo" / "current") == "v2"
+    export(tmp_path / "dataset", tmp_path / "fresh", "yolo", quiet=True)
+    fresh = tree_of(tmp_path / "fresh" / "v2")
+    fresh["data.yaml"] = fresh["data.yaml"].replace(b"/fresh/", b"/yolo/")
+    assert tree_of(tmp_path / "yolo" / "v2") == fresh
+
+
 def test_an_old_version_is_renamed_before_it_is_deleted(tmp_path, monkeypatch):
     """A deletion cut short (a crash, a full NFS server) leaves ``.vN.removing``, never a half
     ``vN`` that a later export would refuse or a trainer would read."""

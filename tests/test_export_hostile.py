@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from shardsmith.errors import OutputStateError
+from shardsmith.ops.export import links
 
 import defects
 import images
@@ -479,18 +480,25 @@ def test_a_record_folder_that_is_a_link_out_of_dest_is_not_read(two_versions, tm
     assert os.readlink(tmp_path / "dest" / "current") == "v1"
 
 
-def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path):
+@pytest.mark.parametrize("where", ["workers", "here"])
+def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path, where):
+    """Links fail as on a file system out of inodes: made by the link workers (their program
+    wrapped), or in the export's process (where no interpreter is known to start them)."""
     first, second = two_versions
     assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
-    # links relative to folder descriptors, failing as on a file system out of inodes
-    full = ("import errno, os, sys\n"
+    fail = ("import errno, os, sys\n"
             "real = os.link\n"
             "def link(source, target, **where):\n"
             "    if where.get('dst_dir_fd') is not None:\n"
             "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), source)\n"
             "    return real(source, target, **where)\n"
-            "os.link = link\n"
-            "from shardsmith.__main__ import run\n"
+            "os.link = link\n")
+    worker = tmp_path / "full_disk_worker.py"
+    worker.write_text(fail + f"import runpy\nrunpy.run_path({str(links.WORKER)!r}, "
+                      "run_name='__main__')\n")
+    full = ((f"import shardsmith.ops.export.links as links\nlinks.WORKER = {str(worker)!r}\n"
+             if where == "workers" else fail + "sys.executable = ''\n")
+            + "import sys\nfrom shardsmith.__main__ import run\n"
             "sys.argv[0] = 'shardsmith'\n"
             "run()\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}

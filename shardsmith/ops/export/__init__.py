@@ -57,7 +57,7 @@ from ...errors import (
 from ...progress import Progress
 from ...storage import ObjectPath, location
 from ...text import cut, plural, shown
-from . import layouts, plaintar
+from . import layouts, links, plaintar
 from .record import (
     JOURNAL_NAME,
     RECORD_BYTES_PER_SAMPLE,
@@ -97,7 +97,7 @@ HASH_CHUNK = 8 << 20
 # waits in the kernel, the GIL released (a full COCO export of 10,000 samples: 2.7 to 7 s one
 # file after another, mostly that wait).
 WRITE_THREADS = 4
-LINK_THREADS, LINK_CHUNK = 4, 1024  # samples a chunk
+LINK_CHUNK = 1024  # unchanged samples sent to be linked at a time
 
 __all__ = ["ExportOptions", "ExportResult", "export", "export_summary", "resolve_options"]
 
@@ -298,30 +298,46 @@ class _Run:
             else lambda sample: True)
 
     def execute(self, started: float) -> ExportResult:
-        records = [record for record in iter_sample_index(self.source, self.manifest)
-                   if self.options.splits is None or record.split in self.options.splits]
-        digests = {record.key: sample_digest(record) for record in records}
-        if self.options.layout == "coco":
-            _check_image_ids(records)
         current = self.destination.current
         before = None  # the current version's record, where this export may use it
         if current is not None and self._same_export(self.destination.versions[current]):
             before = current_record(self.destination, self.cap)
         if current == self.number and before is not None and self._up_to_date(before):
+            records, _ = self._read_index({}, None)
             removed = remove_older(self.destination, self.number, self.keep)
             return self._result(len(records), 0, 0, 0, 0, tuple(removed), True, started)
         partial = self.destination.partial(self.number)
         tree = ExportTree(partial)
         tree.folder(RECORD_DIR)
-        previous = {} if before is None else {sample.key: sample for sample in before.samples}
+        previous = self._linkable(before)
         exported: dict[str, ExportedSample] = {}
-        progress = Progress(len(records), 0, "samples", "export", self.quiet)
+        progress = Progress(sum(totals.samples for split, totals in self.manifest.splits.items()
+                                if self.options.splits is None
+                                or split in self.options.splits),
+                            0, "samples", "export", self.quiet)
+        pending = links.start(tree, self.destination.folder(current), previous.values(),
+                              progress) if previous else None
         try:
-            linked = self._link_unchanged(records, digests, previous, tree, exported,
-                                          progress)
-            todo = [record for record in records if record.key not in exported]
+            # the unchanged samples are linked by the workers while the index is read and
+            # the new samples are exported from their shards
+            records, digests = self._read_index(previous, pending)
+            sent = set() if pending is None else pending.keys
+            todo = [record for record in records if record.key not in sent]
             kept, read = self._from_shards(todo, digests, tree, exported, progress)
+            linked: list[ExportedSample] = []
+            if pending is not None:
+                linked, failed = pending.finish()
+                exported.update((sample.key, sample) for sample in linked)
+                if failed:  # not linkable after all: from their shards too
+                    again = [record for record in records if record.key in failed]
+                    more_kept, more_read = self._from_shards(again, digests, tree, exported,
+                                                             progress)
+                    todo += again
+                    kept, read = kept + more_kept, read + more_read
+                tree.remove_empty(pending.folders)  # made for the workers, and nothing came
         finally:
+            if pending is not None:
+                pending.close()
             progress.close()
         samples = tuple(exported[record.key] for record in records)
         final = self.destination.folder(self.number)
@@ -348,7 +364,7 @@ class _Run:
         tree.sync()
         publish(self.destination, self.number)
         removed = remove_older(self.destination, self.number, self.keep)
-        return self._result(len(records), len(todo) - kept, linked, kept, read,
+        return self._result(len(records), len(todo) - kept, len(linked), kept, read,
                             tuple(removed), False, started)
 
     def _result(self, samples: int, written: int, linked: int, kept: int, read: int,
@@ -385,52 +401,51 @@ class _Run:
                 return False
         return True
 
-    def _link_unchanged(self, records: list[SampleRecord], digests: dict[str, str],
-                        previous: dict[str, ExportedSample], tree: ExportTree,
-                        exported: dict[str, ExportedSample], progress: Progress) -> int:
-        """Hard-link the files of the samples unchanged since the current export; returns
-        how many.  A sample whose recorded files are not its layout's is not linked; a sample
-        one of whose files does not link is exported from its shard (its other files, linked,
-        are then written over)."""
-        if not previous:
-            return 0
-        source = self.destination.folder(self.destination.current)
-        # the paths of a linked sample are the layout's for its key and split, as the sample
-        # index (checked) gives them: a record that names other files lends none of them
+    def _linkable(self, before: ExportRecord | None) -> dict[str, ExportedSample]:
+        """key -> the current export's record of it, for the samples whose files may be
+        linked: their recorded files are the layout's for their key and split (a record that
+        names other files lends none of them), in a split this export has, and (COCO) their
+        recorded objects ones this release can have made."""
+        if before is None:
+            return {}
         fits = layouts.paths_fit(self.options, self.manifest.classes,
                                  self.manifest.object_classes)
         coco_fits = self.coco_fits
-        unchanged = []
-        for record in records:
-            before = previous.get(record.key)
-            if before is not None and before.digest == digests[record.key] \
-                    and before.split == record.split \
-                    and fits(record.key, record.split, tuple(file.path for file in before.files)) \
-                    and coco_fits(before):
-                unchanged.append(before)
-        # Linked by a few threads, a chunk of samples each: a link waits in the kernel with
-        # the GIL released, and links into different folders (YOLO's images and labels, the
-        # splits) proceed side by side; into one folder they take turns (its lock).
-        def link_chunk(samples: list[ExportedSample]) -> list[ExportedSample]:
-            done = tree.link_samples(source, samples)
-            progress.update(len(done))
-            return done
+        splits = {name for name in self.manifest.splits
+                  if self.options.splits is None or name in self.options.splits}
+        return {sample.key: sample for sample in before.samples
+                if sample.split in splits
+                and fits(sample.key, sample.split, tuple(file.path for file in sample.files))
+                and coco_fits(sample)}
 
-        try:
-            for folder in {file.path.rpartition("/")[0] for sample in unchanged
-                           for file in sample.files}:
-                tree.link_folder(source, folder)  # by one thread, before the threads link
-            with ThreadPoolExecutor(LINK_THREADS, thread_name_prefix="shardsmith-link") as pool:
-                chunks = pool.map(link_chunk, [unchanged[start:start + LINK_CHUNK]
-                                               for start in range(0, len(unchanged),
-                                                                  LINK_CHUNK)])
-                linked = 0
-                for done in chunks:
-                    linked += len(done)
-                    exported.update((sample.key, sample) for sample in done)
-        finally:
-            tree.close()
-        return linked
+    def _read_index(self, previous: dict[str, ExportedSample],
+                    pending: links.LinkWorkers | links.LinksHere | None,
+                    ) -> tuple[list[SampleRecord], dict[str, str]]:
+        """The samples to export and their digests, from the sample index; those unchanged
+        since the current export (``previous``: same digest and split) are sent to
+        ``pending`` as they are read, a chunk at a time, to be linked meanwhile.  Links made
+        before the index's sha256 is checked (after its last line) go into the partial
+        folder only: a damaged index stops the export before anything is switched."""
+        records: list[SampleRecord] = []
+        digests: dict[str, str] = {}
+        chunk: list[ExportedSample] = []
+        splits = self.options.splits
+        for record in iter_sample_index(self.source, self.manifest):
+            if splits is not None and record.split not in splits:
+                continue
+            records.append(record)
+            digest = digests[record.key] = sample_digest(record)
+            before = previous.get(record.key)
+            if before is not None and before.digest == digest and before.split == record.split:
+                chunk.append(before)
+                if len(chunk) == LINK_CHUNK:
+                    pending.send(chunk)
+                    chunk = []
+        if chunk:
+            pending.send(chunk)
+        if self.options.layout == "coco":
+            _check_image_ids(records)
+        return records, digests
 
     def _from_shards(self, todo: list[SampleRecord], digests: dict[str, str],
                      tree: ExportTree, exported: dict[str, ExportedSample],

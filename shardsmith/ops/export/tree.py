@@ -18,6 +18,7 @@ from pathlib import Path
 from ...atomic import fsync_directory, naming
 from ...door import FOLDER_FLAGS, Refused, kind_of, open_file, walk_folders
 from ...errors import OutputStateError
+from .linkworker import as_written
 from .record import ExportedFile, ExportedSample
 
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -165,7 +166,8 @@ class ExportTree:
                     break
                 except (FileNotFoundError, PermissionError, IsADirectoryError):
                     break  # gone, or a folder (EPERM): not a file to link
-                if not _as_written(look(name, dir_fd=target_fd, follow_symlinks=False), file):
+                if not as_written(look(name, dir_fd=target_fd, follow_symlinks=False),
+                                  file.bytes):
                     os.unlink(name, dir_fd=target_fd)  # a link to what is there instead
                     break
             else:
@@ -211,7 +213,7 @@ class ExportTree:
             info = os.stat(name, dir_fd=source_fd, follow_symlinks=False)
         except FileNotFoundError:
             return False
-        if not _as_written(info, file):
+        if not as_written(info, file.bytes):
             return False
         there = os.stat(name, dir_fd=target_fd, follow_symlinks=False)
         if there.st_ino == info.st_ino and there.st_dev == info.st_dev:
@@ -273,6 +275,17 @@ class ExportTree:
         finally:
             os.close(fd)
 
+    def remove_empty(self, relpaths: list[str]) -> None:
+        """Remove each of these folders (and the folders above it) that holds nothing: made
+        ahead for files that did not come (an export makes no empty folder)."""
+        above = {parent for relpath in relpaths for parent in _and_above(relpath)}
+        for relpath in sorted(above, key=lambda relpath: -relpath.count("/")):
+            try:
+                os.rmdir(self.root / relpath)
+            except OSError:  # not empty (or not a folder of ours to remove)
+                continue
+            self._folders.discard(relpath)
+
     def remove_unnamed(self, named: set[str]) -> None:
         """Remove files an earlier try with other samples left that this export does not
         name (regular files only, the export's own leftovers; anything else stays)."""
@@ -288,14 +301,19 @@ class ExportTree:
                     os.unlink(path)
 
 
+def _and_above(relpath: str) -> list[str]:
+    """``a/b/c`` -> ``a/b/c``, ``a/b``, ``a`` (the root, "", not among them)."""
+    folders = []
+    while relpath:
+        folders.append(relpath)
+        relpath = relpath.rpartition("/")[0]
+    return folders
+
+
 def real_folders(root: Path, relpaths: set[str]) -> bool:
     """Every folder of ``relpaths`` in ``root``, and every one above it, is a real folder (an
     ``lstat`` of each: a file's own ``lstat`` sees through links on its way)."""
-    above = set()
-    for relpath in relpaths:
-        while relpath and relpath not in above:
-            above.add(relpath)
-            relpath = relpath.rpartition("/")[0]
+    above = {folder for relpath in relpaths for folder in _and_above(relpath)}
     for relpath in above:
         try:
             if not stat.S_ISDIR(os.lstat(root / relpath).st_mode):
@@ -313,16 +331,6 @@ def _linkat(source_fd: int, target_fd: int, name: str, root: Path, relpath: str)
         os.link(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd, follow_symlinks=False)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, f"{root}/{relpath}") from None
-
-
-def _as_written(info: os.stat_result, file: ExportedFile) -> bool:
-    """``info`` is of a file as ``write`` makes ``file``: regular, its recorded size, and the
-    permissions a create with 0o644 gives under some umask (0o600 to 0o644).  A file made
-    unreadable (``chmod 000``) or executable in the previous version is not linked: the new
-    version would share its mode, as a fresh export would not."""
-    mode = info.st_mode
-    return (mode & 0o170000 == stat.S_IFREG and info.st_size == file.bytes
-            and mode & 0o600 == 0o600 and not mode & 0o7133)  # 0o7133: the bits 0o644 lacks
 
 
 def _fsync_file(path: str) -> None:

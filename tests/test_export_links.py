@@ -1,0 +1,76 @@
+"""The link worker's program (``shardsmith/ops/export/linkworker.py``) as the export runs it:
+``python -I -S``, folder descriptors passed, requests on stdin, its lines on stdout."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from shardsmith.ops.export.links import WORKER
+
+
+def run_worker(pairs: list[tuple[int, int]], requests: bytes) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-I", "-S", str(WORKER),
+                           *(f"{source},{target}" for source, target in pairs)],
+                          input=requests, capture_output=True,
+                          pass_fds=[fd for pair in pairs for fd in pair], timeout=60)
+
+
+def request(folder: int, size: int, name: str) -> bytes:
+    return b"%d\0%d\0%s\0" % (folder, size, os.fsencode(name))
+
+
+def opened(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def test_a_worker_links_what_was_written_and_names_what_it_did_not(tmp_path):
+    source, target = tmp_path / "v1", tmp_path / "v2.partial"
+    source.mkdir()
+    target.mkdir()
+    (source / "a b.jpg").write_bytes(b"abc")
+    (source / "short.jpg").write_bytes(b"ab")  # recorded as 3 bytes: cut short
+    (source / "run.jpg").write_bytes(b"abc")
+    (source / "run.jpg").chmod(0o755)  # executable: a fresh export would not make it so
+    (source / "elsewhere.jpg").symlink_to(source / "a b.jpg")
+    (source / "folder.jpg").mkdir()
+    pairs = [(opened(source), opened(target))]
+    names = ["a b.jpg", "short.jpg", "run.jpg", "elsewhere.jpg", "folder.jpg", "gone.jpg"]
+    result = run_worker(pairs, b"".join(request(0, 3, name) for name in names) + b"\0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == ["F 1", "F 2", "F 3", "F 4", "F 5", "D"]
+    assert (target / "a b.jpg").stat().st_ino == (source / "a b.jpg").stat().st_ino
+    assert os.listdir(target) == ["a b.jpg"]  # nothing not as written is left linked
+
+
+def test_a_worker_stops_at_an_error_no_other_file_would_escape(tmp_path):
+    """Not a file problem but the target's (here: not a folder; a full disk alike): one
+    line with its errno and request, exit 1, nothing after it linked."""
+    source = tmp_path / "v1"
+    source.mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        (source / name).write_bytes(b"abc")
+    (tmp_path / "file").write_bytes(b"")
+    not_a_folder = os.open(tmp_path / "file", os.O_RDONLY)
+    second = tmp_path / "second"
+    second.mkdir()
+    pairs = [(opened(source), opened(second)), (opened(source), not_a_folder)]
+    result = run_worker(pairs, request(0, 3, "a.jpg") + request(1, 3, "a.jpg")
+                        + request(0, 3, "b.jpg"))
+    assert result.returncode == 1
+    assert result.stdout.decode().splitlines() == [f"X {errno.ENOTDIR} 1"]
+    assert os.listdir(second) == ["a.jpg"]
+
+
+def test_a_worker_whose_export_is_gone_stops_quietly(tmp_path):
+    """stdin ends mid-request (the export killed): the worker ends without a traceback."""
+    source, target = tmp_path / "v1", tmp_path / "v2.partial"
+    source.mkdir()
+    target.mkdir()
+    (source / "a.jpg").write_bytes(b"abc")
+    result = run_worker([(opened(source), opened(target))], request(0, 3, "a.jpg") + b"0\0")
+    assert result.stdout == b"" and (target / "a.jpg").exists()
+    assert b"Traceback" not in result.stderr
