@@ -325,6 +325,17 @@ def test_a_new_version_links_unchanged_files_and_keeps_the_one_before(tmp_path):
     assert sorted(os.listdir(tmp_path / "yolo")) == [".export", "current", "v2"]
 
 
+def exported_then_one_more(tmp_path: Path) -> None:
+    """``tmp_path/dataset`` exported as yolo into ``tmp_path/yolo`` (v1), then packed again
+    with one new original (v2, not exported)."""
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    images.write(tmp_path / "source" / "train" / "good" / "new.jpg",
+                 defects.corpus_original("jpeg8", 1, with_defects=False))
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+
+
 def folders_of(folder: Path) -> set[str]:
     return {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_dir()
             and ".export" not in path.parts}
@@ -371,12 +382,7 @@ def test_a_re_export_stopped_while_its_links_are_made_ends_its_workers_and_resum
     bytes."""
     from shardsmith.ops import export as package
 
-    write_corpus(tmp_path / "source")
-    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
-    export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
-    images.write(tmp_path / "source" / "train" / "good" / "new.jpg",
-                 defects.corpus_original("jpeg8", 1, with_defects=False))
-    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    exported_then_one_more(tmp_path)
     original = package._Run._from_shards
     seen = []
 
@@ -402,12 +408,7 @@ def test_a_re_export_stopped_while_its_links_are_made_ends_its_workers_and_resum
 def test_an_old_version_is_renamed_before_it_is_deleted(tmp_path, monkeypatch):
     """A deletion cut short (a crash, a full NFS server) leaves ``.vN.removing``, never a half
     ``vN`` that a later export would refuse or a trainer would read."""
-    write_corpus(tmp_path / "source")
-    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
-    export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
-    images.write(tmp_path / "source" / "train" / "good" / "new.jpg",
-                 defects.corpus_original("jpeg8", 1, with_defects=False))
-    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    exported_then_one_more(tmp_path)
     from shardsmith.ops.export import versions
 
     def crash(path, *args, **kwargs):

@@ -11,7 +11,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from test_export import pack_corpus, tree_of, write_corpus
+from test_export import exported_then_one_more, pack_corpus, tree_of, write_corpus
 from test_export_fastpaths import SAMPLE, tar_of
 
 from shardsmith.dataset.formats import shard_format
@@ -22,19 +22,11 @@ from shardsmith.ops.export import export, plaintar
 from shardsmith.ops.export.layouts import check_record_paths, layout_paths
 from shardsmith.ops.export.record import ExportedFile, ExportedSample, ExportOptions
 
-import defects
-import images
-
 SHA = "0" * 64
 
 
 def test_a_file_of_the_previous_version_cut_short_is_made_again_from_its_shard(tmp_path):
-    write_corpus(tmp_path / "source")
-    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
-    export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
-    images.write(tmp_path / "source" / "train" / "good" / "new.jpg",
-                 defects.corpus_original("jpeg8", 1, with_defects=False))
-    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    exported_then_one_more(tmp_path)
     label = sorted((tmp_path / "yolo" / "v1" / "labels" / "val").iterdir())[0]
     label.write_bytes(label.read_bytes()[:-1])  # its image still links, its label does not
     result = export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
