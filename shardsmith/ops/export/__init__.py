@@ -315,11 +315,12 @@ class _Run:
                                 if self.options.splits is None
                                 or split in self.options.splits),
                             0, "samples", "export", self.quiet)
-        pending = links.start(tree, self.destination.folder(current), previous.values(),
-                              progress) if previous else None
+        pending = None
         try:
-            # the unchanged samples are linked by the workers while the index is read and
-            # the new samples are exported from their shards
+            if previous:  # linked (by workers) while the index is read and the new samples
+                # are exported from their shards
+                pending = links.start(tree, self.destination.folder(current),
+                                      previous.values(), progress)
             records, digests = self._read_index(previous, pending)
             sent = set() if pending is None else pending.keys
             todo = [record for record in records if record.key not in sent]

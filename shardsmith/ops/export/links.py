@@ -114,7 +114,7 @@ class LinkWorkers(_Links):
 
     def send(self, samples: Iterable[ExportedSample]) -> None:
         route, workers = self._route, self._workers
-        batches: list[list[bytes]] = [[] for _ in workers]
+        batches: list[list[str]] = [[] for _ in workers]
         first = len(self.samples)
         for number, sample in enumerate(self._take(samples), first):
             for file in sample.files:
@@ -124,15 +124,14 @@ class LinkWorkers(_Links):
                     self._failed.add(number)
                     continue
                 worker, folder = where
-                batches[worker].append(b"%d\0%d\0%s\0" % (folder, file.bytes,
-                                                          os.fsencode(name)))
+                batches[worker].append(f"{folder}\0{file.bytes}\0{name}\0")
                 workers[worker].owners.append((number, file))
         mark = len(self.samples) - self._marked >= MARK_EVERY
         for worker, batch in zip(workers, batches, strict=True):
             if mark:
-                batch.append(b"\0")
+                batch.append("\0")
                 worker.marks.append(len(self.samples) - self._marked)
-            worker.send(b"".join(batch))
+            worker.send(os.fsencode("".join(batch)))  # one encode a batch
         if mark:
             self._marked = len(self.samples)
 
