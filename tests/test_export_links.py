@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pytest
+
+from shardsmith.errors import OutputStateError
 from shardsmith.ops.export.links import WORKER
 
 
@@ -46,6 +51,23 @@ def test_a_worker_links_what_was_written_and_names_what_it_did_not(tmp_path):
     assert os.listdir(target) == ["a b.jpg"]  # nothing not as written is left linked
 
 
+def test_a_file_on_another_file_system_is_not_linked_and_the_worker_goes_on(tmp_path):
+    """A version folder someone mounted from elsewhere: its files cannot be linked (EXDEV),
+    the samples are made from their shards, and the export does not fail on every rerun."""
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second file system at /dev/shm to link across")
+    source = Path(tempfile.mkdtemp(dir=other))
+    try:
+        (source / "a.jpg").write_bytes(b"abc")
+        target = tmp_path / "v2.partial"
+        target.mkdir()
+        result = run_worker([(opened(source), opened(target))], request(0, 3, "a.jpg") + b"\0")
+        assert result.returncode == 0 and result.stdout.decode().splitlines() == ["F 0", "D"]
+    finally:
+        shutil.rmtree(source)
+
+
 def test_a_worker_stops_at_an_error_no_other_file_would_escape(tmp_path):
     """Not a file problem but the target's (here: not a folder; a full disk alike): one
     line with its errno and request, exit 1, nothing after it linked."""
@@ -74,3 +96,63 @@ def test_a_worker_whose_export_is_gone_stops_quietly(tmp_path):
     result = run_worker([(opened(source), opened(target))], request(0, 3, "a.jpg") + b"0\0")
     assert result.stdout == b"" and (target / "a.jpg").exists()
     assert b"Traceback" not in result.stderr
+
+
+def exported_twice_with(tmp_path: Path, monkeypatch, worker_program: str | None):
+    """A second version exported after the first with ``links.WORKER`` replaced by a
+    program of ``worker_program`` (None: the real one); returns the export's error or result."""
+    from test_export import exported_then_one_more
+
+    from shardsmith.ops.export import export, links
+
+    exported_then_one_more(tmp_path)
+    if worker_program is not None:
+        program = tmp_path / "worker.py"
+        program.write_text(worker_program)
+        monkeypatch.setattr(links, "WORKER", program)
+    try:
+        return export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    except OutputStateError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("program, said", [
+    ("import sys\nsys.exit(0)\n", "ended with exit 0 before it was done"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "was killed by SIGKILL"),
+])
+def test_a_worker_that_ends_without_its_last_mark_stops_the_export(tmp_path, monkeypatch,
+                                                                   program, said):
+    """Not the worker's program (an application's own binary as ``sys.executable``), or
+    killed (the OOM killer): what it was sent is not linked, so nothing is switched."""
+    error = exported_twice_with(tmp_path, monkeypatch, program)
+    assert isinstance(error, OutputStateError) and said in str(error), error
+    assert "rerun" in str(error)
+    assert os.readlink(tmp_path / "yolo" / "current") == "v1"
+    monkeypatch.undo()
+    from shardsmith.ops.export import export
+
+    assert export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True).linked > 0
+
+
+def test_progress_counts_each_sample_once_when_links_fail(tmp_path, monkeypatch):
+    """Files of the previous version made executable are not linked: their samples are
+    made from their shards and counted there, not also as linked."""
+    from shardsmith.ops import export as package
+    from shardsmith.progress import Progress
+
+    counted = []
+
+    class Counted(Progress):
+        def update(self, count: int = 1) -> None:
+            counted.append(count)
+            super().update(count)
+
+    from test_export import exported_then_one_more
+
+    exported_then_one_more(tmp_path)
+    for path in (tmp_path / "yolo" / "v1" / "images").rglob("*.jpg"):
+        path.chmod(0o755)
+    monkeypatch.setattr(package, "Progress", Counted)
+    result = package.export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
+    assert result.linked == 0 and result.written == result.samples
+    assert sum(counted) == result.samples and min(counted) >= 0

@@ -27,8 +27,10 @@ import stat
 import sys
 
 # Not linked, the sample made from its shard instead: the name is gone or is a folder there
-# (EPERM, EISDIR), or is in the new folder already (only a run of ours writes there).
-NOT_A_FILE = frozenset((errno.ENOENT, errno.EPERM, errno.EACCES, errno.EISDIR, errno.EEXIST))
+# (EPERM, EISDIR), is in the new folder already (only a run of ours writes there), or is on
+# another file system (a version folder someone mounted: every run would fail alike).
+NOT_A_FILE = frozenset((errno.ENOENT, errno.EPERM, errno.EACCES, errno.EISDIR, errno.EEXIST,
+                        errno.EXDEV))
 
 
 def as_written(info: os.stat_result, size: int) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ...atomic import fsync_directory, naming
 from ...door import FOLDER_FLAGS, Refused, kind_of, open_file, walk_folders
 from ...errors import OutputStateError
-from .linkworker import as_written
+from .linkworker import NOT_A_FILE, as_written
 from .record import ExportedFile, ExportedSample
 
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -164,8 +164,10 @@ class ExportTree:
                     if self._link_over(source_fd, target_fd, name, file):
                         continue
                     break
-                except (FileNotFoundError, PermissionError, IsADirectoryError):
-                    break  # gone, or a folder (EPERM): not a file to link
+                except OSError as exc:
+                    if exc.errno in NOT_A_FILE:  # gone, a folder, another file system
+                        break
+                    raise
                 if not as_written(look(name, dir_fd=target_fd, follow_symlinks=False),
                                   file.bytes):
                     os.unlink(name, dir_fd=target_fd)  # a link to what is there instead
