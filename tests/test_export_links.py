@@ -156,3 +156,29 @@ def test_progress_counts_each_sample_once_when_links_fail(tmp_path, monkeypatch)
     result = package.export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
     assert result.linked == 0 and result.written == result.samples
     assert sum(counted) == result.samples and min(counted) >= 0
+
+
+def test_where_the_second_worker_cannot_start_the_links_are_made_here(tmp_path, monkeypatch):
+    """A process limit reached at the second worker: the first is ended, the links are made
+    in the export's process, and the version equals a fresh export."""
+    from test_export import tree_of
+
+    from shardsmith.ops.export import export, links
+
+    started = []
+    real = links._Worker.__init__
+
+    def limited(self, *args, **kwargs):
+        if started:
+            raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        real(self, *args, **kwargs)
+        started.append(self)
+
+    monkeypatch.setattr(links._Worker, "__init__", limited)
+    result = exported_twice_with(tmp_path, monkeypatch, None)
+    assert started and started[0].process.returncode is not None  # ended, not left running
+    assert result.linked > 0 and os.readlink(tmp_path / "yolo" / "current") == "v2"
+    export(tmp_path / "dataset", tmp_path / "fresh", "yolo", quiet=True)
+    fresh = tree_of(tmp_path / "fresh" / "v2")
+    fresh["data.yaml"] = fresh["data.yaml"].replace(b"/fresh/", b"/yolo/")
+    assert tree_of(tmp_path / "yolo" / "v2") == fresh

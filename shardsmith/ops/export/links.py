@@ -9,8 +9,8 @@ put them beside the export's Python: a thread back from ``link`` waits for the G
 5 ms switch interval) while another parses, and 20,000 links from a thread beside 0.2 s of
 parsing took as long as the two one after the other.  Two workers, each given whole folders
 (links into one folder take turns on its lock), link YOLO's images and labels side by side:
-a re-export after a 1% increment took 0.33 to 0.37 s instead of 0.38 to 0.42 s
-(docs/performance.md, "Export").
+a re-export after a 1% increment took a median of 0.32 s instead of 0.37 s (6 alternating
+runs, docs/performance.md, "Export").
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ def start(tree: ExportTree, source_root: Path, candidates: Iterable[ExportedSamp
                           for file in sample.files)
         try:
             return LinkWorkers(tree, source_root, folders, progress)
-        except OSError:  # no process to start (a limit reached): linked here
-            pass
+        except OSError:  # no process to start (a limit reached): linked here, the folders
+            # made for the workers still removed when left empty
+            return LinksHere(tree, source_root, progress, folders)
     return LinksHere(tree, source_root, progress)
 
 
@@ -63,8 +64,10 @@ class _Links:
     paths the layout's, ``layouts.paths_fit``), then ``finish``: (the samples all of whose
     files are linked, the keys of the others, to be exported from their shards instead)."""
 
-    def __init__(self, tree: ExportTree, source_root: Path, progress: Progress):
+    def __init__(self, tree: ExportTree, source_root: Path, progress: Progress,
+                 folders: Iterable[str] = ()):
         self.tree, self.source_root, self.progress = tree, source_root, progress
+        self.folders = sorted(folders)  # made ahead: the export removes those left empty
         self.keys: set[str] = set()  # of the samples sent
         self.samples: list[ExportedSample] = []
 
@@ -77,15 +80,13 @@ class _Links:
 
 class LinkWorkers(_Links):
     """Links made by worker processes as the samples are sent.  ``close`` (on errors and
-    signals too) ends them; the folders made for them and left empty are for the export to
-    remove (``folders``)."""
+    signals too) ends them."""
 
     def __init__(self, tree: ExportTree, source_root: Path, folders: dict[str, int],
                  progress: Progress):
         """``folders``: each folder of the files to link -> about how many; each worker is
         given whole folders, the largest first to the least loaded."""
-        super().__init__(tree, source_root, progress)
-        self.folders = sorted(folders)
+        super().__init__(tree, source_root, progress, folders)
         self._failed: set[int] = set()  # sample numbers
         self._error: tuple[int, ExportedFile] | None = None  # errno, file
         self._lock = threading.Lock()  # the reader threads'
@@ -280,8 +281,6 @@ class LinksHere(_Links):
     """The links made in this process once every sample is sent: by a few threads, a chunk
     of samples each (``ExportTree.link_samples``, which also links over a file an earlier
     try left)."""
-
-    folders: list[str] = []  # none made ahead
 
     def send(self, samples: Iterable[ExportedSample]) -> None:
         self._take(samples)
