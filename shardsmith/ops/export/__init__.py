@@ -290,6 +290,9 @@ class _Run:
         self.number = manifest.version
         self.fmt = shard_format(manifest.format)
         self.fallback_warned = False
+        # the dataset's splits this export writes, in the manifest's order
+        self.splits = tuple(name for name in manifest.splits
+                            if options.splits is None or name in options.splits)
         # a COCO sample's recorded objects are written into the new instances files when it
         # is linked or kept: held to what this release can have made (any other layout
         # writes them nowhere)
@@ -311,9 +314,7 @@ class _Run:
         tree.folder(RECORD_DIR)
         previous = self._linkable(before)
         exported: dict[str, ExportedSample] = {}
-        progress = Progress(sum(totals.samples for split, totals in self.manifest.splits.items()
-                                if self.options.splits is None
-                                or split in self.options.splits),
+        progress = Progress(sum(self.manifest.splits[name].samples for name in self.splits),
                             0, "samples", "export", self.quiet)
         pending = None
         try:
@@ -342,11 +343,9 @@ class _Run:
             progress.close()
         samples = tuple(exported[record.key] for record in records)
         final = self.destination.folder(self.number)
-        splits = [name for name in self.manifest.splits
-                  if self.options.splits is None or name in self.options.splits]
         shared = tuple(tree.write(relpath, data) for relpath, data in layouts.shared_files(
-            self.options, self.manifest.object_classes, splits, list(samples), str(final),
-            lambda message: log.warning("%s", message)))
+            self.options, self.manifest.object_classes, list(self.splits), list(samples),
+            str(final), lambda message: log.warning("%s", message)))
         record = ExportRecord(RECORD_FORMAT, self.options, self.manifest.content_fingerprint,
                               self.manifest.fingerprint, self.number, self.manifest.classes,
                               self.manifest.object_classes, samples, shared)
@@ -411,9 +410,7 @@ class _Run:
             return {}
         fits = layouts.paths_fit(self.options, self.manifest.classes,
                                  self.manifest.object_classes)
-        coco_fits = self.coco_fits
-        splits = {name for name in self.manifest.splits
-                  if self.options.splits is None or name in self.options.splits}
+        coco_fits, splits = self.coco_fits, set(self.splits)
         return {sample.key: sample for sample in before.samples
                 if sample.split in splits
                 and fits(sample.key, sample.split, tuple(file.path for file in sample.files))

@@ -77,6 +77,10 @@ class _Links:
         self.keys.update(sample.key for sample in taken)
         return taken
 
+    def close(self) -> None:
+        """Close the folders opened to link from and into."""
+        self.tree.close()
+
 
 class LinkWorkers(_Links):
     """Links made by worker processes as the samples are sent.  ``close`` (on errors and
@@ -195,7 +199,7 @@ class LinkWorkers(_Links):
             for worker in self._workers:
                 worker.kill()
             self._workers = []
-        self.tree.close()
+        super().close()
 
 
 def _ended(codes: list[int]) -> str:
@@ -305,6 +309,3 @@ class LinksHere(_Links):
             self.close()
         keys = {sample.key for sample in linked}
         return linked, {sample.key for sample in samples if sample.key not in keys}
-
-    def close(self) -> None:
-        self.tree.close()
