@@ -32,7 +32,6 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-
 from measure_baselines import children, rss_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +125,8 @@ def tiled_tree(root: Path, count: int) -> Path:
 
 def tiled_config(path: Path) -> Path:
     path.write_text(
-        "source:\n  labels: none\n  annotations:\n    files: yolo\n    masks: beside\n    mask_suffix: _mask\n"
+        "source:\n  labels: none\n  annotations:\n    files: yolo\n    masks: beside\n"
+        "    mask_suffix: _mask\n"
         f"    mask_values: index\n    classes: [{', '.join(CLASSES)}]\n"
         "image:\n  tiles:\n    size: 1024\n    overlap: 128\n")
     return path
@@ -159,8 +159,8 @@ def main() -> None:
             "demo": lambda: [str(demo_tree(work / "demo")), "--config", demo],
             "tiled": lambda: [str(tiled_tree(work / "tiled", options.count)), "--config",
                               str(tiled_config(work / "tiled.yaml")), "--workers", "2"],
-            "png16": lambda: [str(png16_tree(work / "png16", options.count)), "--labels", "none", "--size",
-                              "512", "--workers", "2"],
+            "png16": lambda: [str(png16_tree(work / "png16", options.count)), "--labels",
+                              "none", "--size", "512", "--workers", "2"],
             "inproc": lambda: [str(demo_tree(work / "demo")), "--config", demo,
                                "--workers", "1"],
         }

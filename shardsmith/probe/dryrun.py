@@ -24,10 +24,10 @@ from pathlib import Path
 from ..config import Config, check_paths
 from ..dataset.manifest import MANIFEST_NAME, read_manifest
 from ..errors import ManifestError, ShardsmithError
-from ..text import plural
 from ..packing.outputdir import previous_dataset
 from ..packing.scan import ScanResult
 from ..storage import ObjectPath
+from ..text import plural
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .annotations import AnnotationCheck, check_annotations
 from .headers import HeaderSurvey, survey_headers
