@@ -1,4 +1,6 @@
-"""``pack --dry-run`` prints the worst-case memory of the job, and a real pack stays under it.
+"""``pack --dry-run`` predicts the memory of the job from the originals' headers, prints the
+worst case apart, and a real pack stays under the worst case.  (How close the prediction is to
+a real pack's peak is measured by ``scripts/check_dry_run_memory.py``, not asserted here.)
 
 The worst case is the driver (its baseline, the per-file state, the results waiting) plus, per
 worker process, its baseline, the decode budget (``image.max_decoded_mb``) and its batch's

@@ -1,4 +1,6 @@
-"""The worst-case memory of a pack, from its settings and the scanned tree: pure arithmetic.
+"""The memory of a pack, from its settings, the scanned tree and the headers read: pure
+arithmetic.  ``pack_memory`` sums the terms for a given cost of converting one original:
+``worst_case_memory`` at the limits, the dry run's prediction at what the headers say.
 
 A pack's process tree is one driver (scan, plan, the single writer), ``run.workers`` loky
 worker processes (each converts one original at a time) and loky's helper processes.  Each

@@ -309,10 +309,11 @@ def header_lines(result: DryRun) -> list[str]:
     refused = {**survey.sample_rejects}
     for reason, count in survey.other_rejects.items():
         refused[reason] = refused.get(reason, 0) + count
+    largest = f" and the {plural(survey.largest, 'largest file')}" if survey.largest else ""
     lines = [f"  headers: read for {survey.sampled:,} of {plural(survey.originals, 'original')} "
-             f"(seeded sample, seed {survey.seed}) and the {plural(survey.largest, 'largest file')}"
-             " besides: " + (f"{plural(survey.rejected, 'original')} a pack would reject ("
-                             + _left_out(refused) + ")" if refused else "none a pack would reject")]
+             f"(seeded sample, seed {survey.seed}){largest}: "
+             + (f"{plural(survey.rejected, 'original')} a pack would reject ("
+                + _left_out(refused) + ")" if refused else "none a pack would reject")]
     lines += [f"    {printable(example)}" for example in survey.examples]
     if rejects is not None:
         lines.append(f"  rejects, predicted: {rejects.rejects:,} of "
