@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 from ..annotations.geometry import TRANSPOSING, upright_size
@@ -125,9 +126,9 @@ def survey_headers(scanned: ScanResult, config: Config, source: Path | ObjectPat
         use_storage(config.storage.options())  # the originals' headers: as a worker reads
     sample = seeded_sample(len(files), config.seed)
     chosen = set(sample)
-    by_size = sorted(range(len(files)), key=lambda index: (-int(files.sizes[index]), index))
-    largest = [index for index in by_size[:LARGEST + len(chosen)] if index not in chosen]
-    largest = largest[:LARGEST]
+    # numpy, not a sorted list of Python ints: at 1M files that list alone is ~40 MB.
+    by_size = np.argsort(-files.sizes.astype(np.int64), kind="stable")[:LARGEST + len(chosen)]
+    largest = [int(index) for index in by_size if int(index) not in chosen][:LARGEST]
     costs: list[Cost] = []
     refused: tuple[Counter, Counter] = (Counter(), Counter())
     examples: list[str] = []
