@@ -259,7 +259,7 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, storage_
         config = load_config(config_file, {"source.path": source, "output.path": output}
                              | overrides_of(settings) | _storage_settings(storage_options))
         if dry_run:
-            report.update(_dry_run(config, with_probe))
+            _dry_run(config, with_probe, report)
             return
         result = run_pack(config)
         report.update(pack_report(result))
@@ -289,7 +289,8 @@ def _storage_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
             else value for name, value in (_options(pairs) or {}).items()}
 
 
-def _dry_run(config: Config, with_probe: bool) -> dict[str, Any]:
+def _dry_run(config: Config, with_probe: bool, report: dict[str, Any]) -> None:
+    """Print the dry run and put it in the report; exit 3 where the pack would."""
     from .probe import ProbeOptions
     from .probe.dryrun import dry_run
     from .probe.text import dry_run_json, dry_run_table
@@ -297,7 +298,9 @@ def _dry_run(config: Config, with_probe: bool) -> dict[str, Any]:
     result = dry_run(config, ProbeOptions() if with_probe else None,
                      None if config.run.quiet else _say)
     _echo(dry_run_table(result))
-    return {"dry_run": dry_run_json(result)}
+    report["dry_run"] = dry_run_json(result)
+    if result.refusal is not None:
+        raise TooManyRejectsError(f"dry run: {result.refusal}")
 
 
 def _say(line: str) -> None:

@@ -231,7 +231,7 @@ def test_the_dry_run_of_an_annotated_job_checks_ids_orphans_and_how_many_it_read
     config = yolo_job(tmp_path)
     images.write(tmp_path / "source" / "labels" / "scratch" / "c.txt", b"7 0.5 0.5 0.1 0.1\n")
     result, document = dry_run(tmp_path, config)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # a class the job does not list: as a pack
     check = document["annotations"]
     assert check["checked"] == 3 and check["originals"] == 3
     assert check["problem_count"] == 1 and "class 7 is not in" in check["problems"][0]
@@ -252,7 +252,7 @@ def test_the_dry_run_compares_the_size_a_voc_file_records_with_the_header(tmp_pa
     config = tmp_path / "job.yaml"
     config.write_text("source:\n  annotations:\n    files: voc\n")
     result, document = dry_run(tmp_path, config)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # a pack rejects 1 of 2: over its 1%
     problems = document["annotations"]["problems"]
     assert len(problems) == 1 and problems[0].startswith("dent/b.jpg")
     assert "made for a 4000x3000 image, this one is 160x120" in problems[0]

@@ -1,4 +1,6 @@
-"""``pack --dry-run`` prints the worst-case memory of the job, and a real pack stays under it.
+"""``pack --dry-run`` predicts the memory of the job from the originals' headers, prints the
+worst case apart, and a real pack stays under the worst case.  (How close the prediction is to
+a real pack's peak is measured by ``scripts/check_dry_run_memory.py``, not asserted here.)
 
 The worst case is the driver (its baseline, the per-file state, the results waiting) plus, per
 worker process, its baseline, the decode budget (``image.max_decoded_mb``) and its batch's
@@ -138,3 +140,32 @@ def test_a_real_pack_stays_under_the_worst_case_the_dry_run_printed(tmp_path, wo
     if workers > 1:
         assert processes >= 1 + workers  # the sampling saw the workers
     assert peak <= memory["total_bytes"], (peak / MiB, memory["total_bytes"] / MiB, memory)
+
+
+def test_the_dry_run_predicts_the_memory_from_the_headers_far_below_the_worst_case(tmp_path):
+    source = pngs(tmp_path / "source", 4)  # 1200x900 RGB: 3.2 MB of pixels each
+    report = tmp_path / "report.json"
+    dry_run_report(source, tmp_path / "out", report, "--workers", 2)
+    document = json.loads(report.read_text())["dry_run"]
+    predicted, worst = document["memory_predicted"], document["memory"]
+
+    decode = {term["name"]: term for term in predicted["worker"]}["largest decode"]
+    assert 1200 * 900 * 3 <= decode["bytes"] <= 4 * 1200 * 900 * 3, decode
+    assert "1200x900 PNG" in decode["basis"]
+    assert predicted["total_bytes"] * 4 < worst["total_bytes"]
+    assert document["headers"]["sampled"] == 4
+
+
+def test_the_largest_original_sets_the_predicted_decode(tmp_path):
+    source = tmp_path / "source"
+    for number in range(100):
+        images.write(source / "a" / f"{number:03d}.jpg", images.jpeg(64, 48, number))
+    images.write(source / "b" / "large.png", images.png(2000, 1500))
+    report = tmp_path / "report.json"
+    dry_run_report(source, tmp_path / "out", report, "--workers", 2)
+    document = json.loads(report.read_text())["dry_run"]
+
+    assert document["headers"]["heaviest"]["path"] == "b/large.png"
+    decode = {term["name"]: term for term in document["memory_predicted"]["worker"]}
+    assert decode["largest decode"]["bytes"] >= 2000 * 1500 * 3
+    assert document["headers"]["sampled"] + document["headers"]["largest"] > 64

@@ -225,3 +225,68 @@ def test_parallel_and_serial_listings_behind_a_slow_mount_count_the_same_files(s
 
     assert listing["serial"]["files"] == listing["parallel"]["files"] == 768
     assert listing["parallel"]["files_per_second"] > 0 and listing["serial"]["files_per_second"] > 0
+
+
+# ------------------------------------------------------------------ the dry run as a gate
+
+def gate_tree(root: Path, good: int, broken: int = 0) -> Path:
+    """``good`` small JPEGs and ``broken`` originals a pack rejects (zero-byte, or text named
+    .png), in one class folder."""
+    for number in range(good):
+        images.write(root / "parts" / f"p{number:03d}.jpg", images.jpeg(64, 48, number))
+    for number in range(broken):
+        images.write(root / "parts" / f"bad{number}.{'png' if number % 2 else 'jpg'}",
+                     b"notes, not pixels" if number % 2 else b"")
+    return root
+
+
+def dry_run(source: Path, tmp_path: Path, *args: str) -> tuple[object, dict]:
+    """``pack --dry-run`` through the CLI: its result and its --report."""
+    report = tmp_path / "dry.json"
+    result = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "out"),
+                                       "--dry-run", "--quiet", "--report", str(report),
+                                       *args])
+    return result, json.loads(report.read_text())
+
+
+def test_a_dry_run_exits_3_as_the_pack_does_when_annotations_use_a_class_not_listed(
+        tmp_path):
+    source = gate_tree(tmp_path / "source", 10)
+    for number in range(10):  # the last one names YOLO id 2 of a list of two
+        images.write(source / "parts" / f"p{number:03d}.txt",
+                     f"{2 if number == 9 else 0} 0.5 0.5 0.2 0.2\n".encode())
+    job = tmp_path / "job.yaml"
+    job.write_text("source:\n  annotations:\n    files: yolo\n    classes: [scratch, dent]\n")
+
+    result, report = dry_run(source, tmp_path, "--config", str(job))
+
+    assert result.exit_code == 3, result.output
+    error = result.stderr.strip().splitlines()
+    assert len(error) == 1 and "class 2 is not in source.annotations.classes" in error[0]
+    assert "--max-reject-fraction" in error[0]
+    assert report["exit_code"] == 3 and report["dry_run"]["refusal"] in error[0]
+    assert not (tmp_path / "out").exists()
+    pack = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "out"), "--config",
+                                     str(job), "--quiet", "--workers", "1", "--size", "32"])
+    assert pack.exit_code == 3, pack.output
+
+
+def test_a_dry_run_exits_3_when_the_originals_it_reads_predict_too_many_rejects(tmp_path):
+    source = gate_tree(tmp_path / "source", 10, broken=3)
+
+    result, report = dry_run(source, tmp_path)
+
+    assert result.exit_code == 3, result.output
+    assert "a pack would reject about 3 of 13 originals" in result.stderr
+    assert report["dry_run"]["rejects_predicted"]["rejects"] == 3
+    assert "rejects, predicted: 3 of 13 originals (23.1%), allowed 1.0%" in result.stdout
+
+
+def test_a_dry_run_of_2_broken_files_of_40_within_the_allowed_fraction_exits_0(tmp_path):
+    source = gate_tree(tmp_path / "source", 38, broken=2)
+
+    result, report = dry_run(source, tmp_path, "--max-reject-fraction", "0.1")
+
+    assert result.exit_code == 0, result.output
+    assert report["dry_run"]["rejects_predicted"]["rejects"] == 2
+    assert report["dry_run"]["refusal"] is None

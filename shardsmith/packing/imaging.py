@@ -343,11 +343,9 @@ def decode_upright(data: bytes, config: ImageConfig, plan: Callable[[int, int], 
         need_w, need_h = planned.need
         if transposed:
             need_w, need_h = need_h, need_w
-        peak = decode_peak_bytes(image, data, need_w, need_h, rotation != 1) + extra_bytes
         made = Output(planned.geometry.size, planned.window)
-        alpha = image.mode in ALPHA_MODES or "transparency" in image.info
-        deep = "16" in image.mode or image.mode in ("I", "F")
-        peak += result_bytes(made, config, alpha, 2 if deep else 1)
+        peak = budget_bytes(image, data, len(data), (need_w, need_h), rotation, made,
+                            config) + extra_bytes
         if peak > config.max_decoded_mb * 2**20:
             raise BadImage(
                 "too_large",
@@ -365,6 +363,17 @@ def decode_upright(data: bytes, config: ImageConfig, plan: Callable[[int, int], 
     pixels = orient_pixels(pixels, rotation)
     return Upright(pixels, bgr, header, rotation, (stored_width, stored_height),
                    scale[::-1] if transposed else scale)
+
+
+def budget_bytes(image: Image.Image, data: bytes, size: int, need: tuple[int, int],
+                 rotation: int, made: Output, config: ImageConfig) -> int:
+    """The memory that ``image.max_decoded_mb`` bounds, from the header alone: decoding the
+    ``size``-byte original whose first bytes (or all of them) are ``data`` at ``need``
+    (stored orientation) and making ``made`` of it (``result_bytes``)."""
+    alpha = image.mode in ALPHA_MODES or "transparency" in image.info
+    deep = "16" in image.mode or image.mode in ("I", "F")
+    return (decode_peak_bytes(image, data, *need, rotation != 1) + size - len(data)
+            + result_bytes(made, config, alpha, 2 if deep else 1))
 
 
 def stored_size(image: Image.Image) -> tuple[int, int]:

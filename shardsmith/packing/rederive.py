@@ -26,7 +26,7 @@ from ..annotations.geometry import upright_size
 from ..annotations.model import Vocabulary
 from ..config import Config
 from ..dataset.records import Rederived, Reject, Sample, Unchanged
-from ..decoders import decode_peak_bytes, jpeg_scale, open_header, orientation
+from ..decoders import jpeg_scale, open_header, orientation
 from ..errors import BadImage
 from ..tiling import MAX_TILES, kept, scaled_size, tile_count
 from .annotated import (
@@ -38,12 +38,11 @@ from .annotated import (
 )
 from .delta import RederiveItem
 from .imaging import (
-    ALPHA_MODES,
     TRANSPOSING_ORIENTATIONS,
     Output,
+    budget_bytes,
     layout,
     plan_frame,
-    result_bytes,
     stored_size,
 )
 from .originals import open_source, original_cap
@@ -161,12 +160,8 @@ def _header(data: bytes, size: int, config: Config
             decoded = stored  # decoded whole
         # the full path's budget check (imaging.decode_upright), on the file's size
         extra = upright[0] * upright[1] * MASK_BYTES_PER_PIXEL if notes.has_masks else 0
-        peak = decode_peak_bytes(header, data, need_w, need_h, rotation != 1) \
-            + size - len(data) + extra
-        alpha = header.mode in ALPHA_MODES or "transparency" in header.info
-        deep = "16" in header.mode or header.mode in ("I", "F")
-        peak += result_bytes(Output(planned.geometry.size, planned.window), image, alpha,
-                             2 if deep else 1)
+        peak = budget_bytes(header, data, size, (need_w, need_h), rotation,
+                            Output(planned.geometry.size, planned.window), image) + extra
         if peak > image.max_decoded_mb * 2**20:
             return None
         facts = _Header(header.mode, header.format or "unknown")

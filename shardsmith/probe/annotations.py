@@ -10,7 +10,6 @@ image sizes that VOC, LabelMe and COCO files record, which must be the original'
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,15 +18,13 @@ from ..annotations.geometry import upright_size
 from ..annotations.prepare import prepare
 from ..annotations.read import read_annotations
 from ..config import Config
-from ..decoders import open_header, orientation
+from ..decoders import orientation
 from ..errors import BadImage
-from ..packing.originals import open_source, original_cap, read_all, use_storage
+from ..packing.originals import use_storage
 from ..packing.scan import ScanResult
 from ..storage import ObjectPath
+from .headers import SAMPLE, read_header, seeded_sample
 
-SAMPLE = 64  # originals whose annotations are read: a few seconds from a NAS
-HEADER_BYTES = 1 << 20  # JPEG EXIF and PNG/TIFF headers fit; a TIFF with its IFD at the end
-# is read whole (never decoded)
 PROBLEMS_KEPT = 20
 
 
@@ -35,7 +32,8 @@ PROBLEMS_KEPT = 20
 class AnnotationCheck:
     """``checked`` of ``originals`` had their annotations read against their header (seed
     ``seed``); the problems found (``path: detail``, the first ``PROBLEMS_KEPT``, of
-    ``problem_count``); the survey of the sources (orphans, warnings)."""
+    ``problem_count``); the survey of the sources (orphans, warnings); the sampled originals
+    a pack would reject."""
 
     originals: int
     checked: int
@@ -43,6 +41,8 @@ class AnnotationCheck:
     problems: tuple[str, ...]
     problem_count: int
     sources: SourceReport | None
+    rejected: tuple[tuple[str, str], ...] = ()  # (relpath, problem): sampled originals a
+    # pack would reject
 
 
 def check_annotations(scanned: ScanResult, config: Config, source: Path | ObjectPath,
@@ -59,9 +59,8 @@ def check_annotations(scanned: ScanResult, config: Config, source: Path | Object
     prepared = prepare(files.relpaths, scanned.classes, root, config, None,
                        scanned.annotation_objects)
     problems = [f"{path}: {detail}" for path, detail in prepared.problems]
-    chosen = sorted(random.Random(f"dry-run:{config.seed}").sample(
-        range(len(files)), min(sample, len(files))))
-    checked = 0
+    chosen = seeded_sample(len(files), config.seed, sample)
+    checked, rejected = 0, []
     for index in chosen:
         item = files[index]
         label = item.label
@@ -76,21 +75,17 @@ def check_annotations(scanned: ScanResult, config: Config, source: Path | Object
                 problems.append(f"{item.relpath}: the original: {exc.reason} ({exc.detail})")
             else:
                 problems.append(f"{item.relpath}: {exc.detail}")
+            rejected.append((item.relpath, problems[-1]))
         except OSError as exc:
             problems.append(f"{item.relpath}: cannot read: {exc.strerror or exc}")
+            rejected.append((item.relpath, problems[-1]))
         checked += 1
     return AnnotationCheck(len(files), checked, config.seed, tuple(problems[:PROBLEMS_KEPT]),
-                           len(problems), prepared.report)
+                           len(problems), prepared.report, tuple(rejected))
 
 
 def _header(root: str, relpath: str, config: Config, identity) -> tuple[tuple[int, int], int]:
-    """(stored width and height, EXIF orientation) of an original from its header: its first
-    ``HEADER_BYTES``, or the whole file when the header is not all there (never decoded)."""
-    with open_source(root, relpath, config.source.follow_symlinks,
-                     original_cap(config.image), identity) as handle:
-        try:
-            with open_header(handle.pread(min(HEADER_BYTES, handle.size), 0)) as header:
-                return header.size, orientation(header)
-        except BadImage:
-            with open_header(read_all(handle)) as header:
-                return header.size, orientation(header)
+    """(stored width and height, EXIF orientation) of an original from its header (never
+    decoded)."""
+    with read_header(root, relpath, config, identity) as (header, _, _):
+        return header.size, orientation(header)

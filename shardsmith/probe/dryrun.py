@@ -4,11 +4,19 @@ It scans and splits the tree exactly as a pack would (the same scan, the same pa
 the split) and counts per class and split; it never creates, locks or changes the output
 directory, and only reads its manifest when there is one.  Expected shards come from the
 output bytes per sample measured by the probe (``--probe``), or else from a stated assumption.
-The worst-case memory of the pack's processes comes from ``memory.worst_case_memory``.
+
+The headers of a seeded sample of originals and of the largest files are read
+(``headers.survey_headers``): the memory of the pack's process tree is predicted from the
+largest decode among them and the samples they make (``memory.pack_memory``); the worst case
+the limits allow (``memory.worst_case_memory``) is shown apart.  The originals of the sample
+that a pack would reject (their headers, their annotations) predict its rejects, and the dry
+run refuses a job (``refusal``: exit 3, as the pack would exit) whose predicted rejects exceed
+``run.max_reject_fraction``: annotations using a class the job does not list, for one.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +27,11 @@ from ..errors import ManifestError, ShardsmithError
 from ..packing.outputdir import previous_dataset
 from ..packing.scan import ScanResult
 from ..storage import ObjectPath
+from ..text import plural
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .annotations import AnnotationCheck, check_annotations
-from .memory import MemoryEstimate, worst_case_memory
+from .headers import HeaderSurvey, survey_headers
+from .memory import Conversion, MemoryEstimate, MemoryTerm, pack_memory, worst_case_memory
 from .predict import ShardEstimate, TreeCounts, count_tree, estimate_shards
 from .storage import scan_as_pack
 
@@ -47,6 +57,30 @@ class DryRun:
     probe: ProbeReport | None = None
     changes: str | None = None  # the Delta against the dataset there, when it builds on one
     annotations: AnnotationCheck | None = None  # with box, polygon or mask annotations
+    survey: HeaderSurvey | None = None  # the headers read
+    worst_case: MemoryEstimate | None = None  # the memory the limits allow (``memory``: the
+    # prediction from the headers)
+    rejects: RejectForecast | None = None
+    refusal: str | None = None  # why a pack of this job would exit 3; None when it would not
+
+
+@dataclass(frozen=True)
+class RejectForecast:
+    """The originals a pack would reject: ``found`` of the ``sampled`` originals of the seeded
+    sample (their headers and annotations read), ``certain`` known for sure in the whole
+    tree (found, the largest files refused, files the scan could not read), and the count
+    predicted for the tree, of ``candidates`` originals."""
+
+    rejects: int
+    candidates: int
+    sampled: int
+    found: int
+    certain: int
+    allowed: float
+
+    @property
+    def fraction(self) -> float:
+        return self.rejects / self.candidates if self.candidates else 0.0
 
 
 def dry_run(config: Config, probe_options: ProbeOptions | None = None,
@@ -76,11 +110,64 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
                                      assumption(config))
     delta = changes(scanned, config, source, output)  # first: it raises what a pack would
     notes = check_annotations(scanned, config, source)
-    memory = worst_case_memory(config, tree.files, tree.bytes,
-                               _coco_bytes(source, config, scanned))
+    survey = survey_headers(scanned, config, source)
+    coco = _coco_bytes(source, config, scanned)
+    memory = pack_memory(config, tree.files, tree.bytes, coco, predicted_conversion(survey))
+    worst = worst_case_memory(config, tree.files, tree.bytes, coco)
+    rejects = forecast_rejects(survey, notes, len(scanned.unreadable), config)
     return DryRun(str(source), str(output), tree, dict(sorted(scanned.excluded.items())),
                   len(scanned.unreadable), shards, existing_output(output, config), memory,
-                  report, delta, notes)
+                  report, delta, notes, survey, worst, rejects,
+                  refusal(rejects, survey, notes))
+
+
+def predicted_conversion(survey: HeaderSurvey) -> Conversion:
+    """What converting an original takes, from the headers read: the largest decode among
+    them (the pack's own count, ``imaging.budget_bytes``) and their samples' mean size."""
+    heaviest = survey.heaviest
+    if heaviest is None:
+        decode = MemoryTerm("largest decode", 0, f"none of the {survey.read} originals "
+                            "read would be converted")
+    else:
+        decode = MemoryTerm("largest decode", heaviest.budget_bytes,
+                            f"{heaviest.what}, the largest of {plural(survey.read, 'header')} "
+                            f"read: {heaviest.relpath}")
+    samples, pixels = survey.mean_samples, survey.mean_pixels
+    sample_bytes = round(pixels * ASSUMED_BITS_PER_PIXEL / 8 + samples * ASSUMED_FRAMING_BYTES)
+    return Conversion(decode, sample_bytes,
+                      f"{samples:,.1f} samples of {pixels / max(samples, 1.0) / 1e6:,.2f} MP "
+                      f"an original (headers) at {ASSUMED_BITS_PER_PIXEL:g} bits a pixel")
+
+
+def forecast_rejects(survey: HeaderSurvey, notes: AnnotationCheck | None, unreadable: int,
+                     config: Config) -> RejectForecast:
+    """The rejects of a pack, from the seeded sample: its share refused (by header or by
+    annotations) over the tree, and never fewer than those known for sure."""
+    found = len(survey.sample_refused | {path for path, _ in notes.rejected} if notes is not None
+                else survey.sample_refused)
+    certain = found + sum(survey.other_rejects.values()) + unreadable
+    estimated = (round(found / survey.sampled * survey.originals) if survey.sampled else 0) \
+        + unreadable
+    return RejectForecast(max(estimated, certain), survey.originals + unreadable,
+                          survey.sampled, found, certain, config.run.max_reject_fraction)
+
+
+def refusal(rejects: RejectForecast, survey: HeaderSurvey,
+            notes: AnnotationCheck | None) -> str | None:
+    """Why a pack of this job would exit 3, in one line (more rejects predicted than
+    ``run.max_reject_fraction`` allows); None when it would not.  An annotation problem comes
+    first among the examples: a class the job does not list rejects every original using it."""
+    if rejects.fraction <= rejects.allowed:
+        return None
+    examples = [problem for _, problem in (notes.rejected if notes is not None else ())]
+    examples += survey.examples
+    needed = math.ceil(rejects.fraction * 1000) / 1000
+    return (f"a pack would reject about {rejects.rejects:,} of "
+            f"{plural(rejects.candidates, 'original')} ({rejects.fraction:.1%}; "
+            f"{rejects.found:,} of the {rejects.sampled:,} sampled"
+            + (f", e.g. {examples[0]}" if examples else "")
+            + f"), more than the allowed {rejects.allowed:.1%}: fix those files or the job, or "
+            f"allow it with --max-reject-fraction {needed:g} (run.max_reject_fraction)")
 
 
 def changes(scanned: ScanResult, config: Config, source: Path | ObjectPath,

@@ -1,4 +1,6 @@
-"""The worst-case memory of a pack, from its settings and the scanned tree: pure arithmetic.
+"""The memory of a pack, from its settings, the scanned tree and the headers read: pure
+arithmetic.  ``pack_memory`` sums the terms for a given cost of converting one original:
+``worst_case_memory`` at the limits, the dry run's prediction at what the headers say.
 
 A pack's process tree is one driver (scan, plan, the single writer), ``run.workers`` loky
 worker processes (each converts one original at a time) and loky's helper processes.  Each
@@ -74,6 +76,17 @@ class MemoryEstimate:
         return self.driver_bytes + self.workers * self.worker_bytes + helpers
 
 
+@dataclass(frozen=True)
+class Conversion:
+    """What converting one original takes: the memory of its decode and output (the count
+    ``image.max_decoded_mb`` bounds), the bytes of its samples, and where each comes from."""
+
+    decode: MemoryTerm
+    sample_bytes: int
+    sample_basis: str
+    annotation: MemoryTerm | None = None  # an image's own annotation file, parsed
+
+
 def worst_case_memory(config: Config, files: int, bytes_in: int,
                       coco_bytes: int = 0) -> MemoryEstimate:
     """The most memory the pack of ``files`` originals (``bytes_in`` together) can take.
@@ -91,20 +104,32 @@ def worst_case_memory(config: Config, files: int, bytes_in: int,
     """
     image = config.image
     budget = image.max_decoded_mb * MIB
-    mean_size = bytes_in / files if files else 1.0
-    batch = max(1, min(64, int(TASK_BYTES // max(mean_size, 1.0))))  # as pipeline._batch_size
     per_original, per_original_basis = _output_bound(config, budget)
-    local_workers = config.run.worker_count if config.run.backend == "local" else 0
-    in_process = local_workers <= 1 and config.run.backend == "local"
-
-    converting = [MemoryTerm("decode budget", budget,
-                             f"image.max_decoded_mb: {image.max_decoded_mb:,} MiB")]
     notes = config.source.annotations
+    annotation = None
     if notes.files or notes.masks or notes.preset:
-        converting.append(MemoryTerm(
+        annotation = MemoryTerm(
             "annotation file", ANNOTATION_CAP * PARSED_BYTES_PER_FILE_BYTE,
             f"an image's own file, up to {ANNOTATION_CAP // MIB} MiB, parsed "
-            f"({PARSED_BYTES_PER_FILE_BYTE}x its bytes)"))
+            f"({PARSED_BYTES_PER_FILE_BYTE}x its bytes)")
+    decode = MemoryTerm("decode budget", budget,
+                        f"image.max_decoded_mb: {image.max_decoded_mb:,} MiB")
+    return pack_memory(config, files, bytes_in, coco_bytes,
+                       Conversion(decode, per_original, per_original_basis, annotation))
+
+
+def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
+                conversion: Conversion) -> MemoryEstimate:
+    """The memory of a pack's process tree when each original takes ``conversion``: the
+    terms of ``worst_case_memory``, with the limits or with what the headers tell."""
+    mean_size = bytes_in / files if files else 1.0
+    batch = max(1, min(64, int(TASK_BYTES // max(mean_size, 1.0))))  # as pipeline._batch_size
+    per_original, per_original_basis = conversion.sample_bytes, conversion.sample_basis
+    local_workers = config.run.worker_count if config.run.backend == "local" else 0
+    in_process = local_workers <= 1 and config.run.backend == "local"
+    converting = [conversion.decode]
+    if conversion.annotation is not None:
+        converting.append(conversion.annotation)
 
     driver = [
         MemoryTerm("baseline", DRIVER_BASELINE_BYTES, "measured: scripts/measure_baselines.py"),

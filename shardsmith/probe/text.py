@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from . import ProbeReport
     from .annotations import AnnotationCheck
     from .dryrun import DryRun
+    from .headers import HeaderSurvey
     from .memory import MemoryEstimate, MemoryTerm
 
 
@@ -265,7 +266,11 @@ def dry_run_table(result: DryRun) -> str:
         lines.append(f"  changes: {result.changes}")
     if result.annotations is not None:
         lines += annotation_check_lines(result.annotations)
-    lines += memory_lines(result.memory)
+    if result.survey is not None:
+        lines += header_lines(result)
+    lines += memory_lines(result.memory, "predicted", "from the headers read")
+    if result.worst_case is not None:
+        lines += memory_lines(result.worst_case, "worst case", "what the limits allow")
     if result.probe is not None:
         lines += [""] + prediction_lines(result.probe)
     return "\n".join(lines)
@@ -298,9 +303,31 @@ def annotation_check_json(check: AnnotationCheck) -> dict[str, Any]:
             "warnings": list(sources.warnings) if sources else []}
 
 
-def memory_lines(memory: MemoryEstimate) -> list[str]:
-    """The worst-case memory of the pack: the total, then each process and its terms."""
-    lines = [f"  memory, worst case: {human_bytes(memory.total_bytes)} for the process tree"]
+def header_lines(result: DryRun) -> list[str]:
+    """The headers read, what a pack would reject, and whether that is within its budget."""
+    survey, rejects = result.survey, result.rejects
+    refused = {**survey.sample_rejects}
+    for reason, count in survey.other_rejects.items():
+        refused[reason] = refused.get(reason, 0) + count
+    largest = f" and the {plural(survey.largest, 'largest file')}" if survey.largest else ""
+    lines = [f"  headers: read for {survey.sampled:,} of {plural(survey.originals, 'original')} "
+             f"(seeded sample, seed {survey.seed}){largest}: "
+             + (f"{plural(survey.rejected, 'original')} a pack would reject ("
+                + _left_out(refused) + ")" if refused else "none a pack would reject")]
+    lines += [f"    {printable(example)}" for example in survey.examples]
+    if rejects is not None:
+        lines.append(f"  rejects, predicted: {rejects.rejects:,} of "
+                     f"{plural(rejects.candidates, 'original')} ({rejects.fraction:.1%}), "
+                     f"allowed {rejects.allowed:.1%} (run.max_reject_fraction)"
+                     + ("" if rejects.fraction <= rejects.allowed else ": too many"))
+    return lines
+
+
+def memory_lines(memory: MemoryEstimate, kind: str = "worst case", basis: str = "") -> list[str]:
+    """The memory of the pack (``kind``: predicted or worst case): the total, then each
+    process and its terms."""
+    lines = [f"  memory, {kind}: {human_bytes(memory.total_bytes)} for the process tree"
+             + (f" ({basis})" if basis else "")]
     parts = [("driver", memory.driver_bytes, memory.driver)]
     if memory.workers:
         parts.append((f"each of {plural(memory.workers, 'worker')}", memory.worker_bytes,
@@ -335,6 +362,19 @@ def memory_json(memory: MemoryEstimate) -> dict[str, Any]:
     }
 
 
+def header_json(survey: HeaderSurvey) -> dict[str, Any]:
+    """The headers read: how many, the refusals, the heaviest original."""
+    heaviest = survey.heaviest
+    return {"originals": survey.originals, "sampled": survey.sampled,
+            "largest": survey.largest, "seed": survey.seed,
+            "sample_rejects": survey.sample_rejects, "other_rejects": survey.other_rejects,
+            "examples": list(survey.examples),
+            "samples_per_original": round(survey.mean_samples, 3),
+            "heaviest": None if heaviest is None else {
+                "path": heaviest.relpath, "bytes": heaviest.budget_bytes,
+                "what": heaviest.what}}
+
+
 def _left_out(excluded: dict[str, int]) -> str:
     return ", ".join(f"{count:,} {reason}" for reason, count in excluded.items())
 
@@ -356,7 +396,15 @@ def dry_run_json(result: DryRun) -> dict[str, Any]:
         "shard_estimate_basis": result.shards.basis,
         "existing_output": result.existing,
         "changes": result.changes,
-        "memory": memory_json(result.memory),
+        "memory": memory_json(result.worst_case or result.memory),  # the worst case
+        "memory_predicted": memory_json(result.memory),
+        "headers": header_json(result.survey) if result.survey is not None else None,
+        "rejects_predicted": None if result.rejects is None else {
+            "rejects": result.rejects.rejects, "candidates": result.rejects.candidates,
+            "fraction": round(result.rejects.fraction, 6), "sampled": result.rejects.sampled,
+            "found_in_sample": result.rejects.found, "certain": result.rejects.certain,
+            "allowed": result.rejects.allowed},
+        "refusal": result.refusal,
         "probe": probe_json(result.probe) if result.probe is not None else None,
         "annotations": annotation_check_json(result.annotations)
         if result.annotations is not None else None,
