@@ -55,6 +55,9 @@ def _fail_cleanly(command: Callable) -> Callable:
                   EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
         except OSError as exc:  # the file system: full, read-only, permissions, gone
             _fail(storage_error(exc), 1)
+        except MemoryError:  # a 43-line traceback before, for --draws under a memory limit
+            _fail("out of memory: ask for less (e.g. fewer --draws) or allow this process "
+                  "more memory", 1)
 
     return wrapper
 

@@ -368,3 +368,94 @@ def test_a_resume_state_that_is_no_position_of_the_epoch_is_a_value_error(parts,
     with pytest.raises(ValueError, match=problem):
         data.load_state_dict(state)
     data.load_state_dict({"epoch": 0, "start": len(data)})  # the end of an epoch: nothing left
+
+
+def test_inspect_weights_of_the_largest_float_give_finite_shares_and_valid_json(parts):
+    """1e308 twice once overflowed the sum: 'nan%', a bare NaN in --json, numpy warnings."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow warning fails the command
+        result = cli("inspect", parts, "--weights", "good=1e308,scratch=1e308", "--json")
+        text = cli("inspect", parts, "--weights", "good=1e308,scratch=1e308")
+    assert result.exit_code == 0 and text.exit_code == 0, (result.output, text.output)
+
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"not JSON: {name}")
+
+    mix = json.loads(result.output, parse_constant=no_constant)
+    shares = {row["class"]: row["expected_share"] for row in mix["classes"]}
+    present = train_labels(parts) + Counter(s["label"] for s in images.samples_of(parts)
+                                            if s["split"] != "train")
+    total = present[CLASSES.index("good")] + present[CLASSES.index("scratch")]
+    assert shares == {"dent": pytest.approx(0, abs=1e-300),  # weight 1 of ~2e308
+                      "good": pytest.approx(present[1] / total),
+                      "scratch": pytest.approx(present[2] / total)}
+    assert "nan" not in text.output.lower()
+
+
+def test_the_former_maximum_of_draws_is_refused_as_past_the_bound_of_its_cost(parts):
+    """2**28 draws would take ~8.9 GB in each worker; the bound is 2**24 (~540 MB)."""
+    with pytest.raises(WeightsError, match="at most 16,777,216 a weighted epoch"):
+        weighted(parts, draws=2**28)
+    assert len(weighted(parts, draws=2**20, batch_size=2**20)) == 1
+
+
+def test_running_out_of_memory_is_one_line_and_exit_1(parts, monkeypatch):
+    import shardsmith.insight.class_mix
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(shardsmith.insight.class_mix, "class_mix", out_of_memory)
+    line = one_error_line(cli("inspect", parts, "--weights", "*=1", "--draws", 10**6), 1)
+    assert "out of memory" in line
+
+
+def test_a_spec_is_read_in_one_pass_over_the_classes():
+    """A SPEC of 50,000 terms over 50,000 classes took 19 s: a list search per term."""
+    from collections.abc import Sequence
+
+    class CountedClasses(Sequence):
+        reads = 0
+
+        def __init__(self, names: list[str]):
+            self.names = names
+
+        def __len__(self) -> int:
+            return len(self.names)
+
+        def __getitem__(self, index):
+            CountedClasses.reads += 1
+            return self.names[index]
+
+    count = 2000
+    names = CountedClasses([f"c{number}" for number in range(count)])
+    chosen = class_weights(",".join(f"c{number}={number % 7}" for number in range(count)),
+                           names)
+    assert chosen.per_class[9] == 2.0
+    assert CountedClasses.reads <= 3 * count, CountedClasses.reads
+
+
+def test_the_unweighted_order_uses_the_seed_and_the_epoch_whole(parts):
+    data = dataset(parts, split="train", decode=False)
+    assert (epoch_order(data.table, 0, 2**32 + 3) != epoch_order(data.table, 0, 3)).any()
+    assert (epoch_order(data.table, 2**32 + 3, 0) != epoch_order(data.table, 3, 0)).any()
+    assert (epoch_order(data.table, -1, 0) != epoch_order(data.table, 2**32 - 1, 0)).any()
+
+
+def test_the_unweighted_order_of_seeds_and_epochs_below_2_to_the_32_is_unchanged(parts):
+    """The words seeding an epoch below 2**32 are the ones they always were: an order a run
+    recorded stays the order it reads."""
+    data = dataset(parts, split="train", decode=False)
+    for seed, epoch in ((0, 0), (7, 2), (2**32 - 1, 2**32 - 1)):
+        rng = np.random.default_rng([seed, epoch])
+        blocks = []
+        for start, end in data.table.shard_ranges():
+            phase = int(rng.integers(256)) if end - start > 256 else 0
+            blocks.append((start, end))
+            assert phase == 0  # shards of 8 samples: one block each
+        expected = np.concatenate([low + rng.permutation(high - low)
+                                   for low, high in (blocks[i] for i in
+                                                     rng.permutation(len(blocks)))])
+        assert (epoch_order(data.table, seed, epoch) == expected).all()

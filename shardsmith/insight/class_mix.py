@@ -17,7 +17,16 @@ import numpy as np
 
 from ..dataset.manifest import read_manifest
 from ..readers.plan import load_table
-from ..readers.weights import WeightSpec, class_weights, reader_draws, require_webdataset
+from ..readers.weights import (
+    NO_OBJECTS,
+    OBJECT,
+    WeightSpec,
+    check_draws,
+    class_weights,
+    require_webdataset,
+    table_classes,
+    weighted_draws,
+)
 from ..text import printable
 from .census import require_split
 
@@ -46,40 +55,62 @@ class ClassMix:
     seed: int
     draws: int
     rows: tuple[MixRow, ...]
+    by_objects: bool = False  # rows of object classes (a sample may count in several)
 
 
 def class_mix(directory: str | Path, weights: WeightSpec, split: str | None = None,
               seed: int = 0, draws: int | None = None) -> ClassMix:
     """The mix ``weights`` give ``split`` of ``directory`` (WeightsError for a malformed
-    SPEC, ConfigError for an unknown split or a TFRecord dataset)."""
+    SPEC, ConfigError for an unknown split or a TFRecord dataset).  Weighted by object class,
+    a row is an object class (the samples holding one of its objects) or the samples without
+    objects; a sample holding two classes counts in both rows."""
     directory = Path(directory)
     manifest = read_manifest(directory)
     require_split(manifest, split)
     require_webdataset(directory, manifest)
     table = load_table(directory, [shard for shard in manifest.shards
                                    if split is None or shard.split == split])
-    chosen = class_weights(weights, manifest.classes)
-    planned = reader_draws(directory, manifest, table, chosen, draws)
-    assert planned is not None  # weights were given
-    classes = len(manifest.classes)
-    # Bin classes 0..n-1 and, last, unlabelled samples (and labels outside the classes).
-    bins = np.where((planned.labels >= 0) & (planned.labels < classes), planned.labels,
-                    classes)
-    samples = planned.counts  # per bin, as the draw counted them
-    drawn = np.bincount(bins[planned.order(seed, 0)], minlength=classes + 1)
-    per_bin = np.asarray((*chosen.per_class, chosen.others), np.float64)
-    mass = samples * per_bin
-    total_samples, total_mass = max(len(bins), 1), float(mass.sum())
-    rows = []
-    for number in range(classes + 1):
-        if number == classes and not samples[number]:
-            continue
-        name = manifest.classes[number] if number < classes else UNLABELLED
-        rows.append(MixRow(number if number < classes else -1, name, int(samples[number]),
-                           float(per_bin[number]), float(samples[number] / total_samples),
-                           float(mass[number] / total_mass),
-                           int(drawn[number])))
-    return ClassMix(directory, split, seed, planned.draws, tuple(rows))
+    chosen = class_weights(weights, manifest.classes, manifest.object_classes or ())
+    if draws is not None:
+        check_draws(draws)  # before the sample index is read
+    found = table_classes(directory, manifest, table)
+    planned = weighted_draws(chosen, found, draws)
+    assert planned.bins is not None and planned.relative is not None
+    # Each sample's weight relative to the largest (<= 1): sums of 1e308 do not overflow.
+    mass = planned.relative[planned.bins]
+    drawn = np.bincount(planned.order(seed, 0), minlength=len(mass)).astype(np.float64)
+    total_samples, total_mass = max(len(mass), 1), float(mass.sum())
+    if chosen.per_object is None:
+        # Bins 0..n-1 are the classes; the last, unlabelled samples (and labels outside).
+        names = [*manifest.classes, UNLABELLED]
+        weights_of = [*chosen.per_class, chosen.others]
+        labels = [*range(len(manifest.classes)), -1]
+        group, sample = planned.bins, np.arange(len(mass))
+    else:
+        # Each (sample, object class) it holds, then the samples without objects, last.
+        objects = manifest.object_classes or ()
+        names = [*(f"{OBJECT}{name}" for name in objects), NO_OBJECTS]
+        weights_of = [*(chosen.per_object or ()), chosen.no_objects]
+        labels = [*range(1, len(objects) + 1), -1]
+        owners, ids = found.object_owners(), found.object_ids
+        bounds = found.object_bounds
+        empty = np.flatnonzero(np.diff(bounds) == 0) if bounds is not None \
+            else np.arange(len(mass))
+        group = np.concatenate([ids - 1 if ids is not None else np.zeros(0, np.int64),
+                                np.full(len(empty), len(objects))])
+        sample = np.concatenate([owners, empty])
+    size = len(names)
+    group = np.where((group >= 0) & (group < size), group, size - 1)  # a damaged id: '*'
+    samples = np.bincount(group, minlength=size)
+    masses = np.bincount(group, weights=mass[sample], minlength=size)
+    draws_of = np.bincount(group, weights=drawn[sample], minlength=size)
+    rows = tuple(MixRow(labels[number], names[number], int(samples[number]),
+                        float(weights_of[number]), float(samples[number] / total_samples),
+                        float(masses[number] / total_mass), int(draws_of[number]))
+                 for number in range(size)
+                 if labels[number] >= 0 or samples[number] or chosen.per_object is not None)
+    return ClassMix(directory, split, seed, planned.draws, rows,
+                    chosen.per_object is not None)
 
 
 def class_mix_text(mix: ClassMix) -> str:
@@ -96,12 +127,16 @@ def class_mix_text(mix: ClassMix) -> str:
         lines.append(f"  {label:>5}  {printable(row.name):<{width}}  {row.samples:>9,}  "
                      f"{row.unweighted_share:>10.1%}  {row.weight:>8g}  "
                      f"{row.expected_share:>8.1%}  {drawn:>16}")
+    if mix.by_objects:
+        lines.append("  (by object class: a sample holding objects of two classes counts in "
+                     "both rows)")
     return "\n".join(lines)
 
 
 def class_mix_json(mix: ClassMix) -> dict[str, Any]:
     """The mix as one JSON document."""
     return {"split": mix.split, "seed": mix.seed, "epoch": 0, "draws": mix.draws,
+            "by": "object class" if mix.by_objects else "image class",
             "classes": [{"label": row.label, "class": row.name, "samples": row.samples,
                          "unweighted_share": row.unweighted_share, "weight": row.weight,
                          "expected_share": row.expected_share, "drawn": row.drawn}

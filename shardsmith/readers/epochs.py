@@ -23,11 +23,22 @@ from .plan import DEFAULT_BLOCK, SampleTable, batch_count, epoch_order, rank_sha
 from .weights import WeightedDraws
 
 MAX_WORKERS = 256
+# Epoch counters live in shared int64 memory: an epoch from this on could wrap (2**64 + 3 was
+# stored as 3), so it is refused.  Seeds have no bound: they are used whole.
+MAX_EPOCH = 1 << 62
+# Ranks beyond any cluster; a world this large made the padded order of one rank a 10**9-long
+# array (8 GB) before.
+MAX_WORLD_SIZE = 1 << 20
 
 
 class ResumeError(ConfigError, ValueError):
     """A resume state that is no position of this plan's epochs (not a mapping, a negative
     number, a start or a count past the epoch): a ValueError naming the field."""
+
+
+class ArgumentError(ConfigError, ValueError):
+    """A reader's argument out of its domain (a rank without a world size, a float rank, an
+    epoch past the shared counter): a ValueError naming it."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,11 @@ class EpochSettings:
     batch_size: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("seed", "rank", "world_size"):
+            whole_number(name, getattr(self, name))
+        if not 1 <= self.world_size <= MAX_WORLD_SIZE:
+            raise ArgumentError(f"world_size: expected 1 to {MAX_WORLD_SIZE:,} processes, "
+                                f"got {self.world_size:,}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch_size: expected a positive number, got "
                               f"{self.batch_size!r}")
@@ -70,8 +86,14 @@ class EpochPlan:
         self._resume: dict[str, int] | None = None
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration reads, in every process forked from this one."""
-        self._epochs[0] = epoch
+        """The epoch the next iteration reads, in every process forked from this one.
+        ArgumentError (a ValueError) for an epoch that is not a whole number below
+        ``MAX_EPOCH`` (2**62)."""
+        whole_number("epoch", epoch)
+        if not 0 <= epoch < MAX_EPOCH:
+            raise ArgumentError(f"epoch: expected a whole number from 0 to 2**62 - 1, got "
+                                f"{epoch}")
+        self._epochs[0] = int(epoch)
 
     def share(self, epoch: int) -> np.ndarray:
         """This rank's sample numbers in ``epoch``, in order."""
@@ -164,6 +186,13 @@ class EpochPlan:
         if loader_batch is not None and workers > 1:
             return rest[(np.arange(len(rest)) // loader_batch) % workers == worker]
         return rest[worker * len(rest) // workers : (worker + 1) * len(rest) // workers]
+
+
+def whole_number(name: str, value: object) -> None:
+    """ArgumentError (a ValueError) unless ``value`` is a whole number (an int, not a bool or
+    a float: rank 1.0 or world_size 2.0 is a mistake to name, not to round)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ArgumentError(f"{name}: expected a whole number, got {value!r}")
 
 
 def _whole(state: dict[str, int], key: str) -> int:

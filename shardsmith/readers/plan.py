@@ -39,6 +39,8 @@ from ..text import shown
 log = logging.getLogger(__name__)
 
 DEFAULT_BLOCK = 256
+# The tag of the unweighted order's seeds past 32 bits (``seed_words``).
+ORDER_STREAM = 0x6F726465
 OPEN_SHARDS = 64  # descriptors a reader keeps open (a dataset may have thousands of shards)
 
 
@@ -188,7 +190,7 @@ def epoch_order(table: SampleTable, seed: int, epoch: int, shuffle: bool = True,
     count = len(table)
     if not shuffle:
         return np.arange(count, dtype=np.int64)
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF])
+    rng = np.random.default_rng(seed_words(int(seed), int(epoch)))
     blocks = []
     for start, end in table.shard_ranges():
         phase = int(rng.integers(block)) if end - start > block else 0
@@ -201,6 +203,29 @@ def epoch_order(table: SampleTable, seed: int, epoch: int, shuffle: bool = True,
         order[position : position + high - low] = low + rng.permutation(high - low)
         position += high - low
     return order
+
+
+def seed_words(seed: int, epoch: int, stream: int | None = None) -> list[int]:
+    """The random numbers' seed for (seed, epoch) of one ``stream`` (None: the unweighted
+    order): the whole integers, not their low 32 bits (epoch 2**32 is not epoch 0, seed -1 is
+    not seed 2**32 - 1).  Seeds and epochs from 0 to 2**32 - 1 keep the words they always had
+    (so their orders are unchanged); any other pair is its own longer list, led by a tag
+    twice and holding each number's sign and word count (numpy's SeedSequence pads a short
+    list with zeros: the count word, never 0, keeps the two kinds of list apart)."""
+    mask = 0xFFFFFFFF
+    if 0 <= seed <= mask and 0 <= epoch <= mask:
+        return [seed, epoch] if stream is None else [seed, epoch, stream]
+    tag = ORDER_STREAM if stream is None else stream
+    words = [tag, tag]
+    for number in (seed, epoch):
+        magnitude, parts = abs(number), []
+        while True:
+            parts.append(magnitude & mask)
+            magnitude >>= 32
+            if not magnitude:
+                break
+        words += [int(number < 0), len(parts), *parts]
+    return words
 
 
 def rank_share(order: np.ndarray, rank: int, world_size: int, pad: bool = True,

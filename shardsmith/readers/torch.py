@@ -63,7 +63,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import equal_image_size, largest_image_size, select_shards
 from .batches import COLORSPACES, BatchAssembler, checked_jpegs, each_sample
-from .epochs import EpochPlan, EpochSettings
+from .epochs import ArgumentError, EpochPlan, EpochSettings, whole_number
 from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .ring import BatchRing, RingBatch, ShardLoader
 from .samples import Corruptions, SampleReader
@@ -284,11 +284,19 @@ def _tensors(target: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 
 def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world size): as given, else torch.distributed's, else a single process."""
+    """(rank, world size): as given (both, or neither), else torch.distributed's, else a
+    single process.  One without the other is refused: rank 1 alone was read as rank 0 of 1,
+    a rank reading the whole split."""
+    if (rank is None) != (world_size is None):
+        raise ArgumentError(f"rank and world_size go together: got only "
+                            f"{'rank' if world_size is None else 'world_size'} (leave both "
+                            "out for torch.distributed's)")
     if rank is None or world_size is None:
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         rank = torch.distributed.get_rank() if distributed else 0
         world_size = torch.distributed.get_world_size() if distributed else 1
+    whole_number("rank", rank)
+    whole_number("world_size", world_size)
     if not 0 <= rank < world_size:
         raise ConfigError(f"rank {rank} is not in a world of {world_size}")
     return rank, world_size
