@@ -483,6 +483,17 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class CutRecord:
+    """An object a crop or tile showed too little of (``min_visible``), in the sample index:
+    its object class id, its clipped box (x0, y0, x1, y1 in the sample's pixels) and, when it
+    has a mask, its pixels in the sample as a COCO compressed RLE string."""
+
+    label: Annotated[int, Bounds(1, MAX_OBJECT_CLASSES)]
+    box: tuple[float, float, float, float]
+    rle: Annotated[str, msgspec.Meta(max_length=LINE_CAP)] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SampleRecord:
     """One line of the sample index."""
 
@@ -505,6 +516,10 @@ class SampleRecord:
     objects: ObjectCounts | None = None
     objects_dropped: Count | None = None
     objects_merged: Count | None = None
+    # Each object dropped by min_visible (absent when none was, and in indexes of releases
+    # before it was recorded): a sample with one is never normal (``dataset.normal``).
+    objects_cut: Annotated[tuple[CutRecord, ...],
+                           msgspec.Meta(max_length=MAX_OBJECTS)] | None = None
 
     def check(self, where: str) -> None:
         shard = SHARD_NAME.fullmatch(self.shard)
