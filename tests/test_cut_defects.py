@@ -193,3 +193,49 @@ def test_inspect_counts_a_sample_with_only_a_cut_defect_apart_from_those_without
     assert objects["samples_with_objects"] == {"train": 2}
     assert objects["samples_without_objects"] == {"train": 1}
     assert objects["samples_with_only_a_cut_defect"] == {"train": 2}
+
+
+def as_an_earlier_release(output) -> None:
+    """The dataset as the release before cut objects were recorded packed it: its index lines
+    without ``objects_cut`` (and the manifest's sha256 of the index to match), annotation
+    rules 2."""
+    import hashlib
+
+    manifest = json.loads((output / "manifest.json").read_text())
+    entry = manifest["samples_index"]
+    lines = [json.loads(line) for line in (output / entry["name"]).read_text().splitlines()]
+    text = "".join(json.dumps({k: v for k, v in line.items() if k != "objects_cut"},
+                              sort_keys=True, separators=(",", ":")) + "\n" for line in lines)
+    (output / entry["name"]).write_text(text)
+    entry.update(bytes=len(text), sha256=hashlib.sha256(text.encode()).hexdigest())
+    manifest["annotation_rules"] = 2
+    (output / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_an_earlier_releases_dataset_still_never_exports_a_cut_tile_as_normal(packed, tmp_path,
+                                                                          caplog):
+    as_an_earlier_release(packed)
+    export_cli(packed, tmp_path / "an", "--layout", "anomalib")
+    assert "2 samples with a defect cut below min_visible" in caplog.text
+    assert "a box-only one cannot be told apart" in caplog.text
+    folder = tmp_path / "an" / "current"
+    assert columns(folder / "normal") == {4}
+    masks = {int(path.stem[-3:]): cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+             for path in (folder / "mask").glob("*.png")}
+    assert (masks[1][100:110, :10] == 255).all()  # the 255 pixels of the class mask
+    said = export_cli(packed, tmp_path / "yolo", "--layout", "yolo", "--keep-cut")
+    assert "2 samples left out" in said  # counted, but not located: not labelled
+
+
+def test_the_next_pack_records_the_cut_objects_copying_the_jpeg_bytes(packed):
+    before = {key: files["jpg"] for key, files in members(packed).items()} \
+        if (packed / "train-000000.tar").exists() else None
+    as_an_earlier_release(packed)
+    manifest = pack_with(packed.parent / "source", packed, CUT_CONFIG,
+                         **{"output.format": images.manifest_of(packed)["format"]})
+    assert manifest["annotation_rules"] >= 3
+    assert manifest["run"]["jpeg_copied"] == 1 and manifest["run"]["decoded"] == 0
+    lines = index_lines(packed)
+    assert lines[1]["objects_cut"][0]["label"] == 1 and lines[3]["objects_cut"][0]["label"] == 2
+    if before is not None:
+        assert {key: files["jpg"] for key, files in members(packed).items()} == before

@@ -57,8 +57,10 @@ FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 # (the next pack re-derives the annotated samples of an older dataset, as one new version).
 # 1: a mask object keeps its whole instance's box clipped to the window (every release before
 # this field); 2: an object with pixels has the box of its own pixels in the window, the class
-# mask holds the kept objects only, a box and a mask of one defect are one object.
-ANNOTATION_RULES = 2
+# mask holds the kept objects only, a box and a mask of one defect are one object; 3: each
+# object dropped by min_visible is recorded (``SampleRecord.objects_cut``, ``KEY.json``), and a
+# tile showing one is kept by ``tiles.keep: annotated`` (never drawn as background).
+ANNOTATION_RULES = 3
 MAX_ANNOTATION_RULES = 10**6  # far past any release; a larger number is damage
 
 SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")

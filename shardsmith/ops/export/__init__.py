@@ -458,10 +458,11 @@ class _Run:
         for record in iter_sample_index(self.source, self.manifest):
             if splits is not None and record.split not in splits:
                 continue
+            if cut_count(record) and record.objects_cut is None:
+                unlocated += 1  # counted by an index of an earlier release, not located
             if self.leaves_out_cut and cut_count(record):
                 if not self.options.keep_cut or record.objects_cut is None:
                     self.left_out += 1
-                    unlocated += self.options.keep_cut
                     continue
             uncounted = uncounted or (record.objects_dropped is None
                                       and self.manifest.object_classes is not None)
@@ -483,10 +484,13 @@ class _Run:
     def _warn_old_index(self, unlocated: int, uncounted: bool) -> None:
         """Say what an index of an earlier release cannot tell of cut defects."""
         if unlocated:
-            log.warning("%s: %s with a defect cut below min_visible left out all the same: "
-                        "the sample index counts their cut objects but does not say where "
-                        "they are (packed by an earlier release; the next pack records "
-                        "them)", self.source, plural(unlocated, "sample"))
+            log.warning("%s: %s with a defect cut below min_visible: the sample index counts "
+                        "their cut objects but does not say where they are (packed by an "
+                        "earlier release; the next pack records them): %s", self.source,
+                        plural(unlocated, "sample"),
+                        "left out, even with --keep-cut" if self.leaves_out_cut else
+                        "their masks show a cut object by the 255 (\"ignore\") pixels of the "
+                        "class mask; a box-only one cannot be told apart")
         if uncounted and self.leaves_out_cut:
             log.warning("%s: the sample index does not count the objects min_visible "
                         "dropped (packed by an earlier release): a sample showing only a "
