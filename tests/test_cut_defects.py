@@ -176,7 +176,8 @@ def test_coco_leaves_out_the_tiles_with_a_cut_defect_unless_asked(packed, tmp_pa
 def test_keep_cut_is_refused_where_no_sample_is_left_out(packed, tmp_path):
     result = CliRunner().invoke(main, ["export", str(packed), str(tmp_path / "an"), "--layout",
                                        "anomalib", "--keep-cut"])
-    assert result.exit_code == 2 and "--keep-cut" in result.output
+    assert result.exit_code == 2
+    assert "--keep-cut: only for --layout coco and yolo" in result.output
 
 
 def test_a_tile_with_a_cut_defect_is_never_drawn_as_background(tmp_path):
@@ -239,3 +240,37 @@ def test_the_next_pack_records_the_cut_objects_copying_the_jpeg_bytes(packed):
     assert lines[1]["objects_cut"][0]["label"] == 1 and lines[3]["objects_cut"][0]["label"] == 2
     if before is not None:
         assert {key: files["jpg"] for key, files in members(packed).items()} == before
+
+
+def test_the_torch_reader_leaves_out_the_tiles_with_a_cut_defect_and_says_so(tmp_path, caplog):
+    torch = pytest.importorskip("torch")
+    from shardsmith.readers.torch import dataset
+
+    cut_tree(tmp_path / "source")
+    pack_with(tmp_path / "source", tmp_path / "out", CUT_CONFIG)
+    data = dataset(tmp_path / "out", targets=True, shuffle=False, pad=False)
+    assert "2 samples left out: a defect cut below min_visible" in caplog.text
+    assert data.rank_samples() == 3
+    samples = list(data)
+    assert len(samples) == 3  # tiles 0, 2 and 4, each once
+    assert not any("ignore_boxes" in target for _, target in samples)
+    for image, target in samples:
+        if not len(target["boxes"]):  # the background tile
+            pixels = image.permute(1, 2, 0).numpy() if isinstance(image, torch.Tensor) else image
+            assert not red(np.asarray(pixels)).any()
+
+
+def test_keep_cut_reads_them_with_the_cut_objects_marked_ignore(tmp_path):
+    pytest.importorskip("torch")
+    from shardsmith.readers.torch import dataset
+
+    cut_tree(tmp_path / "source")
+    pack_with(tmp_path / "source", tmp_path / "out", CUT_CONFIG)
+    samples = list(dataset(tmp_path / "out", targets=True, shuffle=False, pad=False,
+                           keep_cut=True))
+    assert len(samples) == 5
+    ignored = sorted((target["ignore_labels"].tolist(), target["ignore_boxes"].tolist())
+                     for _, target in samples if "ignore_boxes" in target)
+    assert ignored == [([1], [[0.0, 100.0, 10.0, 110.0]]), ([2], [[0.0, 60.0, 22.0, 120.0]])]
+    masks = [target["ignore_masks"] for _, target in samples if "ignore_masks" in target]
+    assert sorted(int(mask.sum()) for mask in masks) == [100, 60 * 22]

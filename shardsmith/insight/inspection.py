@@ -136,7 +136,7 @@ def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") 
                      + "".join(f"{cell:>12,}" for cell in cells) + f"{sum(cells):>10,}")
     for title, counts in (("with objects", objects.with_objects),
                           ("without objects", objects.without_objects),
-                          *((("with only a cut defect", objects.only_cut),)
+                          *((("cut defect only", objects.only_cut),)
                             if objects.only_cut else ())):
         lines.append(f"{indent}{'':>5}  {'samples ' + title:<{width}}"
                      + "".join(f"{counts.get(split, 0):>12,}" for split in splits)
