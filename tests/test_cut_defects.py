@@ -274,3 +274,20 @@ def test_keep_cut_reads_them_with_the_cut_objects_marked_ignore(tmp_path):
     assert ignored == [([1], [[0.0, 100.0, 10.0, 110.0]]), ([2], [[0.0, 60.0, 22.0, 120.0]])]
     masks = [target["ignore_masks"] for _, target in samples if "ignore_masks" in target]
     assert sorted(int(mask.sum()) for mask in masks) == [100, 60 * 22]
+
+
+def test_both_shard_formats_give_the_same_cut_objects(tmp_path):
+    from shardsmith.dataset.formats import shard_format
+
+    cut_tree(tmp_path / "source")
+    found = {}
+    for fmt in ("webdataset", "tfrecord"):
+        manifest = pack_with(tmp_path / "source", tmp_path / fmt, CUT_CONFIG,
+                             **{"output.format": fmt})
+        reader = shard_format(fmt)
+        found[fmt] = {record.key: reader.metadata(record).get("objects_cut")
+                      for shard in manifest["shards"]
+                      for _, record in reader.records(tmp_path / fmt / shard["name"],
+                                                      shard["bytes"])}
+    assert found["tfrecord"] == found["webdataset"]
+    assert sum(value is not None for value in found["webdataset"].values()) == 2
