@@ -673,14 +673,17 @@ def verify(dataset, config_file, decode, workers, quiet, storage_options) -> Non
               show_default=True, help="anomalib: its Folder layout or the MVTec one.")
 @click.option("--split", "splits", multiple=True,
               help="Export only this split (repeatable; default every split).")
+@click.option("--keep-cut", is_flag=True,
+              help="yolo, coco: export the samples showing a defect cut below min_visible, "
+              "the cut objects labelled (default: left out, and counted).")
 @click.option("--keep", type=click.IntRange(1, 1000), default=2, show_default=True,
               help="Versions kept: the current one and the ones before it (a training run "
               "started on one keeps its files).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_storage_option
 @_fail_cleanly
-def export(dataset, destination, layout, task, normal, anomalib_layout, splits, keep,
-           quiet, storage_options) -> None:
+def export(dataset, destination, layout, task, normal, anomalib_layout, splits, keep_cut,
+           keep, quiet, storage_options) -> None:
     """Write the packed DATASET into DESTINATION as a trainer's folder layout: DEST/vN for
     the dataset's version N, DEST/current a link to it, switched when it is complete.
 
@@ -692,7 +695,8 @@ def export(dataset, destination, layout, task, normal, anomalib_layout, splits, 
 
     result = run_export(dataset, destination, layout, task=task, normal=normal,
                         anomalib_layout=anomalib_layout, splits=tuple(splits) or None,
-                        quiet=quiet, keep=keep, storage_options=_options(storage_options))
+                        quiet=quiet, keep=keep, storage_options=_options(storage_options),
+                        keep_cut=keep_cut)
     _echo(export_summary(result))
 
 

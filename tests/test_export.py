@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from shardsmith.cli import main
 from shardsmith.dataset.formats import shard_format
 from shardsmith.ops.export import export
+from shardsmith.ops.export.objects import box_mask
 
 import defects
 import images
@@ -80,6 +81,11 @@ def object_counts(dataset: Path) -> Counter:
     return counts
 
 
+def cut_keys(dataset: Path) -> set[str]:
+    """The samples showing a defect cut below min_visible: yolo and coco leave them out."""
+    return {sample["key"] for sample in images.samples_of(dataset) if sample.get("objects_cut")}
+
+
 def run_cli(*args: str) -> object:
     return CliRunner().invoke(main, ["export", *map(str, args), "--quiet"])
 
@@ -88,7 +94,8 @@ def test_yolo_has_one_image_and_one_label_file_per_sample(dataset, tmp_path):
     result = run_cli(dataset, tmp_path / "yolo", "--layout", "yolo")
     assert result.exit_code == 0, result.output
     folder = tmp_path / "yolo" / "current"
-    splits = Counter(sample["split"] for sample in images.samples_of(dataset))
+    splits = Counter(sample["split"] for sample in images.samples_of(dataset)
+                     if not sample.get("objects_cut"))
     for split, count in splits.items():
         assert len(list((folder / "images" / split).iterdir())) == count
         assert len(list((folder / "labels" / split).iterdir())) == count
@@ -109,7 +116,10 @@ def test_yolo_label_lines_per_class_equal_the_manifests_objects(dataset, tmp_pat
 def test_yolo_detect_boxes_are_the_samples_boxes(dataset, tmp_path):
     export(dataset, tmp_path / "yolo", "yolo", task="detect", quiet=True)
     folder = tmp_path / "yolo" / "current"
+    left_out = cut_keys(dataset)
     for key, meta in metadata_of(dataset).items():
+        if key in left_out:
+            continue
         lines = (folder / "labels" / meta["split"] / f"{key}.txt").read_text().splitlines()
         assert len(lines) == len(meta.get("boxes", []))
         for line, box, label in zip(lines, meta.get("boxes", []), meta.get("labels", []),
@@ -126,7 +136,10 @@ def test_yolo_detect_boxes_are_the_samples_boxes(dataset, tmp_path):
 def test_yolo_segment_polygons_cover_each_objects_mask_in_one_line(dataset, tmp_path):
     export(dataset, tmp_path / "yolo", "yolo", task="segment", quiet=True)
     folder = tmp_path / "yolo" / "current"
+    left_out = cut_keys(dataset)
     for key, meta in metadata_of(dataset).items():
+        if key in left_out:
+            continue
         lines = (folder / "labels" / meta["split"] / f"{key}.txt").read_text().splitlines()
         assert len(lines) == len(meta.get("boxes", []))  # one line per object, however split
         width, height = meta["width"], meta["height"]
@@ -253,6 +266,7 @@ def test_anomalib_splits_normal_from_abnormal_with_a_mask_each(dataset, tmp_path
     classes = images.manifest_of(dataset)["classes"]
     fmt = shard_format(images.manifest_of(dataset)["format"])
     masks, jpegs = {}, {}
+    metadata = metadata_of(dataset)
     for shard in images.manifest_of(dataset)["shards"]:
         for _, record in fmt.records(dataset / shard["name"], shard["bytes"]):
             masks[record.key] = fmt.mask_png(record)
@@ -260,7 +274,8 @@ def test_anomalib_splits_normal_from_abnormal_with_a_mask_each(dataset, tmp_path
     abnormal = normal = 0
     for sample in images.samples_of(dataset):
         key, split = sample["key"], sample["split"]
-        is_abnormal = bool(sum(sample.get("objects") or [])) or classes[sample["label"]] != "good"
+        is_abnormal = bool(sum(sample.get("objects") or [])) or bool(sample.get("objects_cut")) \
+            or classes[sample["label"]] != "good"
         if layout == "folder":
             image = folder / ("abnormal" if is_abnormal else
                               "normal" if split == "train" else "normal_test") / f"{key}.jpg"
@@ -281,7 +296,17 @@ def test_anomalib_splits_normal_from_abnormal_with_a_mask_each(dataset, tmp_path
             exported = cv2.imread(str(mask_path), cv2.IMREAD_UNCHANGED)
             class_mask = cv2.imdecode(np.frombuffer(masks[key], np.uint8), cv2.IMREAD_UNCHANGED)
             assert set(np.unique(exported)) <= {0, 255}
-            assert np.array_equal(exported > 0, (class_mask >= 1) & (class_mask <= 254))
+            # every marked pixel (255: an object cut below min_visible), and the box of each
+            # object without pixels, kept or cut
+            meta = metadata[key]
+            expected = class_mask > 0
+            for box, rle in zip(meta.get("boxes", []), meta.get("rle", []), strict=True):
+                if rle is None:
+                    expected |= box_mask(box, meta["height"], meta["width"])
+            for item in meta.get("objects_cut", []):
+                if "rle" not in item:
+                    expected |= box_mask(item["box"], meta["height"], meta["width"])
+            assert np.array_equal(exported > 0, expected)
         else:
             normal += 1
     assert abnormal and normal
@@ -312,7 +337,8 @@ def test_a_new_version_links_unchanged_files_and_keeps_the_one_before(tmp_path):
              for path in (tmp_path / "yolo" / "v2" / "images" / "val").iterdir()}
     assert after == before  # the val split did not change: the same inodes
     assert result.linked >= len(before) and result.written > 0
-    keys = {sample["key"] for sample in images.samples_of(tmp_path / "dataset")}
+    keys = {sample["key"] for sample in images.samples_of(tmp_path / "dataset")} \
+        - cut_keys(tmp_path / "dataset")
     assert {path.stem for path in (tmp_path / "yolo/v2/images").rglob("*.jpg")} == keys
     again = run_cli(tmp_path / "dataset", tmp_path / "yolo", "--layout", "yolo")
     assert again.exit_code == 0 and "up to date" in again.output

@@ -242,6 +242,13 @@ HUGE = 1 << 40
     ({**GOOD, "width": HUGE, "height": HUGE,
       "rle": [{"size": [HUGE, HUGE], "counts": [HUGE * HUGE]}, None]}, "not a JPEG's size"),
     ({**GOOD, "tile": [0, 0]}, "tile is not a dict"),
+    ({**GOOD, "objects_cut": {"label": 1}}, "objects_cut is not a list"),
+    ({**GOOD, "objects_cut": [{"label": 0, "label_name": "a", "box": [0, 0, 1, 1]}]},
+     "class id 0 is not from 1"),
+    ({**GOOD, "objects_cut": [{"label": 1, "label_name": "a", "box": [0, 0, 1]}]},
+     "cut box [0, 0, 1] is not 4 finite numbers"),
+    ({**GOOD, "objects_cut": [{"label": 1, "label_name": "a", "box": [0, 0, 1, 1],
+                               "rle": {"size": [2, 4], "counts": [0, 4, 3]}}]}, "add up to 7"),
 ], ids=lambda value: value if isinstance(value, str) else None)
 def test_malformed_webdataset_metadata_is_refused_with_a_reason(meta, reason):
     with pytest.raises(ShardFormatError, match="sample ok_a") as raised:

@@ -51,6 +51,18 @@ class ImageAnnotations:
 
 
 @dataclass(frozen=True, slots=True)
+class CutObject:
+    """An object a crop or tile showed too little of (``min_visible``): not one of the
+    sample's objects, but its defect is in the pixels.  ``box`` is its clipped box in the
+    sample's pixels; ``rle`` its pixels in the sample (uncompressed COCO RLE) when it has a
+    mask, None for a box-only object."""
+
+    name: str
+    box: Box
+    rle: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Objects:
     """A sample's annotations in its own pixels, as the worker hands them to the writer.
 
@@ -70,6 +82,7 @@ class Objects:
     marked: bool = False  # the class mask marks a pixel of a class (not only "ignore")
     merged: int = 0  # objects that are a mask and a box of one defect, merged
     dropped: int = 0  # objects that showed less than source.annotations.min_visible
+    cut: tuple[CutObject, ...] = ()  # those objects, where and what they are
 
     def __len__(self) -> int:
         return len(self.boxes)
@@ -114,6 +127,8 @@ class ObjectClasses:
         mask_ids = [self.id(name) for name in objects.mask_names]
         for name in objects.names:
             self.id(name)
+        for item in objects.cut:
+            self.id(item.name)
         if objects.mask_png is not None:
             self.check_mask_limit()
         if mask_ids == list(range(1, len(mask_ids) + 1)) or objects.mask_png is None:

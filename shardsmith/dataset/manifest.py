@@ -57,8 +57,10 @@ FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 # (the next pack re-derives the annotated samples of an older dataset, as one new version).
 # 1: a mask object keeps its whole instance's box clipped to the window (every release before
 # this field); 2: an object with pixels has the box of its own pixels in the window, the class
-# mask holds the kept objects only, a box and a mask of one defect are one object.
-ANNOTATION_RULES = 2
+# mask holds the kept objects only, a box and a mask of one defect are one object; 3: each
+# object dropped by min_visible is recorded (``SampleRecord.objects_cut``, ``KEY.json``), and a
+# tile showing one is kept by ``tiles.keep: annotated`` (never drawn as background).
+ANNOTATION_RULES = 3
 MAX_ANNOTATION_RULES = 10**6  # far past any release; a larger number is damage
 
 SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -483,6 +485,17 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class CutRecord:
+    """An object a crop or tile showed too little of (``min_visible``), in the sample index:
+    its object class id, its clipped box (x0, y0, x1, y1 in the sample's pixels) and, when it
+    has a mask, its pixels in the sample as a COCO compressed RLE string."""
+
+    label: Annotated[int, Bounds(1, MAX_OBJECT_CLASSES)]
+    box: tuple[float, float, float, float]
+    rle: Annotated[str, msgspec.Meta(max_length=LINE_CAP)] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SampleRecord:
     """One line of the sample index."""
 
@@ -505,6 +518,10 @@ class SampleRecord:
     objects: ObjectCounts | None = None
     objects_dropped: Count | None = None
     objects_merged: Count | None = None
+    # Each object dropped by min_visible (absent when none was, and in indexes of releases
+    # before it was recorded): a sample with one is never normal (``dataset.normal``).
+    objects_cut: Annotated[tuple[CutRecord, ...],
+                           msgspec.Meta(max_length=MAX_OBJECTS)] | None = None
 
     def check(self, where: str) -> None:
         shard = SHARD_NAME.fullmatch(self.shard)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..dataset.manifest import Manifest, iter_sample_index, read_manifest
+from ..dataset.normal import CUT_REASON, record_is_normal
 from ..errors import ConfigError, ManifestError
 from ..storage import is_url, location
 from ..text import human_bytes, plural, printable
@@ -30,8 +31,9 @@ COPIES_SHOWN = 6  # paths of one duplicate set in the text report (--json has al
 
 @dataclass(frozen=True)
 class ObjectCensus:
-    """The objects of an annotated dataset, from its sample index: samples with and without
-    objects per split, objects per class id and split, objects dropped by ``min_visible`` and
+    """The objects of an annotated dataset, from its sample index: samples with objects,
+    without any defect (``dataset.normal``) and with only a defect cut below ``min_visible``
+    per split, objects per class id and split, objects dropped by ``min_visible`` and
     masks merged with their box (None when no sample records them), and samples packed before
     objects were counted."""
 
@@ -41,6 +43,7 @@ class ObjectCensus:
     dropped: int | None
     merged: int | None
     uncounted: int
+    only_cut: dict[str, int] = field(default_factory=dict)
 
     @property
     def objects(self) -> int:
@@ -90,6 +93,7 @@ def count_objects(directory: Path, manifest: Manifest,
         return None
     with_objects: Counter = Counter()
     without_objects: Counter = Counter()
+    only_cut: Counter = Counter()
     per_class: Counter = Counter()
     dropped = merged = None
     uncounted = 0
@@ -99,7 +103,8 @@ def count_objects(directory: Path, manifest: Manifest,
         if record.objects is None:
             uncounted += 1
             continue
-        (with_objects if any(record.objects) else without_objects)[record.split] += 1
+        (with_objects if any(record.objects) else without_objects if record_is_normal(record)
+         else only_cut)[record.split] += 1
         for number, count in enumerate(record.objects, 1):
             if count:
                 per_class[(number, record.split)] += count
@@ -108,7 +113,7 @@ def count_objects(directory: Path, manifest: Manifest,
         if record.objects_merged is not None:
             merged = (merged or 0) + record.objects_merged
     return ObjectCensus(dict(with_objects), dict(without_objects), dict(per_class), dropped,
-                        merged, uncounted)
+                        merged, uncounted, dict(only_cut))
 
 
 def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") -> list[str]:
@@ -120,7 +125,9 @@ def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") 
     width = max([len(printable(_object_name(names, number))) for number in ids] + [24])
     lines = [f"objects  {objects.objects:,} in "
              + plural(sum(objects.with_objects.values()), "sample")
-             + f"; {plural(sum(objects.without_objects.values()), 'sample')} without objects",
+             + f"; {plural(sum(objects.without_objects.values()), 'sample')} without objects"
+             + (f"; {plural(sum(objects.only_cut.values()), 'sample')} with only {CUT_REASON}"
+                if objects.only_cut else ""),
              f"{indent}{'id':>5}  {'class':<{width}}" + "".join(f"{split:>12}" for split in splits)
              + f"{'total':>10}"]
     for number in ids:
@@ -128,7 +135,9 @@ def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") 
         lines.append(f"{indent}{number:>5}  {printable(_object_name(names, number)):<{width}}"
                      + "".join(f"{cell:>12,}" for cell in cells) + f"{sum(cells):>10,}")
     for title, counts in (("with objects", objects.with_objects),
-                          ("without objects", objects.without_objects)):
+                          ("without objects", objects.without_objects),
+                          *((("cut defect only", objects.only_cut),)
+                            if objects.only_cut else ())):
         lines.append(f"{indent}{'':>5}  {'samples ' + title:<{width}}"
                      + "".join(f"{counts.get(split, 0):>12,}" for split in splits)
                      + f"{sum(counts.values()):>10,}")
@@ -152,6 +161,7 @@ def object_json(objects: ObjectCensus, manifest: Manifest) -> dict[str, Any]:
         "objects": objects.objects,
         "samples_with_objects": dict(objects.with_objects),
         "samples_without_objects": dict(objects.without_objects),
+        "samples_with_only_a_cut_defect": dict(objects.only_cut),
         "classes": [{
             "id": number, "name": _object_name(names, number),
             "objects": {split: objects.per_class.get((number, split), 0) for split in splits},

@@ -44,9 +44,10 @@ from ..annotations.masks import (
     reduce_patch,
     rle_encode,
 )
-from ..annotations.model import ImageAnnotations, Objects, Shape, Vocabulary
+from ..annotations.model import CutObject, ImageAnnotations, Objects, Shape, Vocabulary
 from ..annotations.read import read_annotations
 from ..config import Config
+from ..dataset.normal import IGNORE, objects_are_normal
 from ..dataset.records import Reject, Sample, Unchanged
 from ..decoders import open_header, orientation
 from ..errors import BadImage
@@ -66,9 +67,6 @@ from .originals import object_root, original_cap
 from .plan import PlanItem
 
 MASK_BYTES_PER_PIXEL = 6  # the class mask, a label image of a region, a comparison
-
-
-IGNORE = 255  # the class mask's value for pixels of an object dropped by min_visible
 
 
 @dataclass
@@ -308,14 +306,15 @@ class _Cutter:
         seen = _original_window(placement)
         boxes, names, polygons, rles = [], [], [], []
         kept_pixels = dropped_pixels = None
-        merged = dropped = 0
+        merged = 0
+        cut: list[CutObject] = []
         for instance, reduced in zip(self.instances, self.reduced, strict=True):
             if instance.patch is None:
                 placed = place(instance.shape, placement)
                 if placed is None:
                     continue
                 if placed.visible < min_visible:
-                    dropped += 1
+                    cut.append(CutObject(instance.shape.name, rounded_box(placed.box)))
                     continue
                 boxes.append(rounded_box(placed.box))
                 names.append(instance.shape.name)
@@ -329,7 +328,7 @@ class _Cutter:
             if canvas is None:
                 continue
             if inside / instance.pixels < min_visible:
-                dropped += 1
+                cut.append(CutObject(instance.shape.name, _extent(canvas), rle_encode(canvas)))
                 dropped_pixels = canvas if dropped_pixels is None else dropped_pixels | canvas
                 continue
             kept_pixels = canvas if kept_pixels is None else kept_pixels | canvas
@@ -347,7 +346,8 @@ class _Cutter:
         marked = bool(mask is not None and ((mask > 0) & (mask != IGNORE)).any())
         return Objects(tuple(boxes), tuple(names), tuple(polygons), tuple(rles),
                        mask_png(mask) if mask is not None else None,
-                       tuple(self.names) if mask is not None else (), marked, merged, dropped)
+                       tuple(self.names) if mask is not None else (), marked, merged, len(cut),
+                       tuple(cut))
 
 
 def merge_boxes(instances: list[_Instance], threshold: float) -> list[_Instance]:
@@ -451,8 +451,8 @@ def _windows(base: Sample, frame: Frame, found: list[Objects | None],
     """Every kept window of the frame as a sample, in grid order: each tile, or the whole
     image (a grid of one tile, which ``kept`` always keeps)."""
     tiles, notes = config.image.tiles, config.source.annotations
-    marked = [bool(objects is not None and (len(objects) or objects.marked))
-              for objects in found]
+    # a tile showing a defect, even one cut below min_visible, is never drawn as background
+    marked = [not objects_are_normal(objects) for objects in found]
     keep = kept(list(frame.windows), marked, tiles, config.seed, base.relpath,
                 notes.has_objects)
     samples = []

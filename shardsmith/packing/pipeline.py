@@ -45,6 +45,7 @@ from ..dataset.manifest import (
     write_derived,
     write_sample_index,
 )
+from ..dataset.normal import cut_fields
 from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
@@ -402,6 +403,7 @@ class _Writer:
             line = _sample_record(sample, shard, item.group)
             if object_classes is not None and sample.objects is not None:
                 line |= object_counts(sample.objects, object_classes)
+                line |= cut_fields(sample.objects, object_classes, sample.height, sample.width)
             self.journal.add_sample(line, part == 0)
 
     def reject(self, item: PlanItem, result: Reject) -> None:

@@ -25,6 +25,7 @@ from dataclasses import replace
 from ..annotations.geometry import upright_size
 from ..annotations.model import Vocabulary
 from ..config import Config
+from ..dataset.normal import objects_are_normal
 from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..decoders import jpeg_scale, open_header, orientation
 from ..errors import BadImage
@@ -94,8 +95,8 @@ def _rederived(item: RederiveItem, root: str, config: Config,
     plan = plan_frame(upright, decoded, image, tiles)
     annotations = image_annotations(item, root, config, vocabulary, stored, upright)
     found = window_objects(annotations, stored, rotation, plan, config, vocabulary)
-    marked = [bool(objects is not None and (len(objects) or objects.marked))
-              for objects in found]
+    # a tile showing a defect, even one cut below min_visible, is never drawn as background
+    marked = [not objects_are_normal(objects) for objects in found]
     keep = kept(list(plan.windows), marked, image.tiles, config.seed, relpath,
                 notes.has_objects)
     base = Sample(key=item.key, relpath=relpath, split=item.split, label=item.source.label,

@@ -55,6 +55,7 @@ import torch
 from ..errors import ConfigError
 from . import equal_image_size, select_shards
 from .batches import checked_jpegs
+from .cut import without_cut
 from .epochs import EpochPlan, EpochSettings
 from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .samples import Corruptions, SampleReader
@@ -108,7 +109,8 @@ class DaliLoader:
     """Batches of (images, labels) over a dataset, one epoch per iteration; ``len()`` batches.
 
     On WebDataset shards the epochs are the torch reader's (``set_epoch``, ``state_dict``,
-    ``load_state_dict``, ``drop_last``, ``block``, ``weights`` and ``draws`` as there);
+    ``load_state_dict``, ``drop_last``, ``block``, ``weights`` and ``draws`` as there; samples
+    with a defect cut below min_visible left out unless ``keep_cut``: ``readers.cut``);
     ``shuffle_buffer`` applies to TFRecord shards only, which DALI reads and shuffles itself.
     """
 
@@ -117,7 +119,8 @@ class DaliLoader:
                  rank: int | None = None, world_size: int | None = None, num_threads: int = 4,
                  device_id: int | None = None, shuffle_buffer: int = 4096,
                  drop_last: bool = False, block: int = DEFAULT_BLOCK, py_workers: int = 0,
-                 weights: WeightSpec | None = None, draws: int | None = None):
+                 weights: WeightSpec | None = None, draws: int | None = None,
+                 keep_cut: bool = False):
         if device not in ("gpu", "cpu"):
             raise ConfigError(f"device: expected 'gpu' or 'cpu', got {device!r}")
         if isinstance(py_workers, bool) or not isinstance(py_workers, int) or py_workers < 0:
@@ -139,6 +142,7 @@ class DaliLoader:
         if manifest.format == "webdataset":
             table = load_table(directory, [shard for _, shard in selected])
             check_shards(table)  # a shard swapped for another is refused now, not served
+            table = without_cut(directory, manifest, table, keep_cut)
             self.plan = EpochPlan(table, settings,
                                   reader_draws(directory, manifest, table, weights, draws))
             reader = SampleReader(table, len(self.classes), largest=(self.height, self.width))

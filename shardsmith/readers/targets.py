@@ -40,7 +40,30 @@ def detection_target(meta: Any, height: int, width: int, with_masks: bool,
     target = {"boxes": boxes, "labels": labels}
     if with_masks:
         target["masks"] = _instance_masks(meta.get("rle"), boxes, height, width)
+    if meta.get("objects_cut"):  # read only with keep_cut (readers.cut)
+        target.update(_ignored(meta["objects_cut"], height, width, with_masks, object_classes))
     return target
+
+
+def _ignored(cut: Any, height: int, width: int, with_masks: bool,
+             object_classes: int) -> dict[str, np.ndarray]:
+    """The objects min_visible dropped, as regions a loss should ignore: ``ignore_boxes``,
+    ``ignore_labels`` and (``with_masks``) ``ignore_masks``."""
+    if not isinstance(cut, list) or not all(isinstance(item, dict) for item in cut):
+        raise ValueError("objects_cut is not a list of objects")
+    labels_in = [item.get("label") for item in cut]
+    check_class_ids(labels_in, object_classes)
+    try:
+        boxes = np.asarray([item.get("box") for item in cut], np.float32).reshape(-1, 4)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"a cut object's box is malformed ({exc})") from None
+    if not np.isfinite(boxes).all():
+        raise ValueError("a cut object's box is not finite")
+    found = {"ignore_boxes": boxes, "ignore_labels": np.asarray(labels_in, np.int64)}
+    if with_masks:
+        found["ignore_masks"] = _instance_masks([item.get("rle") for item in cut], boxes,
+                                                height, width)
+    return found
 
 
 def _instance_masks(rles: Any, boxes: np.ndarray, height: int, width: int) -> np.ndarray:

@@ -63,6 +63,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import equal_image_size, largest_image_size, select_shards
 from .batches import COLORSPACES, BatchAssembler, checked_jpegs, each_sample
+from .cut import without_cut
 from .epochs import ArgumentError, EpochPlan, EpochSettings, whole_number
 from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .ring import BatchRing, RingBatch, ShardLoader
@@ -106,6 +107,7 @@ class ShardDataset(IterableDataset):
         targets: bool = False,
         weights: WeightSpec | None = None,
         draws: int | None = None,
+        keep_cut: bool = False,
     ):
         super().__init__()
         if channels not in COLORSPACES:
@@ -124,6 +126,7 @@ class ShardDataset(IterableDataset):
                               "source.annotations): targets=True needs them")
         self.table = load_table(directory, [shard for _, shard in selected])
         check_shards(self.table)  # a shard swapped for another is refused now, not served
+        self.table = without_cut(directory, self.manifest, self.table, keep_cut)
         self.batch_size, self.decode, self.channels = batch_size, decode, channels
         self.transform, self.batch_transform = transform, batch_transform
         self.on_corrupt, self.targets = on_corrupt, targets
@@ -320,6 +323,9 @@ def dataset(path: str | Path, split: str | None = None, shuffle: bool = True,
     (True: torchvision's detection targets instead of labels, see ``detection_collate``),
     ``weights`` (class weights, a SPEC like ``"scratch=10,dent=10,*=1"`` or a mapping: each
     epoch is ``draws`` samples drawn with replacement by weight; see ``readers.weights``),
-    ``draws`` (the samples of a weighted epoch; default the selection's size).
+    ``draws`` (the samples of a weighted epoch; default the selection's size),
+    ``keep_cut`` (True: samples with a defect cut below min_visible are read, their cut
+    objects in the targets' ``ignore_boxes``/``ignore_labels``; by default they are left out
+    of the epoch, and counted in a warning: ``readers.cut``).
     """
     return ShardDataset(path, split, shuffle, **options)

@@ -57,6 +57,7 @@ from ..annotations.polygons import object_ring
 from ..dataset.manifest import iter_sample_index, read_manifest
 from ..errors import ConfigError, CorruptSampleError, ShardFormatError
 from . import largest_image_size, select_shards
+from .cut import without_cut
 from .plan import check_shards, load_table
 from .samples import SampleReader
 from .targets import detection_target
@@ -90,6 +91,8 @@ class ShardYOLODataset(YOLODataset):
         self.object_classes = list(self.manifest.object_classes)
         self.table = load_table(self.shards_dir, [shard for _, shard in selected])
         check_shards(self.table)  # a shard swapped for another is refused now, not served
+        # a sample with a defect cut below min_visible would teach its defect as background
+        self.table = without_cut(self.shards_dir, self.manifest, self.table)
         self.sizes = {record.key: (record.height, record.width)
                       for record in iter_sample_index(self.shards_dir, self.manifest)
                       if record.split == split}

@@ -102,7 +102,9 @@ def sample_metadata(sample: Sample, class_name: str,
     """The per-sample metadata stored next to the image (WebDataset ``KEY.json``): with
     annotations, also the objects (``boxes`` x0, y0, x1, y1 in the sample's pixels, ``labels``
     as object class ids, ``label_names``, ``polygons`` as flat x, y rings, ``rle`` the instance
-    masks as uncompressed COCO RLE or null), and for a tile where it lies in its original."""
+    masks as uncompressed COCO RLE or null; ``objects_cut`` the objects min_visible dropped,
+    each a ``label``, ``label_name``, clipped ``box`` and, with pixels, ``rle``: only when
+    there are any), and for a tile where it lies in its original."""
     metadata = {
         "path": sample.relpath,
         "label": sample.label,
@@ -132,6 +134,13 @@ def sample_metadata(sample: Sample, class_name: str,
         )
         if objects.mask_png is not None:
             metadata["mask"] = "mask.png"
+        if objects.cut:
+            metadata["objects_cut"] = [
+                {"label": object_classes.id(item.name), "label_name": item.name,
+                 "box": list(item.box)}
+                | ({} if item.rle is None else {"rle": {"size": [sample.height, sample.width],
+                                                        "counts": list(item.rle)}})
+                for item in objects.cut]
     if sample.tile is not None:
         metadata["tile"] = sample.tile
     return metadata

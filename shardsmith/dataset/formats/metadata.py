@@ -71,6 +71,8 @@ def _check(meta: Any) -> None:
             _typed(meta, name, kind)
     if any(name in meta for name in OBJECT_KEYS):
         _check_objects(meta, height, width)
+    if "objects_cut" in meta:
+        _check_cut(meta["objects_cut"], height, width)
 
 
 def _check_objects(meta: dict, height: int, width: int) -> None:
@@ -108,6 +110,29 @@ def _check_objects(meta: dict, height: int, width: int) -> None:
                                    "sample")
         counts = counts_of(rle.get("counts"), height * width)
         _check_counts(counts, height * width)
+
+
+def _check_cut(cut: Any, height: int, width: int) -> None:
+    """The objects min_visible dropped: a list of ``{label, label_name, box[, rle]}``."""
+    if not isinstance(cut, list) or len(cut) > MAX_OBJECTS:
+        raise ShardFormatError(f"objects_cut is not a list of at most {MAX_OBJECTS:,} objects")
+    for item in cut:
+        if not isinstance(item, dict):
+            raise ShardFormatError("objects_cut holds other values than objects")
+        _typed(item, "label_name", str)
+        label = _typed(item, "label", int)
+        if not 1 <= label <= MAX_OBJECT_CLASSES:
+            raise ShardFormatError(f"a cut object's class id {label} is not from 1 to "
+                                   f"{MAX_OBJECT_CLASSES}")
+        box = item.get("box")
+        if not isinstance(box, list) or len(box) != 4 or not all(map(_finite, box)):
+            raise ShardFormatError(f"cut box {str(box)[:40]} is not 4 finite numbers")
+        if "rle" in item:
+            rle = item["rle"]
+            if not isinstance(rle, dict) or rle.get("size") != [height, width]:
+                raise ShardFormatError(f"a cut object's RLE is not over this {width}x{height} "
+                                       "sample")
+            _check_counts(counts_of(rle.get("counts"), height * width), height * width)
 
 
 def _check_counts(counts: list[int], pixels: int) -> None:

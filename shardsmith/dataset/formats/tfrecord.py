@@ -128,6 +128,19 @@ def example_features(sample: Sample, classes: tuple[str, ...],
                 b"" if counts is None else rle_string(counts, height, width)
                 for counts in objects.rles),
         })
+        if objects.cut:  # only then: a dataset without cuts keeps its bytes
+            features.update({
+                **{f"image/object/cut/bbox/{edge}": Floats(
+                    item.box[at] / (width if at % 2 == 0 else height) for item in objects.cut)
+                   for at, edge in enumerate(EDGES)},
+                "image/object/cut/class/label": Ints(object_classes.id(item.name)
+                                                     for item in objects.cut),
+                "image/object/cut/class/text": ByteStrings(item.name.encode()
+                                                           for item in objects.cut),
+                "image/object/cut/rle": ByteStrings(
+                    b"" if item.rle is None else rle_string(item.rle, height, width)
+                    for item in objects.cut),
+            })
         if objects.mask_png is not None:
             features["image/segmentation/class/encoded"] = objects.mask_png
             features["image/segmentation/class/format"] = b"png"
@@ -423,6 +436,8 @@ def example_metadata(features: dict[str, Values], key: str) -> dict:
     checked_metadata(meta, key)  # the size is sound before anything is scaled or decoded by it
     if "image/object/class/label" in features:
         meta.update(_objects(features, width, height, key))
+    if CUT_LABEL in features:
+        meta["objects_cut"] = _cut_objects(features, width, height, key)
     if MASK_PNG in features:
         meta["mask"] = "mask.png"
     if "image/tile/row" in features:
@@ -473,6 +488,44 @@ def _objects(features: dict[str, Values], width: int, height: int, key: str) -> 
         except ShardFormatError as exc:
             raise ShardFormatError(f"sample {key}: image/object/rle: {exc}") from None
     return objects
+
+
+CUT_LABEL = "image/object/cut/class/label"
+
+
+def _cut_objects(features: dict[str, Values], width: int, height: int, key: str) -> list:
+    """``objects_cut`` of ``KEY.json`` from the ``image/object/cut/...`` features (the
+    objects min_visible dropped); ShardFormatError when they do not pair up."""
+    labels = features[CUT_LABEL]
+    names = [f"image/object/cut/bbox/{edge}" for edge in EDGES]
+    lists = [features.get(name, []) for name in names]
+    texts = features.get("image/object/cut/class/text", [])
+    rles = features.get("image/object/cut/rle", [])
+    if not all(len(values) == len(labels) for values in (*lists, texts, rles)):
+        raise ShardFormatError(f"sample {key}: the image/object/cut features do not hold one "
+                               "value per object")
+    if not (all(type(value) is int for value in labels)
+            and all(type(value) is bytes for value in (*texts, *rles))
+            and all(isinstance(value, float) for values in lists for value in values)):
+        raise ShardFormatError(f"sample {key}: an image/object/cut feature holds values of "
+                               "another type")
+    scale = (width, height, width, height)
+    found = []
+    for label, text, rle, *edges in zip(labels, texts, rles, *lists, strict=True):
+        try:
+            item = {"label": label, "label_name": text.decode(),
+                    "box": [round(value * size, 3) for value, size in zip(edges, scale,
+                                                                          strict=True)]}
+            if rle:
+                item["rle"] = {"size": [height, width],
+                               "counts": rle_counts(rle, height, width)}
+        except UnicodeDecodeError:
+            raise ShardFormatError(f"sample {key}: a cut object's class name is not "
+                                   "UTF-8") from None
+        except ShardFormatError as exc:
+            raise ShardFormatError(f"sample {key}: image/object/cut/rle: {exc}") from None
+        found.append(item)
+    return found
 
 
 def _single(features: dict[str, Values], name: str, kind: type, key: str) -> Any:

@@ -45,6 +45,7 @@ from ...dataset.manifest import (
     iter_sample_index,
     read_manifest,
 )
+from ...dataset.normal import CUT_REASON, cut_count
 from ...dataset.remote import local_copy
 from ...door import Refused
 from ...errors import (
@@ -123,6 +124,7 @@ class ExportResult:
     removed: tuple[int, ...]  # older versions deleted
     up_to_date: bool
     seconds: float
+    left_out: int = 0  # samples with a defect cut below min_visible, not exported
 
 
 def export_summary(result: ExportResult) -> str:
@@ -132,9 +134,11 @@ def export_summary(result: ExportResult) -> str:
                                      if result.options.anomalib_layout else "")
     removed = (f"; removed {', '.join(f'v{number}' for number in result.removed)}"
                if result.removed else "")
+    left_out = (f"; {plural(result.left_out, 'sample')} left out: {CUT_REASON} (--keep-cut "
+                "exports them, the cut part labelled)" if result.left_out else "")
     if result.up_to_date:
         return (f"{result.folder}: up to date ({plural(result.samples, 'sample')}, {what})"
-                f"{removed}")
+                f"{left_out}{removed}")
     parts = [f"{result.written} from {plural(result.shards_read, 'shard')}"]
     if result.linked:
         parts.append(f"{result.linked} hard-linked from the previous export")
@@ -142,12 +146,13 @@ def export_summary(result: ExportResult) -> str:
         parts.append(f"{result.kept} kept from an interrupted export")
     return (f"{result.folder}: {plural(result.samples, 'sample')} exported as {what} "
             f"({', '.join(parts)}) in {result.seconds:.1f}s; current -> v{result.version}"
-            f"{removed}")
+            f"{left_out}{removed}")
 
 
 def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal: str = "good",
                     anomalib_layout: str = "folder",
-                    splits: tuple[str, ...] | None = None) -> ExportOptions:
+                    splits: tuple[str, ...] | None = None,
+                    keep_cut: bool = False) -> ExportOptions:
     """The export's options, checked against the dataset (its class names too, where they
     become folders) before anything is written; ConfigError for what cannot be."""
     if layout not in LAYOUTS:
@@ -159,6 +164,10 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
         if split not in manifest.splits:
             raise ConfigError(f"--split: the dataset has no split {split!r} (splits: "
                               f"{', '.join(manifest.splits) or 'none'})")
+    if keep_cut and (layout == "anomalib" or (layout == "yolo" and task == "classify")):
+        raise ConfigError("--keep-cut: only for --layout coco and yolo's detect and segment "
+                          "tasks (anomalib exports such samples as abnormal; classify "
+                          "follows image classes)")
     chosen = tuple(name for name in manifest.splits if splits is None or name in splits)
     splits = None if splits is None else chosen
     if layout == "yolo":
@@ -174,11 +183,15 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
                                   "(packed with labels: none)")
             layouts.check_folder_names(manifest.classes, "image class",
                                        "the classify layout makes one folder per class")
-        return ExportOptions(layout, task=task, splits=splits)
+        if task == "classify" and keep_cut:
+            raise ConfigError("--keep-cut: only for yolo's detect and segment tasks (classify "
+                              "follows image classes)")
+        return ExportOptions(layout, task=task, splits=splits,
+                             keep_cut=keep_cut and task != "classify")
     if layout == "coco":
         if manifest.object_classes is None:
             raise ConfigError("--layout coco: the dataset has no objects (image labels only)")
-        return ExportOptions(layout, splits=splits)
+        return ExportOptions(layout, splits=splits, keep_cut=keep_cut)
     if anomalib_layout not in ("folder", "mvtec"):
         raise ConfigError(f"--anomalib-layout: {anomalib_layout!r} is not folder or mvtec")
     if manifest.classes and normal not in manifest.classes:
@@ -195,27 +208,30 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
 def export(dataset: str | Path, destination: str | Path, layout: str, task: str = "auto",
            normal: str = "good", anomalib_layout: str = "folder",
            splits: tuple[str, ...] | None = None, quiet: bool = False,
-           keep: int = 2, storage_options: dict[str, str] | None = None) -> ExportResult:
+           keep: int = 2, storage_options: dict[str, str] | None = None,
+           keep_cut: bool = False) -> ExportResult:
     """Export the dataset in ``dataset`` (a folder or an ``s3://`` URL, whose client
     ``storage_options`` configure) into ``destination`` as ``layout``; ``keep`` versions stay
-    (the current one and the ``keep - 1`` before it)."""
+    (the current one and the ``keep - 1`` before it).  ``keep_cut`` (yolo, coco): samples with
+    a defect cut below min_visible are exported with it labelled, not left out."""
     started = time.monotonic()
     if not (isinstance(keep, int) and 1 <= keep <= 1000):
         raise ConfigError(f"--keep {keep}: keep 1 to 1000 versions (the current one counts)")
     source, root = _check_locations(location(dataset, storage_options), Path(destination))
     with _collector_paused():  # restored once ``_export``'s records are gone (none to walk)
         return _export(source, root, layout, task, normal, anomalib_layout, splits, quiet,
-                       keep, started)
+                       keep, started, keep_cut)
 
 
 def _export(source: Path | ObjectPath, root: Path, layout: str, task: str, normal: str,
             anomalib_layout: str, splits: tuple[str, ...] | None, quiet: bool, keep: int,
-            started: float) -> ExportResult:
+            started: float, keep_cut: bool = False) -> ExportResult:
     shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
         source / STATE_DIR / LOCK_NAME, "packed")
     with shared:
         manifest = read_manifest(source)
-        options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits)
+        options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits,
+                                  keep_cut)
         cap = record_cap(manifest.totals.packed)
         if root.is_dir():  # refused before our lock folder appears in someone's folder
             survey(root, layout, cap)
@@ -270,12 +286,16 @@ def _check_locations(source: Path | ObjectPath,
 # 25 ms; a generic dump and sort took 150 us a line, msgspec sorting the keys of each 3 us).
 _DIGEST_FIELDS = tuple(sorted(name for name in SampleRecord.__slots__ if name != "shard"))
 _DIGEST_ENCODER = msgspec.json.Encoder()
+_DIGEST_IF_SET = ("objects_cut",)  # fields of the index added since exports were recorded
 
 
 def sample_digest(record: SampleRecord) -> str:
     """A sample's index line less the shard it lies in (a compaction moves it, not changes
     it)."""
     fields = {name: getattr(record, name) for name in _DIGEST_FIELDS}
+    for name in _DIGEST_IF_SET:  # absent, as before the field was: an export stays linkable
+        if fields[name] is None:
+            del fields[name]
     return hashlib.sha256(_DIGEST_ENCODER.encode(fields)).hexdigest()
 
 
@@ -299,6 +319,12 @@ class _Run:
         self.coco_fits: Callable[[ExportedSample], bool] = (
             layouts.coco_fits(manifest.object_classes) if options.layout == "coco"
             else lambda sample: True)
+        # yolo (detect, segment) and coco write a sample without objects as background: one
+        # showing a defect cut below min_visible is left out, unless asked for with its cut
+        # objects labelled (where the index says where they are)
+        self.leaves_out_cut = options.layout == "coco" or (options.layout == "yolo"
+                                                           and options.task != "classify")
+        self.left_out = 0
 
     def execute(self, started: float) -> ExportResult:
         current = self.destination.current
@@ -371,7 +397,7 @@ class _Run:
                 removed: tuple[int, ...], up_to_date: bool, started: float) -> ExportResult:
         return ExportResult(self.destination.folder(self.number), self.number, self.options,
                             samples, written, linked, kept, read, removed, up_to_date,
-                            time.monotonic() - started)
+                            time.monotonic() - started, self.left_out)
 
     def _same_export(self, head: RecordHead) -> bool:
         """A version exported by this release with these options and classes, from a
@@ -428,9 +454,18 @@ class _Run:
         digests: dict[str, str] = {}
         chunk: list[ExportedSample] = []
         splits = self.options.splits
+        self.left_out, unlocated, uncounted = 0, 0, False
         for record in iter_sample_index(self.source, self.manifest):
             if splits is not None and record.split not in splits:
                 continue
+            if cut_count(record) and record.objects_cut is None:
+                unlocated += 1  # counted by an index of an earlier release, not located
+            if self.leaves_out_cut and cut_count(record):
+                if not self.options.keep_cut or record.objects_cut is None:
+                    self.left_out += 1
+                    continue
+            uncounted = uncounted or (record.objects_dropped is None
+                                      and self.manifest.object_classes is not None)
             records.append(record)
             digest = digests[record.key] = sample_digest(record)
             before = previous.get(record.key)
@@ -441,9 +476,31 @@ class _Run:
                     chunk = []
         if chunk:
             pending.send(chunk)
+        self._warn_old_index(unlocated, uncounted)
         if self.options.layout == "coco":
             _check_image_ids(records)
         return records, digests
+
+    def _warn_old_index(self, unlocated: int, uncounted: bool) -> None:
+        """Say what an index of an earlier release cannot tell of cut defects."""
+        if unlocated:
+            log.warning("%s: %s with a defect cut below min_visible: the sample index counts "
+                        "their cut objects but does not say where they are (packed by an "
+                        "earlier release; the next pack records them): %s", self.source,
+                        plural(unlocated, "sample"),
+                        "left out, even with --keep-cut" if self.leaves_out_cut else
+                        "their masks show a cut object by the 255 (\"ignore\") pixels of the "
+                        "class mask; a box-only one cannot be told apart")
+        if uncounted and self.leaves_out_cut:
+            log.warning("%s: the sample index does not count the objects min_visible "
+                        "dropped (packed by an earlier release): a sample showing only a "
+                        "cut defect cannot be told from a background one; the next pack "
+                        "records them", self.source)
+        elif uncounted:
+            log.warning("%s: the sample index does not count the objects min_visible "
+                        "dropped (packed by an earlier release): a cut defect is found by the "
+                        "255 (\"ignore\") pixels of a class mask; a box-only one cannot be "
+                        "told apart; the next pack records them", self.source)
 
     def _from_shards(self, todo: list[SampleRecord], digests: dict[str, str],
                      tree: ExportTree, exported: dict[str, ExportedSample],
@@ -605,11 +662,15 @@ class _Run:
         try:
             metadata = self.fmt.metadata(packed)  # a checked mapping, or ShardFormatError
             wants_mask = self.options.layout == "anomalib" or "rle" not in metadata
+            object_classes = (None if self.options.task == "classify"
+                              else self.manifest.object_classes)
             sample = layouts.parse_sample(
                 record.key, record.split, class_name, metadata, self.fmt.jpeg(packed),
-                self.fmt.mask_png(packed) if wants_mask else None,
-                None if self.options.task == "classify" else self.manifest.object_classes,
+                self.fmt.mask_png(packed) if wants_mask else None, object_classes,
                 self._warn_fallback)
+            sample.cut_count = cut_count(record)
+            sample.cut = layouts.cut_objects(record.objects_cut or (), object_classes,
+                                             sample.height, sample.width)
             files, coco = layouts.sample_files(self.options, sample)
         except (ValueError, TypeError, KeyError, ShardFormatError) as exc:
             # a format's own error may name the sample already

@@ -22,14 +22,19 @@ import yaml
 from pycocotools import mask as coco_mask
 
 from ...annotations import polygons
-from ...dataset.formats.metadata import MAX_SIDE
-from ...errors import ConfigError
+from ...dataset.formats.metadata import MAX_SIDE, rle_counts
+from ...dataset.manifest import CutRecord
+from ...dataset.normal import IGNORE, is_normal
+from ...errors import ConfigError, ShardFormatError
 from ...readers.sample_jpeg import SampleJpegError, check_header, decode_sample
 from ...text import shown
 from . import objects
 from .record import CocoObject, ExportedSample, ExportOptions
 
 NORMAL_FOLDER = "good"  # MVTec's name for normal images, whatever --normal calls them
+# the mvtec folder of a sample whose only defect was cut below min_visible, where an index of
+# an earlier release does not say of which class
+UNKNOWN_DEFECT = "cut_defect"
 JPEG, LABEL, MASK = ".jpg", ".txt", ".png"
 # anomalib's MVTecAD reads ``.png`` images only (anomalib 2.7, datasets/image/mvtecad.py)
 MVTEC_IMAGE = ".png"
@@ -69,7 +74,8 @@ def defect_names(classes: tuple[str, ...], object_classes: tuple[str, ...] | Non
                  normal: str) -> list[str]:
     """The folder names the mvtec layout may give abnormal samples: the image classes but the
     normal one, and the object classes (a normal-class sample with objects)."""
-    return [name for name in classes if name != normal] + list(object_classes or ())
+    return [name for name in classes if name != normal] + list(object_classes or ()) + (
+        [UNKNOWN_DEFECT] if object_classes else [])
 
 
 @dataclass
@@ -109,6 +115,41 @@ class Sample:
     jpeg: bytes
     objects: list[SampleObject] = field(default_factory=list)
     class_mask: np.ndarray | None = None
+    # the objects min_visible dropped, where the sample index says where they are, and how
+    # many it dropped (an index of an earlier release may count them without saying where)
+    cut: list[SampleObject] = field(default_factory=list)
+    cut_count: int = 0
+
+    def is_normal(self) -> bool:
+        """No defect in it, kept or cut (``dataset.normal``)."""
+        return is_normal(len(self.objects), self.cut_count,
+                         self.class_mask is not None and bool((self.class_mask == IGNORE).any()))
+
+
+def cut_objects(cut: Iterable[CutRecord], object_classes: tuple[str, ...] | None,
+                height: int, width: int) -> list[SampleObject]:
+    """The objects min_visible dropped, from their sample index records; ValueError for one
+    that does not fit the sample."""
+    found = []
+    for item in cut:
+        if object_classes is None or not 1 <= item.label <= len(object_classes):
+            raise ValueError(f"cut object class id {item.label} is not one of the dataset's")
+        x0, y0, x1, y1 = item.box
+        if not (-BOX_SLACK <= x0 < x1 <= width + BOX_SLACK
+                and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK):
+            raise ValueError(f"cut box {list(item.box)} is not inside its {width}x{height} "
+                             "pixels")
+        rle = None
+        if item.rle is not None:
+            try:
+                counts = rle_counts(item.rle.encode("ascii"), height, width)
+            except (UnicodeEncodeError, ShardFormatError) as exc:
+                raise ValueError(f"a cut object's RLE: {exc}") from None
+            rle = {"size": [height, width], "counts": counts}
+        found.append(SampleObject([float(v) for v in item.box], item.label,
+                                  object_classes[item.label - 1], [], rle, None, height,
+                                  width))
+    return found
 
 
 def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: bytes,
@@ -199,7 +240,7 @@ def yolo_lines(sample: Sample, segment: bool) -> list[str]:
     normalised, CLASS counted from 0."""
     width, height = sample.width, sample.height
     lines = []
-    for item in sample.objects:
+    for item in sample.objects + sample.cut:  # cut objects only with --keep-cut
         if segment:
             ring = polygons.object_ring(item.box, item.rings, item.mask)
             coordinates = " ".join(
@@ -219,7 +260,7 @@ def coco_objects(sample: Sample) -> tuple[CocoObject, ...]:
     box as a polygon; ``area`` the pixels of its mask (of its polygons when it has no mask),
     the box's area for a box-only object."""
     found = []
-    for item in sample.objects:
+    for item in sample.objects + sample.cut:  # cut objects only with --keep-cut
         x0, y0, x1, y1 = item.box
         bbox = (round(x0, 3), round(y0, 3), round(x1 - x0, 3), round(y1 - y0, 3))
         rings = tuple(tuple(ring) for ring in item.rings if len(ring) >= 6)
@@ -244,15 +285,20 @@ def coco_objects(sample: Sample) -> tuple[CocoObject, ...]:
 
 
 def is_abnormal(options: ExportOptions, sample: Sample) -> bool:
-    """Abnormal: it has objects, or its image class is not the normal one."""
-    return bool(sample.objects) or (bool(sample.class_name)
-                                    and sample.class_name != options.normal)
+    """Abnormal: it shows a defect (an object, kept or cut: ``dataset.normal``), or its image
+    class is not the normal one."""
+    return not sample.is_normal() or (bool(sample.class_name)
+                                      and sample.class_name != options.normal)
 
 
 def defect_name(options: ExportOptions, sample: Sample) -> str:
+    """The mvtec folder of an abnormal sample: its image class, else its first object's
+    class (kept, else cut); a cut the index does not locate (an earlier release):
+    ``UNKNOWN_DEFECT``."""
     if sample.class_name and sample.class_name != options.normal:
         return sample.class_name
-    return sample.objects[0].name
+    found = sample.objects or sample.cut
+    return found[0].name if found else UNKNOWN_DEFECT
 
 
 def anomalib_files(options: ExportOptions, sample: Sample) -> list[tuple[str, bytes]]:
@@ -264,8 +310,9 @@ def anomalib_files(options: ExportOptions, sample: Sample) -> list[tuple[str, by
             return [(f"{where}/{NORMAL_FOLDER}/{key}{MVTEC_IMAGE}", png_image(sample))]
         where = "normal" if sample.split == "train" else "normal_test"
         return [(f"{where}/{key}{JPEG}", sample.jpeg)]
-    boxes = [item.box for item in sample.objects]
-    masks = [item.mask for item in sample.objects] if sample.class_mask is None else []
+    shown = sample.objects + sample.cut
+    boxes = [item.box for item in shown]
+    masks = [item.mask for item in shown]
     mask = objects.png(objects.anomaly_mask(sample.class_mask, boxes, masks, sample.height,
                                             sample.width))
     if mvtec:

@@ -71,11 +71,10 @@ def fallback_masks(boxes: list[list[float]], labels: list[int],
 
 def anomaly_mask(classes: np.ndarray | None, boxes: list[list[float]],
                  masks: list[np.ndarray | None], height: int, width: int) -> np.ndarray:
-    """255 where a defect is, 0 elsewhere: the class mask's object pixels (values 1..254;
-    255 there means "ignore"), else each object's instance mask or, without one, its box."""
-    if classes is not None:
-        return np.where((classes >= 1) & (classes <= 254), 255, 0).astype(np.uint8)
-    found = np.zeros((height, width), bool)
+    """255 where a defect is, 0 elsewhere: every marked pixel of the class mask (a class, or
+    255 "ignore": an object cut below min_visible is a defect all the same), and each object's
+    instance mask or, without one (a box-only object, kept or cut), its box."""
+    found = np.zeros((height, width), bool) if classes is None else classes > 0
     for box, mask in zip(boxes, masks, strict=True):
         found |= mask if mask is not None else box_mask(box, height, width)
     return np.where(found, 255, 0).astype(np.uint8)

@@ -73,6 +73,9 @@ class ExportOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     normal: str | None = None  # anomalib: the image class of normal samples
     anomalib_layout: str | None = None  # anomalib: folder or mvtec
     splits: tuple[str, ...] | None = None  # None: every split
+    # yolo (detect, segment), coco: samples with a defect cut below min_visible are written,
+    # the cut objects labelled (else left out)
+    keep_cut: bool = False
 
 
 class RecordHead(msgspec.Struct, frozen=True):
