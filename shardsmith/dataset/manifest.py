@@ -505,6 +505,10 @@ class SampleRecord:
     objects: ObjectCounts | None = None
     objects_dropped: Count | None = None
     objects_merged: Count | None = None
+    # Per object class id k, at k - 1, the objects of that class with a box only (no polygon,
+    # no instance mask), up to its last such class: ``[]`` when every object has pixels; None
+    # in an index line written before it was counted (the export cannot tell).
+    objects_box_only: ObjectCounts | None = None
 
     def check(self, where: str) -> None:
         shard = SHARD_NAME.fullmatch(self.shard)

@@ -73,6 +73,9 @@ class ExportOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     normal: str | None = None  # anomalib: the image class of normal samples
     anomalib_layout: str | None = None  # anomalib: folder or mvtec
     splits: tuple[str, ...] | None = None  # None: every split
+    # coco: whether an object with a box only gets its box as ``segmentation`` (None: a
+    # record of an earlier release, which gave it one)
+    box_polygons: bool | None = None
 
 
 class RecordHead(msgspec.Struct, frozen=True):
