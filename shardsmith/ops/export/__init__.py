@@ -681,6 +681,8 @@ def _check_image_ids(records: list[SampleRecord]) -> None:
     seen: dict[int, str] = {}
     for record in records:
         image_id = layouts.coco_image_id(record.key)
+        if seen.get(image_id) == record.key:  # the sample index refuses it first
+            raise ManifestError(f"sample key {record.key} is in the sample index twice")
         if image_id in seen:
             raise ConfigError(f"samples {seen[image_id]} and {record.key} get the same COCO "
                               f"image id {image_id} (53 bits of sha256 of the key collide)")

@@ -11,13 +11,14 @@ import hashlib
 import os
 import stat
 import sys
+import threading
 from collections import deque
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ...atomic import fsync_directory, naming
 from ...door import FOLDER_FLAGS, Refused, kind_of, open_file, walk_folders
-from ...errors import OutputStateError
+from ...errors import ManifestError, OutputStateError
 from .linkworker import NOT_A_FILE, as_written
 from .record import ExportedFile, ExportedSample
 
@@ -54,6 +55,10 @@ class ExportTree:
         self.root = root
         self._folders: set[str] = set()
         self.written: list[str] = []
+        # every path this run writes, claimed before its create: a second write of one (two
+        # samples of one key) is refused, never made over the first (``write`` runs on threads)
+        self._claimed: set[str] = set()
+        self._claiming = threading.Lock()
         self._ahead: deque[tuple[Future[ExportedFile], int]] = deque()  # ``write_later``'s
         self._ahead_bytes = 0
         # (source root, relative folder) -> descriptors of it there and here (``link_samples``)
@@ -102,6 +107,12 @@ class ExportTree:
         # is cleared and created again); a Path and an lstat a file were a fifth of the time
         # spent writing 20,000 small files.
         path = os.path.join(self.root, relpath)
+        with self._claiming:
+            if path in self._claimed:
+                raise ManifestError(f"{path}: two samples of the dataset give this file in one "
+                                    "export (a sample key twice?): it is not written over; "
+                                    "nothing was switched (shardsmith verify)")
+            self._claimed.add(path)
         try:
             fd = os.open(path, CREATE, 0o644)
         except FileExistsError:
