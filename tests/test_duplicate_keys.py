@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -131,20 +132,22 @@ def test_the_torch_reader_refuses_a_sample_key_in_two_splits(forged, split):
         torch_dataset(dataset, split, shuffle=False)
 
 
-def test_an_export_never_writes_a_file_over_one_it_wrote_in_the_same_run(tmp_path):
+def test_an_export_never_writes_a_sample_file_over_one_it_wrote_in_the_same_run(tmp_path):
     from shardsmith.errors import ManifestError
     from shardsmith.ops.export.tree import ExportTree
 
     tree = ExportTree(tmp_path / "v1.partial")
-    tree.write("abnormal/k.jpg", b"first")
-    with pytest.raises(ManifestError, match="two samples of the dataset give this file"):
-        tree.write("abnormal/k.jpg", b"second")
+    with ThreadPoolExecutor(2) as pool:
+        tree.write_later(pool, "abnormal/k.jpg", b"first").result()
+        with pytest.raises(ManifestError, match="two samples of the dataset give this file"):
+            tree.write_later(pool, "abnormal/k.jpg", b"second")
     assert (tmp_path / "v1.partial" / "abnormal" / "k.jpg").read_bytes() == b"first"
 
 
 def test_an_export_resumed_still_replaces_a_file_of_its_earlier_try(tmp_path):
     from shardsmith.ops.export.tree import ExportTree
 
-    ExportTree(tmp_path / "v1.partial").write("mask/k.png", b"earlier try")
-    ExportTree(tmp_path / "v1.partial").write("mask/k.png", b"this run")
+    for data in (b"earlier try", b"this run"):
+        with ThreadPoolExecutor(2) as pool:
+            ExportTree(tmp_path / "v1.partial").write_later(pool, "mask/k.png", data).result()
     assert (tmp_path / "v1.partial" / "mask" / "k.png").read_bytes() == b"this run"

@@ -60,8 +60,8 @@ def yolo_task(requested: str, census: PixelCensus, object_classes: tuple[str, ..
     box_only = census.box_only_total
     with_boxes = (f"{box_only} of {plural(census.objects, 'object')} have a box only "
                   f"({census.box_only_named(object_classes)})") if box_only else ""
-    uncounted = (f"{plural(census.uncounted, 'sample')} of an earlier release's pack do not "
-                 "record which objects have pixels (a pack with this release counts them)")
+    uncounted = (f"the index lines of {plural(census.uncounted, 'sample')} with objects, "
+                 "written by an earlier release, do not record which objects have pixels")
     if requested == "detect":
         return "detect", ""
     if requested == "segment":

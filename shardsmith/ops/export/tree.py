@@ -11,7 +11,6 @@ import hashlib
 import os
 import stat
 import sys
-import threading
 from collections import deque
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
@@ -55,10 +54,9 @@ class ExportTree:
         self.root = root
         self._folders: set[str] = set()
         self.written: list[str] = []
-        # every path this run writes, claimed before its create: a second write of one (two
-        # samples of one key) is refused, never made over the first (``write`` runs on threads)
+        # every sample file this run writes (``write_later``): a second write of one (two
+        # samples of one key) is refused, never made over the first
         self._claimed: set[str] = set()
-        self._claiming = threading.Lock()
         self._ahead: deque[tuple[Future[ExportedFile], int]] = deque()  # ``write_later``'s
         self._ahead_bytes = 0
         # (source root, relative folder) -> descriptors of it there and here (``link_samples``)
@@ -107,12 +105,6 @@ class ExportTree:
         # is cleared and created again); a Path and an lstat a file were a fifth of the time
         # spent writing 20,000 small files.
         path = os.path.join(self.root, relpath)
-        with self._claiming:
-            if path in self._claimed:
-                raise ManifestError(f"{path}: two samples of the dataset give this file in one "
-                                    "export (a sample key twice?): it is not written over; "
-                                    "nothing was switched (shardsmith verify)")
-            self._claimed.add(path)
         try:
             fd = os.open(path, CREATE, 0o644)
         except FileExistsError:
@@ -133,6 +125,11 @@ class ExportTree:
         is not for threads), the file's creation, writing and hashing there.  A create waits
         in the kernel with the GIL released (10,000 files of 5 kB: 2.4 to 4.7 s of system
         time on this 2-core machine), so the samples after it are parsed meanwhile."""
+        if relpath in self._claimed:
+            raise ManifestError(f"{self.root / relpath}: two samples of the dataset give this "
+                                "file in one export (a sample key twice?): it is not written "
+                                "over; nothing was switched (shardsmith verify)")
+        self._claimed.add(relpath)
         parent, _, _ = relpath.rpartition("/")
         if parent not in self._folders:
             self.folder(parent)
