@@ -666,7 +666,11 @@ def verify(dataset, config_file, decode, workers, quiet, storage_options) -> Non
               help="The trainer's folder layout (docs/export.md).")
 @click.option("--task", type=click.Choice(["auto", "detect", "segment", "classify"]),
               default="auto", show_default=True,
-              help="yolo: auto = classify without objects, segment with masks, else detect.")
+              help="yolo: auto = classify without objects, segment when every object has a "
+              "polygon or mask, else detect.")
+@click.option("--boxes-as-polygons", is_flag=True,
+              help="An object with a box only gets its box as a polygon (yolo segment, COCO "
+              "segmentation); default: yolo segment refuses, COCO leaves it out.")
 @click.option("--normal", default="good", show_default=True,
               help="anomalib: the image class of normal samples.")
 @click.option("--anomalib-layout", type=click.Choice(["folder", "mvtec"]), default="folder",
@@ -682,8 +686,8 @@ def verify(dataset, config_file, decode, workers, quiet, storage_options) -> Non
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_storage_option
 @_fail_cleanly
-def export(dataset, destination, layout, task, normal, anomalib_layout, splits, keep_cut,
-           keep, quiet, storage_options) -> None:
+def export(dataset, destination, layout, task, boxes_as_polygons, normal, anomalib_layout,
+           splits, keep_cut, keep, quiet, storage_options) -> None:
     """Write the packed DATASET into DESTINATION as a trainer's folder layout: DEST/vN for
     the dataset's version N, DEST/current a link to it, switched when it is complete.
 
@@ -696,7 +700,7 @@ def export(dataset, destination, layout, task, normal, anomalib_layout, splits, 
     result = run_export(dataset, destination, layout, task=task, normal=normal,
                         anomalib_layout=anomalib_layout, splits=tuple(splits) or None,
                         quiet=quiet, keep=keep, storage_options=_options(storage_options),
-                        keep_cut=keep_cut)
+                        keep_cut=keep_cut, boxes_as_polygons=boxes_as_polygons)
     _echo(export_summary(result))
 
 

@@ -18,4 +18,21 @@ def object_counts(objects: Objects, classes: ObjectClasses) -> dict[str, Any]:
     for number in ids:
         counts[number - 1] += 1
     return {"objects": counts, "objects_dropped": objects.dropped,
-            "objects_merged": objects.merged}
+            "objects_merged": objects.merged,
+            "objects_box_only": box_only_counts(objects, classes)}
+
+
+def box_only_counts(objects: Objects, classes: ObjectClasses) -> list[int]:
+    """Per class id ``k``, at ``k - 1``, the objects of ``objects`` that have a box and no
+    pixels (no polygon, no instance mask), up to the last class that has one: what decides
+    whether an export may call the objects masks (``ops/export/task.py``)."""
+    counts: list[int] = []
+    for index, name in enumerate(objects.names):
+        rings = objects.polygons[index] if index < len(objects.polygons) else ()
+        rle = objects.rles[index] if index < len(objects.rles) else None
+        if rle is not None or any(len(ring) >= 6 for ring in rings):
+            continue
+        number = classes.id(name)
+        counts.extend([0] * (number - len(counts)))
+        counts[number - 1] += 1
+    return counts

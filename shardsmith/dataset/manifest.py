@@ -40,6 +40,7 @@ from ..errors import ConfigError, ManifestError
 from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse, to_json
 from ..storage import NoSuchBucket, StoreError
 from ..text import shown
+from .keys import KeyTally, duplicate_message, repeated_keys
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
@@ -522,6 +523,10 @@ class SampleRecord:
     # before it was recorded): a sample with one is never normal (``dataset.normal``).
     objects_cut: Annotated[tuple[CutRecord, ...],
                            msgspec.Meta(max_length=MAX_OBJECTS)] | None = None
+    # Per object class id k, at k - 1, the objects of that class with a box only (no polygon,
+    # no instance mask), up to its last such class: ``[]`` when every object has pixels; None
+    # in an index line written before it was counted (the export cannot tell).
+    objects_box_only: ObjectCounts | None = None
 
     def check(self, where: str) -> None:
         shard = SHARD_NAME.fullmatch(self.shard)
@@ -552,15 +557,30 @@ INDEX_BLOCK = 1 << 20
 
 
 def iter_sample_index(directory: Path, manifest: Manifest) -> Iterator[SampleRecord]:
-    """The sample index, validated line by line, streamed a block at a time (memory does not
-    grow with it).
+    """The sample index, validated line by line, streamed a block at a time (memory grows by
+    8 bytes a line only: the key check).
 
     Reads at most the manifest's byte count, and hashes what it reads: an index read in full
-    whose sha256 is not the manifest's raises ManifestError after its last line (an edit of
-    the same size, a label changed, is found by nothing else), so a consumer acts on the
-    records only once the loop has finished.  The hash costs ~0.25 s a million lines (282 MB),
-    a few percent of the 5-7 s their parse takes.
+    whose sha256 is not the manifest's, or that holds a sample key twice (``dataset.keys``),
+    raises ManifestError after its last line (an edit of the same size, a label changed, is
+    found by nothing else), so a consumer acts on the records only once the loop has
+    finished.  The hash costs ~0.25 s a million lines (282 MB), a few percent of the 5-7 s
+    their parse takes.
     """
+    tally = KeyTally()
+    for record in _index_records(directory, manifest):
+        tally.add(record.key)
+        yield record
+    hashes = tally.repeated()
+    if hashes:  # read again, only to name them (a dataset that is refused anyway)
+        repeated = repeated_keys(((record.key, record.shard) for record in
+                                  _index_records(directory, manifest)), hashes)
+        if repeated:
+            raise ManifestError(f"{directory / manifest.samples_index.name}: "
+                                f"{duplicate_message(repeated, 'the sample index')}")
+
+
+def _index_records(directory: Path, manifest: Manifest) -> Iterator[SampleRecord]:
     entry = manifest.samples_index
     path = directory / entry.name
     digest = hashlib.sha256()

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..dataset.formats import open_shard
 from ..dataset.formats.webdataset import BLOCK, INDEX_VERSION, check_member_name, iter_members
+from ..dataset.keys import KeyTally, duplicate_message, repeated_keys
 from ..dataset.manifest import ShardEntry
 from ..door import OpenFile, Refused, read_file
 from ..errors import ManifestError, ShardFormatError
@@ -104,6 +105,15 @@ def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
             columns[0].append(number)
             for column, value in zip(columns[1:], row, strict=True):
                 column.append(value)
+    tally = KeyTally()  # a key twice: across the selected shards (two splits read together)
+    for key in keys:
+        tally.add(key)
+    hashes = tally.repeated()
+    repeated = hashes and repeated_keys(
+        ((key, Path(paths[shard]).name) for key, shard in zip(keys, columns[0], strict=True)),
+        hashes)
+    if repeated:
+        raise ManifestError(f"{directory}: {duplicate_message(repeated, 'the shards read')}")
     shard_of, *rest = (np.asarray(column, np.int64) for column in columns)
     key_bounds = np.zeros(len(keys) + 1, np.int64)
     np.cumsum([len(key) for key in keys], out=key_bounds[1:])

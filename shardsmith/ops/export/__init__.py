@@ -18,6 +18,7 @@ its sha256 checked as it streams by; a bucket has no lock to share.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import hashlib
 import logging
@@ -77,6 +78,7 @@ from .record import (
     record_bytes,
     record_cap,
 )
+from .task import pixel_census, yolo_task
 from .tree import ExportTree, real_folders
 from .versions import (
     Destination,
@@ -125,6 +127,7 @@ class ExportResult:
     up_to_date: bool
     seconds: float
     left_out: int = 0  # samples with a defect cut below min_visible, not exported
+    note: str = ""  # why the yolo task is the one exported (``task.yolo_task``)
 
 
 def export_summary(result: ExportResult) -> str:
@@ -136,15 +139,16 @@ def export_summary(result: ExportResult) -> str:
                if result.removed else "")
     left_out = (f"; {plural(result.left_out, 'sample')} left out: {CUT_REASON} (--keep-cut "
                 "exports them, the cut part labelled)" if result.left_out else "")
+    note = f"task: {result.note}\n" if result.note else ""
     if result.up_to_date:
-        return (f"{result.folder}: up to date ({plural(result.samples, 'sample')}, {what})"
+        return (f"{note}{result.folder}: up to date ({plural(result.samples, 'sample')}, {what})"
                 f"{left_out}{removed}")
     parts = [f"{result.written} from {plural(result.shards_read, 'shard')}"]
     if result.linked:
         parts.append(f"{result.linked} hard-linked from the previous export")
     if result.kept:
         parts.append(f"{result.kept} kept from an interrupted export")
-    return (f"{result.folder}: {plural(result.samples, 'sample')} exported as {what} "
+    return (f"{note}{result.folder}: {plural(result.samples, 'sample')} exported as {what} "
             f"({', '.join(parts)}) in {result.seconds:.1f}s; current -> v{result.version}"
             f"{left_out}{removed}")
 
@@ -152,9 +156,11 @@ def export_summary(result: ExportResult) -> str:
 def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal: str = "good",
                     anomalib_layout: str = "folder",
                     splits: tuple[str, ...] | None = None,
-                    keep_cut: bool = False) -> ExportOptions:
+                    keep_cut: bool = False, boxes_as_polygons: bool = False) -> ExportOptions:
     """The export's options, checked against the dataset (its class names too, where they
-    become folders) before anything is written; ConfigError for what cannot be."""
+    become folders) before anything is written; ConfigError for what cannot be.  A yolo
+    ``auto`` of a dataset with objects is ``detect`` here: ``export`` makes it ``segment``
+    where every object exported has pixels (``task.yolo_task``, which reads the index)."""
     if layout not in LAYOUTS:
         raise ConfigError(f"--layout: {layout!r} is not one of {', '.join(LAYOUTS)}")
     if layout != "yolo" and task != "auto":
@@ -172,8 +178,7 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
     splits = None if splits is None else chosen
     if layout == "yolo":
         if task == "auto":
-            task = ("classify" if manifest.object_classes is None
-                    else "segment" if manifest.has_masks else "detect")
+            task = "classify" if manifest.object_classes is None else "detect"
         if task != "classify" and manifest.object_classes is None:
             raise ConfigError(f"--task {task}: the dataset has no objects (image labels "
                               "only); export --task classify")
@@ -191,7 +196,11 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
     if layout == "coco":
         if manifest.object_classes is None:
             raise ConfigError("--layout coco: the dataset has no objects (image labels only)")
-        return ExportOptions(layout, splits=splits, keep_cut=keep_cut)
+        return ExportOptions(layout, splits=splits, keep_cut=keep_cut,
+                             box_polygons=boxes_as_polygons)
+    if boxes_as_polygons:
+        raise ConfigError("--boxes-as-polygons: for --layout yolo (segment) or coco; the "
+                          "anomalib layout's masks are its objects' pixels")
     if anomalib_layout not in ("folder", "mvtec"):
         raise ConfigError(f"--anomalib-layout: {anomalib_layout!r} is not folder or mvtec")
     if manifest.classes and normal not in manifest.classes:
@@ -209,29 +218,43 @@ def export(dataset: str | Path, destination: str | Path, layout: str, task: str 
            normal: str = "good", anomalib_layout: str = "folder",
            splits: tuple[str, ...] | None = None, quiet: bool = False,
            keep: int = 2, storage_options: dict[str, str] | None = None,
-           keep_cut: bool = False) -> ExportResult:
+           keep_cut: bool = False, boxes_as_polygons: bool = False) -> ExportResult:
     """Export the dataset in ``dataset`` (a folder or an ``s3://`` URL, whose client
     ``storage_options`` configure) into ``destination`` as ``layout``; ``keep`` versions stay
     (the current one and the ``keep - 1`` before it).  ``keep_cut`` (yolo, coco): samples with
-    a defect cut below min_visible are exported with it labelled, not left out."""
+    a defect cut below min_visible are exported with it labelled, not left out.
+    ``boxes_as_polygons``: an object with a box only gets its box as a polygon (yolo segment,
+    COCO ``segmentation``)."""
     started = time.monotonic()
     if not (isinstance(keep, int) and 1 <= keep <= 1000):
         raise ConfigError(f"--keep {keep}: keep 1 to 1000 versions (the current one counts)")
     source, root = _check_locations(location(dataset, storage_options), Path(destination))
     with _collector_paused():  # restored once ``_export``'s records are gone (none to walk)
         return _export(source, root, layout, task, normal, anomalib_layout, splits, quiet,
-                       keep, started, keep_cut)
+                       keep, started, keep_cut, boxes_as_polygons)
 
 
 def _export(source: Path | ObjectPath, root: Path, layout: str, task: str, normal: str,
             anomalib_layout: str, splits: tuple[str, ...] | None, quiet: bool, keep: int,
-            started: float, keep_cut: bool = False) -> ExportResult:
+            started: float, keep_cut: bool = False,
+            boxes_as_polygons: bool = False) -> ExportResult:
     shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
         source / STATE_DIR / LOCK_NAME, "packed")
     with shared:
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits,
-                                  keep_cut)
+                                  keep_cut, boxes_as_polygons)
+        note = ""
+        if options.layout == "yolo" and options.task != "classify" and task != "detect":
+            # one more pass over the index (~6 s a million lines) for the task the record of
+            # the export, and so what it may link, depends on
+            chosen = options.splits
+            census = pixel_census(record for record in iter_sample_index(source, manifest)
+                                  if chosen is None or record.split in chosen)
+            picked, note = yolo_task(task, census, manifest.object_classes or (),
+                                     boxes_as_polygons)
+            options = msgspec.structs.replace(options, task=picked)
+            log.info("task: %s", note)
         cap = record_cap(manifest.totals.packed)
         if root.is_dir():  # refused before our lock folder appears in someone's folder
             survey(root, layout, cap)
@@ -242,7 +265,7 @@ def _export(source: Path | ObjectPath, root: Path, layout: str, task: str, norma
             if finish_publish(destination, cap):
                 destination = survey(root, layout, cap)
             run = _Run(source, manifest, options, destination, quiet, keep, cap)
-            return run.execute(started)
+            return dataclasses.replace(run.execute(started), note=note)
 
 
 @contextlib.contextmanager
@@ -286,7 +309,8 @@ def _check_locations(source: Path | ObjectPath,
 # 25 ms; a generic dump and sort took 150 us a line, msgspec sorting the keys of each 3 us).
 _DIGEST_FIELDS = tuple(sorted(name for name in SampleRecord.__slots__ if name != "shard"))
 _DIGEST_ENCODER = msgspec.json.Encoder()
-_DIGEST_IF_SET = ("objects_cut",)  # fields of the index added since exports were recorded
+# Fields of the index added since exports were recorded: left out of the digest while absent.
+_DIGEST_IF_SET = ("objects_cut", "objects_box_only")
 
 
 def sample_digest(record: SampleRecord) -> str:
@@ -718,6 +742,8 @@ def _check_image_ids(records: list[SampleRecord]) -> None:
     seen: dict[int, str] = {}
     for record in records:
         image_id = layouts.coco_image_id(record.key)
+        if seen.get(image_id) == record.key:  # the sample index refuses it first
+            raise ManifestError(f"sample key {record.key} is in the sample index twice")
         if image_id in seen:
             raise ConfigError(f"samples {seen[image_id]} and {record.key} get the same COCO "
                               f"image id {image_id} (53 bits of sha256 of the key collide)")

@@ -221,7 +221,8 @@ def sample_files(options: ExportOptions, sample: Sample) -> tuple[list[tuple[str
     """The files of ``sample`` in the layout (relative path, bytes), and its COCO objects."""
     key, split = sample.key, sample.split
     if options.layout == "coco":
-        return [(f"images/{split}/{key}{JPEG}", sample.jpeg)], coco_objects(sample)
+        return [(f"images/{split}/{key}{JPEG}", sample.jpeg)], coco_objects(
+            sample, bool(options.box_polygons))
     if options.layout == "anomalib":
         return anomalib_files(options, sample), None
     if options.task == "classify":
@@ -255,9 +256,10 @@ def yolo_lines(sample: Sample, segment: bool) -> list[str]:
     return lines
 
 
-def coco_objects(sample: Sample) -> tuple[CocoObject, ...]:
-    """Each object as a COCO annotation: its polygons when it has them, else its RLE, else its
-    box as a polygon; ``area`` the pixels of its mask (of its polygons when it has no mask),
+def coco_objects(sample: Sample, box_polygons: bool = False) -> tuple[CocoObject, ...]:
+    """Each object as a COCO annotation: its polygons when it has them, else its RLE, else
+    (an object with a box only) no segmentation at all, or its box as a polygon with
+    ``box_polygons``; ``area`` the pixels of its mask (of its polygons when it has no mask),
     the box's area for a box-only object."""
     found = []
     for item in sample.objects + sample.cut:  # cut objects only with --keep-cut
@@ -275,12 +277,13 @@ def coco_objects(sample: Sample) -> tuple[CocoObject, ...]:
                 {"size": [sample.height, sample.width], "counts": list(item.rle["counts"])},
                 sample.height, sample.width)
             rle = encoded["counts"].decode("ascii")
-        elif not rings and item.mask is not None:
+        elif not rings and item.mask is not None and pixels:
             rle = objects.compressed(item.mask)
-        elif not rings:
+        elif not rings and box_polygons:
             rings = (tuple(polygons.box_ring(item.box)),)
-        area = float(pixels) if pixels is not None else round((x1 - x0) * (y1 - y0), 3)
-        found.append(CocoObject(item.label, bbox, area, rings if rle is None else None, rle))
+        area = float(pixels) if pixels else round((x1 - x0) * (y1 - y0), 3)
+        found.append(CocoObject(item.label, bbox, area, (rings or None) if rle is None else None,
+                                rle))
     return tuple(found)
 
 
@@ -387,7 +390,7 @@ class _Annotation(msgspec.Struct):
     category_id: int
     bbox: tuple[float, ...]
     area: float
-    segmentation: object
+    segmentation: object  # left out (UNSET) for an object with a box only
     iscrowd: int = 0
 
 
@@ -408,8 +411,10 @@ def instances(object_classes: tuple[str, ...], samples: list[ExportedSample]) ->
             segmentation: object
             if item.polygons is not None:
                 segmentation = item.polygons
-            else:
+            elif item.rle is not None:
                 segmentation = {"size": [sample.height, sample.width], "counts": item.rle}
+            else:
+                segmentation = msgspec.UNSET
             annotations.append(_Annotation(len(annotations) + 1, image_id, item.category_id,
                                            item.bbox, item.area, segmentation))
     categories = [{"id": number, "name": name, "supercategory": "defect"}
@@ -470,7 +475,8 @@ def coco_fits(object_classes: tuple[str, ...] | None) -> Callable[[ExportedSampl
     """A test of a sample's recorded COCO objects (what a new version's instances files take
     for a linked or kept sample, its shard unread): ``fits(sample)`` when they are ones
     ``coco_objects`` can have made for an image of its recorded size, a category of the
-    dataset each, a box of positive size inside the image, its polygons or else its RLE."""
+    dataset each, a box of positive size inside the image, its polygons or else its RLE (or
+    neither: a box only)."""
     categories = len(object_classes or ())
 
     def fits(sample: ExportedSample) -> bool:
@@ -484,7 +490,7 @@ def coco_fits(object_classes: tuple[str, ...] | None) -> Callable[[ExportedSampl
                     and y + h <= height + COCO_ROUNDING and 0 <= item.area <= width * height):
                 return False
             if item.polygons is None:
-                if item.rle is None or COCO_RLE.fullmatch(item.rle) is None:
+                if item.rle is not None and COCO_RLE.fullmatch(item.rle) is None:
                     return False
             elif item.rle is not None or not item.polygons or any(
                     len(ring) < 6 or len(ring) % 2 for ring in item.polygons):

@@ -76,6 +76,9 @@ class ExportOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # yolo (detect, segment), coco: samples with a defect cut below min_visible are written,
     # the cut objects labelled (else left out)
     keep_cut: bool = False
+    # coco: whether an object with a box only gets its box as ``segmentation`` (None: a
+    # record of an earlier release, which gave it one)
+    box_polygons: bool | None = None
 
 
 class RecordHead(msgspec.Struct, frozen=True):

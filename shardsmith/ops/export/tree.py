@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...atomic import fsync_directory, naming
 from ...door import FOLDER_FLAGS, Refused, kind_of, open_file, walk_folders
-from ...errors import OutputStateError
+from ...errors import ManifestError, OutputStateError
 from .linkworker import NOT_A_FILE, as_written
 from .record import ExportedFile, ExportedSample
 
@@ -54,6 +54,9 @@ class ExportTree:
         self.root = root
         self._folders: set[str] = set()
         self.written: list[str] = []
+        # every sample file this run writes (``write_later``): a second write of one (two
+        # samples of one key) is refused, never made over the first
+        self._claimed: set[str] = set()
         self._ahead: deque[tuple[Future[ExportedFile], int]] = deque()  # ``write_later``'s
         self._ahead_bytes = 0
         # (source root, relative folder) -> descriptors of it there and here (``link_samples``)
@@ -122,6 +125,11 @@ class ExportTree:
         is not for threads), the file's creation, writing and hashing there.  A create waits
         in the kernel with the GIL released (10,000 files of 5 kB: 2.4 to 4.7 s of system
         time on this 2-core machine), so the samples after it are parsed meanwhile."""
+        if relpath in self._claimed:
+            raise ManifestError(f"{self.root / relpath}: two samples of the dataset give this "
+                                "file in one export (a sample key twice?): it is not written "
+                                "over; nothing was switched (shardsmith verify)")
+        self._claimed.add(relpath)
         parent, _, _ = relpath.rpartition("/")
         if parent not in self._folders:
             self.folder(parent)
