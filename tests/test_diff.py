@@ -417,3 +417,39 @@ def test_a_lone_surrogate_in_a_changes_path_is_a_path_like_any_other(tmp_path):
     found = diff_json(output)
     assert paths(found["added"]) == ["a/\ud800.jpg"]
     assert "a/\\ud800.jpg" in diff(str(output))
+
+
+def deep_changes_line(output: Path) -> None:
+    """A change line holding a field nested 100,000 lists deep appended to the last changes
+    file, its size and sha256 fixed up in the manifest (only the line itself is wrong)."""
+    path = sorted(output.glob("changes-v*.jsonl"))[-1]
+    data = (path.read_bytes() + b'{"change":"added","path":"x","deep":' + b"[" * 100_000
+            + b"]" * 100_000 + b"}\n")
+    path.write_bytes(data)
+    manifest = images.manifest_of(output)
+    manifest["changes"][-1] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (output / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_changes_line_nested_deeper_than_the_stack_is_one_line_and_exit_2(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
+    pack(source, output)
+    deep_changes_line(output)
+    result = CliRunner().invoke(main, ["diff", str(output)])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "changes-v2.jsonl" in result.output
+    assert "nested" in result.output or "not valid JSON" in result.output
+
+
+def test_the_report_of_a_changes_line_nested_too_deep_says_no_diff_in_one_line(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
+    pack(source, output)
+    deep_changes_line(output)
+    result = CliRunner().invoke(main, ["report", str(output), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1 and "no diff:" in result.output
+    assert "changes-v2.jsonl: damaged" in (tmp_path / "r.html").read_text()

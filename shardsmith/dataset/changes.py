@@ -213,8 +213,8 @@ class ChangesFile:
                 if decoder is not None:
                     try:
                         record = decoder.decode(piece)
-                    except msgspec.MsgspecError:
-                        pass  # the full reader says what is wrong
+                    except (msgspec.MsgspecError, RecursionError):
+                        pass  # the full reader says what is wrong (nesting too, guarded)
                     else:
                         if not _brief_ok(record):
                             record = None
