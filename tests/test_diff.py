@@ -73,7 +73,8 @@ def test_diff_lists_sources_added_removed_and_changed_with_counts_before_and_aft
 
     found = diff_json(output)
     assert (found["old"], found["new"]) == (1, 2)
-    assert found["samples"] == {"added": 2, "removed": 1, "changed": 1, "relabelled": 0}
+    assert found["originals"] == found["samples"] == {
+        "added": 2, "removed": 1, "changed": 1, "relabelled": 0, "reannotated": 0}
     assert paths(found["added"]) == ["a/new.jpg", "d/first.jpg"]
     assert found["removed"][0] | {"key": None} == {"path": "b/01.jpg", "key": None,
                                                    "split": found["removed"][0]["split"],
@@ -110,7 +111,8 @@ def test_a_relabelled_source_is_relabelled_not_changed(tmp_path):
     pack(source, output, **settings)
 
     found = diff_json(output)
-    assert found["samples"] == {"added": 0, "removed": 0, "changed": 0, "relabelled": 1}
+    assert found["originals"] == {"added": 0, "removed": 0, "changed": 0, "relabelled": 1,
+                                  "reannotated": 0}
     assert [(e["path"], e["from"], e["to"]) for e in found["relabelled"]] == [
         ("parts/p1.jpg", "ok", "scratch")]
 
@@ -169,10 +171,10 @@ def test_a_tiled_original_is_one_change_by_its_path_however_many_tiles_it_made(t
     images.write(source / "parts" / "big2.jpg", images.jpeg(640, 480, 2))
     pack(source, output, **tiled)
     found = diff_json(output)
-    assert found["samples"]["added"] == 1
+    assert found["originals"]["added"] == 1
     assert paths(found["added"]) == ["parts/big2.jpg"]
     tiles = counted(found["counts"]["new"]) - counted(found["counts"]["old"])
-    assert tiles > 1
+    assert tiles > 1 and found["samples"]["added"] == tiles
     assert tiles == sum(s["path"] == "parts/big2.jpg" for s in images.samples_of(output))
 
 
@@ -225,7 +227,7 @@ def test_changes_files_are_kept_for_the_last_versions_the_setting_names(tmp_path
     assert sorted(p.name for p in output.glob("changes-*")) == ["changes-v3.jsonl",
                                                                "changes-v4.jsonl"]
     assert [entry["version"] for entry in images.manifest_of(output)["changes"]] == [3, 4]
-    assert diff_json(output, "v2", "v4")["samples"]["added"] == 2
+    assert diff_json(output, "v2", "v4")["originals"]["added"] == 2
     assert "no longer kept" in diff(str(output), "v1", "v4", expect=2)
 
 
@@ -365,7 +367,8 @@ def test_composing_a_path_removed_then_added_again_is_changed_and_relabelled_bac
                             "sha256": e.sha256} for e in entries]
     (output / "manifest.json").write_text(json.dumps(manifest))
     found = diff_versions(output, 1, 3)
-    assert found.counts == {"added": 0, "removed": 0, "changed": 1, "relabelled": 0}
+    assert found.counts == {"added": 0, "removed": 0, "changed": 1, "relabelled": 0,
+                            "reannotated": 0}
     assert [entry["path"] for entry in found.changed] == ["p1"]
 
 
@@ -453,3 +456,34 @@ def test_the_report_of_a_changes_line_nested_too_deep_says_no_diff_in_one_line(t
     assert result.exit_code == 0, result.output
     assert result.output.count("\n") == 1 and "no diff:" in result.output
     assert "changes-v2.jsonl: damaged" in (tmp_path / "r.html").read_text()
+
+
+def test_the_reject_lines_of_a_changes_file_are_not_held_in_memory_as_read(tmp_path):
+    """40,000 new rejects (9 MB of lines): the diff keeps a few bytes of each and the chunk
+    it reads, not the lines (kept whole, they took ~3.3x the file's size here)."""
+    import tracemalloc
+
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output, **{"output.keep_changes": 0})
+    empty = VersionTotals(("a", "b"))
+    detail = "cannot identify image file: the first bytes are not of a format we read " * 2
+    body = (json_line(ChangeLine("rejected", f"lot{number % 97}/part{number:06d}.png",
+                                 reason="unreadable", detail=detail))
+            for number in range(40_000))
+    entry = write_changes(output, ChangesHeader(CHANGES_FORMAT, 2, empty, empty), body)
+    manifest = images.manifest_of(output)
+    manifest["version"] = 2
+    manifest["changes"] = [{"version": 2, "name": entry.name, "bytes": entry.bytes,
+                            "sha256": entry.sha256}]
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    tracemalloc.start()
+    try:
+        found = diff_versions(output)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found.rejects_new_count == 40_000
+    assert found.rejects_new[0]["path"] == "lot0/part000000.png"
+    assert found.rejects_new[0]["detail"] == detail
+    assert peak < entry.bytes * 3 // 4, \
+        f"{peak:,} bytes traced for a {entry.bytes:,}-byte file"

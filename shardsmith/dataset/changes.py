@@ -7,9 +7,15 @@ invariant 8), and read by ``shardsmith diff``.  JSON Lines, ASCII (docs/format.m
   it (``before``; absent for version 1) and of this one (``after``): classes, object classes,
   samples per split and class, objects per object class, rejects;
 * then one line per change, by source path: a sample ``added``, ``removed``, ``changed``
-  (its content or annotations) or ``relabelled`` (``was``: its class before), with its key,
-  split and class (an original cut into tiles: its first key and ``samples``, how many); a
-  reject ``rejected`` (new, with reason and detail) or ``fixed`` (a reject no longer).
+  (its content), ``relabelled`` (``was``: its class before) or ``reannotated`` (the same
+  pixels, other objects: edited annotations, a class appended, new annotation rules), with its
+  key, split and class (an original cut into tiles: its first key and ``samples``, how many);
+  a changed, relabelled or re-annotated source of a dataset with objects has its objects per
+  object class before and after (``objects_before``, ``objects_after``); a reject
+  ``rejected`` (new, with reason and detail) or ``fixed`` (a reject no longer).
+
+Format 2 added ``reannotated`` and the objects before and after; a format 1 file is read as
+it was written (a re-annotation there is a ``changed`` line, without objects).
 
 A changes file is untrusted input like the manifest: every line is typed and checked here,
 read within the size the manifest records, and hashed against its sha256.
@@ -31,13 +37,16 @@ from ..door import Refused, open_file
 from ..errors import ManifestError
 from ..schema import LINE_CAP, Count, line_reader, to_json
 from ..text import shown
-from .manifest import SAMPLE_KEY, SPLIT_NAME, ChangesEntry, Version
+from .manifest import SAMPLE_KEY, SPLIT_NAME, ChangeCounts, ChangesEntry, Version
 
-CHANGES_FORMAT = 1
-SAMPLE_CHANGES = ("added", "removed", "changed", "relabelled")
+CHANGES_FORMAT = 2
+READ_FORMATS = (1, 2)  # 1: before ``reannotated`` and the objects before and after
+SAMPLE_CHANGES = ("added", "removed", "changed", "relabelled", "reannotated")
 REJECT_CHANGES = ("rejected", "fixed")
 ALL_CHANGES = frozenset(SAMPLE_CHANGES + REJECT_CHANGES)
-READ_CHUNK = 4 << 20  # bytes read and hashed at once while streaming the lines
+# Bytes read and hashed at once while streaming the lines: a chunk is held ~3 times while it
+# is split (4 MiB chunks made 18 MB of a 9 MB file of rejects; 1 MiB, 5.5 MB).
+READ_CHUNK = 1 << 20
 # The header holds the class lists and a count per split and class: a few KiB for 100
 # classes, 16 MiB for ~200,000 of them, far past any dataset of ours.
 HEADER_CAP = 16 << 20
@@ -72,9 +81,9 @@ class ChangesHeader:
     before: VersionTotals | None = None
 
     def check(self, where: str) -> None:
-        if self.format != CHANGES_FORMAT:
+        if self.format not in READ_FORMATS:
             raise ManifestError(f"{where}.format: {self.format} is not a changes format this "
-                                f"shardsmith reads ({CHANGES_FORMAT})")
+                                f"shardsmith reads ({', '.join(map(str, READ_FORMATS))})")
         if (self.before is None) != (self.version == 1):
             raise ManifestError(f"{where}.before: version {self.version} "
                                 + ("has no version before it" if self.version == 1
@@ -85,8 +94,10 @@ class ChangesHeader:
 class ChangeLine:
     """One change: ``change`` is one of ``SAMPLE_CHANGES`` or ``REJECT_CHANGES``; ``label``
     the class name (absent: none), ``was`` the class before a relabelling ("" for none);
-    ``samples`` how many samples the source made (tiles; absent: one); ``reason`` and
-    ``detail`` those of a reject.  Fields that do not apply are left out of the line."""
+    ``samples`` how many samples the source made (tiles; absent: one); ``objects_before``
+    and ``objects_after`` its objects per object class (a changed, relabelled or
+    re-annotated source of a dataset with objects); ``reason`` and ``detail`` those of a
+    reject.  Fields that do not apply are left out of the line."""
 
     change: str
     path: str
@@ -97,6 +108,8 @@ class ChangeLine:
     samples: Count | None = None
     reason: str | None = None
     detail: str | None = None
+    objects_before: dict[str, Count] | None = None
+    objects_after: dict[str, Count] | None = None
 
     def check(self, where: str) -> None:
         if self.change in SAMPLE_CHANGES:
@@ -128,18 +141,28 @@ class BriefLine(msgspec.Struct, frozen=True):
     path: str
     label: str | None = None
     was: str | None = None
-    reason: str | None = None
-    detail: str | None = None
+    samples: Count | None = None
 
 
 _brief_decoder = msgspec.json.Decoder(BriefLine, strict=True)
 
 
 def _brief_ok(line: BriefLine) -> bool:
-    """What ``ChangeLine.check`` says of the fields a ``BriefLine`` has."""
-    if line.change in REJECT_CHANGES:
-        return line.reason is not None
-    return line.change in ALL_CHANGES and (line.was is None) != (line.change == "relabelled")
+    """What ``ChangeLine.check`` says of the fields a ``BriefLine`` has; a reject's line is
+    read whole (its reason is checked there; few are kept)."""
+    return line.change in SAMPLE_CHANGES and (line.was is None) != (line.change == "relabelled")
+
+
+def count_changes(changes: ChangesFile) -> tuple[ChangeCounts, ChangeCounts]:
+    """The originals and the samples each kind of sample change in ``changes`` counts (its
+    lines read to the end, the sha256 checked: ManifestError when damaged)."""
+    originals = dict.fromkeys(SAMPLE_CHANGES, 0)
+    samples = dict.fromkeys(SAMPLE_CHANGES, 0)
+    for _, line in changes.lines(brief=True):
+        if line.change in originals:
+            originals[line.change] += 1
+            samples[line.change] += 1 if line.samples is None else line.samples
+    return ChangeCounts(**originals), ChangeCounts(**samples)
 _read_header = line_reader(ChangesHeader)
 _read_line = line_reader(ChangeLine)
 

@@ -1,0 +1,94 @@
+"""The counts of a dataset version: totals that equal a fresh pack's, and every count of a
+change in its unit (originals or samples), the same number in every command that shows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from shardsmith.cli import main
+
+import defects
+import images
+
+# 480x360 originals cut into 256 px tiles: 4 samples an original, so originals != samples
+JOB = {"source": {"labels": "none", "annotations": {"files": "voc"}},
+       "image": {"size": 64, "tiles": {"size": 256, "keep": "all"}},
+       "output": {"shard_samples": 6}, "run": {"workers": 1, "quiet": True}}
+TILES = 4
+
+
+def annotated(source: Path, name: str, objects: list[tuple[str, tuple]] | None = None,
+              seed: int = 0) -> None:
+    images.write(source / "parts" / f"{name}.jpg", defects.original(seed=seed))
+    (source / "parts" / f"{name}.xml").write_text(defects.voc_xml(
+        objects or [("scratch", defects.SCRATCH), ("dent", (80, 205, 220, 325))]))
+
+
+def pack(source: Path, output: Path) -> str:
+    job = source.parent / "job.yaml"
+    job.write_text(json.dumps(JOB))  # JSON is YAML
+    result = CliRunner().invoke(main, ["pack", str(source), str(output), "--config", str(job)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def nightly(tmp_path: Path) -> tuple[Path, Path, str]:
+    """Version 1 of six originals, then a nightly change: six added (one naming a new object
+    class), two removed (eight tiles), one relabelled (a scratch called a crack now)."""
+    source, output = tmp_path / "source", tmp_path / "out"
+    for number in range(6):
+        annotated(source, f"p{number}", seed=number)
+    pack(source, output)
+    for number in range(6):
+        annotated(source, f"n{number}", [("crack", defects.SCRATCH)] if number == 0 else None,
+                  seed=10 + number)
+    for name in ("p4", "p5"):
+        (source / "parts" / f"{name}.jpg").unlink()
+        (source / "parts" / f"{name}.xml").unlink()
+    (source / "parts" / "p0.xml").write_text(defects.voc_xml([("crack", defects.SCRATCH)]))
+    summary = pack(source, output)
+    return source, output, summary
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_after_a_nightly_change_every_total_equals_a_fresh_packs(tmp_path):
+    source, output, _ = nightly(tmp_path)
+    fresh = tmp_path / "fresh"
+    pack(source, fresh)
+    after, clean = images.manifest_of(output), images.manifest_of(fresh)
+    assert after["version"] == 2 and clean["version"] == 1
+    assert {key: value for key, value in after["totals"].items() if key != "bytes_out"} == \
+        {key: value for key, value in clean["totals"].items() if key != "bytes_out"}
+    assert after["totals"]["sources"] == 10 and after["totals"]["packed"] == 10 * TILES
+    assert {split: totals["samples"] for split, totals in after["splits"].items()} == \
+        {split: totals["samples"] for split, totals in clean["splits"].items()}
+
+
+def test_the_next_pack_of_a_dataset_with_damaged_totals_counts_them_again_and_log_says_so(
+        tmp_path):
+    source, output = tmp_path / "source", tmp_path / "out"
+    for number in range(3):
+        annotated(source, f"p{number}", seed=number)
+    pack(source, output)
+    manifest = images.manifest_of(output)
+    recorded = dict(manifest["totals"])
+    manifest["totals"] |= {"bytes_in": recorded["bytes_in"] * 3, "sources": 7}
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    annotated(source, "p3", seed=3)
+    pack(source, output)
+    fresh = tmp_path / "fresh"
+    pack(source, fresh)
+    after, clean = images.manifest_of(output)["totals"], images.manifest_of(fresh)["totals"]
+    assert after | {"bytes_out": 0} == clean | {"bytes_out": 0}
+    said = cli("log", str(output))
+    assert "totals of v1 corrected from its sample index" in said
+    assert f"bytes in {recorded['bytes_in'] * 3:,} -> {recorded['bytes_in']:,}" in said
+    assert "originals packed 7 -> 3" in said
