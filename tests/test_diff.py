@@ -95,7 +95,8 @@ def test_the_summary_names_the_versions_the_changes_and_the_counts(tmp_path):
     pack(source, output)
     text = diff(str(output))
     assert "v1 -> v2: 12 -> 13 samples" in text
-    assert "1 added, 0 removed, 0 changed, 0 relabelled" in text
+    assert "originals   1 added, 0 changed, 0 relabelled, 0 removed" in text
+    assert "samples  " not in text  # a sample an original: one count says both
     assert "a/new.jpg" in text
 
 

@@ -4,6 +4,7 @@ change in its unit (originals or samples), the same number in every command that
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -92,3 +93,75 @@ def test_the_next_pack_of_a_dataset_with_damaged_totals_counts_them_again_and_lo
     assert "totals of v1 corrected from its sample index" in said
     assert f"bytes in {recorded['bytes_in'] * 3:,} -> {recorded['bytes_in']:,}" in said
     assert "originals packed 7 -> 3" in said
+
+
+def test_every_command_counts_the_nightly_change_in_originals_and_samples_alike(tmp_path):
+    _, output, summary = nightly(tmp_path)
+    said = ("originals: 6 added, 0 changed, 1 re-annotated, 2 removed; "
+            "samples: 24 added, 4 re-annotated, 8 removed")
+    assert said in summary
+    assert said in cli("inspect", str(output))
+    version_2 = next(line for line in cli("log", str(output)).splitlines()
+                     if line.split()[:1] == ["2"])
+    assert version_2.split()[2:11] == ["6", "(24)", "0", "0", "1", "(4)", "2", "(8)", "0"]
+    text = cli("diff", str(output))
+    assert "originals   6 added, 0 changed, 0 relabelled, 1 re-annotated, 2 removed" in text
+    assert "samples     24 added, 0 changed, 0 relabelled, 4 re-annotated, 8 removed" in text
+    found = json.loads(cli("diff", str(output), "--json"))
+    assert found["originals"] == {"added": 6, "changed": 0, "relabelled": 0,
+                                  "reannotated": 1, "removed": 2}
+    assert found["samples"] == {"added": 24, "changed": 0, "relabelled": 0,
+                                "reannotated": 4, "removed": 8}
+    history = images.manifest_of(output)["history"][-1]
+    assert (history["originals"], history["samples"]) == (found["originals"],
+                                                          found["samples"])
+    cli("report", str(output), "-o", str(tmp_path / "r.html"))
+    page = (tmp_path / "r.html").read_text()
+    history_rows = page[page.index('id="history"'):page.index('id="diff"')]
+    assert "2 (8)" in history_rows and "6 (24)" in history_rows
+    diff_part = page[page.index('id="diff"'):]
+    assert "2 (8)" in diff_part and "6 (24)" in diff_part
+
+
+def test_a_history_entry_of_an_earlier_release_is_counted_from_its_changes_file_or_as_recorded(
+        tmp_path):
+    _, output, _ = nightly(tmp_path)
+    manifest = images.manifest_of(output)
+    for entry in manifest["history"]:  # as an earlier release wrote them: samples removed
+        entry.pop("originals"), entry.pop("samples")
+    manifest["history"][-1] |= {"added": 6, "changed": 1, "removed": 8}
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    version_2 = next(line for line in cli("log", str(output)).splitlines()
+                     if line.split()[:1] == ["2"])
+    assert version_2.split()[2:10] == ["6", "(24)", "0", "0", "1", "(4)", "2", "(8)"]
+
+    manifest["changes"] = [entry for entry in manifest["changes"] if entry["version"] != 2]
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    (output / "changes-v2.jsonl").unlink()
+    version_2 = next(line for line in cli("log", str(output)).splitlines()
+                     if line.split()[:1] == ["2"])
+    assert version_2.split()[2:7] == ["6", "1", "-", "-", "8"]
+    assert "v2 as recorded" in version_2
+
+
+def test_the_report_of_a_detection_dataset_counts_object_classes_and_says_what_was_reannotated(
+        tmp_path):
+    source, output, _ = nightly(tmp_path)
+    (source / "parts" / "ghost.xml").write_text(defects.voc_xml([("dent", (1, 1, 9, 9))]))
+    (source / "parts" / "n1.xml").write_text(defects.voc_xml([("crack", defects.SCRATCH)]))
+    pack(source, output)
+    found = json.loads(cli("diff", str(output), "--json"))
+    assert found["originals"]["reannotated"] == 1 and found["samples"]["reannotated"] == TILES
+    [reannotated] = found["reannotated"]
+    assert reannotated["path"] == "parts/n1.jpg" and reannotated["samples"] == TILES
+    assert reannotated["objects_before"] == {"scratch": 3, "dent": 2}
+    assert reannotated["objects_after"] == {"crack": 3}
+    cli("report", str(output), "-o", str(tmp_path / "r.html"))
+    page = (tmp_path / "r.html").read_text()
+    cards = page[:page.index('id="history"')]
+    assert "<b>3</b>object classes" in cards
+    assert ">classes<" not in cards  # its images have none: not "0 classes"
+    assert "None" not in page
+    assert "scratch 3 → 0" in page and "crack 0 → 3" in page
+    orphans = page[page.index('id="orphans"'):]
+    assert "parts/ghost.xml" in orphans

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,7 +38,17 @@ from ..door import Refused, open_file
 from ..errors import ManifestError
 from ..schema import LINE_CAP, Count, line_reader, to_json
 from ..text import shown
-from .manifest import SAMPLE_KEY, SPLIT_NAME, ChangeCounts, ChangesEntry, Version
+from .manifest import (
+    SAMPLE_KEY,
+    SPLIT_NAME,
+    ChangeCounts,
+    ChangesEntry,
+    Manifest,
+    Version,
+    VersionEntry,
+)
+
+log = logging.getLogger(__name__)
 
 CHANGES_FORMAT = 2
 READ_FORMATS = (1, 2)  # 1: before ``reannotated`` and the objects before and after
@@ -278,3 +289,61 @@ class ChangesFile:
 
     def _damaged(self, number: int, why: str) -> ManifestError:
         return ManifestError(f"{self.path}: damaged: line {number}: {why}")
+
+
+def history_counts(directory: Path | None, manifest: Manifest
+                   ) -> dict[int, tuple[ChangeCounts, ChangeCounts]]:
+    """Per version of ``manifest.history``, what it changed in originals and in samples: as
+    its entry records them, or for an entry of an earlier release (whose counts mixed the
+    two) counted from its changes file where one is kept in ``directory`` (a local folder;
+    None: none is read).  A version with neither is left out: show its entry as recorded,
+    never reinterpreted."""
+    kept = {entry.version: entry for entry in manifest.changes} if directory is not None \
+        else {}
+    counts: dict[int, tuple[ChangeCounts, ChangeCounts]] = {}
+    for entry in manifest.history:
+        if entry.originals is not None and entry.samples is not None:
+            counts[entry.version] = (entry.originals, entry.samples)
+        elif entry.version in kept:
+            try:
+                with ChangesFile(Path(directory), kept[entry.version]) as changes:
+                    counts[entry.version] = count_changes(changes)
+            except ManifestError as exc:
+                log.warning("version %d shown as recorded: %s", entry.version, exc)
+    return counts
+
+
+def as_recorded(entry: VersionEntry) -> str:
+    """Why an entry is shown with the counts it recorded: their units are not known."""
+    return (f"v{entry.version} as recorded: its added, changed and removed are not in one "
+            "unit (removed counted samples and rejects) and no changes file is kept")
+
+
+def change_line(entry: VersionEntry) -> str:
+    """What a version changed, each count in its unit: "originals: 6 added, 0 changed, 1
+    relabelled, 2 removed, 1 rejected; samples: 24 added, 4 relabelled, 8 removed" (the
+    samples part when they are not the originals: tiles); an entry of an earlier release,
+    its counts as recorded, said so."""
+    if entry.originals is None or entry.samples is None:
+        return (f"{entry.added:,} added, {entry.changed:,} changed, {entry.removed:,} removed "
+                "(as recorded)")
+    originals, samples = entry.originals, entry.samples
+    parts = [f"{originals.added:,} added", f"{originals.changed:,} changed"]
+    parts += [f"{value:,} {name}" for name, value in (
+        ("relabelled", originals.relabelled), ("re-annotated", originals.reannotated)) if value]
+    parts.append(f"{originals.removed:,} removed")
+    parts += [f"{value:,} {name}" for name, value in (
+        ("rejected", entry.rejected), ("touched (same content)", entry.touched)) if value]
+    line = "originals: " + ", ".join(parts)
+    if samples != originals or entry.repaired:
+        tiles = [f"{value:,} {name}" for name, value in change_kinds(samples) if value]
+        tiles += [f"{entry.repaired:,} repaired"] if entry.repaired else []
+        line += "; samples: " + (", ".join(tiles) or "none changed")
+    return line
+
+
+def change_kinds(counts: ChangeCounts) -> list[tuple[str, int]]:
+    """(kind as written, count) of ``counts`` in the order every command shows them."""
+    return [("added", counts.added), ("changed", counts.changed),
+            ("relabelled", counts.relabelled), ("re-annotated", counts.reannotated),
+            ("removed", counts.removed)]

@@ -462,12 +462,12 @@ def _digest(path: str) -> bytes:
 
 
 def change_counts(counts: dict[str, int]) -> str:
-    """"2 added, 1 removed, 3 changed, 0 relabelled" (and re-annotated when there are)."""
-    parts = [f"{counts.get(kind, 0):,} {kind}" for kind in
-             ("added", "removed", "changed", "relabelled")]
+    """"2 added, 3 changed, 0 relabelled, 1 removed" (re-annotated too when there are), in
+    the order of the pack's summary and ``shardsmith log``."""
+    parts = [f"{counts.get(kind, 0):,} {kind}" for kind in ("added", "changed", "relabelled")]
     if counts.get("reannotated"):
         parts.append(f"{counts['reannotated']:,} re-annotated")
-    return ", ".join(parts)
+    return ", ".join([*parts, f"{counts.get('removed', 0):,} removed"])
 
 
 def _objects_shown(item: dict[str, Any]) -> str:
