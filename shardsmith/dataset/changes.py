@@ -153,15 +153,17 @@ class BriefLine(msgspec.Struct, frozen=True):
     label: str | None = None
     was: str | None = None
     samples: Count | None = None
+    reason: str | None = None
 
 
 _brief_decoder = msgspec.json.Decoder(BriefLine, strict=True)
 
 
 def _brief_ok(line: BriefLine) -> bool:
-    """What ``ChangeLine.check`` says of the fields a ``BriefLine`` has; a reject's line is
-    read whole (its reason is checked there; few are kept)."""
-    return line.change in SAMPLE_CHANGES and (line.was is None) != (line.change == "relabelled")
+    """What ``ChangeLine.check`` says of the fields a ``BriefLine`` has."""
+    if line.change in REJECT_CHANGES:
+        return line.reason is not None
+    return line.change in ALL_CHANGES and (line.was is None) != (line.change == "relabelled")
 
 
 def count_changes(changes: ChangesFile) -> tuple[ChangeCounts, ChangeCounts]:
