@@ -4,7 +4,6 @@ change in its unit (originals or samples), the same number in every command that
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -28,21 +27,27 @@ def annotated(source: Path, name: str, objects: list[tuple[str, tuple]] | None =
         objects or [("scratch", defects.SCRATCH), ("dent", (80, 205, 220, 325))]))
 
 
-def pack(source: Path, output: Path) -> str:
+def pack(source: Path, output: Path, *more: str) -> str:
     job = source.parent / "job.yaml"
     job.write_text(json.dumps(JOB))  # JSON is YAML
-    result = CliRunner().invoke(main, ["pack", str(source), str(output), "--config", str(job)])
+    result = CliRunner().invoke(main, ["pack", str(source), str(output), "--config", str(job),
+                                       *more])
     assert result.exit_code == 0, result.output
     return result.output
 
 
-def nightly(tmp_path: Path) -> tuple[Path, Path, str]:
+def nightly(tmp_path: Path, dry_run: bool = False) -> tuple[Path, Path, str]:
     """Version 1 of six originals, then a nightly change: six added (one naming a new object
     class), two removed (eight tiles), one relabelled (a scratch called a crack now)."""
     source, output = tmp_path / "source", tmp_path / "out"
     for number in range(6):
         annotated(source, f"p{number}", seed=number)
     pack(source, output)
+    change(source)
+    return source, output, pack(source, output, *(["--dry-run"] if dry_run else []))
+
+
+def change(source: Path) -> None:
     for number in range(6):
         annotated(source, f"n{number}", [("crack", defects.SCRATCH)] if number == 0 else None,
                   seed=10 + number)
@@ -50,8 +55,6 @@ def nightly(tmp_path: Path) -> tuple[Path, Path, str]:
         (source / "parts" / f"{name}.jpg").unlink()
         (source / "parts" / f"{name}.xml").unlink()
     (source / "parts" / "p0.xml").write_text(defects.voc_xml([("crack", defects.SCRATCH)]))
-    summary = pack(source, output)
-    return source, output, summary
 
 
 def cli(*args: str) -> str:
@@ -165,3 +168,8 @@ def test_the_report_of_a_detection_dataset_counts_object_classes_and_says_what_w
     assert "scratch 3 → 0" in page and "crack 0 → 3" in page
     orphans = page[page.index('id="orphans"'):]
     assert "parts/ghost.xml" in orphans
+
+
+def test_the_dry_run_counts_the_removed_originals_as_the_pack_then_does(tmp_path):
+    _, _, planned = nightly(tmp_path, dry_run=True)
+    assert "6 new, 2 removed" in planned
