@@ -19,6 +19,7 @@ from shardsmith.dataset.changes import (
     VersionTotals,
     json_line,
 )
+from shardsmith.dataset.manifest import ChangesEntry
 from shardsmith.insight.diff import diff_versions
 from shardsmith.ops.stage import stage
 from shardsmith.ops.verify import verify
@@ -423,9 +424,14 @@ def test_a_lone_surrogate_in_a_changes_path_is_a_path_like_any_other(tmp_path):
     assert "a/\\ud800.jpg" in diff(str(output))
 
 
-def deep_changes_line(output: Path) -> None:
-    """A change line holding a field nested 100,000 lists deep appended to the last changes
-    file, its size and sha256 fixed up in the manifest (only the line itself is wrong)."""
+def deep_changes_line(tmp_path: Path) -> Path:
+    """A two-version dataset whose last changes file ends with a line holding a field nested
+    100,000 lists deep, its size and sha256 fixed up in the manifest (only the line itself is
+    wrong)."""
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
+    pack(source, output)
     path = sorted(output.glob("changes-v*.jsonl"))[-1]
     data = (path.read_bytes() + b'{"change":"added","path":"x","deep":' + b"[" * 100_000
             + b"]" * 100_000 + b"}\n")
@@ -433,14 +439,11 @@ def deep_changes_line(output: Path) -> None:
     manifest = images.manifest_of(output)
     manifest["changes"][-1] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     (output / "manifest.json").write_text(json.dumps(manifest))
+    return output
 
 
 def test_a_changes_line_nested_deeper_than_the_stack_is_one_line_and_exit_2(tmp_path):
-    source, output = tree(tmp_path / "source"), tmp_path / "out"
-    pack(source, output)
-    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
-    pack(source, output)
-    deep_changes_line(output)
+    output = deep_changes_line(tmp_path)
     result = CliRunner().invoke(main, ["diff", str(output)])
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and "changes-v2.jsonl" in result.output
@@ -448,15 +451,23 @@ def test_a_changes_line_nested_deeper_than_the_stack_is_one_line_and_exit_2(tmp_
 
 
 def test_the_report_of_a_changes_line_nested_too_deep_says_no_diff_in_one_line(tmp_path):
-    source, output = tree(tmp_path / "source"), tmp_path / "out"
-    pack(source, output)
-    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
-    pack(source, output)
-    deep_changes_line(output)
+    output = deep_changes_line(tmp_path)
     result = CliRunner().invoke(main, ["report", str(output), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 0, result.output
     assert result.output.count("\n") == 1 and "no diff:" in result.output
     assert "changes-v2.jsonl: damaged" in (tmp_path / "r.html").read_text()
+
+
+def version_2_changes(output: Path, header: ChangesHeader, body) -> ChangesEntry:
+    """Make the one-version dataset in ``output`` a version 2 whose changes file holds
+    ``body`` (lines of the pack's own writer) under ``header``."""
+    entry = write_changes(output, header, body)
+    manifest = images.manifest_of(output)
+    manifest["version"] = 2
+    manifest["changes"] = [{"version": 2, "name": entry.name, "bytes": entry.bytes,
+                            "sha256": entry.sha256}]
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    return entry
 
 
 def test_the_reject_lines_of_a_changes_file_are_not_held_in_memory_as_read(tmp_path):
@@ -471,12 +482,7 @@ def test_the_reject_lines_of_a_changes_file_are_not_held_in_memory_as_read(tmp_p
     body = (json_line(ChangeLine("rejected", f"lot{number % 97}/part{number:06d}.png",
                                  reason="unreadable", detail=detail))
             for number in range(40_000))
-    entry = write_changes(output, ChangesHeader(CHANGES_FORMAT, 2, empty, empty), body)
-    manifest = images.manifest_of(output)
-    manifest["version"] = 2
-    manifest["changes"] = [{"version": 2, "name": entry.name, "bytes": entry.bytes,
-                            "sha256": entry.sha256}]
-    (output / "manifest.json").write_text(json.dumps(manifest))
+    entry = version_2_changes(output, ChangesHeader(CHANGES_FORMAT, 2, empty, empty), body)
     tracemalloc.start()
     try:
         found = diff_versions(output)
@@ -488,3 +494,17 @@ def test_the_reject_lines_of_a_changes_file_are_not_held_in_memory_as_read(tmp_p
     assert found.rejects_new[0]["detail"] == detail
     assert peak < entry.bytes * 3 // 4, \
         f"{peak:,} bytes traced for a {entry.bytes:,}-byte file"
+
+
+def test_a_changes_file_of_format_1_is_read_as_it_was_written(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output, **{"output.keep_changes": 0})
+    empty = VersionTotals(("a", "b"))
+    body = [json_line(ChangeLine("changed", "a/00.jpg", "k_a", "train", "a")),
+            json_line(ChangeLine("removed", "b/01.jpg", "k_b", "train", "b", samples=4))]
+    version_2_changes(output, ChangesHeader(1, 2, empty, empty), body)
+    found = diff_json(output)
+    assert found["originals"] == {"added": 0, "changed": 1, "relabelled": 0, "reannotated": 0,
+                                  "removed": 1}
+    assert found["samples"]["removed"] == 4
+    assert "objects_before" not in found["changed"][0]

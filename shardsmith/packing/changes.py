@@ -4,9 +4,11 @@ Made from what the commit streams anyway, never from a second read of an index: 
 version's sample records as ``kept_samples`` reads them (each one, and whether it leaves the
 dataset), then this run's sample records from the journal's spool (in plan order, the tiles
 of one original one after another).  A source of this run whose previous samples left is
-changed or relabelled (or neither: repaired, re-annotated under new rules); one without is
-added; a source whose samples left and that made none is removed.  Rejects new and fixed come
-from the two manifests.
+changed (its content), relabelled, or re-annotated (the same content, other objects), or none
+of these (repaired, or newer rules that found the same objects); one without is added; a
+source whose samples left and that made none is removed.  Rejects new and fixed come from the
+two manifests.  The same two streams give the version's totals (``settle``: originals,
+samples and bytes in, as a fresh pack counts them) and its history counts in both units.
 
 Memory: the leaving samples are held by path until this run's samples are judged (as many as
 the Delta's leaving keys, which it holds already), the change lines are spooled to an
