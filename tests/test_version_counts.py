@@ -44,7 +44,8 @@ def nightly(tmp_path: Path, dry_run: bool = False) -> tuple[Path, Path, str]:
         annotated(source, f"p{number}", seed=number)
     pack(source, output)
     change(source)
-    return source, output, pack(source, output, *(["--dry-run"] if dry_run else []))
+    return source, output, pack(source, output, *(
+        ["--dry-run"] if dry_run else ["--report", str(tmp_path / "pack-report.json")]))
 
 
 def change(source: Path) -> None:
@@ -118,6 +119,8 @@ def test_every_command_counts_the_nightly_change_in_originals_and_samples_alike(
     history = images.manifest_of(output)["history"][-1]
     assert (history["originals"], history["samples"]) == (found["originals"],
                                                           found["samples"])
+    report = json.loads((output.parent / "pack-report.json").read_text())
+    assert report["changes"] == {"originals": found["originals"], "samples": found["samples"]}
     cli("report", str(output), "-o", str(tmp_path / "r.html"))
     page = (tmp_path / "r.html").read_text()
     history_rows = page[page.index('id="history"'):page.index('id="diff"')]

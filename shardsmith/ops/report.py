@@ -101,8 +101,13 @@ def pack_report(result: PackResult) -> dict:
     from ..schema import to_json
 
     manifest = result.manifest
+    change = manifest.history[-1] if manifest.history and not result.up_to_date else None
+    units = {"originals": to_json(change.originals), "samples": to_json(change.samples)} \
+        if change is not None and change.originals is not None else None
     return {
         "output": result.shown,
+        # what this version changed, in each unit (as ``log`` and ``diff`` count it)
+        **({"changes": units} if units is not None else {}),
         "status": "up_to_date" if result.up_to_date else "packed",
         "version": manifest.version,
         "resumed_at": result.resumed_at,
