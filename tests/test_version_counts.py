@@ -127,6 +127,8 @@ def test_every_command_counts_the_nightly_change_in_originals_and_samples_alike(
     assert "2 (8)" in history_rows and "6 (24)" in history_rows
     diff_part = page[page.index('id="diff"'):]
     assert "2 (8)" in diff_part and "6 (24)" in diff_part
+    counts = diff_part[diff_part.index("Samples per class and split, now"):]
+    assert "<td>(no class)</td>" in counts and "None" not in page
 
 
 def test_a_history_entry_of_an_earlier_release_is_counted_from_its_changes_file_or_as_recorded(

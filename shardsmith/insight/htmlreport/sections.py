@@ -207,8 +207,8 @@ def _count_changes(counts: dict, known_splits: list[str]) -> list[str]:
         if before == after:
             unchanged += 1
             continue
-        rows.append([page.text(name)] + [page.delta(b, a) for b, a in zip(before, after,
-                                                                           strict=True)])
+        rows.append([page.text(_class(name))]
+                    + [page.delta(b, a) for b, a in zip(before, after, strict=True)])
     if not rows:
         return [page.paragraph("No class changed its samples per split.", muted=True)]
     parts = ["<h3>Samples per class and split, now (change)</h3>",
