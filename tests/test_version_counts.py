@@ -38,7 +38,8 @@ def pack(source: Path, output: Path, *more: str) -> str:
 
 def nightly(tmp_path: Path, dry_run: bool = False) -> tuple[Path, Path, str]:
     """Version 1 of six originals, then a nightly change: six added (one naming a new object
-    class), two removed (eight tiles), one relabelled (a scratch called a crack now)."""
+    class), two removed (eight tiles), one relabelled (a scratch called a crack now), one
+    changed (its pixels)."""
     source, output = tmp_path / "source", tmp_path / "out"
     for number in range(6):
         annotated(source, f"p{number}", seed=number)
@@ -56,6 +57,7 @@ def change(source: Path) -> None:
         (source / "parts" / f"{name}.jpg").unlink()
         (source / "parts" / f"{name}.xml").unlink()
     (source / "parts" / "p0.xml").write_text(defects.voc_xml([("crack", defects.SCRATCH)]))
+    images.write(source / "parts" / "p1.jpg", defects.original(seed=99))  # other pixels
 
 
 def cli(*args: str) -> str:
@@ -101,20 +103,21 @@ def test_the_next_pack_of_a_dataset_with_damaged_totals_counts_them_again_and_lo
 
 def test_every_command_counts_the_nightly_change_in_originals_and_samples_alike(tmp_path):
     _, output, summary = nightly(tmp_path)
-    said = ("originals: 6 added, 0 changed, 1 re-annotated, 2 removed; "
-            "samples: 24 added, 4 re-annotated, 8 removed")
+    said = ("originals: 6 added, 1 changed, 1 re-annotated, 2 removed; "
+            "samples: 24 added, 4 changed, 4 re-annotated, 8 removed")
     assert said in summary
     assert said in cli("inspect", str(output))
     version_2 = next(line for line in cli("log", str(output)).splitlines()
                      if line.split()[:1] == ["2"])
-    assert version_2.split()[2:11] == ["6", "(24)", "0", "0", "1", "(4)", "2", "(8)", "0"]
+    assert version_2.split()[2:12] == ["6", "(24)", "1", "(4)", "0", "1", "(4)", "2", "(8)",
+                                       "0"]
     text = cli("diff", str(output))
-    assert "originals   6 added, 0 changed, 0 relabelled, 1 re-annotated, 2 removed" in text
-    assert "samples     24 added, 0 changed, 0 relabelled, 4 re-annotated, 8 removed" in text
+    assert "originals   6 added, 1 changed, 0 relabelled, 1 re-annotated, 2 removed" in text
+    assert "samples     24 added, 4 changed, 0 relabelled, 4 re-annotated, 8 removed" in text
     found = json.loads(cli("diff", str(output), "--json"))
-    assert found["originals"] == {"added": 6, "changed": 0, "relabelled": 0,
+    assert found["originals"] == {"added": 6, "changed": 1, "relabelled": 0,
                                   "reannotated": 1, "removed": 2}
-    assert found["samples"] == {"added": 24, "changed": 0, "relabelled": 0,
+    assert found["samples"] == {"added": 24, "changed": 4, "relabelled": 0,
                                 "reannotated": 4, "removed": 8}
     history = images.manifest_of(output)["history"][-1]
     assert (history["originals"], history["samples"]) == (found["originals"],
@@ -141,7 +144,7 @@ def test_a_history_entry_of_an_earlier_release_is_counted_from_its_changes_file_
     (output / "manifest.json").write_text(json.dumps(manifest))
     version_2 = next(line for line in cli("log", str(output)).splitlines()
                      if line.split()[:1] == ["2"])
-    assert version_2.split()[2:10] == ["6", "(24)", "0", "0", "1", "(4)", "2", "(8)"]
+    assert version_2.split()[2:11] == ["6", "(24)", "1", "(4)", "0", "1", "(4)", "2", "(8)"]
 
     manifest["changes"] = [entry for entry in manifest["changes"] if entry["version"] != 2]
     (output / "manifest.json").write_text(json.dumps(manifest))
