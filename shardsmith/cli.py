@@ -548,7 +548,8 @@ def log(dataset, storage_options) -> None:
     from .dataset.manifest import read_manifest
     from .storage import location
 
-    _echo(version_log(read_manifest(location(dataset, _options(storage_options)))))
+    place = location(dataset, _options(storage_options))
+    _echo(version_log(read_manifest(place), place if isinstance(place, Path) else None))
 
 
 @main.command()

@@ -95,7 +95,10 @@ def test_appending_a_class_is_a_new_version_that_packs_the_image_naming_it(tmp_p
     manifest = manifest_of(output)
     assert manifest["version"] == 2 and rejected(output) == {}
     assert manifest["run"]["decoded"] == 1  # p3 alone: the others named no new id
-    assert (manifest["history"][-1]["added"], manifest["history"][-1]["changed"]) == (0, 1)
+    # p3, a reject of version 1 (an unknown class id), is a sample now: an original added
+    assert manifest["history"][-1]["originals"] == {"added": 1, "changed": 0, "relabelled": 0,
+                                                    "reannotated": 0, "removed": 0}
+    assert (manifest["history"][-1]["added"], manifest["history"][-1]["changed"]) == (1, 0)
     assert manifest["object_classes"] == ["scratch", "dent", "stain"]  # ids 1, 2 kept
     assert manifest["config"]["source"]["annotations"]["classes"] == [
         "scratch", "dent", "stain"]
@@ -268,7 +271,8 @@ def test_a_dataset_of_older_annotation_rules_is_re_annotated_once_jpeg_bytes_equ
     manifest = manifest_of(output)
     history = manifest["history"][-1]
     assert manifest["version"] == 2 and manifest["annotation_rules"] == ANNOTATION_RULES
-    assert history["reannotated"] == 3 and history["changed"] == 1  # p3: the reject again
+    # p3 is a reject again, the others' objects are the ones they had: no sample changed
+    assert history["reannotated"] == 3 and history["changed"] == 0
     assert "3 re-annotated" in history["note"] and "3 re-annotated" in summary
     assert jpegs(output) == before  # decoded again: the same pixels, the same JPEG bytes
     assert set(history["shards_removed"]) == set(shards_before)  # every sample is annotated

@@ -162,8 +162,8 @@ def test_a_damaged_shard_is_repaired_its_samples_packed_again_not_copied():
     assert [item.source.relpath for item in delta.items()] == ["b.jpg"]
     assert delta.repaired == 1 and [s.name for s in delta.damaged] == [SHARD_1]
     assert not delta.stale_shards and delta.leaving_keys == {sample_key("b.jpg")}
-    assert delta.summary() == ("0 new, 0 removed, 0 changed, 1 repaired; 0 shards rewritten, "
-                               "1 kept, 1 damaged")
+    assert delta.summary() == ("0 new, 0 removed, 0 changed, 1 sample repaired; "
+                               "0 shards rewritten, 1 kept, 1 damaged")
 
 
 def tiles(path: str, *shards: str, **fields) -> list[SampleRecord]:

@@ -19,6 +19,7 @@ from shardsmith.dataset.changes import (
     VersionTotals,
     json_line,
 )
+from shardsmith.dataset.manifest import ChangesEntry
 from shardsmith.insight.diff import diff_versions
 from shardsmith.ops.stage import stage
 from shardsmith.ops.verify import verify
@@ -73,7 +74,8 @@ def test_diff_lists_sources_added_removed_and_changed_with_counts_before_and_aft
 
     found = diff_json(output)
     assert (found["old"], found["new"]) == (1, 2)
-    assert found["samples"] == {"added": 2, "removed": 1, "changed": 1, "relabelled": 0}
+    assert found["originals"] == found["samples"] == {
+        "added": 2, "removed": 1, "changed": 1, "relabelled": 0, "reannotated": 0}
     assert paths(found["added"]) == ["a/new.jpg", "d/first.jpg"]
     assert found["removed"][0] | {"key": None} == {"path": "b/01.jpg", "key": None,
                                                    "split": found["removed"][0]["split"],
@@ -94,7 +96,8 @@ def test_the_summary_names_the_versions_the_changes_and_the_counts(tmp_path):
     pack(source, output)
     text = diff(str(output))
     assert "v1 -> v2: 12 -> 13 samples" in text
-    assert "1 added, 0 removed, 0 changed, 0 relabelled" in text
+    assert "originals   1 added, 0 changed, 0 relabelled, 0 removed" in text
+    assert "samples  " not in text  # a sample an original: one count says both
     assert "a/new.jpg" in text
 
 
@@ -110,7 +113,8 @@ def test_a_relabelled_source_is_relabelled_not_changed(tmp_path):
     pack(source, output, **settings)
 
     found = diff_json(output)
-    assert found["samples"] == {"added": 0, "removed": 0, "changed": 0, "relabelled": 1}
+    assert found["originals"] == {"added": 0, "removed": 0, "changed": 0, "relabelled": 1,
+                                  "reannotated": 0}
     assert [(e["path"], e["from"], e["to"]) for e in found["relabelled"]] == [
         ("parts/p1.jpg", "ok", "scratch")]
 
@@ -169,10 +173,10 @@ def test_a_tiled_original_is_one_change_by_its_path_however_many_tiles_it_made(t
     images.write(source / "parts" / "big2.jpg", images.jpeg(640, 480, 2))
     pack(source, output, **tiled)
     found = diff_json(output)
-    assert found["samples"]["added"] == 1
+    assert found["originals"]["added"] == 1
     assert paths(found["added"]) == ["parts/big2.jpg"]
     tiles = counted(found["counts"]["new"]) - counted(found["counts"]["old"])
-    assert tiles > 1
+    assert tiles > 1 and found["samples"]["added"] == tiles
     assert tiles == sum(s["path"] == "parts/big2.jpg" for s in images.samples_of(output))
 
 
@@ -225,7 +229,7 @@ def test_changes_files_are_kept_for_the_last_versions_the_setting_names(tmp_path
     assert sorted(p.name for p in output.glob("changes-*")) == ["changes-v3.jsonl",
                                                                "changes-v4.jsonl"]
     assert [entry["version"] for entry in images.manifest_of(output)["changes"]] == [3, 4]
-    assert diff_json(output, "v2", "v4")["samples"]["added"] == 2
+    assert diff_json(output, "v2", "v4")["originals"]["added"] == 2
     assert "no longer kept" in diff(str(output), "v1", "v4", expect=2)
 
 
@@ -365,7 +369,8 @@ def test_composing_a_path_removed_then_added_again_is_changed_and_relabelled_bac
                             "sha256": e.sha256} for e in entries]
     (output / "manifest.json").write_text(json.dumps(manifest))
     found = diff_versions(output, 1, 3)
-    assert found.counts == {"added": 0, "removed": 0, "changed": 1, "relabelled": 0}
+    assert found.counts == {"added": 0, "removed": 0, "changed": 1, "relabelled": 0,
+                            "reannotated": 0}
     assert [entry["path"] for entry in found.changed] == ["p1"]
 
 
@@ -417,3 +422,89 @@ def test_a_lone_surrogate_in_a_changes_path_is_a_path_like_any_other(tmp_path):
     found = diff_json(output)
     assert paths(found["added"]) == ["a/\ud800.jpg"]
     assert "a/\\ud800.jpg" in diff(str(output))
+
+
+def deep_changes_line(tmp_path: Path) -> Path:
+    """A two-version dataset whose last changes file ends with a line holding a field nested
+    100,000 lists deep, its size and sha256 fixed up in the manifest (only the line itself is
+    wrong)."""
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output)
+    images.write(source / "a" / "new.jpg", images.jpeg(200, 150, 99))
+    pack(source, output)
+    path = sorted(output.glob("changes-v*.jsonl"))[-1]
+    data = (path.read_bytes() + b'{"change":"added","path":"x","deep":' + b"[" * 100_000
+            + b"]" * 100_000 + b"}\n")
+    path.write_bytes(data)
+    manifest = images.manifest_of(output)
+    manifest["changes"][-1] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    return output
+
+
+def test_a_changes_line_nested_deeper_than_the_stack_is_one_line_and_exit_2(tmp_path):
+    output = deep_changes_line(tmp_path)
+    result = CliRunner().invoke(main, ["diff", str(output)])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "changes-v2.jsonl" in result.output
+    assert "nested" in result.output or "not valid JSON" in result.output
+
+
+def test_the_report_of_a_changes_line_nested_too_deep_says_no_diff_in_one_line(tmp_path):
+    output = deep_changes_line(tmp_path)
+    result = CliRunner().invoke(main, ["report", str(output), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1 and "no diff:" in result.output
+    assert "changes-v2.jsonl: damaged" in (tmp_path / "r.html").read_text()
+
+
+def version_2_changes(output: Path, header: ChangesHeader, body) -> ChangesEntry:
+    """Make the one-version dataset in ``output`` a version 2 whose changes file holds
+    ``body`` (lines of the pack's own writer) under ``header``."""
+    entry = write_changes(output, header, body)
+    manifest = images.manifest_of(output)
+    manifest["version"] = 2
+    manifest["changes"] = [{"version": 2, "name": entry.name, "bytes": entry.bytes,
+                            "sha256": entry.sha256}]
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    return entry
+
+
+def test_the_reject_lines_of_a_changes_file_are_not_held_in_memory_as_read(tmp_path):
+    """40,000 new rejects (9 MB of lines): the diff keeps a few bytes of each and the chunk
+    it reads, not the lines (kept whole, they took ~3.3x the file's size here)."""
+    import tracemalloc
+
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output, **{"output.keep_changes": 0})
+    empty = VersionTotals(("a", "b"))
+    detail = "cannot identify image file: the first bytes are not of a format we read " * 2
+    body = (json_line(ChangeLine("rejected", f"lot{number % 97}/part{number:06d}.png",
+                                 reason="unreadable", detail=detail))
+            for number in range(40_000))
+    entry = version_2_changes(output, ChangesHeader(CHANGES_FORMAT, 2, empty, empty), body)
+    tracemalloc.start()
+    try:
+        found = diff_versions(output)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found.rejects_new_count == 40_000
+    assert found.rejects_new[0]["path"] == "lot0/part000000.png"
+    assert found.rejects_new[0]["detail"] == detail
+    assert peak < entry.bytes * 3 // 4, \
+        f"{peak:,} bytes traced for a {entry.bytes:,}-byte file"
+
+
+def test_a_changes_file_of_format_1_is_read_as_it_was_written(tmp_path):
+    source, output = tree(tmp_path / "source"), tmp_path / "out"
+    pack(source, output, **{"output.keep_changes": 0})
+    empty = VersionTotals(("a", "b"))
+    body = [json_line(ChangeLine("changed", "a/00.jpg", "k_a", "train", "a")),
+            json_line(ChangeLine("removed", "b/01.jpg", "k_b", "train", "b", samples=4))]
+    version_2_changes(output, ChangesHeader(1, 2, empty, empty), body)
+    found = diff_json(output)
+    assert found["originals"] == {"added": 0, "changed": 1, "relabelled": 0, "reannotated": 0,
+                                  "removed": 1}
+    assert found["samples"]["removed"] == 4
+    assert "objects_before" not in found["changed"][0]

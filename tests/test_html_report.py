@@ -65,7 +65,9 @@ def contract_diff(added_key: str) -> dict:
     """A diff as ``diff_versions(...).to_json()`` gives it (docs: plan of issue 20)."""
     return {
         "old": 1, "new": 2,
-        "samples": {"added": 1, "removed": 2, "changed": 3, "relabelled": 4},
+        "originals": {"added": 1, "removed": 2, "changed": 3, "relabelled": 4,
+                      "reannotated": 0},
+        "samples": {"added": 1, "removed": 2, "changed": 3, "relabelled": 4, "reannotated": 0},
         "classes_added": ["<script>alert(1)</script>"], "object_classes_added": ["</svg>"],
         "counts": {"old": {"train": {"ok": 4, "dent": 1}, "val": {"ok": 2}},
                    "new": {"train": {"ok": 4, "dent": 2}, "val": {"ok": 2}}},

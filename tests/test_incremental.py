@@ -61,7 +61,7 @@ def test_an_increment_decodes_only_new_and_changed_sources(tmp_path, fmt):
     os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
 
     summary = pack(source, output, "--format", fmt)
-    assert ("version 2: 2 added, 1 changed, 1 removed, 1 touched (same content); "
+    assert ("version 2: originals: 2 added, 1 changed, 1 removed, 1 touched (same content); "
             "3 images decoded") in summary
     manifest = manifest_of(output)
     assert manifest["version"] == 2 and manifest["run"]["decoded"] == 3

@@ -7,9 +7,15 @@ invariant 8), and read by ``shardsmith diff``.  JSON Lines, ASCII (docs/format.m
   it (``before``; absent for version 1) and of this one (``after``): classes, object classes,
   samples per split and class, objects per object class, rejects;
 * then one line per change, by source path: a sample ``added``, ``removed``, ``changed``
-  (its content or annotations) or ``relabelled`` (``was``: its class before), with its key,
-  split and class (an original cut into tiles: its first key and ``samples``, how many); a
-  reject ``rejected`` (new, with reason and detail) or ``fixed`` (a reject no longer).
+  (its content), ``relabelled`` (``was``: its class before) or ``reannotated`` (the same
+  pixels, other objects: edited annotations, a class appended, new annotation rules), with its
+  key, split and class (an original cut into tiles: its first key and ``samples``, how many);
+  a changed, relabelled or re-annotated source of a dataset with objects has its objects per
+  object class before and after (``objects_before``, ``objects_after``); a reject
+  ``rejected`` (new, with reason and detail) or ``fixed`` (a reject no longer).
+
+Format 2 added ``reannotated`` and the objects before and after; a format 1 file is read as
+it was written (a re-annotation there is a ``changed`` line, without objects).
 
 A changes file is untrusted input like the manifest: every line is typed and checked here,
 read within the size the manifest records, and hashed against its sha256.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,13 +38,26 @@ from ..door import Refused, open_file
 from ..errors import ManifestError
 from ..schema import LINE_CAP, Count, line_reader, to_json
 from ..text import shown
-from .manifest import SAMPLE_KEY, SPLIT_NAME, ChangesEntry, Version
+from .manifest import (
+    SAMPLE_KEY,
+    SPLIT_NAME,
+    ChangeCounts,
+    ChangesEntry,
+    Manifest,
+    Version,
+    VersionEntry,
+)
 
-CHANGES_FORMAT = 1
-SAMPLE_CHANGES = ("added", "removed", "changed", "relabelled")
+log = logging.getLogger(__name__)
+
+CHANGES_FORMAT = 2
+READ_FORMATS = (1, 2)  # 1: before ``reannotated`` and the objects before and after
+SAMPLE_CHANGES = ("added", "removed", "changed", "relabelled", "reannotated")
 REJECT_CHANGES = ("rejected", "fixed")
 ALL_CHANGES = frozenset(SAMPLE_CHANGES + REJECT_CHANGES)
-READ_CHUNK = 4 << 20  # bytes read and hashed at once while streaming the lines
+# Bytes read and hashed at once while streaming the lines: a chunk is held ~3 times while it
+# is split (4 MiB chunks made 18 MB of a 9 MB file of rejects; 1 MiB, 5.5 MB).
+READ_CHUNK = 1 << 20
 # The header holds the class lists and a count per split and class: a few KiB for 100
 # classes, 16 MiB for ~200,000 of them, far past any dataset of ours.
 HEADER_CAP = 16 << 20
@@ -72,9 +92,9 @@ class ChangesHeader:
     before: VersionTotals | None = None
 
     def check(self, where: str) -> None:
-        if self.format != CHANGES_FORMAT:
+        if self.format not in READ_FORMATS:
             raise ManifestError(f"{where}.format: {self.format} is not a changes format this "
-                                f"shardsmith reads ({CHANGES_FORMAT})")
+                                f"shardsmith reads ({', '.join(map(str, READ_FORMATS))})")
         if (self.before is None) != (self.version == 1):
             raise ManifestError(f"{where}.before: version {self.version} "
                                 + ("has no version before it" if self.version == 1
@@ -85,8 +105,10 @@ class ChangesHeader:
 class ChangeLine:
     """One change: ``change`` is one of ``SAMPLE_CHANGES`` or ``REJECT_CHANGES``; ``label``
     the class name (absent: none), ``was`` the class before a relabelling ("" for none);
-    ``samples`` how many samples the source made (tiles; absent: one); ``reason`` and
-    ``detail`` those of a reject.  Fields that do not apply are left out of the line."""
+    ``samples`` how many samples the source made (tiles; absent: one); ``objects_before``
+    and ``objects_after`` its objects per object class (a changed, relabelled or
+    re-annotated source of a dataset with objects); ``reason`` and ``detail`` those of a
+    reject.  Fields that do not apply are left out of the line."""
 
     change: str
     path: str
@@ -97,6 +119,8 @@ class ChangeLine:
     samples: Count | None = None
     reason: str | None = None
     detail: str | None = None
+    objects_before: dict[str, Count] | None = None
+    objects_after: dict[str, Count] | None = None
 
     def check(self, where: str) -> None:
         if self.change in SAMPLE_CHANGES:
@@ -128,8 +152,8 @@ class BriefLine(msgspec.Struct, frozen=True):
     path: str
     label: str | None = None
     was: str | None = None
+    samples: Count | None = None
     reason: str | None = None
-    detail: str | None = None
 
 
 _brief_decoder = msgspec.json.Decoder(BriefLine, strict=True)
@@ -140,6 +164,18 @@ def _brief_ok(line: BriefLine) -> bool:
     if line.change in REJECT_CHANGES:
         return line.reason is not None
     return line.change in ALL_CHANGES and (line.was is None) != (line.change == "relabelled")
+
+
+def count_changes(changes: ChangesFile) -> tuple[ChangeCounts, ChangeCounts]:
+    """The originals and the samples each kind of sample change in ``changes`` counts (its
+    lines read to the end, the sha256 checked: ManifestError when damaged)."""
+    originals = dict.fromkeys(SAMPLE_CHANGES, 0)
+    samples = dict.fromkeys(SAMPLE_CHANGES, 0)
+    for _, line in changes.lines(brief=True):
+        if line.change in originals:
+            originals[line.change] += 1
+            samples[line.change] += 1 if line.samples is None else line.samples
+    return ChangeCounts(**originals), ChangeCounts(**samples)
 _read_header = line_reader(ChangesHeader)
 _read_line = line_reader(ChangeLine)
 
@@ -213,8 +249,8 @@ class ChangesFile:
                 if decoder is not None:
                     try:
                         record = decoder.decode(piece)
-                    except msgspec.MsgspecError:
-                        pass  # the full reader says what is wrong
+                    except (msgspec.MsgspecError, RecursionError):
+                        pass  # the full reader says what is wrong (nesting too, guarded)
                     else:
                         if not _brief_ok(record):
                             record = None
@@ -255,3 +291,61 @@ class ChangesFile:
 
     def _damaged(self, number: int, why: str) -> ManifestError:
         return ManifestError(f"{self.path}: damaged: line {number}: {why}")
+
+
+def history_counts(directory: Path | None, manifest: Manifest
+                   ) -> dict[int, tuple[ChangeCounts, ChangeCounts]]:
+    """Per version of ``manifest.history``, what it changed in originals and in samples: as
+    its entry records them, or for an entry of an earlier release (whose counts mixed the
+    two) counted from its changes file where one is kept in ``directory`` (a local folder;
+    None: none is read).  A version with neither is left out: show its entry as recorded,
+    never reinterpreted."""
+    kept = {entry.version: entry for entry in manifest.changes} if directory is not None \
+        else {}
+    counts: dict[int, tuple[ChangeCounts, ChangeCounts]] = {}
+    for entry in manifest.history:
+        if entry.originals is not None and entry.samples is not None:
+            counts[entry.version] = (entry.originals, entry.samples)
+        elif entry.version in kept:
+            try:
+                with ChangesFile(Path(directory), kept[entry.version]) as changes:
+                    counts[entry.version] = count_changes(changes)
+            except ManifestError as exc:
+                log.warning("version %d shown as recorded: %s", entry.version, exc)
+    return counts
+
+
+def as_recorded(entry: VersionEntry) -> str:
+    """Why an entry is shown with the counts it recorded: their units are not known."""
+    return (f"v{entry.version} as recorded: its added, changed and removed are not in one "
+            "unit (removed counted samples and rejects) and no changes file is kept")
+
+
+def change_line(entry: VersionEntry) -> str:
+    """What a version changed, each count in its unit: "originals: 6 added, 0 changed, 1
+    relabelled, 2 removed, 1 rejected; samples: 24 added, 4 relabelled, 8 removed" (the
+    samples part when they are not the originals: tiles); an entry of an earlier release,
+    its counts as recorded, said so."""
+    if entry.originals is None or entry.samples is None:
+        return (f"{entry.added:,} added, {entry.changed:,} changed, {entry.removed:,} removed "
+                "(as recorded)")
+    originals, samples = entry.originals, entry.samples
+    parts = [f"{originals.added:,} added", f"{originals.changed:,} changed"]
+    parts += [f"{value:,} {name}" for name, value in (
+        ("relabelled", originals.relabelled), ("re-annotated", originals.reannotated)) if value]
+    parts.append(f"{originals.removed:,} removed")
+    parts += [f"{value:,} {name}" for name, value in (
+        ("rejected", entry.rejected), ("touched (same content)", entry.touched)) if value]
+    line = "originals: " + ", ".join(parts)
+    if samples != originals or entry.repaired:
+        tiles = [f"{value:,} {name}" for name, value in change_kinds(samples) if value]
+        tiles += [f"{entry.repaired:,} repaired"] if entry.repaired else []
+        line += "; samples: " + (", ".join(tiles) or "none changed")
+    return line
+
+
+def change_kinds(counts: ChangeCounts) -> list[tuple[str, int]]:
+    """(kind as written, count) of ``counts`` in the order every command shows them."""
+    return [("added", counts.added), ("changed", counts.changed),
+            ("relabelled", counts.relabelled), ("re-annotated", counts.reannotated),
+            ("removed", counts.removed)]

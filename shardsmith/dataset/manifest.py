@@ -299,8 +299,26 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class ChangeCounts:
+    """How many originals, or how many samples (the unit is the field that holds it), a
+    version added, changed (content), relabelled, re-annotated (same pixels, other objects)
+    and removed: the count of each kind of line in its changes file, or the sum of their
+    ``samples`` (a tile's original makes several)."""
+
+    added: Count = 0
+    changed: Count = 0
+    relabelled: Count = 0
+    reannotated: Count = 0
+    removed: Count = 0
+
+
+@dataclass(frozen=True)
 class VersionEntry:
-    """What one dataset version changed (``shardsmith log``)."""
+    """What one dataset version changed (``shardsmith log``).  ``originals`` and ``samples``
+    (absent before they were recorded) count each change in its unit; the older fields
+    ``added``, ``changed`` and ``removed`` are kept as recorded, their unit mixed in entries
+    written without ``originals`` (``removed`` counted samples and rejects), the originals
+    counts in newer ones."""
 
     version: Version
     created: str = ""
@@ -315,6 +333,8 @@ class VersionEntry:
     shards_removed: tuple[str, ...] = ()
     previous_content_fingerprint: str | None = None
     note: str | None = None
+    originals: ChangeCounts | None = None
+    samples: ChangeCounts | None = None
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,17 @@ from its first change in that range to its last: added then removed is neither, 
 added again is changed, relabelled back and forth is nothing.  The counts per split and class
 come from the files' headers: the totals before version A+1 and after version B.
 
-Memory: a change line is kept as a 16-byte path digest and 17 bytes of kind, classes and
-offset (the composition is a sort of those arrays; one version needs no sort), and the
-examples are read again by their offsets: one file of 1M lines peaks at 100 MB RSS, three
-composed (1.6M lines) at 143 MB, ~37 MB of it the interpreter (scripts/bench_diff.py).
+Memory: a sample change line is kept as a 16-byte path digest and 21 bytes of kind,
+samples, classes and offset, a reject line as its digest, kind and offset (the composition
+is a sort of those arrays; one version needs no sort), and the examples are read again by
+their offsets: one file of 1M lines peaks at 100 MB RSS, three composed (1.6M lines) at
+143 MB, ~37 MB of it the interpreter (scripts/bench_diff.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 from array import array
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,113 +27,11 @@ from ..dataset.manifest import MANIFEST_NAME, Manifest, read_manifest
 from ..door import MANIFEST_CAP, open_file
 from ..errors import ManifestError
 from ..schema import decode
-from ..text import plural, printable
+from .versiondiff import DiffUnavailable, VersionDiff
+
+__all__ = ["DiffUnavailable", "VersionDiff", "diff_versions"]
 
 NO_CLASS = -1  # a sample without a class; an absent sample has no class id at all
-EXAMPLES_SHOWN = 10  # per kind in the readable summary
-
-
-class DiffUnavailable(ManifestError):
-    """The two versions cannot be compared: the dataset has one version, or a changes file
-    between them is no longer kept, missing or damaged (the message says which)."""
-
-
-@dataclass(frozen=True)
-class VersionDiff:
-    """What changed from version ``old`` to ``new`` (``to_json`` for the JSON form)."""
-
-    old: int
-    new: int
-    before: VersionTotals
-    after: VersionTotals
-    counts: dict[str, int]  # added, removed, changed, relabelled (source paths)
-    added: list[dict[str, Any]] = field(default_factory=list)
-    removed: list[dict[str, Any]] = field(default_factory=list)
-    changed: list[dict[str, Any]] = field(default_factory=list)
-    relabelled: list[dict[str, Any]] = field(default_factory=list)
-    rejects_new: list[dict[str, Any]] = field(default_factory=list)
-    rejects_fixed: list[str] = field(default_factory=list)
-    rejects_new_count: int = 0
-    rejects_fixed_count: int = 0
-    # rejects whose source is gone: removed, as the pack's summary counts them, not fixed
-    rejects_removed: list[str] = field(default_factory=list)
-    rejects_removed_count: int = 0
-
-    @property
-    def classes_added(self) -> list[str]:
-        known = set(self.before.classes)
-        return [name for name in self.after.classes if name not in known]
-
-    @property
-    def object_classes_added(self) -> list[str]:
-        known = set(self.before.object_classes or ())
-        return [name for name in self.after.object_classes or () if name not in known]
-
-    def to_json(self) -> dict[str, Any]:
-        """The diff as plain JSON (``diff --json``; the nightly report's diff section)."""
-        return {
-            "old": self.old, "new": self.new,
-            "samples": dict(self.counts),
-            "classes_added": self.classes_added,
-            "object_classes_added": self.object_classes_added,
-            "counts": {"old": self.before.counts, "new": self.after.counts},
-            "objects": {"old": self.before.objects, "new": self.after.objects},
-            "rejects": {"new": self.rejects_new, "fixed": self.rejects_fixed,
-                        "removed": self.rejects_removed,
-                        "new_count": self.rejects_new_count,
-                        "fixed_count": self.rejects_fixed_count,
-                        "removed_count": self.rejects_removed_count},
-            "added": self.added, "removed": self.removed, "changed": self.changed,
-            "relabelled": self.relabelled,
-        }
-
-    def summary(self) -> str:
-        """A readable summary: the changes, the counts per split and class before and
-        after, object counts, rejects, and the first few paths of each kind.  Every name,
-        path, reason and detail comes from the dataset: escaped by ``_shown``, so a newline in
-        one cannot forge a line."""
-        counts = self.counts
-        lines = [f"v{self.old} -> v{self.new}: {self.before.samples:,} -> "
-                 f"{self.after.samples:,} samples",
-                 f"  sources     {counts['added']:,} added, {counts['removed']:,} removed, "
-                 f"{counts['changed']:,} changed, {counts['relabelled']:,} relabelled",
-                 f"  rejects     {self.rejects_new_count:,} new, "
-                 f"{self.rejects_fixed_count:,} fixed, "
-                 f"{self.rejects_removed_count:,} removed "
-                 f"({self.before.rejects:,} -> {self.after.rejects:,})"]
-        if self.classes_added:
-            lines.append(f"  classes added: {', '.join(map(_shown, self.classes_added))}")
-        if self.object_classes_added:
-            lines.append("  object classes added: "
-                         f"{', '.join(map(_shown, self.object_classes_added))}")
-        lines += _count_table(self.old, self.new, self.before.counts, self.after.counts)
-        if self.before.objects or self.after.objects:
-            lines.append("  objects:")
-            for name in _union(self.before.objects, self.after.objects):
-                old, new = self.before.objects.get(name, 0), self.after.objects.get(name, 0)
-                lines.append(f"    {_shown(name):<20} {old:>9,} {new:>9,} "
-                             f"{_signed(new - old)}".rstrip())
-        for kind, examples in (("added", self.added), ("removed", self.removed),
-                               ("changed", self.changed)):
-            if examples:
-                lines.append(f"  {kind}{_first(counts[kind])}:")
-                lines += [f"    {_shown(item['path'])}  ({_shown(item['split'])}, "
-                          f"{_shown(item['class'])})" for item in examples[:EXAMPLES_SHOWN]]
-        if self.relabelled:
-            lines.append(f"  relabelled{_first(counts['relabelled'])}:")
-            lines += [f"    {_shown(item['path'])}  {_shown(item['from'])} -> "
-                      f"{_shown(item['to'])}" for item in self.relabelled[:EXAMPLES_SHOWN]]
-        if self.rejects_new:
-            lines.append(f"  new rejects{_first(self.rejects_new_count)}:")
-            lines += [f"    {_shown(item['path'])}  {_shown(item['reason'])}: "
-                      f"{_shown(item['detail'])}" for item in self.rejects_new[:EXAMPLES_SHOWN]]
-        for kind, paths, count in (("fixed", self.rejects_fixed, self.rejects_fixed_count),
-                                   ("removed", self.rejects_removed,
-                                    self.rejects_removed_count)):
-            if paths:
-                lines.append(f"  {kind} rejects{_first(count)}:")
-                lines += [f"    {_shown(path)}" for path in paths[:EXAMPLES_SHOWN]]
-        return "\n".join(lines)
 
 
 def diff_versions(directory: Path, old: int | None = None, new: int | None = None,
@@ -220,12 +118,14 @@ def _opened(directory: Path, entry) -> ChangesFile:
     return opened
 
 
-# The kinds of sample change, and per kind: present before, present after, content changed.
-SAMPLE_KINDS = {"added": 0, "removed": 1, "changed": 2, "relabelled": 3}
+# The kinds of sample change, and per kind: present before, present after, content changed,
+# objects changed on the same pixels.
+SAMPLE_KINDS = {"added": 0, "removed": 1, "changed": 2, "relabelled": 3, "reannotated": 4}
 RELABELLED = SAMPLE_KINDS["relabelled"]
-_BEFORE = np.array([False, True, True, True])
-_AFTER = np.array([True, False, True, True])
-_CHANGED = np.array([False, False, True, False])
+_BEFORE = np.array([False, True, True, True, True])
+_AFTER = np.array([True, False, True, True, True])
+_CHANGED = np.array([False, False, True, False, False])
+_REANNOTATED = np.array([False, False, False, False, True])
 
 
 class _Composer:
@@ -237,15 +137,20 @@ class _Composer:
         self.kinds = array("b")  # SAMPLE_KINDS index of each sample line
         self.class_before, self.class_after = array("i"), array("i")
         self.where = array("q")  # file number << 40 | byte offset of each sample line
+        self.samples = array("I")  # samples of each sample line (tiles of its original)
         self.class_ids: dict[str | None, int] = {None: NO_CLASS}
         self.class_names: list[str] = []
-        self.rejects: dict[str, list[Any]] = {}  # path -> [before, after, line]
+        # reject lines as columns too (a line read whole is let go at once: 115 MB of them
+        # took 531 MB when kept): path digest, rejected (not fixed), where the line is
+        self.reject_digests = bytearray()
+        self.reject_kinds = array("b")
+        self.reject_where = array("q")
         self.headers: list[VersionTotals] = []
         self.files = 0  # changes files read
         # the last line of each relabelled path (sorted), and its class before the first
         self.relabelled_lines = np.zeros(0, np.int64)
         self.relabelled_from = np.zeros(0, np.int32)
-        self.last_after: set[bytes] | None = None  # digests of the paths present after
+        self.last_after: np.ndarray | None = None  # digests of the paths present after
 
     def read(self, number: int, changes: ChangesFile) -> None:
         if not self.headers:
@@ -255,15 +160,19 @@ class _Composer:
         kinds, digests, where = self.kinds, self.digests, self.where
         class_before, class_after, class_id = self.class_before, self.class_after, \
             self._class_id
+        samples = self.samples
         base = number << 40
         try:
             for offset, line in changes.lines(brief=True):
                 kind = SAMPLE_KINDS.get(line.change)
                 if kind is None:
-                    self._reject(line)
+                    self.reject_digests += _digest(line.path)
+                    self.reject_kinds.append(line.change == "rejected")
+                    self.reject_where.append(base | offset)
                     continue
                 digests += _digest(line.path)
                 kinds.append(kind)
+                samples.append(1 if line.samples is None else line.samples)
                 label = class_id(line.label)
                 class_after.append(label)
                 class_before.append(class_id(line.was or None) if kind == RELABELLED
@@ -279,96 +188,106 @@ class _Composer:
             self.class_names.append(name)
         return number
 
-    def _reject(self, line: ChangeLine) -> None:
-        rejected = line.change == "rejected"
-        known = self.rejects.get(line.path)
-        if known is None:
-            self.rejects[line.path] = [not rejected, rejected, line]
-        else:
-            known[1:] = [rejected, line]
-
     def result(self, old: int, new: int, files: list[ChangesFile],
                examples: int) -> VersionDiff:
-        kinds = self._compose()
+        kinds, samples = self._compose()
         counts = {kind: len(events) for kind, events in kinds.items()}
         shown = {kind: self._examples(kind, events[:examples], files)
                  for kind, events in kinds.items()}
-        new_rejects = [line for before, after, line in self.rejects.values()
-                       if after and not before]
-        no_longer = [path for path, (before, after, _) in self.rejects.items()
-                     if before and not after]
+        new_rejects, no_longer = self._rejects()
         # A reject no longer one is fixed when its source is a sample now, else it is gone.
-        present = self._present_after([_digest(path) for path in no_longer])
-        fixed = [path for path, now in zip(no_longer, present, strict=True) if now]
-        gone = [path for path, now in zip(no_longer, present, strict=True) if not now]
+        digests = np.frombuffer(self.reject_digests, "V16")
+        present = np.isin(digests[no_longer], self.last_after) \
+            if self.last_after is not None else np.zeros(len(no_longer), np.bool_)
+        fixed, gone = no_longer[present], no_longer[~present]
         return VersionDiff(
             old, new, self.headers[0], self.headers[-1], counts, shown["added"],
             shown["removed"], shown["changed"], shown["relabelled"],
             [{"path": line.path, "reason": line.reason, "detail": line.detail or ""}
-             for line in new_rejects[:examples]],
-            fixed[:examples], len(new_rejects), len(fixed), gone[:examples], len(gone))
+             for line in self._reject_lines(new_rejects[:examples], files)],
+            [line.path for line in self._reject_lines(fixed[:examples], files)],
+            len(new_rejects), len(fixed),
+            [line.path for line in self._reject_lines(gone[:examples], files)], len(gone),
+            sample_counts=samples, reannotated=shown["reannotated"])
 
-    def _present_after(self, digests: list[bytes]) -> list[bool]:
-        """Whether each path (by digest) is a sample after the last version read: its last
-        sample line leaves it present (``_compose`` ran)."""
-        if not digests or self.last_after is None:
-            return [False] * len(digests)
-        return [digest in self.last_after for digest in digests]
+    def _rejects(self) -> tuple[np.ndarray, np.ndarray]:
+        """The reject lines (their numbers among the reject lines, in the order their paths
+        first appear) that tell a new reject, and those of a reject no longer one: a path's
+        first line says what it was before (a ``fixed`` one was a reject), its last what it
+        is after."""
+        total = len(self.reject_kinds)
+        if not total:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        rejected = np.frombuffer(self.reject_kinds, np.int8).astype(np.bool_)
+        order, starts, ends = _grouped(self.reject_digests, total)
+        first, last = order[starts], order[ends]
+        before, after = ~rejected[first], rejected[last]
+        by_first = np.argsort(first, kind="stable")
+        first, last, before, after = first[by_first], last[by_first], before[by_first], \
+            after[by_first]
+        return last[after & ~before].astype(np.int64), last[before & ~after].astype(np.int64)
 
-    def _compose(self) -> dict[str, np.ndarray]:
+    def _reject_lines(self, numbers: np.ndarray, files: list[ChangesFile]) -> list[ChangeLine]:
+        lines = []
+        for number in numbers.tolist():
+            where = self.reject_where[number]
+            try:
+                lines.append(files[where >> 40].line_at(where & ((1 << 40) - 1)))
+            except ManifestError as exc:
+                raise DiffUnavailable(str(exc)) from None
+        return lines
+
+    def _compose(self) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """Per kind, the line (its number among all) that tells each path's change, in
-        file order: a path's first line holds its state before, its last its state after."""
+        file order: a path's first line holds its state before, its last its state after;
+        and per kind the samples those paths count (their last line's: the tiles they had
+        when removed, or have now)."""
         total = len(self.kinds)
         if not total:
-            return {kind: np.zeros(0, np.int64) for kind in SAMPLE_KINDS}
+            return {kind: np.zeros(0, np.int64) for kind in SAMPLE_KINDS}, \
+                dict.fromkeys(SAMPLE_KINDS, 0)
         kinds = np.frombuffer(self.kinds, np.int8)
         before, after, changed = _BEFORE[kinds], _AFTER[kinds], _CHANGED[kinds]
+        reannotated = _REANNOTATED[kinds]
         if self.files == 1:  # one version: a line per path, nothing to compose
             first = last = np.arange(total, dtype=np.int32)
-            touched_any = changed
+            touched_any, reannotated_any = changed, reannotated
         else:
-            first, last, touched_any = self._paths(total, after, changed)
+            first, last, touched_any, reannotated_any = self._paths(total, after, changed,
+                                                                    reannotated)
         was = np.frombuffer(self.class_before, np.int32)[first]
         now = np.frombuffer(self.class_after, np.int32)[last]
         present_before, present_after = before[first], after[last]
-        self.last_after = {bytes(self.digests[16 * line : 16 * line + 16])
-                           for line in last[present_after].tolist()}
+        self.last_after = np.frombuffer(self.digests, "V16")[last[present_after]]
         both = present_before & present_after
         relabelled = both & (was != now)
         by_line = np.argsort(last[relabelled], kind="stable")
         self.relabelled_lines = last[relabelled][by_line]
         self.relabelled_from = was[relabelled][by_line]
-        return {
-            "added": np.sort(last[~present_before & present_after]),
-            "removed": np.sort(first[present_before & ~present_after]),
-            "changed": np.sort(last[both & ~relabelled & touched_any]),
-            "relabelled": np.sort(last[relabelled]),
+        chosen = {
+            "added": ~present_before & present_after,
+            "removed": present_before & ~present_after,
+            "changed": both & ~relabelled & touched_any,
+            "relabelled": relabelled,
+            "reannotated": both & ~relabelled & ~touched_any & reannotated_any,
         }
+        tiles = np.frombuffer(self.samples, np.uint32)[last]
+        samples = {kind: int(tiles[paths].sum(dtype=np.int64)) for kind, paths in chosen.items()}
+        return {kind: np.sort((first if kind == "removed" else last)[paths])
+                for kind, paths in chosen.items()}, samples
 
-    def _paths(self, total: int, after: np.ndarray, changed: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per path: its first line, its last, and whether it changed on the way (a changed
-        line, or absent in between: removed, then added again, nothing says its content is
-        the one it had).  Lines of one path are found by sorting the digests (stable: file
-        order kept within a path); int32 positions keep the sort's memory small."""
-        digests = np.frombuffer(self.digests, "<u8").reshape(-1, 2)
-        order = np.argsort(digests[:, 1], kind="stable").astype(np.int32)
-        high = digests[order, 0]
-        order = order[np.argsort(high, kind="stable")]
-        del high
-        same_path = np.ones(total, np.bool_)  # as the line before it, in sorted order
-        same_path[0] = False
-        for column in (0, 1):
-            keys = digests[order, column]
-            same_path[1:] &= keys[1:] == keys[:-1]
-            del keys
-        starts = np.flatnonzero(~same_path).astype(np.int32)
-        del same_path
-        ends = np.r_[starts[1:], total].astype(np.int32) - 1
+    def _paths(self, total: int, after: np.ndarray, changed: np.ndarray,
+               reannotated: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per path: its first line, its last, whether its content changed on the way (a
+        changed line, or absent in between: removed, then added again, nothing says its
+        content is the one it had), and whether its objects did (a re-annotated line)."""
+        order, starts, ends = _grouped(self.digests, total)
         first, last = order[starts], order[ends]
         touched = (changed | ~after)[order]
         touched[ends] = changed[last]
-        return first, last, np.logical_or.reduceat(touched, starts)
+        return first, last, np.logical_or.reduceat(touched, starts), \
+            np.logical_or.reduceat(reannotated[order], starts)
 
     def _examples(self, kind: str, events: np.ndarray,
                   files: list[ChangesFile]) -> list[dict[str, Any]]:
@@ -380,17 +299,45 @@ class _Composer:
             except ManifestError as exc:
                 raise DiffUnavailable(str(exc)) from None
             if kind == "relabelled":
-                shown.append({"path": line.path, "key": line.key,
-                              "from": self._class_name(int(self.relabelled_from[
-                                  np.searchsorted(self.relabelled_lines, event)])),
-                              "to": line.label})
+                item = {"path": line.path, "key": line.key,
+                        "from": self._class_name(int(self.relabelled_from[
+                            np.searchsorted(self.relabelled_lines, event)])),
+                        "to": line.label}
             else:
-                shown.append({"path": line.path, "key": line.key, "split": line.split,
-                              "class": line.label})
+                item = {"path": line.path, "key": line.key, "split": line.split,
+                        "class": line.label}
+            if line.samples is not None:
+                item["samples"] = line.samples
+            # the objects of this version's change (composed versions: of the last one)
+            if line.objects_before is not None or line.objects_after is not None:
+                item["objects_before"] = line.objects_before or {}
+                item["objects_after"] = line.objects_after or {}
+            shown.append(item)
         return shown
 
     def _class_name(self, number: int) -> str | None:
         return None if number == NO_CLASS else self.class_names[number]
+
+
+def _grouped(digests: bytearray, total: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``total`` lines whose 16-byte path digests ``digests`` holds, grouped by path:
+    their order sorted by digest (stable: file order kept within a path), and where each
+    path's lines start and end in it.  int32 positions keep the sort's memory small."""
+    columns = np.frombuffer(digests, "<u8").reshape(-1, 2)
+    order = np.argsort(columns[:, 1], kind="stable").astype(np.int32)
+    high = columns[order, 0]
+    order = order[np.argsort(high, kind="stable")]
+    del high
+    same_path = np.ones(total, np.bool_)  # as the line before it, in sorted order
+    same_path[0] = False
+    for column in (0, 1):
+        keys = columns[order, column]
+        same_path[1:] &= keys[1:] == keys[:-1]
+        del keys
+    starts = np.flatnonzero(~same_path).astype(np.int32)
+    del same_path
+    ends = np.r_[starts[1:], total].astype(np.int32) - 1
+    return order, starts, ends
 
 
 def _digest(path: str) -> bytes:
@@ -398,35 +345,3 @@ def _digest(path: str) -> bytes:
     hostile changes file too, each code point to its own bytes (lossless: no two paths
     share an encoding)."""
     return hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def _shown(text: object) -> str:
-    """A dataset's string (a class, path, split, reason) as the summary prints it: escaped
-    (``text.printable``), ``-`` for none."""
-    return printable(str(text)) if text else "-"
-
-
-def _count_table(old: int, new: int, before: dict[str, dict[str, int]],
-                 after: dict[str, dict[str, int]]) -> list[str]:
-    lines = [f"  {'split':<10} {'class':<20} {'v' + str(old):>9} {'v' + str(new):>9}"]
-    for split in _union(before, after):
-        was, now = before.get(split, {}), after.get(split, {})
-        for name in _union(was, now):
-            old_count, new_count = was.get(name, 0), now.get(name, 0)
-            lines.append(f"  {_shown(split):<10} {_shown(name):<20} {old_count:>9,} "
-                         f"{new_count:>9,} "
-                         f"{_signed(new_count - old_count)}".rstrip())
-    return lines
-
-
-def _union(first: dict, second: dict) -> list[str]:
-    return list(first) + [name for name in second if name not in first]
-
-
-def _signed(number: int) -> str:
-    return f"{number:+,}" if number else ""
-
-
-def _first(count: int) -> str:
-    return f" ({plural(count, 'source')}, first {EXAMPLES_SHOWN})" if count > EXAMPLES_SHOWN \
-        else ""

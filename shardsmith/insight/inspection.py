@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..dataset.changes import change_line
 from ..dataset.manifest import Manifest, iter_sample_index, read_manifest
 from ..dataset.normal import CUT_REASON, record_is_normal
 from ..errors import ConfigError, ManifestError
+from ..schema import to_json
 from ..storage import is_url, location
 from ..text import human_bytes, plural, printable
 from .census import Census, DuplicateSet, Spread, packed_config, require_split, take_census
@@ -269,8 +271,14 @@ def inspection_text(inspection: Inspection, all_rejects: bool = False,
         f"{created or 'unknown'}, fingerprint {manifest.fingerprint[:12]}",
         f"  source {printable(manifest.source) or 'not recorded'}"
         + (f"; showing split {census.split} only" if census.split else ""),
-        "",
     ]
+    if manifest.version > 1 and manifest.history:  # the same words as pack and log
+        lines.append(f"  version {manifest.history[-1].version} changed "
+                     f"{change_line(manifest.history[-1])}")
+    if manifest.totals.sources is not None:
+        lines.append(f"  {plural(manifest.totals.packed, 'sample')} cut from "
+                     f"{plural(manifest.totals.sources, 'original')}")
+    lines.append("")
     lines += _class_table(inspection)
     lines += ["", *_shard_lines(manifest, census.split)]
     lines += ["", *_image_lines(census)]
@@ -441,6 +449,8 @@ def inspection_json(inspection: Inspection) -> dict[str, Any]:
         "schema_version": manifest.schema_version,
         "last_change": (manifest.history[-1].created if manifest.history
                         else manifest.created),
+        "originals": manifest.totals.sources if manifest.totals.sources is not None
+        else manifest.totals.packed,
         "fingerprint": manifest.fingerprint,
         "source": manifest.source,
         "split": census.split,
@@ -495,6 +505,11 @@ def inspection_json(inspection: Inspection) -> dict[str, Any]:
         document["objects"] = object_json(inspection.objects, manifest)
     if manifest.annotation_sources is not None:
         document["annotation_sources"] = annotation_sources_json(manifest)
+    last = manifest.history[-1] if manifest.history else None
+    if last is not None and last.originals is not None and last.samples is not None:
+        document["last_version_change"] = {"version": last.version,
+                                           "originals": to_json(last.originals),
+                                           "samples": to_json(last.samples)}
     if inspection.quality is not None:
         document["quality"] = quality_json(inspection.quality, census.class_name)
     return document

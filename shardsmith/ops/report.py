@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..text import human_bytes, plural, printable
@@ -23,13 +24,10 @@ def pack_summary(result: PackResult) -> str:
     if result.up_to_date:
         head = f"{result.shown}: up to date, nothing to do (same settings, sources unchanged)"
     elif manifest.version > 1 and change is not None:
-        parts = [f"{change.added:,} added", f"{change.changed:,} changed",
-                 f"{change.removed:,} removed"]
-        parts += [f"{value:,} {name}" for name, value in (
-            ("rejected", change.rejected), ("touched (same content)", change.touched),
-            ("repaired", change.repaired)) if value]
         copied = run.get("jpeg_copied", 0)
-        head = (f"{result.shown}: version {manifest.version}: {', '.join(parts)}; "
+        from ..dataset.changes import change_line
+
+        head = (f"{result.shown}: version {manifest.version}: {change_line(change)}; "
                 f"{plural(run.get('decoded', 0), 'image')} decoded, "
                 + (f"{copied:,} re-annotated with their JPEG bytes copied, " if copied else "")
                 + f"{plural(len(change.shards_added), 'shard')} new, "
@@ -103,8 +101,13 @@ def pack_report(result: PackResult) -> dict:
     from ..schema import to_json
 
     manifest = result.manifest
+    change = manifest.history[-1] if manifest.history and not result.up_to_date else None
+    units = {"originals": to_json(change.originals), "samples": to_json(change.samples)} \
+        if change is not None and change.originals is not None else None
     return {
         "output": result.shown,
+        # what this version changed, in each unit (as ``log`` and ``diff`` count it)
+        **({"changes": units} if units is not None else {}),
         "status": "up_to_date" if result.up_to_date else "packed",
         "version": manifest.version,
         "resumed_at": result.resumed_at,
@@ -122,20 +125,44 @@ def pack_report(result: PackResult) -> dict:
     }
 
 
-def version_log(manifest: Manifest) -> str:
-    """One line per dataset version: what it added, changed and removed."""
-    lines = [f"{'version':>7}  {'created':<25} {'added':>7} {'changed':>7} {'removed':>7} "
-             f"{'rejected':>8} {'new shards':>10} {'gone shards':>11}"]
+def version_log(manifest: Manifest, directory: Path | None = None) -> str:
+    """One line per dataset version: what it added, changed and removed, in originals and
+    (in brackets, where tiles make them differ) samples; an entry of an earlier release is
+    counted again from its changes file where ``directory`` keeps it, else shown as
+    recorded."""
+    from ..dataset.changes import as_recorded, change_kinds, history_counts
+
+    counts = history_counts(directory, manifest)
+    lines = [f"{'version':>7}  {'created':<25} {'added':>13} {'changed':>13} "
+             f"{'relabelled':>13} {'re-annotated':>13} {'removed':>13} {'rejected':>8} "
+             f"{'new shards':>10} {'gone shards':>11}"]
     for entry in manifest.history:
+        notes = [entry.note] if entry.note else []
+        if entry.version in counts:
+            originals, samples = counts[entry.version]
+            cells = [_cell(original, sample) for (_, original), (_, sample)
+                     in zip(change_kinds(originals), change_kinds(samples), strict=True)]
+        else:
+            cells = [f"{entry.added:,}", f"{entry.changed:,}", "-", "-", f"{entry.removed:,}"]
+            notes.append(as_recorded(entry))
         lines.append(
-            f"{entry.version:>7}  {entry.created:<25} {entry.added:>7,} {entry.changed:>7,} "
-            f"{entry.removed:>7,} {entry.rejected:>8,} {len(entry.shards_added):>10,} "
-            f"{len(entry.shards_removed):>11,}" + (f"  {entry.note}" if entry.note else "")
-        )
+            f"{entry.version:>7}  {entry.created:<25} "
+            + " ".join(f"{cell:>13}" for cell in cells)
+            + f" {entry.rejected:>8,} {len(entry.shards_added):>10,} "
+            f"{len(entry.shards_removed):>11,}"
+            + (f"  {printable('; '.join(notes))}" if notes else ""))
+    totals = manifest.totals
+    lines.append("counts: originals, (samples) where an original made several")
     lines.append(f"current: version {manifest.version}, "
-                 f"{plural(manifest.totals.packed, 'sample')} in "
+                 + (f"{plural(totals.sources, 'original')} in " if totals.sources is not None
+                    else "")
+                 + f"{plural(totals.packed, 'sample')} in "
                  f"{plural(len(manifest.shards), 'shard')}")
     return "\n".join(lines)
+
+
+def _cell(originals: int, samples: int) -> str:
+    return f"{originals:,}" if originals == samples else f"{originals:,} ({samples:,})"
 
 
 def _excluded_detail(excluded: dict[str, int]) -> str:

@@ -4,9 +4,11 @@ Made from what the commit streams anyway, never from a second read of an index: 
 version's sample records as ``kept_samples`` reads them (each one, and whether it leaves the
 dataset), then this run's sample records from the journal's spool (in plan order, the tiles
 of one original one after another).  A source of this run whose previous samples left is
-changed or relabelled (or neither: repaired, re-annotated under new rules); one without is
-added; a source whose samples left and that made none is removed.  Rejects new and fixed come
-from the two manifests.
+changed (its content), relabelled, or re-annotated (the same content, other objects), or none
+of these (repaired, or newer rules that found the same objects); one without is added; a
+source whose samples left and that made none is removed.  Rejects new and fixed come from the
+two manifests.  The same two streams give the version's totals (``settle``: originals,
+samples and bytes in, as a fresh pack counts them) and its history counts in both units.
 
 Memory: the leaving samples are held by path until this run's samples are judged (as many as
 the Delta's leaving keys, which it holds already), the change lines are spooled to an
@@ -16,19 +18,36 @@ anonymous file in the state folder, and the totals are a count per split and cla
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..atomic import HashingFile
-from ..dataset.changes import CHANGES_FORMAT, ChangeLine, ChangesHeader, VersionTotals, json_line
+from ..dataset.changes import (
+    CHANGES_FORMAT,
+    SAMPLE_CHANGES,
+    ChangeLine,
+    ChangesHeader,
+    VersionTotals,
+    json_line,
+)
 from ..dataset.formats.base import class_name
-from ..dataset.manifest import STATE_DIR, ChangesEntry, Manifest, SampleRecord, changes_name
+from ..dataset.manifest import (
+    STATE_DIR,
+    ChangeCounts,
+    ChangesEntry,
+    Manifest,
+    SampleRecord,
+    changes_name,
+)
 from ..dataset.statedir import state_folder
 
 COPY_CHUNK = 1 << 20
+log = logging.getLogger(__name__)
 
 
 class Tally:
@@ -38,16 +57,20 @@ class Tally:
         self.classes, self.object_classes = classes, object_classes
         self.counts: Counter = Counter()
         self.objects: list[int] = [0] * len(object_classes or ())
+        # originals and their bytes: an index holds the samples of one original one after
+        # another (kept, then packed, each in index order), so a new path is a new original
+        self.originals = self.bytes_in = 0
+        self._last_path: str | None = None
 
-    def add(self, split: str, label: int, objects: Iterable[int] | None) -> None:
+    def add(self, split: str, label: int, objects: Iterable[int] | None, path: str,
+            source_size: int) -> None:
         self.counts[split, label] += 1
+        if path != self._last_path:
+            self._last_path = path
+            self.originals += 1
+            self.bytes_in += source_size
         if objects:
-            tally = self.objects
-            for number, count in enumerate(objects):
-                if count:
-                    if number >= len(tally):  # past the list: a damaged index tells it
-                        tally.extend([0] * (number + 1 - len(tally)))
-                    tally[number] += count
+            _add_counts(self.objects, objects)
 
     def totals(self, rejects: int) -> VersionTotals:
         counts: dict[str, dict[str, int]] = {}
@@ -55,11 +78,28 @@ class Tally:
             per_class = counts.setdefault(split, {})
             name = class_name(self.classes, label)
             per_class[name] = per_class.get(name, 0) + count
-        names = self.object_classes or ()
-        objects = {(names[number] if number < len(names) else f"#{number + 1}"): count
-                   for number, count in enumerate(self.objects) if count}
+        objects = _named(self.object_classes, self.objects) or {}
         return VersionTotals(self.classes, self.object_classes, sum(self.counts.values()),
                              counts, objects, rejects)
+
+
+def _add_counts(tally: list[int], counts: Iterable[int]) -> None:
+    """Add the object counts per class id ``counts`` into ``tally`` (grown as needed: past
+    the list, a damaged index tells it)."""
+    for number, count in enumerate(counts):
+        if count:
+            if number >= len(tally):
+                tally.extend([0] * (number + 1 - len(tally)))
+            tally[number] += count
+
+
+def _named(names: tuple[str, ...] | None, counts: list[int] | None) -> dict[str, int] | None:
+    """Object counts per class id as counts per object class name (None: no objects)."""
+    if counts is None:
+        return None
+    names = names or ()
+    return {(names[number] if number < len(names) else f"#{number + 1}"): count
+            for number, count in enumerate(counts) if count}
 
 
 def _label(classes: tuple[str, ...], label: int) -> str | None:
@@ -80,61 +120,80 @@ class ChangesRecorder:
         self.before = Tally(previous.classes, previous.object_classes) \
             if previous is not None else None
         self.after = Tally(manifest.classes, manifest.object_classes)
-        # path -> [key, split, label, source digest, annotation digest, samples]
+        # path -> [key, split, label, source digest, annotation digest, samples, objects]
         self.leaving: dict[str, list[Any]] = {}
+        self.counts: Counter = Counter()  # (kind, 0): originals; (kind, 1): samples
         self.spool_folder = output / STATE_DIR
         state_folder(self.spool_folder)
         self.spool = tempfile.TemporaryFile(dir=self.spool_folder)
 
     def previous_sample(self, record: SampleRecord, leaves: bool) -> None:
         """One sample of the previous version, and whether it leaves this one."""
-        self.before.add(record.split, record.label, record.objects)
+        self.before.add(record.split, record.label, record.objects, record.path,
+                        record.source_size)
         if leaves:
             known = self.leaving.get(record.path)
             if known is None:
-                self.leaving[record.path] = [record.key, record.split, record.label,
-                                             record.source_digest, record.annotation_digest, 1]
-            else:
-                known[5] += 1
+                known = self.leaving[record.path] = [
+                    record.key, record.split, record.label, record.source_digest,
+                    record.annotation_digest, 0, None if record.objects is None else []]
+            known[5] += 1
+            if record.objects is not None:
+                _add_counts(known[6], record.objects)
 
     def kept(self, records: Iterable[SampleRecord]) -> Iterator[SampleRecord]:
         """The previous samples that stay, counted."""
         for record in records:
-            self.after.add(record.split, record.label, record.objects)
+            self.after.add(record.split, record.label, record.objects, record.path,
+                           record.source_size)
             yield record
 
     def packed(self, records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """This run's sample records, counted and judged source by source."""
         group: list[Any] | None = None
         for record in records:
-            self.after.add(record["split"], record["label"], record.get("objects"))
-            if group is not None and group[0] == record["path"]:
-                group[-1] += 1
-            else:
+            objects = record.get("objects")
+            self.after.add(record["split"], record["label"], objects, record["path"],
+                           record["source_size"])
+            if group is None or group[0] != record["path"]:
                 if group is not None:
                     self._judge(*group)
                 group = [record["path"], record["key"], record["split"], record["label"],
-                         record.get("source_digest", ""), record.get("annotation_digest"), 1]
+                         record.get("source_digest", ""), record.get("annotation_digest"), 0,
+                         None if objects is None else []]
+            group[6] += 1
+            if objects is not None:
+                _add_counts(group[7], objects)
             yield record
         if group is not None:
             self._judge(*group)
 
     def _judge(self, path: str, key: str, split: str, label: int, digest: str,
-               annotation: str | None, samples: int) -> None:
+               annotation: str | None, samples: int, objects: list[int] | None) -> None:
         classes = self.manifest.classes
         before = self.leaving.pop(path, None)
         line = ChangeLine("added", path, key, split, _label(classes, label),
                           samples=_count(samples))
         if before is not None:
-            _, _, old_label, old_digest, old_annotation, old_samples = before
+            _, _, old_label, old_digest, old_annotation, old_samples, old_objects = before
+            was = _named(self.previous.object_classes, old_objects)
+            now = _named(self.manifest.object_classes, objects)
+            shown = {"objects_before": was, "objects_after": now} \
+                if was is not None or now is not None else {}
             if old_label != label:
                 line = ChangeLine("relabelled", path, key, split, _label(classes, label),
-                                  class_name(self.previous.classes, old_label), _count(samples))
-            elif (old_digest, old_annotation, old_samples) != (digest, annotation, samples):
+                                  class_name(self.previous.classes, old_label),
+                                  _count(samples), **shown)
+            elif old_digest != digest:
                 line = ChangeLine("changed", path, key, split, _label(classes, label),
-                                  samples=_count(samples))
-            else:  # the same content packed again: repaired, or re-annotated by new rules
+                                  samples=_count(samples), **shown)
+            elif (old_annotation, old_samples, was) != (annotation, samples, now):
+                line = ChangeLine("reannotated", path, key, split, _label(classes, label),
+                                  samples=_count(samples), **shown)
+            else:  # the same content and objects packed again: repaired, or new rules
                 return
+        self.counts[line.change, 0] += 1
+        self.counts[line.change, 1] += samples
         with self._named():
             self.spool.write(json_line(line))
 
@@ -161,7 +220,7 @@ class ChangesRecorder:
                 break
             yield chunk
         classes = self.previous.classes if self.previous is not None else ()
-        for path, (key, split, label, _, _, samples) in self.leaving.items():
+        for path, (key, split, label, _, _, samples, _) in self.leaving.items():
             yield json_line(ChangeLine("removed", path, key, split, _label(classes, label),
                                        samples=_count(samples)))
         before = {reject.path: reject for reject in
@@ -174,6 +233,57 @@ class ChangesRecorder:
         for path, reject in before.items():
             if path not in after:
                 yield json_line(ChangeLine("fixed", path, reason=reject.reason))
+
+    def settle(self, manifest: Manifest) -> Manifest:
+        """``manifest`` once its sample index is written: its totals of originals, samples
+        and bytes in as the index holds them (what a fresh pack of the same tree says), its
+        history entry counting each change in originals and in samples (as its changes file
+        does), and a note when the previous version's recorded totals were not its index's."""
+        after, totals = self.after, manifest.totals
+        sources = after.originals if totals.sources is not None else None
+        packed = sum(after.counts.values())
+        totals = replace(totals, sources=sources, bytes_in=after.bytes_in, packed=packed,
+                         seen=(packed if sources is None else sources) + totals.rejected
+                         + totals.excluded)
+        manifest = replace(manifest, totals=totals)
+        if not manifest.history or manifest.history[-1].version != manifest.version:
+            return manifest
+        counts = self.counts
+        for samples in self.leaving.values():
+            counts["removed", 0] += 1
+            counts["removed", 1] += samples[5]
+        originals, samples = (ChangeCounts(**{kind: counts[kind, unit]
+                                              for kind in SAMPLE_CHANGES}) for unit in (0, 1))
+        entry = manifest.history[-1]
+        notes = [entry.note] if entry.note else []
+        if self.previous is not None:
+            notes += self._corrected(self.previous)
+        entry = replace(entry, originals=originals, samples=samples,
+                        added=originals.added, removed=originals.removed,
+                        changed=originals.changed + originals.relabelled
+                        + originals.reannotated, note="; ".join(notes) or None)
+        return replace(manifest, history=(*manifest.history[:-1], entry))
+
+    def _corrected(self, previous: Manifest) -> list[str]:
+        """A note for each total of ``previous`` its sample index does not bear out (an
+        earlier release added the previous bytes in and never took the removed out)."""
+        before, totals = self.before, previous.totals
+        packed = sum(before.counts.values())
+        sources = before.originals if totals.sources is not None else None
+        found = {"samples": (totals.packed, packed), "bytes in": (totals.bytes_in,
+                                                                  before.bytes_in),
+                 "originals seen": (totals.seen, (packed if sources is None else sources)
+                                    + totals.rejected + totals.excluded)}
+        if sources is not None:
+            found["originals packed"] = (totals.sources, sources)
+        wrong = [f"{name} {recorded:,} -> {counted:,}"
+                 for name, (recorded, counted) in found.items() if recorded != counted]
+        if not wrong:
+            return []
+        log.warning("the totals version %d recorded are not its sample index's: %s; "
+                    "counted again", previous.version, ", ".join(wrong))
+        return [f"totals of v{previous.version} corrected from its sample index: "
+                + ", ".join(wrong)]
 
     def header(self) -> ChangesHeader:
         previous, manifest = self.previous, self.manifest

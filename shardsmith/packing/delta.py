@@ -139,6 +139,7 @@ class Delta:
     damaged: tuple[ShardEntry, ...] = ()
     kept_rejects: tuple[RejectEntry, ...] = ()
     removed: int = 0  # previous samples and rejects whose source is gone
+    removed_originals: int = 0  # the originals among them: sources gone (tiles: once)
     repaired: int = 0  # samples of damaged shards, packed again
     changed: int = 0  # sources certainly changed (relabelled, a reject changed)
     reannotated: int = 0  # sources processed again only to derive their objects anew
@@ -201,13 +202,14 @@ class Delta:
         changed = f"{self.changed + len(self.candidates):,} changed"
         if len(self.candidates):
             changed = f"up to {changed}"
-        parts = [f"{self.new:,} new", f"{self.removed:,} removed", changed]
+        # originals, as the pack's summary counts them (a tiled original removed: one)
+        parts = [f"{self.new:,} new", f"{self.removed_originals:,} removed", changed]
         if self.reannotated:
             copied = len(self.copied_positions())
             parts.append(f"{self.reannotated:,} re-annotated"
                          + (f" ({copied:,} with their JPEG bytes copied)" if copied else ""))
         if self.repaired:
-            parts.append(f"{self.repaired:,} repaired")
+            parts.append(f"{self.repaired:,} {_plural(self.repaired, 'sample')} repaired")
         rewritten = len(self.stale_shards)
         maybe = len(self._candidate_shards() - self.stale_shards)
         shards = f"{rewritten:,}" if not maybe else f"{rewritten:,} to {rewritten + maybe:,}"
@@ -340,6 +342,8 @@ class _Judge:
         self.stale_shards: set[str] = set()
         self.kept_rejects: list[RejectEntry] = []
         self.removed = self.repaired = self.changed = self.reannotated = 0
+        self.removed_originals = 0
+        self.last_removed: str | None = None  # an index holds an original's tiles together
 
     # -- one previous sample
 
@@ -356,6 +360,9 @@ class _Judge:
         elif number is None:
             self._leaves(record)
             self.removed += 1
+            if record.path != self.last_removed:
+                self.last_removed = record.path
+                self.removed_originals += 1
         else:
             self._present(record, number, int(self.plan.order[number]))
 
@@ -399,6 +406,7 @@ class _Judge:
         number = self._position(reject.path)
         if number is None:
             self.removed += 1
+            self.removed_originals += 1
             return
         self.seen[number] = True
         at = int(self.plan.order[number])
@@ -481,6 +489,7 @@ class _Judge:
             damaged=tuple(shard for shard in previous.shards if shard.name in facts.damaged),
             kept_rejects=tuple(self.kept_rejects),
             removed=self.removed,
+            removed_originals=self.removed_originals,
             repaired=self.repaired,
             changed=self.changed,
             reannotated=self.reannotated,

@@ -161,7 +161,7 @@ def _pack_scanned(
     )
     try:
         index = write_sample_index(output, samples_index_name(manifest.version), samples)
-        manifest = replace(manifest, samples_index=index)
+        manifest = replace(changes.settle(manifest), samples_index=index)
         # Written before the manifest that names it, like the sample index (invariant 8).
         manifest = replace(manifest, changes=changes.publish(output, config.output.keep_changes))
     finally:

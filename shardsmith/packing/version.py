@@ -82,7 +82,10 @@ def version_manifest(job: Job, outcome: Outcome, execution: Execution,
             packed=packed,
             rejected=len(rejects),
             excluded=excluded,
-            bytes_in=state.bytes_in + (previous.totals.bytes_in if previous else 0),
+            # this run's originals; what the version holds is counted from its index as it
+            # is written (``ChangesRecorder.settle``): adding the previous total counted the
+            # removed and the replaced originals again
+            bytes_in=state.bytes_in,
             bytes_out=sum(shard.bytes for shard in shards),
             sources=sources,
         ),

@@ -29,6 +29,7 @@ from typing import Any
 
 from ... import __version__
 from ...atomic import check_output_file, write_bytes_atomic
+from ...dataset.changes import history_counts
 from ...dataset.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -49,6 +50,7 @@ from .sections import (
     class_name,
     diff_section,
     history_section,
+    orphans_section,
     rejects_section,
     samples_section,
     summary_section,
@@ -137,11 +139,13 @@ def render_report(directory: Path | ObjectPath, manifest: Manifest,
     notes = tuple(note for note in (reject_note, sample_note) if note)
     body = [
         summary_section(directory, manifest, facts.counts),
-        history_section(manifest),
+        history_section(manifest, history_counts(
+            directory if isinstance(directory, Path) else None, manifest)),
         diff_section(diff, manifest),
         page.section("balance", "Samples per class and split",
                      _balance_parts(manifest, facts.counts)),
         rejects_section(manifest, rejects, reject_shots, reject_note),
+        orphans_section(manifest),
         samples_section(manifest, facts.chosen, sample_shots, facts.newest, sample_note),
         timings_section(manifest),
         f'<footer class="muted">shardsmith {page.text(__version__)} report of version '

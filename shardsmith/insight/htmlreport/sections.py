@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...dataset.manifest import Manifest, RejectEntry, SampleRecord
+from ...dataset.changes import as_recorded
+from ...dataset.manifest import ChangeCounts, Manifest, RejectEntry, SampleRecord
 from ...text import human_bytes
 from . import page
 from .pictures import Picture
@@ -28,9 +29,16 @@ def summary_section(directory: Path, manifest: Manifest,
     """The title and the key numbers."""
     totals = manifest.totals
     samples = sum(counts.values())
-    items = [("version", page.number(manifest.version)), ("samples", page.number(samples)),
-             ("classes", page.number(len(manifest.classes))),
-             ("rejects", page.number(len(manifest.rejects))),
+    items = [("version", page.number(manifest.version))]
+    if totals.sources is not None:  # tiles: several samples an original
+        items.append(("originals", page.number(totals.sources)))
+    items.append(("samples", page.number(samples)))
+    # a detection dataset's classes are its objects' (its images may have none)
+    if manifest.classes or manifest.object_classes is None:
+        items.append(("classes", page.number(len(manifest.classes))))
+    if manifest.object_classes is not None:
+        items.append(("object classes", page.number(len(manifest.object_classes))))
+    items += [("rejects", page.number(len(manifest.rejects))),
              ("shards", page.number(len(manifest.shards))),
              ("of shards", page.text(human_bytes(totals.bytes_out)))]
     items += [(f"{split} samples", page.number(split_totals.samples))
@@ -42,17 +50,34 @@ def summary_section(directory: Path, manifest: Manifest,
             + page.cards(items) + "</header>")
 
 
-def history_section(manifest: Manifest) -> str:
-    """The versions, newest first."""
+KINDS = ("added", "changed", "relabelled", "reannotated", "removed")
+
+
+def history_section(manifest: Manifest,
+                    counts: Mapping[int, tuple[ChangeCounts, ChangeCounts]]) -> str:
+    """The versions, newest first: what each changed in originals (and samples, where an
+    original made several), from ``counts`` (``dataset.changes.history_counts``); a version
+    it lacks is shown as recorded, and said so."""
     versions = list(reversed(manifest.history))
-    rows = [[page.number(entry.version), page.text(entry.created), page.number(entry.added),
-             page.number(entry.changed), page.number(entry.removed),
-             page.number(entry.rejected), page.number(len(entry.shards_added)),
-             page.number(len(entry.shards_removed)), page.text(entry.note or "")]
-            for entry in versions[:HISTORY_SHOWN]]
-    parts = [page.table(["version", "written", "added", "changed", "removed", "rejected",
-                         "shards new", "shards gone", "note"], rows,
-                        (True, False, True, True, True, True, True, True))] if rows else \
+    rows = []
+    for entry in versions[:HISTORY_SHOWN]:
+        note = entry.note or ""
+        if entry.version in counts:
+            originals, samples = counts[entry.version]
+            cells = [_both(getattr(originals, kind), getattr(samples, kind))
+                     for kind in KINDS]
+        else:
+            cells = [page.number(entry.added), page.number(entry.changed), "-", "-",
+                     page.number(entry.removed)]
+            note = "; ".join(filter(None, [note, as_recorded(entry)]))
+        rows.append([page.number(entry.version), page.text(entry.created), *cells,
+                     page.number(entry.rejected), page.number(len(entry.shards_added)),
+                     page.number(len(entry.shards_removed)), page.text(note)])
+    parts = [page.paragraph("Counts of originals; in brackets the samples, where an "
+                            "original made several (tiles).", muted=True),
+             page.table(["version", "written", "added", "changed", "relabelled",
+                         "re-annotated", "removed", "rejected", "shards new", "shards gone",
+                         "note"], rows, (True, False, *[True] * 8))] if rows else \
         [page.paragraph("No history recorded.", muted=True)]
     if len(versions) > HISTORY_SHOWN:
         parts.append(page.paragraph(f"and {len(versions) - HISTORY_SHOWN:,} older versions "
@@ -65,12 +90,16 @@ def diff_section(diff: dict[str, Any] | str, manifest: Manifest) -> str:
     if isinstance(diff, str):
         return page.section("diff", "Changes since the previous version",
                             [page.paragraph(f"No diff: {page.text(diff)}", muted=True)])
-    samples = _mapping(diff.get("samples"))
+    originals, samples = _mapping(diff.get("originals")), _mapping(diff.get("samples"))
     rejects = _mapping(diff.get("rejects"))
     parts = [page.paragraph(f"Version {page.number(diff.get('old'))} to "
-                            f"{page.number(diff.get('new'))}", muted=True),
-             page.cards([(name, page.number(samples.get(name, 0))) for name in
-                         ("added", "removed", "changed", "relabelled")]
+                            f"{page.number(diff.get('new'))}; counts of originals, in "
+                            "brackets the samples where an original made several",
+                            muted=True),
+             page.cards([(_KIND_NAMES[name], _both(originals.get(name, 0),
+                                                   samples.get(name, 0)))
+                         for name in KINDS if name != "reannotated"
+                         or originals.get(name)]
                         + [("rejects new", page.number(rejects.get("new_count", 0))),
                            ("rejects fixed", page.number(rejects.get("fixed_count", 0))),
                            ("rejects removed",
@@ -91,17 +120,70 @@ def diff_section(diff: dict[str, Any] | str, manifest: Manifest) -> str:
                          [[page.text(path)] for path in _sequence(rejects.get("fixed"))]))
     parts.append(_listed("Rejects removed (source gone)", ["path"],
                          [[page.text(path)] for path in _sequence(rejects.get("removed"))]))
-    for key in ("added", "removed", "changed"):
+    for key in ("added", "removed", "changed", "reannotated"):
         entries = [_mapping(entry) for entry in _sequence(diff.get(key))]
-        parts.append(_listed(f"Samples {key}", ["path", "split", "class", "key"], [
-            [page.text(entry.get(name, "")) for name in ("path", "split", "class", "key")]
-            for entry in entries], samples.get(key)))
+        parts.append(_listed(f"Originals {_KIND_NAMES[key]}",
+                             ["path", "split", "class", "samples", "objects", "key"], [
+            [page.text(entry.get("path", "")), page.text(entry.get("split", "")),
+             page.text(_class(entry.get("class"))), page.number(entry.get("samples", 1)),
+             _objects(entry), page.text(entry.get("key", ""))]
+            for entry in entries], originals.get(key)))
     relabelled = [_mapping(entry) for entry in _sequence(diff.get("relabelled"))]
-    parts.append(_listed("Samples relabelled", ["path", "from", "to", "key"], [
-        [page.text(entry.get(name, "")) for name in ("path", "from", "to", "key")]
-        for entry in relabelled], samples.get("relabelled")))
+    parts.append(_listed("Originals relabelled", ["path", "from", "to", "objects", "key"], [
+        [page.text(entry.get("path", "")), page.text(_class(entry.get("from"))),
+         page.text(_class(entry.get("to"))), _objects(entry), page.text(entry.get("key", ""))]
+        for entry in relabelled], originals.get("relabelled")))
     return page.section("diff", "Changes since the previous version",
                         [part for part in parts if part])
+
+
+_KIND_NAMES = {"added": "added", "changed": "changed", "relabelled": "relabelled",
+               "reannotated": "re-annotated", "removed": "removed"}
+
+
+def _both(originals: Any, samples: Any) -> str:
+    """A count of originals, and in brackets its samples when they differ (tiles)."""
+    if samples == originals or not isinstance(samples, int):
+        return page.number(originals)
+    return f"{page.number(originals)} ({page.number(samples)})"
+
+
+def _class(name: Any) -> str:
+    """A class of the diff: ``(no class)`` for none (a detection dataset's images)."""
+    return "(no class)" if name is None or name == "" else str(name)
+
+
+def _objects(entry: dict) -> str:
+    """A change's objects per object class, "scratch 3 → 0, crack 0 → 3" for the classes
+    whose counts moved; "" when the change has none recorded."""
+    before, after = _mapping(entry.get("objects_before")), _mapping(entry.get("objects_after"))
+    if "objects_before" not in entry and "objects_after" not in entry:
+        return ""
+    moved = [f"{page.text(name)} {page.number(before.get(name, 0))} → "
+             f"{page.number(after.get(name, 0))}" for name in dict.fromkeys([*before, *after])
+             if before.get(name, 0) != after.get(name, 0)]
+    return ", ".join(moved) or "unchanged"
+
+
+def orphans_section(manifest: Manifest) -> str:
+    """The annotation files the pack found matching no image (a few named), and the
+    warnings about the annotation sources; "" for a dataset without objects."""
+    report = manifest.annotation_sources
+    if report is None:
+        return ""
+    if not report.orphans and not report.warnings:
+        return page.section("orphans", "Annotation files", [page.paragraph(
+            "Every annotation file matched an image.", muted=True)])
+    parts = []
+    if report.orphans:
+        parts.append(_listed("Annotation files that match no image", ["path"],
+                             [[page.text(path)] for path in report.orphan_paths],
+                             report.orphans) or page.paragraph(
+            f"{page.number(report.orphans)} annotation files match no image (the pack "
+            "recorded no paths).", muted=True))
+    parts += [page.paragraph(f"Warning: {page.text(warning)}") for warning in report.warnings]
+    return page.section("orphans", f"Annotation files matching no image "
+                        f"({report.orphans:,})", parts)
 
 
 def _mapping(value: Any) -> dict:
@@ -125,8 +207,8 @@ def _count_changes(counts: dict, known_splits: list[str]) -> list[str]:
         if before == after:
             unchanged += 1
             continue
-        rows.append([page.text(name)] + [page.delta(b, a) for b, a in zip(before, after,
-                                                                           strict=True)])
+        rows.append([page.text(_class(name))]
+                    + [page.delta(b, a) for b, a in zip(before, after, strict=True)])
     if not rows:
         return [page.paragraph("No class changed its samples per split.", muted=True)]
     parts = ["<h3>Samples per class and split, now (change)</h3>",
