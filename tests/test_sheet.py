@@ -13,6 +13,7 @@ from PIL import Image
 
 from shardsmith.cli import main
 from shardsmith.dataset.manifest import read_manifest
+from shardsmith.insight.named_source import named_originals
 from shardsmith.insight.sheet import render_sheet
 
 import images
@@ -74,8 +75,14 @@ def test_tfrecord_samples_are_drawn_too(tmp_path):
     assert len(row.thumbnails) == 2 and all(busy(sheet.image, box) for box in row.thumbnails)
 
 
+def source_of(dataset: Path) -> str:
+    """The folder the dataset was packed from: what a user names with --source."""
+    return str(dataset.parent / "source")
+
+
 def test_rejected_originals_are_shown_as_far_as_they_decode(dataset):
-    sheet = render_sheet(dataset, read_manifest(dataset), per_class=PER_CLASS, seed=0)
+    sheet = render_sheet(dataset, read_manifest(dataset), per_class=PER_CLASS, seed=0,
+                         source=named_originals(source_of(dataset)))
     assert len(sheet.rejects) == 2 and sheet.reject_thumbnails == 1  # the truncated JPEG
     assert not sheet.notes
 
@@ -109,7 +116,7 @@ def test_without_the_source_the_sheet_is_still_drawn_and_says_why(dataset, tmp_p
     source.rename(moved)
     try:
         result = CliRunner().invoke(main, ["sheet", str(dataset), "-o",
-                                           str(tmp_path / "s.png")])
+                                           str(tmp_path / "s.png"), "--source", str(source)])
     finally:
         moved.rename(source)
     assert result.exit_code == 0, result.output
@@ -124,7 +131,7 @@ def test_a_reject_path_that_leaves_the_source_is_refused(dataset, tmp_path, bad_
     manifest = manifest_of(copy)
     manifest["rejects"][0]["path"] = bad_path
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    output = sheet_cli(copy, tmp_path / "s.png", expect=2)
+    output = sheet_cli(copy, tmp_path / "s.png", "--source", source_of(dataset), expect=2)
     assert "(refused)" in output and not (tmp_path / "s.png").exists()
 
 
@@ -138,7 +145,8 @@ def test_a_reject_that_is_a_link_out_of_the_source_is_refused(dataset, tmp_path)
     manifest["rejects"][0]["path"] = "dent/link.jpg"
     (copy / "manifest.json").write_text(json.dumps(manifest))
     try:
-        output = sheet_cli(copy, tmp_path / "s.png", expect=2)
+        output = sheet_cli(copy, tmp_path / "s.png", "--source", source_of(dataset),
+                           expect=2)
     finally:
         link.unlink()
     assert "leads out of the source" in output

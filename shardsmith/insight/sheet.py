@@ -13,8 +13,9 @@ and the outlines of its class mask, one colour per object class (``objects_drawn
 person can check the labels at a glance; a sample whose objects do not read is a tile saying
 why.
 
-Rejected originals are read only under the source root the manifest records, each path
-checked first (``originals.original_path``); when the source is not mounted the strip shows
+Rejected originals are read only under the source the user names (``--source``, or the job
+file's; never the one the untrusted manifest records: ``named_source``), each path checked
+first (``originals.original_path``); without one, or when it is not mounted, the strip shows
 reasons only and a note says why.
 """
 
@@ -31,10 +32,10 @@ from PIL import Image, ImageDraw, ImageFile, ImageFont
 from ..atomic import write_bytes_atomic
 from ..config import ImageConfig
 from ..dataset.manifest import Manifest, RejectEntry, SampleRecord
-from ..errors import BadImage, ConfigError, SourceUnavailableError
-from ..packing.originals import original_path, read_under_root, source_root
+from ..errors import BadImage, ConfigError
 from ..text import human_bytes, plural, printable
 from .census import Census, packed_config, require_split, take_census
+from .named_source import Originals, not_named
 from .objects_drawn import DrawnObject, PackedObjects, class_colour, draw_objects, read_objects
 from .picks import pick_per_class, pick_rejects, read_packed
 
@@ -93,9 +94,12 @@ class Sheet:
 
 
 def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: int = 0,
-                 split: str | None = None, thumb: int = 160, objects: bool = False) -> Sheet:
+                 split: str | None = None, thumb: int = 160, objects: bool = False,
+                 source: Originals | None = None) -> Sheet:
     """Draw the contact sheet of the dataset in ``directory``; with ``objects``, each
-    sample's annotated objects over it (a ConfigError for a dataset without annotations)."""
+    sample's annotated objects over it (a ConfigError for a dataset without annotations).
+    Rejected originals are drawn only from the ``source`` the user named
+    (``named_source.named_originals``); without one, by their reason."""
     require_split(manifest, split)
     if objects and manifest.object_classes is None:
         raise ConfigError(f"{directory} has no box or mask annotations (packed without "
@@ -115,7 +119,8 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     canvas.objects = read_objects(directory, manifest, shown) if objects else None
     rejects = pick_rejects(manifest.rejects, per_class, seed)
     texts: dict[str, str] = {}
-    originals = _reject_images(manifest, rejects, thumb, notes, texts)
+    originals = _reject_images(source or not_named(manifest.source), rejects,
+                               packed_config(manifest).image, thumb, notes, texts)
     canvas.labels = labels
     canvas.title(directory, seed, split)
     canvas.chart()
@@ -419,29 +424,27 @@ def _decoded(jpeg: bytes, thumb: int, size: tuple[int, int]) -> Image.Image | No
     return _fitted_picture(picture, thumb)
 
 
-def _reject_images(manifest: Manifest, rejects: list[RejectEntry], thumb: int,
-                   notes: list[str], texts: dict[str, str]) -> list[Image.Image | None]:
+def _reject_images(originals: Originals, rejects: list[RejectEntry], limits: ImageConfig,
+                   thumb: int, notes: list[str],
+                   texts: dict[str, str]) -> list[Image.Image | None]:
     """Thumbnails of the rejected originals that still decode (None for the others); the
     start of those that are text is put in ``texts`` (path -> text)."""
     if not rejects:
         return []
-    try:
-        root = source_root(manifest.source)
-    except SourceUnavailableError as exc:
-        notes.append(f"{exc}: rejects are shown by their reason only")
+    if originals.root is None:
+        notes.append(f"{originals.why_not}: rejects are shown by their reason only")
         return [None] * len(rejects)
     for reject in rejects:
-        original_path(root, reject.path)  # every shown path is checked, read or not
-    limits = packed_config(manifest).image
-    return [_reject_image(root, reject, thumb, limits, texts) for reject in rejects]
+        originals.check(reject.path)  # every shown path is checked, read or not
+    return [_reject_image(originals, reject, thumb, limits, texts) for reject in rejects]
 
 
-def _reject_image(root: str, reject: RejectEntry, thumb: int, limits: ImageConfig,
+def _reject_image(originals: Originals, reject: RejectEntry, thumb: int, limits: ImageConfig,
                   texts: dict[str, str]) -> Image.Image | None:
     if reject.reason in ("empty", "too_large", "unreadable", "not_a_file"):
         return None  # nothing to see, or too much to decode
     try:
-        data = read_under_root(root, reject.path, MAX_ORIGINAL_BYTES)
+        data = originals.read(reject.path, MAX_ORIGINAL_BYTES)
     except (OSError, BadImage):
         return None
     if reject.reason == "not_an_image":
