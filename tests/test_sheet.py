@@ -16,6 +16,7 @@ from shardsmith.dataset.manifest import read_manifest
 from shardsmith.insight.named_source import named_originals
 from shardsmith.insight.sheet import render_sheet
 
+import defects
 import images
 from images import manifest_of
 
@@ -269,3 +270,13 @@ def test_a_sample_whose_objects_do_not_read_is_a_tile_saying_why(annotated, tmp_
 def test_objects_need_an_annotated_dataset(dataset, tmp_path):
     said = sheet_cli(dataset, tmp_path / "s.png", "--objects", expect=2)
     assert "--objects needs them" in said and not (tmp_path / "s.png").exists()
+
+
+def test_a_tiled_dataset_is_labelled_by_its_tile_size_not_the_resize_setting(tmp_path):
+    source = tmp_path / "source"
+    images.write(source / "ok" / "wide.jpg", images.jpeg(700, 400, 1))
+    defects.pack_with(source, tmp_path / "out", {}, **{"image.tiles.size": 256,
+                                                       "image.tiles.overlap": 32})
+    sheet = render_sheet(tmp_path / "out", read_manifest(tmp_path / "out"), per_class=2)
+    assert "256 px tiles (overlap 32)" in sheet.headline
+    assert "px fit" not in sheet.headline

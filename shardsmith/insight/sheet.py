@@ -82,6 +82,7 @@ class Sheet:
     reject_thumbnails: int
     notes: tuple[str, ...]
     objects: tuple[DrawnObject, ...] = ()  # with ``objects``: each box, in sheet pixels
+    headline: str = ""  # the line under the title: format, version, settings, totals
 
     def png(self) -> bytes:
         buffer = io.BytesIO()
@@ -130,7 +131,18 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     tiles = canvas.reject_strip(rejects, originals, texts) if manifest.rejects else ()
     canvas.footer(directory, per_class, seed, split, objects)
     return Sheet(canvas.finish(), rows, tiles, sum(1 for image in originals if image),
-                 tuple(notes), tuple(canvas.drawn))
+                 tuple(notes), tuple(canvas.drawn), canvas.headline)
+
+
+def image_settings(image: ImageConfig) -> str:
+    """How the samples were made, in a few words: ``512 px fit`` for resized originals,
+    ``1024 px tiles (overlap 128)`` for tiles, whose ``size`` and ``resize`` are not used."""
+    if not image.tiles.enabled:
+        return f"{image.size} px {image.resize}, JPEG quality {image.quality}"
+    tiles = image.tiles
+    scale = f", originals scaled by {tiles.scale:g}" if tiles.scale != 1 else ""
+    return (f"{tiles.size} px tiles (overlap {tiles.overlap}{scale}), "
+            f"JPEG quality {image.quality}")
 
 
 def _rows_that_fit(width: int, thumb: int) -> int:
@@ -161,6 +173,7 @@ class _Canvas:
         self.fonts = {size: _font(size) for size in (11, 12, 13, 15, 17, 24)}
         self.objects: dict[str, PackedObjects | str] | None = None  # key -> objects or why not
         self.drawn: list[DrawnObject] = []
+        self.headline = ""
 
     def _room(self, height: int) -> None:
         """Grow the canvas so ``height`` more pixels fit below ``self.y``."""
@@ -185,16 +198,16 @@ class _Canvas:
         self.text((MARGIN, self.y), printable(str(directory)), 24, width=self.width - 2 * MARGIN,
                   keep_end=True)
         self.y += 34
-        image = packed_config(manifest).image
-        settings = f"{image.size} px {image.resize}, JPEG quality {image.quality}"
         totals = manifest.totals
-        line = (f"{manifest.format}, version {manifest.version}, {settings} - "
+        line = (f"{manifest.format}, version {manifest.version}, "
+                f"{image_settings(packed_config(manifest).image)} - "
                 f"{plural(census.samples, 'sample')}"
                 + (f" of split {split}" if split else "")
                 + f" in {plural(len(census.labels), 'class', 'classes')}, "
                 f"{plural(totals.rejected, 'reject')}, {plural(totals.excluded, 'file')} "
                 f"excluded, {human_bytes(totals.bytes_out)} of shards - seed {seed}")
         self.text((MARGIN, self.y), line, 15, MUTED, width=self.width - 2 * MARGIN)
+        self.headline = line
         self.y += 34
         if self.objects is not None:
             self.legend()
