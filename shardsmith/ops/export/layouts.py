@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -46,23 +47,36 @@ def safe_folder_name(name: str) -> bool:
         and len(name.encode("utf-8", "surrogateescape")) <= 255
 
 
+def same_folder_key(name: str) -> str:
+    """What a share makes of a folder name when it compares two: case ignored (SMB, macOS),
+    composed and decomposed accents alike (macOS stores ``café`` decomposed, NFD; a name
+    written in NFC finds it), trailing dots and spaces dropped (SMB: ``scratch.`` and
+    ``scratch`` are one folder).  Caseless matching as Unicode defines it (NFD, casefold),
+    then NFC."""
+    folded = unicodedata.normalize("NFD", name).casefold()
+    return unicodedata.normalize("NFC", folded).rstrip(". ")
+
+
 def check_folder_names(names: Iterable[str], what: str, why: str,
                        reserved: str | None = None) -> None:
     """Every name can be a folder of its own, and no two become one folder on a share that
-    ignores case (SMB, macOS): ConfigError naming the first that cannot."""
+    ignores case, Unicode form or trailing dots and spaces (SMB, macOS; ``same_folder_key``):
+    ConfigError naming the first that cannot."""
     seen: dict[str, str] = {}
     for name in dict.fromkeys(names):
         if not safe_folder_name(name):
             raise ConfigError(f"{what} {shown(name)} cannot be a folder name (empty, '.', "
                               "'..', with '/', NUL or a control character, or over 255 "
                               f"bytes): {why}")
-        if reserved is not None and name.casefold() == reserved.casefold():
+        key = same_folder_key(name)
+        if reserved is not None and key == same_folder_key(reserved):
             raise ConfigError(f"{what} {shown(name)}: the folder {reserved!r} holds the "
                               f"normal images: {why}")
-        other = seen.setdefault(name.casefold(), name)
+        other = seen.setdefault(key, name)
         if other != name:
             raise ConfigError(f"{what}es {shown(other)} and {shown(name)} differ only in "
-                              f"case: one folder on a share that ignores case; {why}")
+                              "case, accent encoding (NFC/NFD) or trailing dots and spaces: "
+                              f"one folder on a share that ignores those (SMB, macOS); {why}")
 
 
 def defect_names(classes: tuple[str, ...], object_classes: tuple[str, ...] | None,
