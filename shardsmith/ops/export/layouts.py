@@ -23,7 +23,7 @@ import yaml
 from pycocotools import mask as coco_mask
 
 from ...annotations import polygons
-from ...dataset.formats.metadata import MAX_SIDE
+from ...dataset.formats.metadata import MAX_SIDE, box_problem
 from ...errors import ConfigError
 from ...readers.sample_jpeg import SampleJpegError, check_header, decode_sample
 from ...text import shown
@@ -34,9 +34,6 @@ NORMAL_FOLDER = "good"  # MVTec's name for normal images, whatever --normal call
 JPEG, LABEL, MASK = ".jpg", ".txt", ".png"
 # anomalib's MVTecAD reads ``.png`` images only (anomalib 2.7, datasets/image/mvtecad.py)
 MVTEC_IMAGE = ".png"
-# a TFRecord box is normalised float32 times the size, rounded to 1e-3 px: its edge may sit
-# that far past the sample's
-BOX_SLACK = 0.01
 
 
 def safe_folder_name(name: str) -> bool:
@@ -163,11 +160,9 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
         if not (isinstance(box, list) and len(box) == 4 and all(
                 isinstance(value, (int, float)) and math.isfinite(value) for value in box)):
             raise ValueError(f"box {str(box)[:40]} is not four numbers")
-        x0, y0, x1, y1 = box
-        if not (-BOX_SLACK <= x0 < x1 <= width + BOX_SLACK
-                and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK):
-            raise ValueError(f"box {str(box)[:80]} is not x0 < x1, y0 < y1 inside its "
-                             f"{width}x{height} pixels")
+        problem = box_problem(box, width, height)
+        if problem is not None:
+            raise ValueError(problem)
         if not (isinstance(label, int) and 1 <= label <= len(object_classes)):
             raise ValueError(f"object class id {str(label)[:20]} is not one of the dataset's")
         if not (isinstance(rings, list) and all(isinstance(ring, list) and len(ring) % 2 == 0
