@@ -181,11 +181,13 @@ def progress_lines(updates: int, seconds_each: float, monkeypatch) -> list[str]:
     return log.getvalue().splitlines()
 
 
-def test_a_short_job_writes_no_progress_line_per_sample_to_a_log(monkeypatch):
-    assert progress_lines(13, 0.01, monkeypatch) == []
+def test_a_short_job_writes_its_last_progress_line_only_to_a_log(monkeypatch):
+    lines = progress_lines(13, 0.01, monkeypatch)  # each sample more than a tenth of the job
+    assert len(lines) == 1 and lines[0].startswith("export: 13/13 samples (100%)")
 
 
 def test_a_long_job_writes_at_most_one_progress_line_every_few_seconds(monkeypatch):
     lines = progress_lines(20, 1.0, monkeypatch)  # 20 s: a tenth every 2 s
-    assert 1 <= len(lines) <= 20 / 5
+    assert 2 <= len(lines) <= 20 / 5 + 1  # one every 5 s at most, and the last
     assert all(line.startswith("export: ") for line in lines)
+    assert lines[-1].startswith("export: 20/20 samples (100%)")
