@@ -81,6 +81,17 @@ _source_option = click.option(
          "under the one the dataset records.")
 
 
+def _dataset_options(dataset: Any, named_source: str | None,
+                     pairs: tuple[str, ...]) -> dict[str, str] | None:
+    """The --storage options for DATASET: for a dataset on disk whose --source is an s3://
+    URL they are the source's alone (that dataset needs none)."""
+    options = _options(pairs)
+    if options and not str(dataset).startswith("s3://") \
+            and str(named_source or "").startswith("s3://"):
+        return None
+    return options
+
+
 def _options(pairs: tuple[str, ...]) -> dict[str, str] | None:
     from .storage import parse_options
 
@@ -441,7 +452,8 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
         originals = named_originals(named_source, storage=_options(storage_options))
     inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
                                  seed=seed, quiet=as_json,
-                                 storage_options=_options(storage_options),
+                                 storage_options=_dataset_options(dataset, named_source,
+                                                                  storage_options),
                                  originals=originals)
     if as_json:
         _echo(json.dumps(inspection_json(inspection), indent=1))
@@ -479,7 +491,7 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects, named_source,
 
     started = time.monotonic()
     target = check_output_file(output)
-    directory = location(dataset, _options(storage_options))
+    directory = location(dataset, _dataset_options(dataset, named_source, storage_options))
     if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
         _refuse_output_inside(target, directory)
     manifest = read_manifest(directory)
@@ -533,7 +545,8 @@ def report(dataset, output, config_file, rejects_shown, samples_shown, named_sou
         raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
     started = time.monotonic()
     target = check_output_file(output)
-    directory = location(str(dataset), _options(storage_options))
+    directory = location(str(dataset), _dataset_options(dataset, named_source,
+                                                        storage_options))
     if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
         _refuse_output_inside(target, directory, "the report")
     manifest = read_manifest(directory)

@@ -147,3 +147,21 @@ def test_a_dataset_packed_from_a_bucket_names_its_source_and_reads_it_with_sourc
     s3.put("originals/ok/cut.jpg", images.jpeg(300, 200, 5))  # fixed in the bucket since
     said = run("report", str(output), "-o", str(tmp_path / "r.html"), "--source", url)
     assert "(1 pictured)" in said
+
+
+def test_storage_options_reach_a_bucket_source_of_a_dataset_on_disk(tmp_path, s3, s3_server,
+                                                                    monkeypatch):
+    source = tmp_path / "source"
+    images.write(source / "ok" / "a.jpg", images.jpeg(96, 64, 1))
+    images.write(source / "ok" / "cut.jpg", images.truncated_jpeg())
+    url = s3.upload(source, "originals")
+    output = tmp_path / "out"
+    pack(url, output)
+    s3.put("originals/ok/cut.jpg", images.jpeg(300, 200, 5))
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # the server is named by --storage alone
+    said = run("report", str(output), "-o", str(tmp_path / "r.html"), "--source", url,
+               "--storage", f"endpoint_url={s3_server}")
+    assert "(1 pictured)" in said
+    said = run("sheet", str(output), "-o", str(tmp_path / "s.png"), "--source", url,
+               "--storage", f"endpoint_url={s3_server}")
+    assert "note:" not in said
