@@ -77,6 +77,24 @@ _storage_option = click.option(
          "(default: the AWS variables, AWS_ENDPOINT_URL for MinIO).")
 
 
+_source_option = click.option(
+    "--source", "named_source", metavar="DIR|s3://...",
+    help="Where the originals are (the folder or URL packed from): rejected originals and "
+         "--quality are read only under a source named here or in a --config job file, never "
+         "under the one the dataset records.")
+
+
+def _dataset_options(dataset: Any, named_source: str | None,
+                     pairs: tuple[str, ...]) -> dict[str, str] | None:
+    """The --storage options for DATASET: for a dataset on disk whose --source is an s3://
+    URL they are the source's alone (that dataset needs none)."""
+    options = _options(pairs)
+    if options and not str(dataset).startswith("s3://") \
+            and str(named_source or "").startswith("s3://"):
+        return None
+    return options
+
+
 def _options(pairs: tuple[str, ...]) -> dict[str, str] | None:
     from .storage import parse_options
 
@@ -396,7 +414,7 @@ def init_config() -> None:
               help="List every recorded excluded path (default: the first 20 of each reason).")
 @click.option("--quality", type=click.IntRange(min=0), default=0, metavar="N",
               help="Also measure N seeded samples against an exact resize of their originals "
-                   "(PSNR, SSIM per class; reads the originals under the recorded source).")
+                   "(PSNR, SSIM per class; reads the originals under --source).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the samples --quality measures, and of the --weights draw (the "
                    "readers' seed=).")
@@ -410,10 +428,11 @@ def init_config() -> None:
 @click.option("--draws", type=click.IntRange(min=1), metavar="N",
               help="Samples of the --weights epoch (the readers' draws=; default: the "
                    "selection's size).")
+@_source_option
 @_storage_option
 @_fail_cleanly
 def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
-            imbalance, weights, draws, storage_options) -> None:
+            imbalance, weights, draws, named_source, storage_options) -> None:
     """Show what DATASET holds: samples per class and split, shards, image sizes, rejects,
     excluded files, duplicates (leakage across splits), groups and warnings."""
     import json
@@ -432,9 +451,16 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
         mix = class_mix(dataset, weights, split=split, seed=seed, draws=draws)
         _echo(json.dumps(class_mix_json(mix), indent=1) if as_json else class_mix_text(mix))
         return
+    originals = None
+    if quality and named_source:
+        from .insight.named_source import named_originals
+
+        originals = named_originals(named_source, storage=_options(storage_options))
     inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
                                  seed=seed, quiet=as_json,
-                                 storage_options=_options(storage_options))
+                                 storage_options=_dataset_options(dataset, named_source,
+                                                                  storage_options),
+                                 originals=originals)
     if as_json:
         _echo(json.dumps(inspection_json(inspection), indent=1))
     else:
@@ -455,24 +481,29 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
 @click.option("--objects", is_flag=True,
               help="Draw each sample's boxes (with class names) and class mask outlines, one "
                    "colour per object class (an annotated dataset).")
+@_source_option
 @_storage_option
 @_fail_cleanly
-def sheet(dataset, output, split, per_class, seed, thumb, objects, storage_options) -> None:
+def sheet(dataset, output, split, per_class, seed, thumb, objects, named_source,
+          storage_options) -> None:
     """Draw a contact sheet of DATASET as one PNG: seeded samples per class, class counts per
     split, and the rejected originals."""
     import time
 
     from .dataset.manifest import read_manifest
+    from .insight.named_source import named_originals
     from .insight.sheet import render_sheet
     from .storage import location
 
     started = time.monotonic()
     target = check_output_file(output)
-    directory = location(dataset, _options(storage_options))
+    directory = location(dataset, _dataset_options(dataset, named_source, storage_options))
     if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
         _refuse_output_inside(target, directory)
-    drawn = render_sheet(directory, read_manifest(directory), per_class, seed, split,
-                         thumb, objects)
+    manifest = read_manifest(directory)
+    drawn = render_sheet(directory, manifest, per_class, seed, split, thumb, objects,
+                         named_originals(named_source, manifest.source,
+                                         _options(storage_options)))
     drawn.save(check_output_file(output))  # again: what is there may have changed meanwhile
     for note in drawn.notes:
         _echo(f"note: {printable(note)}", err=True)
@@ -489,14 +520,16 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects, storage_optio
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="The HTML file to write.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="Report on the output.path of this pack config.")
+              help="Report on the output.path of this pack config (its source.path is where "
+                   "rejected originals are read).")
 @click.option("--rejects", "rejects_shown", type=click.IntRange(0, 1000), default=48,
               show_default=True, help="Rejects shown with a thumbnail of their original.")
 @click.option("--samples", "samples_shown", type=click.IntRange(0, 1000), default=24,
               show_default=True, help="New samples shown, with their objects drawn.")
+@_source_option
 @_storage_option
 @_fail_cleanly
-def report(dataset, output, config_file, rejects_shown, samples_shown,
+def report(dataset, output, config_file, rejects_shown, samples_shown, named_source,
            storage_options) -> None:
     """Write a self-contained HTML report of DATASET: versions, what changed, class balance,
     rejects with thumbnails, new samples, timings."""
@@ -504,19 +537,28 @@ def report(dataset, output, config_file, rejects_shown, samples_shown,
 
     from .dataset.manifest import read_manifest
     from .insight.htmlreport import ReportOptions, render_report
+    from .insight.named_source import named_originals
     from .storage import location
 
-    if dataset is None and config_file is not None:
-        dataset = load_config(config_file).output.path
+    source_storage = _options(storage_options)
+    if config_file is not None:
+        job = load_config(config_file)
+        dataset = dataset or job.output.path
+        if not named_source:  # the job file names the source the user packed from
+            named_source = job.source.path
+            source_storage = {**job.storage.options(), **(source_storage or {})}
     if not dataset:
         raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
     started = time.monotonic()
     target = check_output_file(output)
-    directory = location(str(dataset), _options(storage_options))
+    directory = location(str(dataset), _dataset_options(dataset, named_source,
+                                                        storage_options))
     if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
         _refuse_output_inside(target, directory, "the report")
-    page = render_report(directory, read_manifest(directory),
-                         ReportOptions(rejects_shown=rejects_shown, samples_shown=samples_shown))
+    manifest = read_manifest(directory)
+    page = render_report(directory, manifest, ReportOptions(
+        rejects_shown=rejects_shown, samples_shown=samples_shown,
+        originals=named_originals(named_source, manifest.source, source_storage)))
     page.save(Path(output))
     for note in page.notes:
         _echo(f"note: {printable(note)}", err=True)

@@ -1,8 +1,10 @@
 """Progress for people and for logs.
 
 On a terminal: a tqdm bar (rate, ETA).  Without one (cron, CI, `| tee`): one plain line per
-minute or per tenth of the job, whichever comes first, so logs stay readable.  ``quiet``:
-nothing.
+minute or per tenth of the job, whichever comes first, but never two within
+``MIN_LINE_SECONDS`` but for the last (100%): an export of 13 samples wrote a line per sample
+(each is more than a tenth); a job of a second now writes its last line only.  So logs stay
+readable.  ``quiet``: nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TextIO
 from tqdm import tqdm
 
 LOG_INTERVAL_SECONDS = 60.0
+MIN_LINE_SECONDS = 5.0
 
 
 class Progress:
@@ -60,7 +63,10 @@ class Progress:
             self._bar.update(count)
         elif self._log_lines:
             fraction = self.done / self.total if self.total else 1.0
-            if now - self._last_line >= LOG_INTERVAL_SECONDS or fraction >= self._next_fraction:
+            since = now - self._last_line
+            finished = self.done >= self.total  # the last line, with the whole job's rate
+            if since >= LOG_INTERVAL_SECONDS or (fraction >= self._next_fraction
+                                                 and (since >= MIN_LINE_SECONDS or finished)):
                 self._write_line(now)
                 self._last_line = now
                 while self._next_fraction <= fraction:

@@ -647,3 +647,77 @@ def test_coco_objects_a_record_lies_about_never_reach_the_next_versions_annotati
         relpath = f"annotations/instances_{split}.json"
         assert (tmp_path / "dest" / "v2" / relpath).read_bytes() \
             == (tmp_path / "fresh" / "v2" / relpath).read_bytes()
+
+
+def test_a_partial_folder_whose_record_folder_is_a_link_is_never_deleted(dataset, tmp_path):
+    dest = tmp_path / "dest"
+    assert shardsmith(dataset, dest, "--layout", "yolo").returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "notes").mkdir(parents=True)
+    mine = dest / "v2.partial"
+    mine.mkdir()
+    (mine / "thesis.pdf").write_text("years of work")
+    (mine / ".export").symlink_to(elsewhere)  # a real ``.export`` there would make it ours
+
+    refused(shardsmith(dataset, dest, "--layout", "yolo"), "v2.partial")
+    assert (mine / "thesis.pdf").read_text() == "years of work"
+    assert (elsewhere / "notes").is_dir()
+
+
+@pytest.mark.parametrize("first, second", [
+    ("caf\u00e9", "cafe\u0301"),  # NFC and NFD: one folder on macOS
+    ("scratch", "scratch."),  # SMB drops trailing dots
+    ("a", "a "),  # and trailing spaces
+], ids=["nfc-nfd", "trailing-dot", "trailing-space"])
+def test_class_names_that_are_one_folder_on_a_share_are_refused_like_case_twins(
+        tmp_path, first, second):
+    source = tmp_path / "source"
+    for name in ("a1", "b1"):
+        images.write(source / "train" / name / f"{name}.jpg", images.jpeg())
+    defects.pack_with(source, tmp_path / "dataset", {"splits.folder": True,
+                                                     "splits": "train=1.0"})
+    manifest_path = tmp_path / "dataset" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["classes"] = [first, second]
+    manifest_path.write_text(json.dumps(manifest))
+    refused(shardsmith(tmp_path / "dataset", tmp_path / "dest", "--layout", "yolo",
+                       "--task", "classify"), "one folder on a share")
+    assert not (tmp_path / "dest").exists()
+
+
+def classified(tmp_path: Path) -> Path:
+    """A dataset of two image classes, packed from split folders."""
+    source = tmp_path / "source"
+    for name in ("a1", "b1"):
+        images.write(source / "train" / name / f"{name}.jpg", images.jpeg())
+    defects.pack_with(source, tmp_path / "dataset", {"splits.folder": True,
+                                                     "splits": "train=1.0"})
+    return tmp_path / "dataset"
+
+
+def relabel_first_sample(dataset: Path, label: int) -> None:
+    """The sample index says ``label`` for its first sample, re-signed in the manifest."""
+    import hashlib
+
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    index = dataset / manifest["samples_index"]["name"]
+    lines = index.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["label"] = label
+    lines[0] = json.dumps(first, sort_keys=True, separators=(",", ":"))
+    raw = ("\n".join(lines) + "\n").encode()
+    index.write_bytes(raw)
+    manifest["samples_index"].update(bytes=len(raw), sha256=hashlib.sha256(raw).hexdigest())
+    (dataset / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("label, words", [(-1, ("without an image class", "label -1")),
+                                          (99, ("label 99 is not a class", "damaged"))])
+def test_a_classify_export_of_a_sample_without_a_class_folder_is_refused_before_writing(
+        tmp_path, label, words):
+    dataset = classified(tmp_path)
+    relabel_first_sample(dataset, label)
+    refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo", "--task", "classify"),
+            *words)
+    assert not (tmp_path / "dest" / "current").exists()
+    assert not list((tmp_path / "dest").glob("v*/train/*.jpg"))  # nothing loose in train/

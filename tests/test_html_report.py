@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import stat
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from PIL import Image
 from shardsmith.cli import main
 from shardsmith.dataset.manifest import read_manifest
 from shardsmith.insight.htmlreport import ReportOptions, render_report
+from shardsmith.insight.named_source import named_originals
 
 import defects
 import images
@@ -59,6 +59,11 @@ def dataset(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def page(dataset) -> str:
     return render_report(dataset, read_manifest(dataset), diff="no changes file kept").html
+
+
+def named(dataset: Path) -> ReportOptions:
+    """The report's options with the folder the dataset was packed from named as its source."""
+    return ReportOptions(originals=named_originals(str(dataset.parent / "source")))
 
 
 def contract_diff(added_key: str) -> dict:
@@ -150,7 +155,9 @@ def test_without_a_diff_the_newest_samples_are_shown(page):
     assert "Newest samples" in samples and samples.count("<figure>") == 14
 
 
-def test_rejects_get_a_placeholder_when_their_original_does_not_decode(dataset, page):
+def test_rejects_get_a_placeholder_when_their_original_does_not_decode(dataset):
+    page = render_report(dataset, read_manifest(dataset), named(dataset),
+                         diff="no changes file kept").html
     rejects = page[page.index('id="rejects"'):page.index('id="samples"')]
     assert rejects.count("<figure>") == 3 and 'class="placeholder"' in rejects
     assert "does not decode (corrupt)" in rejects  # the truncated JPEG
@@ -166,7 +173,7 @@ def test_a_reject_whose_original_decodes_now_is_shown_from_the_source(dataset, t
     saved = cut.read_bytes()
     try:
         cut.write_bytes(images.jpeg(300, 200, 5))  # fixed on the NAS, not packed yet
-        report = render_report(copy, manifest, diff="none")
+        report = render_report(copy, manifest, named(dataset), diff="none")
     finally:
         cut.write_bytes(saved)
     assert report.reject_pictures == 1
@@ -179,11 +186,11 @@ def test_a_reject_whose_original_decodes_now_is_shown_from_the_source(dataset, t
 
 def test_a_missing_original_or_an_unmounted_source_is_a_placeholder(dataset, tmp_path):
     manifest = read_manifest(dataset)
-    moved = replace(manifest, source=str(tmp_path / "gone"))
-    report = render_report(dataset, moved, diff="none")
+    report = render_report(dataset, manifest, ReportOptions(
+        originals=named_originals(str(tmp_path / "gone"))), diff="none")
     assert report.reject_pictures == 0 and report.rejects_shown == 3
     assert any("not reachable" in note for note in report.notes)
-    assert report.html.count("original not reachable") == 3
+    assert report.html.count("original not read") == 3
 
 
 def test_the_rejects_shown_are_capped_with_a_count_of_the_rest(dataset):

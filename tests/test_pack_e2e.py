@@ -309,3 +309,16 @@ def test_journal_cuts_a_torn_last_line_and_resumes_from_the_last_good_checkpoint
     assert journal.path.read_text().count("\n") == 2 and journal.path.read_text().endswith("\n")
     resumed_journal.close()
     assert Journal(tmp_path, {"config": "other", "sources": "s"}).load(work, {}, ".tar") is None
+
+
+def test_the_summary_says_larger_when_the_shards_outgrow_the_originals(tmp_path):
+    source = tmp_path / "source"
+    for number in range(3):  # small, coarse JPEGs re-encoded at quality 100
+        images.write(source / "ok" / f"{number}.jpg", images.jpeg(96, 96, number, quality=20))
+    result = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "out"), "--size",
+                                       "96", "--quality", "100", "--workers", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    totals = manifest_of(tmp_path / "out")["totals"]
+    assert totals["bytes_out"] > totals["bytes_in"]
+    assert f"({totals['bytes_out'] / totals['bytes_in']:.1f}x larger)" in result.output
+    assert "smaller" not in result.output

@@ -98,7 +98,8 @@ def packed(tmp_path) -> Path:
 
 
 def inspect_quality(dataset: Path, *args: str, expect: int = 0) -> str:
-    result = CliRunner().invoke(main, ["inspect", str(dataset), "--quality", "4", *args])
+    result = CliRunner().invoke(main, ["inspect", str(dataset), "--quality", "4", "--source",
+                                       str(dataset.parent / "source"), *args])
     assert result.exit_code == expect, result.output
     return result.output
 

@@ -116,7 +116,7 @@ def test_bench_read_names_a_bombed_sample_in_one_line(tmp_path):
 
 def test_inspect_quality_skips_a_bombed_sample_with_why(tmp_path):
     output, _ = bombed(tmp_path)
-    result = run_cli("inspect", "--quality", "6", output)
+    result = run_cli("inspect", "--quality", "6", output, "--source", output.parent / "source")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout.count("its JPEG header says 65500x65500") == 1

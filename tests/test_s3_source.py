@@ -299,3 +299,24 @@ def test_an_object_over_the_decode_budget_is_rejected_unread(tmp_path, s3, fault
                images.manifest_of(tmp_path / "out")["rejects"]}
     assert rejects["a/huge.jpg"]["reason"] == "too_large"
     assert fault_proxy.gets("huge.jpg") == []
+
+
+def test_a_key_with_an_empty_segment_under_the_prefix_is_listed_once_as_unreadable(
+        tmp_path, s3):
+    """``abs//x.jpg`` under ``s3://bucket/abs``: S3 gives ``abs//`` as a common prefix, which
+    names the listed prefix itself; listed again it would give every key twice."""
+    url = s3.upload(originals(tmp_path / "source"), "abs")
+    s3.put("abs//abs.jpg", images.jpeg(64, 48, 1))
+    result = pack(url, tmp_path / "out")
+    assert result.exit_code == 0, result.output
+
+    manifest = images.manifest_of(tmp_path / "out")
+    keys = [line["key"] for line in images.samples_of(tmp_path / "out")]
+    assert len(keys) == len(set(keys)) == manifest["totals"]["packed"] == 13
+    rejects = {reject["path"]: reject for reject in manifest["rejects"]}
+    assert rejects["/abs.jpg"]["reason"] == "unreadable"
+    assert "not a plain object key" in rejects["/abs.jpg"]["detail"]
+    assert len(manifest["rejects"]) == 1
+    assert manifest["totals"]["seen"] == 15  # 13 packed, 1 unreadable, a/notes.txt excluded
+    verified = CliRunner().invoke(main, ["verify", str(tmp_path / "out"), "--quiet"])
+    assert verified.exit_code == 0, verified.output

@@ -13,8 +13,10 @@ from PIL import Image
 
 from shardsmith.cli import main
 from shardsmith.dataset.manifest import read_manifest
+from shardsmith.insight.named_source import named_originals
 from shardsmith.insight.sheet import render_sheet
 
+import defects
 import images
 from images import manifest_of
 
@@ -74,8 +76,14 @@ def test_tfrecord_samples_are_drawn_too(tmp_path):
     assert len(row.thumbnails) == 2 and all(busy(sheet.image, box) for box in row.thumbnails)
 
 
+def source_of(dataset: Path) -> str:
+    """The folder the dataset was packed from: what a user names with --source."""
+    return str(dataset.parent / "source")
+
+
 def test_rejected_originals_are_shown_as_far_as_they_decode(dataset):
-    sheet = render_sheet(dataset, read_manifest(dataset), per_class=PER_CLASS, seed=0)
+    sheet = render_sheet(dataset, read_manifest(dataset), per_class=PER_CLASS, seed=0,
+                         source=named_originals(source_of(dataset)))
     assert len(sheet.rejects) == 2 and sheet.reject_thumbnails == 1  # the truncated JPEG
     assert not sheet.notes
 
@@ -109,7 +117,7 @@ def test_without_the_source_the_sheet_is_still_drawn_and_says_why(dataset, tmp_p
     source.rename(moved)
     try:
         result = CliRunner().invoke(main, ["sheet", str(dataset), "-o",
-                                           str(tmp_path / "s.png")])
+                                           str(tmp_path / "s.png"), "--source", str(source)])
     finally:
         moved.rename(source)
     assert result.exit_code == 0, result.output
@@ -124,7 +132,7 @@ def test_a_reject_path_that_leaves_the_source_is_refused(dataset, tmp_path, bad_
     manifest = manifest_of(copy)
     manifest["rejects"][0]["path"] = bad_path
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    output = sheet_cli(copy, tmp_path / "s.png", expect=2)
+    output = sheet_cli(copy, tmp_path / "s.png", "--source", source_of(dataset), expect=2)
     assert "(refused)" in output and not (tmp_path / "s.png").exists()
 
 
@@ -138,7 +146,8 @@ def test_a_reject_that_is_a_link_out_of_the_source_is_refused(dataset, tmp_path)
     manifest["rejects"][0]["path"] = "dent/link.jpg"
     (copy / "manifest.json").write_text(json.dumps(manifest))
     try:
-        output = sheet_cli(copy, tmp_path / "s.png", expect=2)
+        output = sheet_cli(copy, tmp_path / "s.png", "--source", source_of(dataset),
+                           expect=2)
     finally:
         link.unlink()
     assert "leads out of the source" in output
@@ -261,3 +270,13 @@ def test_a_sample_whose_objects_do_not_read_is_a_tile_saying_why(annotated, tmp_
 def test_objects_need_an_annotated_dataset(dataset, tmp_path):
     said = sheet_cli(dataset, tmp_path / "s.png", "--objects", expect=2)
     assert "--objects needs them" in said and not (tmp_path / "s.png").exists()
+
+
+def test_a_tiled_dataset_is_labelled_by_its_tile_size_not_the_resize_setting(tmp_path):
+    source = tmp_path / "source"
+    images.write(source / "ok" / "wide.jpg", images.jpeg(700, 400, 1))
+    defects.pack_with(source, tmp_path / "out", {}, **{"image.tiles.size": 256,
+                                                       "image.tiles.overlap": 32})
+    sheet = render_sheet(tmp_path / "out", read_manifest(tmp_path / "out"), per_class=2)
+    assert "256 px tiles (overlap 32)" in sheet.headline
+    assert "px fit" not in sheet.headline

@@ -24,8 +24,9 @@ def mixed(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
-@pytest.mark.parametrize("options", [(), ("--quality", "4")], ids=["plain", "quality"])
-def test_inspect_reads_images_with_and_without_objects(mixed, fmt, options):
+@pytest.mark.parametrize("quality", [False, True], ids=["plain", "quality"])
+def test_inspect_reads_images_with_and_without_objects(mixed, fmt, quality):
+    options = ("--quality", "4", "--source", mixed[fmt].parent / "source") if quality else ()
     process = cli("inspect", mixed[fmt], *options)
     assert process.returncode == 0, process.stderr
     assert "Traceback" not in process.stderr

@@ -150,3 +150,44 @@ def test_printable_escapes_what_a_terminal_would_act_on(text, shown):
 
 def test_printable_keeps_the_line_breaks_of_a_whole_text_when_asked():
     assert printable(f"a{TITLE}\nb", keep_newlines=True) == "a\\x1b]0;owned\\x07\nb"
+
+
+# --- progress lines in a log (stderr not a terminal) ---------------------------------------
+
+
+class Clock:
+    """A monotonic clock the test moves: progress lines depend on time, not on this machine."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def progress_lines(updates: int, seconds_each: float, monkeypatch) -> list[str]:
+    import io
+
+    from shardsmith import progress
+
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    log = io.StringIO()  # not a terminal: plain lines
+    counter = progress.Progress(updates, 0, "samples", "export", False, stream=log)
+    for _ in range(updates):
+        clock.now += seconds_each
+        counter.update()
+    counter.close()
+    return log.getvalue().splitlines()
+
+
+def test_a_short_job_writes_its_last_progress_line_only_to_a_log(monkeypatch):
+    lines = progress_lines(13, 0.01, monkeypatch)  # each sample more than a tenth of the job
+    assert len(lines) == 1 and lines[0].startswith("export: 13/13 samples (100%)")
+
+
+def test_a_long_job_writes_at_most_one_progress_line_every_few_seconds(monkeypatch):
+    lines = progress_lines(20, 1.0, monkeypatch)  # 20 s: a tenth every 2 s
+    assert 2 <= len(lines) <= 20 / 5 + 1  # one every 5 s at most, and the last
+    assert all(line.startswith("export: ") for line in lines)
+    assert lines[-1].startswith("export: 20/20 samples (100%)")

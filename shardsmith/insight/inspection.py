@@ -22,6 +22,7 @@ from ..schema import to_json
 from ..storage import is_url, location
 from ..text import human_bytes, plural, printable
 from .census import Census, DuplicateSet, Spread, packed_config, require_split, take_census
+from .named_source import Originals
 from .quality import QualityFigure, measure_quality, quality_json, quality_lines
 
 log = logging.getLogger(__name__)
@@ -68,9 +69,11 @@ class Inspection:
 def inspect_dataset(directory: str | Path, split: str | None = None,
                     imbalance: float = IMBALANCE_RATIO, quality: int = 0, seed: int = 0,
                     quiet: bool = True,
-                    storage_options: dict[str, str] | None = None) -> Inspection:
-    """Read the manifest and sample index of ``directory`` (and ``quality`` originals);
-    ``directory`` may be an ``s3://`` URL (``storage_options`` configure its client)."""
+                    storage_options: dict[str, str] | None = None,
+                    originals: Originals | None = None) -> Inspection:
+    """Read the manifest and sample index of ``directory`` (and ``quality`` originals, under
+    the source the user named: ``originals``); ``directory`` may be an ``s3://`` URL
+    (``storage_options`` configure its client)."""
     directory = location(directory, storage_options)
     if quality and is_url(directory):
         raise ConfigError("--quality reads the shards of a dataset on disk: stage "
@@ -82,7 +85,8 @@ def inspect_dataset(directory: str | Path, split: str | None = None,
         configured = dict(packed_config(manifest).splits)
     except ManifestError:
         configured = {}
-    figure = measure_quality(directory, manifest, quality, seed, split, quiet) if quality else None
+    figure = measure_quality(directory, manifest, quality, seed, split, quiet,
+                             originals) if quality else None
     return Inspection(directory, manifest, census, tuple(warnings_of(census, imbalance)),
                       configured, figure, count_objects(directory, manifest, split))
 

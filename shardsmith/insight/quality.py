@@ -1,11 +1,12 @@
 """What ``--size`` and ``--quality`` cost: packed samples against a slow, exact reference.
 
-For a few seeded samples the original is read again, under the source root the manifest
-records, and decoded at full resolution.  An exact reference then takes it through the same
-geometry as the pack (``imaging.plan_geometry``) in 32-bit float all the way: EXIF orientation
-by Pillow's transposes, 16-bit data scaled in float, alpha composited at full resolution, area
-averaging by Pillow's BOX filter on float planes (bicubic where the pack upscales).  Two
-figures per sample, both against the sample as packed (decoded from its shard):
+For a few seeded samples the original is read again, under the source the user names
+(``--source``; never the one the untrusted manifest records: ``named_source``), and decoded
+at full resolution.  An exact reference then takes it through the same geometry as the pack
+(``imaging.plan_geometry``) in 32-bit float all the way: EXIF orientation by Pillow's
+transposes, 16-bit data scaled in float, alpha composited at full resolution, area averaging
+by Pillow's BOX filter on float planes (bicubic where the pack upscales).  Two figures per
+sample, both against the sample as packed (decoded from its shard):
 
 * **fidelity**: PSNR and SSIM at the packed size against the reference, i.e. the cost of the
   JPEG quality and of the fast path (reduced DCT decode, integer area steps, 8-bit rounding);
@@ -36,13 +37,13 @@ from ..config import ImageConfig
 from ..dataset.manifest import Manifest, SampleRecord
 from ..dataset.records import digest_as
 from ..decoders import decode_pixels, open_header, orientation
-from ..errors import BadImage, ConfigError
+from ..errors import BadImage, ConfigError, SourceUnavailableError
 from ..packing.imaging import TRANSPOSING_ORIENTATIONS, Geometry, plan_geometry
-from ..packing.originals import read_under_root, source_root
 from ..progress import Progress
 from ..readers.sample_jpeg import SampleJpegError, decode_sample
 from ..text import plural, printable
 from .census import packed_config
+from .named_source import Originals, not_named
 from .picks import interleave, pick_per_class, read_packed
 
 MAX_REFERENCE_PIXELS = 120_000_000
@@ -105,11 +106,14 @@ class QualityFigure:
 
 
 def measure_quality(directory: Path, manifest: Manifest, count: int, seed: int,
-                    split: str | None = None, quiet: bool = True) -> QualityFigure:
-    """Figures for ``count`` seeded samples (classes in turn) of ``directory``.
+                    split: str | None = None, quiet: bool = True,
+                    originals: Originals | None = None) -> QualityFigure:
+    """Figures for ``count`` seeded samples (classes in turn) of ``directory``, their
+    originals read under the source the user named (``named_source``).
 
-    Raises SourceUnavailableError when the source is not reachable; a sample whose original
-    is gone, changed since the pack or too large is skipped and named, not measured.
+    Raises ConfigError when no source is named, SourceUnavailableError when the named one is
+    not reachable; a sample whose original is gone, changed since the pack or too large is
+    skipped and named, not measured.
     """
     started = time.monotonic()
     image_config = packed_config(manifest).image
@@ -117,7 +121,10 @@ def measure_quality(directory: Path, manifest: Manifest, count: int, seed: int,
         raise ConfigError("--quality compares resized samples with their originals; this "
                           "dataset is cut into tiles (image.tiles), whose pixels are the "
                           "original's own")
-    root = source_root(manifest.source)
+    if originals is None:
+        raise ConfigError(f"--quality: {not_named(manifest.source).why_not}")
+    if originals.root is None:
+        raise SourceUnavailableError(originals.why_not)
     chosen = interleave(pick_per_class(directory, manifest, count, seed, split), count)
     packed = read_packed(directory, manifest, chosen)
     measured: list[SampleQuality] = []
@@ -129,7 +136,7 @@ def measure_quality(directory: Path, manifest: Manifest, count: int, seed: int,
             if jpeg is None:
                 skipped.append((record.path, "not found in its shard (shardsmith verify)"))
             else:
-                result = _measure_record(root, record, jpeg, image_config)
+                result = _measure_record(originals, record, jpeg, image_config)
                 if isinstance(result, str):
                     skipped.append((record.path, result))
                 else:
@@ -141,11 +148,11 @@ def measure_quality(directory: Path, manifest: Manifest, count: int, seed: int,
                          tuple(measured), tuple(skipped), time.monotonic() - started)
 
 
-def _measure_record(root: str, record: SampleRecord, jpeg: bytes,
+def _measure_record(originals: Originals, record: SampleRecord, jpeg: bytes,
                     config: ImageConfig) -> SampleQuality | str:
     """The figures of one sample, or why it cannot be measured."""
     try:
-        data = read_under_root(root, record.path, max(0, record.source_size))
+        data = originals.read(record.path, max(0, record.source_size))
     except FileNotFoundError:
         return "the original is gone"
     except OSError as exc:

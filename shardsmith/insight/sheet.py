@@ -13,8 +13,9 @@ and the outlines of its class mask, one colour per object class (``objects_drawn
 person can check the labels at a glance; a sample whose objects do not read is a tile saying
 why.
 
-Rejected originals are read only under the source root the manifest records, each path
-checked first (``originals.original_path``); when the source is not mounted the strip shows
+Rejected originals are read only under the source the user names (``--source``, or the job
+file's; never the one the untrusted manifest records: ``named_source``), each path checked
+first (``originals.original_path``); without one, or when it is not mounted, the strip shows
 reasons only and a note says why.
 """
 
@@ -31,10 +32,10 @@ from PIL import Image, ImageDraw, ImageFile, ImageFont
 from ..atomic import write_bytes_atomic
 from ..config import ImageConfig
 from ..dataset.manifest import Manifest, RejectEntry, SampleRecord
-from ..errors import BadImage, ConfigError, SourceUnavailableError
-from ..packing.originals import original_path, read_under_root, source_root
+from ..errors import BadImage, ConfigError
 from ..text import human_bytes, plural, printable
 from .census import Census, packed_config, require_split, take_census
+from .named_source import Originals, not_named
 from .objects_drawn import DrawnObject, PackedObjects, class_colour, draw_objects, read_objects
 from .picks import pick_per_class, pick_rejects, read_packed
 
@@ -81,6 +82,7 @@ class Sheet:
     reject_thumbnails: int
     notes: tuple[str, ...]
     objects: tuple[DrawnObject, ...] = ()  # with ``objects``: each box, in sheet pixels
+    headline: str = ""  # the line under the title: format, version, settings, totals
 
     def png(self) -> bytes:
         buffer = io.BytesIO()
@@ -93,9 +95,12 @@ class Sheet:
 
 
 def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: int = 0,
-                 split: str | None = None, thumb: int = 160, objects: bool = False) -> Sheet:
+                 split: str | None = None, thumb: int = 160, objects: bool = False,
+                 source: Originals | None = None) -> Sheet:
     """Draw the contact sheet of the dataset in ``directory``; with ``objects``, each
-    sample's annotated objects over it (a ConfigError for a dataset without annotations)."""
+    sample's annotated objects over it (a ConfigError for a dataset without annotations).
+    Rejected originals are drawn only from the ``source`` the user named
+    (``named_source.named_originals``); without one, by their reason."""
     require_split(manifest, split)
     if objects and manifest.object_classes is None:
         raise ConfigError(f"{directory} has no box or mask annotations (packed without "
@@ -115,7 +120,8 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     canvas.objects = read_objects(directory, manifest, shown) if objects else None
     rejects = pick_rejects(manifest.rejects, per_class, seed)
     texts: dict[str, str] = {}
-    originals = _reject_images(manifest, rejects, thumb, notes, texts)
+    originals = _reject_images(source or not_named(manifest.source), rejects,
+                               packed_config(manifest).image, thumb, notes, texts)
     canvas.labels = labels
     canvas.title(directory, seed, split)
     canvas.chart()
@@ -125,7 +131,18 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     tiles = canvas.reject_strip(rejects, originals, texts) if manifest.rejects else ()
     canvas.footer(directory, per_class, seed, split, objects)
     return Sheet(canvas.finish(), rows, tiles, sum(1 for image in originals if image),
-                 tuple(notes), tuple(canvas.drawn))
+                 tuple(notes), tuple(canvas.drawn), canvas.headline)
+
+
+def image_settings(image: ImageConfig) -> str:
+    """How the samples were made, in a few words: ``512 px fit`` for resized originals,
+    ``1024 px tiles (overlap 128)`` for tiles, whose ``size`` and ``resize`` are not used."""
+    if not image.tiles.enabled:
+        return f"{image.size} px {image.resize}, JPEG quality {image.quality}"
+    tiles = image.tiles
+    scale = f", originals scaled by {tiles.scale:g}" if tiles.scale != 1 else ""
+    return (f"{tiles.size} px tiles (overlap {tiles.overlap}{scale}), "
+            f"JPEG quality {image.quality}")
 
 
 def _rows_that_fit(width: int, thumb: int) -> int:
@@ -156,6 +173,7 @@ class _Canvas:
         self.fonts = {size: _font(size) for size in (11, 12, 13, 15, 17, 24)}
         self.objects: dict[str, PackedObjects | str] | None = None  # key -> objects or why not
         self.drawn: list[DrawnObject] = []
+        self.headline = ""
 
     def _room(self, height: int) -> None:
         """Grow the canvas so ``height`` more pixels fit below ``self.y``."""
@@ -180,16 +198,16 @@ class _Canvas:
         self.text((MARGIN, self.y), printable(str(directory)), 24, width=self.width - 2 * MARGIN,
                   keep_end=True)
         self.y += 34
-        image = packed_config(manifest).image
-        settings = f"{image.size} px {image.resize}, JPEG quality {image.quality}"
         totals = manifest.totals
-        line = (f"{manifest.format}, version {manifest.version}, {settings} - "
+        line = (f"{manifest.format}, version {manifest.version}, "
+                f"{image_settings(packed_config(manifest).image)} - "
                 f"{plural(census.samples, 'sample')}"
                 + (f" of split {split}" if split else "")
                 + f" in {plural(len(census.labels), 'class', 'classes')}, "
                 f"{plural(totals.rejected, 'reject')}, {plural(totals.excluded, 'file')} "
                 f"excluded, {human_bytes(totals.bytes_out)} of shards - seed {seed}")
         self.text((MARGIN, self.y), line, 15, MUTED, width=self.width - 2 * MARGIN)
+        self.headline = line
         self.y += 34
         if self.objects is not None:
             self.legend()
@@ -419,29 +437,27 @@ def _decoded(jpeg: bytes, thumb: int, size: tuple[int, int]) -> Image.Image | No
     return _fitted_picture(picture, thumb)
 
 
-def _reject_images(manifest: Manifest, rejects: list[RejectEntry], thumb: int,
-                   notes: list[str], texts: dict[str, str]) -> list[Image.Image | None]:
+def _reject_images(originals: Originals, rejects: list[RejectEntry], limits: ImageConfig,
+                   thumb: int, notes: list[str],
+                   texts: dict[str, str]) -> list[Image.Image | None]:
     """Thumbnails of the rejected originals that still decode (None for the others); the
     start of those that are text is put in ``texts`` (path -> text)."""
     if not rejects:
         return []
-    try:
-        root = source_root(manifest.source)
-    except SourceUnavailableError as exc:
-        notes.append(f"{exc}: rejects are shown by their reason only")
+    if originals.root is None:
+        notes.append(f"{originals.why_not}: rejects are shown by their reason only")
         return [None] * len(rejects)
     for reject in rejects:
-        original_path(root, reject.path)  # every shown path is checked, read or not
-    limits = packed_config(manifest).image
-    return [_reject_image(root, reject, thumb, limits, texts) for reject in rejects]
+        originals.check(reject.path)  # every shown path is checked, read or not
+    return [_reject_image(originals, reject, thumb, limits, texts) for reject in rejects]
 
 
-def _reject_image(root: str, reject: RejectEntry, thumb: int, limits: ImageConfig,
+def _reject_image(originals: Originals, reject: RejectEntry, thumb: int, limits: ImageConfig,
                   texts: dict[str, str]) -> Image.Image | None:
     if reject.reason in ("empty", "too_large", "unreadable", "not_a_file"):
         return None  # nothing to see, or too much to decode
     try:
-        data = read_under_root(root, reject.path, MAX_ORIGINAL_BYTES)
+        data = originals.read(reject.path, MAX_ORIGINAL_BYTES)
     except (OSError, BadImage):
         return None
     if reject.reason == "not_an_image":

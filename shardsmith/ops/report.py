@@ -47,7 +47,11 @@ def pack_summary(result: PackResult) -> str:
            if totals.sources is not None else ""),
         f"  rejected     {totals.rejected:>9,}" + _reject_detail(manifest.rejects),
     ]
-    ratio = f" ({totals.bytes_in / totals.bytes_out:,.1f}x smaller)" if totals.bytes_out else ""
+    ratio = ""
+    if totals.bytes_in and totals.bytes_out:  # "0.6x smaller" reads as a gain: say larger
+        ratio = (f" ({totals.bytes_in / totals.bytes_out:,.1f}x smaller)"
+                 if totals.bytes_out <= totals.bytes_in
+                 else f" ({totals.bytes_out / totals.bytes_in:,.1f}x larger)")
     lines.append(f"  bytes        {human_bytes(totals.bytes_in)} -> "
                  f"{human_bytes(totals.bytes_out)}{ratio}")
     lines.append(f"  shards       {len(manifest.shards):>9,}   format {manifest.format}")

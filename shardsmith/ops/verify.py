@@ -313,6 +313,7 @@ def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
             if decode:
                 sizes = expected.sizes if expected is not None else None
                 _check_image(shard.name, record.key, fmt.jpeg(record), sizes, problems)
+                _check_metadata(fmt, shard.name, record, problems)
                 if fmt_name == "tfrecord" and len(problems) < MAX_LABEL_PROBLEMS:
                     problems += [f"{shard.name}: sample {record.key}: {problem}" for problem in
                                  example_problems(record.data[12:-4], (sizes or {}).get(
@@ -333,6 +334,17 @@ def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
     elif _read_index(directory, shard) != index_bytes(fmt, placed):
         problems.append(f"{shard.index.name}: does not match the records of {shard.name}")
     return problems
+
+
+def _check_metadata(fmt, shard: str, record, problems: list[str]) -> None:
+    """The sample's metadata as every consumer reads it (``ShardFormat.metadata``: its
+    objects' boxes held to the one geometry check), a problem when it is not."""
+    if len(problems) >= MAX_LABEL_PROBLEMS:
+        return
+    try:
+        fmt.metadata(record)
+    except ShardFormatError as exc:
+        problems.append(f"{shard}: {exc}")
 
 
 def _read_index(directory: Path, shard: ShardEntry) -> bytes | None:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from ..config import ImageConfig
 from ..dataset.records import EDGE_BYTES
 from ..door import MIB, Identity, OpenFile, Refused, open_beneath, open_file
-from ..errors import BadImage, ConfigError, ManifestError, SourceUnavailableError
+from ..errors import BadImage, ConfigError, ManifestError
 from ..storage import ObjectFile, ObjectPath, is_url, locate
 from ..text import shown
 from .scan import object_mtime, object_tag
@@ -266,17 +266,13 @@ def read_edges(handle: OpenFile) -> tuple[bytes, bytes]:
     return head, tail
 
 
-def source_root(recorded: str) -> str:
-    """The source root a manifest records, as a real path; SourceUnavailableError when it is
-    not a directory here (the NAS is not mounted, or the dataset was copied elsewhere)."""
-    if not recorded or not os.path.isabs(recorded):
-        raise SourceUnavailableError("the manifest records no absolute source path (packed by "
-                                     "an earlier version?): the originals cannot be found")
-    if not os.path.isdir(recorded):
-        raise SourceUnavailableError(f"the originals are not reachable: {recorded} (the source "
-                                     "the dataset was packed from) is not a directory here; "
-                                     "mount it at that path and rerun")
-    return os.path.realpath(recorded)
+def check_relpath(relpath: str) -> None:
+    """ManifestError unless ``relpath`` (from a manifest or sample index: untrusted) is a
+    plain relative path: no leading ``/``, no empty, ``.`` or ``..`` component, no NUL."""
+    if (not relpath or relpath.startswith("/") or "\0" in relpath
+            or any(part in ("", ".", "..") for part in relpath.split("/"))):
+        raise ManifestError(f"the path {shown(relpath)} is not a plain relative path under the "
+                            "source (refused)")
 
 
 def original_path(root: str, relpath: str) -> str:
@@ -285,10 +281,7 @@ def original_path(root: str, relpath: str) -> str:
     Refused (ManifestError): an absolute path, an empty, ``.`` or ``..`` component, a NUL, or
     a path whose real location (symlinks resolved) is not under ``root`` (a real path).
     """
-    if (not relpath or relpath.startswith("/") or "\0" in relpath
-            or any(part in ("", ".", "..") for part in relpath.split("/"))):
-        raise ManifestError(f"the path {shown(relpath)} is not a plain relative path under the "
-                            "source (refused)")
+    check_relpath(relpath)
     path = os.path.realpath(os.path.join(root, relpath))
     if os.path.commonpath([root, path]) != root or path == root:
         raise ManifestError(f"the path {shown(relpath)} leads out of the source {root} "

@@ -506,7 +506,7 @@ def _list_objects(root: ObjectPath, config: SourceConfig, threads: int,
         raise ConfigError(f"source.path: {root}: cannot list it: {exc.strerror}") from None
     if not top:
         raise ConfigError(f"source.path: {root}: no object under this prefix")
-    prefixes, entries = [], []
+    names, entries = set(), []
     for entry in top:
         if entry.get("type") == "directory":
             name = entry["name"].removeprefix(base)
@@ -515,26 +515,31 @@ def _list_objects(root: ObjectPath, config: SourceConfig, threads: int,
             elif split_folders and name not in split_folders:
                 walk.exclude("not in a split folder", name)
             else:
-                prefixes.append(entry["name"])
+                names.add(name)
         else:
             entries.append(entry)
 
-    def listing(prefix: str) -> list[dict] | OSError:
+    # Each top-level prefix is listed as the keys that start with ``root/NAME/``, and only
+    # those are kept: a key with an empty segment right under the root (``root//x.jpg``)
+    # comes back as a common prefix that names the root itself once its trailing slash is
+    # taken off, and listing that in full gave every key twice.  Its keys (``NAME`` empty)
+    # are listed once, and each is unreadable (``_sort_object``).
+    def listing(name: str) -> list[dict] | OSError:
         try:
-            return list(root.client.call(f"s3://{prefix}", fs.find, prefix,
-                                         detail=True).values())
+            return list(root.client.call(f"{root}/{name}", fs.find, root.path,
+                                         prefix=f"{name}/", detail=True).values())
         except OSError as exc:
             return exc
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-list") as pool:
-        found = [entries, *_in_order(pool, listing, sorted(prefixes), threads)]
-        for prefix, objects in zip(["", *sorted(prefixes)], found, strict=True):
+        found = [entries, *_in_order(pool, listing, sorted(names), threads)]
+        for name, objects in zip([None, *sorted(names)], found, strict=True):
             if isinstance(objects, OSError):
-                walk.unreadable.append((prefix.removeprefix(base),
-                                        f"cannot list: {objects.strerror}"))
+                walk.unreadable.append((name, f"cannot list: {objects.strerror}"))
                 continue
+            under = base if name is None else f"{base}{name}/"
             for entry in objects:
-                if entry.get("type") == "file":
+                if entry.get("type") == "file" and entry["name"].startswith(under):
                     _sort_object(walk, entry["name"].removeprefix(base), entry)
     return walk
 

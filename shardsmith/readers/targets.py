@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..annotations.masks import rle_decode
+from ..dataset.formats.metadata import box_problem
 
 
 def detection_target(meta: Any, height: int, width: int, with_masks: bool,
@@ -37,6 +38,10 @@ def detection_target(meta: Any, height: int, width: int, with_masks: bool,
         raise ValueError(f"boxes or labels are malformed ({exc})") from None
     if not np.isfinite(boxes).all():
         raise ValueError("a box is not finite")
+    for box in boxes.tolist():
+        problem = box_problem(box, width, height)
+        if problem is not None:
+            raise ValueError(problem)
     target = {"boxes": boxes, "labels": labels}
     if with_masks:
         target["masks"] = _instance_masks(meta.get("rle"), boxes, height, width)

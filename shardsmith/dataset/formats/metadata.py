@@ -11,6 +11,7 @@ million by a million pixels halfway through an export.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ...annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS, MAX_POINTS
@@ -19,6 +20,21 @@ from ...errors import ShardFormatError
 
 MAX_SIDE = 65_535  # a JPEG's largest side: no sample is larger
 OBJECT_KEYS = ("boxes", "labels", "label_names", "polygons", "rle")
+# a TFRecord box is normalised float32 times the size, rounded to 1e-3 px: its edge may sit
+# that far past the sample's
+BOX_SLACK = 0.01
+
+
+def box_problem(box: Sequence[float], width: int, height: int) -> str | None:
+    """What is wrong with the box ``x0, y0, x1, y1`` (finite numbers) of a ``width`` x
+    ``height`` sample, or None: the one geometry check of an object that export, the readers,
+    the contact sheet and ``verify --decode`` hold every box to.  An inverted, empty or
+    outside box is no object of ours (invariant 12): a model would be taught negative sizes."""
+    x0, y0, x1, y1 = box
+    if -BOX_SLACK <= x0 < x1 <= width + BOX_SLACK and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK:
+        return None
+    return (f"box {str([float(value) for value in box])[:80]} is not x0 < x1, y0 < y1 inside "
+            f"its {width}x{height} pixels")
 
 
 def rle_string(counts: tuple[int, ...] | list[int], height: int, width: int) -> bytes:
@@ -87,6 +103,9 @@ def _check_objects(meta: dict, height: int, width: int) -> None:
     for box in boxes:
         if not isinstance(box, list) or len(box) != 4 or not all(map(_finite, box)):
             raise ShardFormatError(f"box {str(box)[:40]} is not 4 finite numbers")
+        problem = box_problem(box, width, height)
+        if problem is not None:
+            raise ShardFormatError(problem)
     for label in labels:
         if type(label) is not int or not 1 <= label <= MAX_OBJECT_CLASSES:
             raise ShardFormatError(f"object class id {str(label)[:20]} is not from 1 to "

@@ -44,6 +44,7 @@ from ...errors import ManifestError
 from ...storage import ObjectPath
 from ..census import packed_config
 from ..diff import diff_versions
+from ..named_source import Originals, not_named
 from . import page
 from .pictures import reject_pictures, sample_pictures
 from .sections import (
@@ -65,6 +66,7 @@ class ReportOptions:
     rejects_shown: int = 48
     samples_shown: int = 24
     examples: int = 50
+    originals: Originals | None = None  # where rejected originals are read (None: nowhere)
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,8 @@ def render_report(directory: Path | ObjectPath, manifest: Manifest,
     facts = _index_facts(directory, manifest, [key for key in added if isinstance(key, str)],
                          options.samples_shown)
     rejects = _rejects_in_order(manifest.rejects, diff, options.rejects_shown)
-    reject_shots, reject_note = reject_pictures(manifest, rejects, packed_config(manifest).image)
+    reject_shots, reject_note = reject_pictures(options.originals or not_named(manifest.source),
+                                                rejects, packed_config(manifest).image)
     sample_shots, sample_note = sample_pictures(directory, manifest, facts.chosen)
     notes = tuple(note for note in (reject_note, sample_note) if note)
     body = [

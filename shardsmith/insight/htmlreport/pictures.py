@@ -1,9 +1,11 @@
 """The pictures of the report, as ``data:`` URIs of small JPEGs: rejected originals and new
 samples with their objects drawn.
 
-A rejected original is read under the source root the manifest records, its path checked
-first (``originals.original_path``) and opened through the door one folder at a time with no
-link followed (``originals.read_under_root``); it is decoded by the pack's own decoders
+A rejected original is read only under the source the user names (``named_source``: never
+the one an untrusted manifest records), its path checked first (``originals.original_path``)
+and opened through the door one folder at a time with no link followed
+(``originals.read_under_root``), or through the storage layer's door for an ``s3://``
+source; it is decoded by the pack's own decoders
 (``decoders.open_header``, ``decode_pixels`` at the smallest scale that covers a thumbnail),
 within the dataset's pixel limit and decode budget.  An original that is missing, refused,
 too large, unreadable or undecodable is a reason instead of a picture: never a failure.
@@ -26,8 +28,9 @@ from ...config import ImageConfig
 from ...dataset.manifest import Manifest, RejectEntry, SampleRecord
 from ...decoders import decode_peak_bytes, decode_pixels, open_header
 from ...door import MIB
-from ...errors import BadImage, CorruptSampleError, ManifestError, SourceUnavailableError
-from ...packing.originals import original_cap, read_under_root, source_root
+from ...errors import BadImage, CorruptSampleError, ManifestError
+from ...packing.originals import original_cap
+from ..named_source import Originals
 from ..objects_drawn import PackedObjects, draw_objects, read_objects
 from ..picks import read_packed
 
@@ -54,23 +57,21 @@ def data_uri(picture: Image.Image) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def reject_pictures(manifest: Manifest, rejects: list[RejectEntry],
+def reject_pictures(originals: Originals, rejects: list[RejectEntry],
                     limits: ImageConfig) -> tuple[list[Picture], str]:
-    """A picture (or why not) per reject, and a note when the originals are out of reach."""
-    try:
-        root = source_root(manifest.source)
-    except SourceUnavailableError as exc:
-        return [Picture(None, "original not reachable") for _ in rejects], str(exc)
-    return [reject_picture(root, reject, limits) for reject in rejects], ""
+    """A picture (or why not) per reject, and a note when the originals are not read (no
+    source named, or the named one out of reach)."""
+    if originals.root is None:
+        return [Picture(None, "original not read") for _ in rejects], originals.why_not
+    return [reject_picture(originals, reject, limits) for reject in rejects], ""
 
 
-def reject_picture(root: str, reject: RejectEntry, limits: ImageConfig) -> Picture:
-    """The rejected original ``reject.path`` under ``root``, reduced; or why not."""
+def reject_picture(originals: Originals, reject: RejectEntry, limits: ImageConfig) -> Picture:
+    """The rejected original ``reject.path`` under the named source, reduced; or why not."""
     if reject.reason in NOT_READ:
         return Picture(None, NOT_READ[reject.reason])
     try:
-        data = read_under_root(root, reject.path,
-                               min(MAX_ORIGINAL_BYTES, original_cap(limits)))
+        data = originals.read(reject.path, min(MAX_ORIGINAL_BYTES, original_cap(limits)))
     except ManifestError:
         return Picture(None, "path refused (not under the source)")
     except FileNotFoundError:

@@ -503,6 +503,8 @@ class _Run:
         self._warn_old_index(unlocated, uncounted)
         if self.options.layout == "coco":
             _check_image_ids(records)
+        if self.options.task == "classify":
+            _check_image_classes(records, self.manifest.classes)
         return records, digests
 
     def _warn_old_index(self, unlocated: int, uncounted: bool) -> None:
@@ -736,6 +738,23 @@ def _hash_range(opened, digest, start: int, end: int) -> None:
             return
         digest.update(chunk)
         start += len(chunk)
+
+
+def _check_image_classes(records: list[SampleRecord], classes: tuple[str, ...]) -> None:
+    """Every sample of a classify export has an image class: its folder.  Checked before a
+    file is switched, as a sample outside every class folder was written loose in ``SPLIT/``
+    (ImageFolder drops it) under a record the next export refused as damaged."""
+    unlabelled = [record.key for record in records if record.label == -1]
+    if unlabelled:
+        raise ConfigError(f"--task classify: {plural(len(unlabelled), 'sample')} without an "
+                          f"image class (label -1; the first: {unlabelled[0]}): the layout "
+                          "puts each sample in its class's folder; export with --task detect, "
+                          "or pack them with a class")
+    for record in records:
+        if not 0 <= record.label < len(classes):
+            raise ManifestError(f"sample {record.key}: label {record.label} is not a class "
+                                f"of the dataset ({plural(len(classes), 'class', 'classes')}):"
+                                " the sample index is damaged (shardsmith verify)")
 
 
 def _check_image_ids(records: list[SampleRecord]) -> None:

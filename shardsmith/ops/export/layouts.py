@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -22,7 +23,7 @@ import yaml
 from pycocotools import mask as coco_mask
 
 from ...annotations import polygons
-from ...dataset.formats.metadata import MAX_SIDE, rle_counts
+from ...dataset.formats.metadata import BOX_SLACK, MAX_SIDE, box_problem, rle_counts
 from ...dataset.manifest import CutRecord
 from ...dataset.normal import IGNORE, is_normal
 from ...errors import ConfigError, ShardFormatError
@@ -38,9 +39,6 @@ UNKNOWN_DEFECT = "cut_defect"
 JPEG, LABEL, MASK = ".jpg", ".txt", ".png"
 # anomalib's MVTecAD reads ``.png`` images only (anomalib 2.7, datasets/image/mvtecad.py)
 MVTEC_IMAGE = ".png"
-# a TFRecord box is normalised float32 times the size, rounded to 1e-3 px: its edge may sit
-# that far past the sample's
-BOX_SLACK = 0.01
 
 
 def safe_folder_name(name: str) -> bool:
@@ -51,23 +49,36 @@ def safe_folder_name(name: str) -> bool:
         and len(name.encode("utf-8", "surrogateescape")) <= 255
 
 
+def same_folder_key(name: str) -> str:
+    """What a share makes of a folder name when it compares two: case ignored (SMB, macOS),
+    composed and decomposed accents alike (macOS stores ``café`` decomposed, NFD; a name
+    written in NFC finds it), trailing dots and spaces dropped (SMB: ``scratch.`` and
+    ``scratch`` are one folder).  Caseless matching as Unicode defines it (NFD, casefold),
+    then NFC."""
+    folded = unicodedata.normalize("NFD", name).casefold()
+    return unicodedata.normalize("NFC", folded).rstrip(". ")
+
+
 def check_folder_names(names: Iterable[str], what: str, why: str,
                        reserved: str | None = None) -> None:
     """Every name can be a folder of its own, and no two become one folder on a share that
-    ignores case (SMB, macOS): ConfigError naming the first that cannot."""
+    ignores case, Unicode form or trailing dots and spaces (SMB, macOS; ``same_folder_key``):
+    ConfigError naming the first that cannot."""
     seen: dict[str, str] = {}
     for name in dict.fromkeys(names):
         if not safe_folder_name(name):
             raise ConfigError(f"{what} {shown(name)} cannot be a folder name (empty, '.', "
                               "'..', with '/', NUL or a control character, or over 255 "
                               f"bytes): {why}")
-        if reserved is not None and name.casefold() == reserved.casefold():
+        key = same_folder_key(name)
+        if reserved is not None and key == same_folder_key(reserved):
             raise ConfigError(f"{what} {shown(name)}: the folder {reserved!r} holds the "
                               f"normal images: {why}")
-        other = seen.setdefault(name.casefold(), name)
+        other = seen.setdefault(key, name)
         if other != name:
             raise ConfigError(f"{what}es {shown(other)} and {shown(name)} differ only in "
-                              f"case: one folder on a share that ignores case; {why}")
+                              "case, accent encoding (NFC/NFD) or trailing dots and spaces: "
+                              f"one folder on a share that ignores those (SMB, macOS); {why}")
 
 
 def defect_names(classes: tuple[str, ...], object_classes: tuple[str, ...] | None,
@@ -190,11 +201,9 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
         if not (isinstance(box, list) and len(box) == 4 and all(
                 isinstance(value, (int, float)) and math.isfinite(value) for value in box)):
             raise ValueError(f"box {str(box)[:40]} is not four numbers")
-        x0, y0, x1, y1 = box
-        if not (-BOX_SLACK <= x0 < x1 <= width + BOX_SLACK
-                and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK):
-            raise ValueError(f"box {str(box)[:80]} is not x0 < x1, y0 < y1 inside its "
-                             f"{width}x{height} pixels")
+        problem = box_problem(box, width, height)
+        if problem is not None:
+            raise ValueError(problem)
         if not (isinstance(label, int) and 1 <= label <= len(object_classes)):
             raise ValueError(f"object class id {str(label)[:20]} is not one of the dataset's")
         if not (isinstance(rings, list) and all(isinstance(ring, list) and len(ring) % 2 == 0

@@ -98,7 +98,10 @@ def survey(root: Path, layout: str, cap: int = RECORD_CAP) -> Destination:
             continue
         number = int(match["number"])
         if match["partial"]:
-            partials.append(number)
+            if _holds_a_record_folder(Path(entry.path)) is False:  # ``.export``: not ours
+                strangers.append(entry.name)
+            else:
+                partials.append(number)
             continue
         head = read_head(Path(entry.path), cap)
         if head is None:
@@ -234,10 +237,20 @@ def remove_older(destination: Destination, current: int, keep: int) -> list[int]
         _remove(root, destination.folder(number))
     for number in destination.partials:
         folder = destination.partial(number)
-        if number != current and (folder / RECORD_DIR).is_dir():
+        if number != current and _holds_a_record_folder(folder):
             _remove(root, folder)
     fsync_directory(root)
     return removed
+
+
+def _holds_a_record_folder(folder: Path) -> bool | None:
+    """Whether ``folder`` holds a real ``.export`` folder (a link to one is not: followed, it
+    had a user's ``vN.partial`` deleted whole); None when it holds no ``.export`` at all."""
+    try:
+        info = os.lstat(folder / RECORD_DIR)
+    except FileNotFoundError:
+        return None
+    return stat.S_ISDIR(info.st_mode)
 
 
 def _remove(root: Path, folder: Path) -> None:
