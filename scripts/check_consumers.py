@@ -20,7 +20,12 @@ with our headless OpenCV.
    ``pycocotools.COCO`` (annotation counts, areas) and ``COCOeval`` of the ground truth against
    itself (AP 1.0, boxes and masks); anomalib's ``Folder`` and ``MVTecAD`` datamodules (normal
    and abnormal counts, one non-empty mask per abnormal image).
-3. Trains on the CPU: YOLO detect and segment from a model yaml (no weights), an anomalib
+3. Packs a tiled tree whose defects are painted red and cross tile borders (a crack with a
+   mask, a scratch with a box only, some cut below ``min_visible``), exports every layout and
+   asks each trainer's own loader for its normal samples: Ultralytics' label cache (images with
+   no label row), pycocotools (images with no annotation) and anomalib's ``Folder``
+   datamodule (label 0).  None of them may show a red pixel.
+4. Trains on the CPU: YOLO detect and segment from a model yaml (no weights), an anomalib
    Ganomaly, and torchvision's ``fasterrcnn_mobilenet_v3_large_fpn(weights=None,
    weights_backbone=None)`` straight from ``shardsmith.readers.torch``.  The detection losses
    (box and class) must fall from the first epoch to the last.
@@ -355,6 +360,131 @@ def check_anomalib(export: Path, truth: dict[str, Any], layout: str) -> dict[str
             "masks_marked": marked, "task": str(module.train_data.task)}
 
 
+# --- defects cut at a tile's border ---------------------------------------------------------
+
+TILE = 128
+RED = (220, 20, 20)
+CUT_SETTINGS = {"source.annotations.masks": "beside", "source.annotations.mask_suffix": "_mask",
+                "source.annotations.mask_values": "index", "source.annotations.files": "yolo",
+                "source.annotations.classes": ["crack", "scratch"],
+                "source.annotations.merge_iou": 0, "image.tiles.size": TILE,
+                "image.tiles.overlap": 16, "image.tiles.keep": "annotated",
+                "image.tiles.background_fraction": 1.0}
+
+
+def make_tiled_corpus(source: Path, originals: int, seed: int = 1) -> None:
+    """Grey 512x256 originals cut into 128 px tiles: a red crack (a class mask; horizontal or
+    diagonal) and a red scratch (a YOLO box only), each crossing a tile border at a random
+    depth, so some tiles hold a sliver below ``min_visible``; every third original is clean."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    width, height = 4 * TILE, 2 * TILE
+    ys, xs = np.mgrid[0:height, 0:width]
+    folder = source / NORMAL  # one image class: whether a tile is normal is its objects
+    folder.mkdir(parents=True, exist_ok=True)
+    for number in range(originals):
+        pixels = np.full((height, width, 3), 128, np.int16) + rng.integers(-4, 5,
+                                                                           (height, width, 1))
+        crack = np.zeros((height, width), np.uint8)
+        rows = []
+        if number % 3 != 2:
+            border = TILE * int(rng.integers(1, 4))
+            reach = int(rng.integers(4, 40))  # how far it pokes past the border
+            y = int(rng.integers(20, height - 20))
+            if number % 2:  # a diagonal band: non-convex in the tile it is cut into
+                band = (abs((ys - y) - 0.3 * (xs - border)) < 3) & (xs > border - 90) \
+                    & (xs < border + reach)
+            else:
+                band = (abs(ys - y) < 4) & (xs > border - 100) & (xs < border + reach)
+            crack[band] = 1
+            pixels[band] = RED
+            x0 = TILE * int(rng.integers(1, 4)) - int(rng.integers(60, 100))
+            x1 = x0 + int(rng.integers(64, 140))
+            y0 = int(rng.integers(10, height - 40))
+            y1 = y0 + int(rng.integers(8, 30))
+            pixels[y0:y1, x0:x1] = RED
+            rows.append(f"1 {(x0 + x1) / 2 / width} {(y0 + y1) / 2 / height} "
+                        f"{(x1 - x0) / width} {(y1 - y0) / height}")
+        stem = folder / f"part{number:03d}"
+        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(f"{stem}.png")
+        Image.fromarray(crack).save(f"{stem}_mask.png")
+        stem.with_suffix(".txt").write_text("".join(row + "\n" for row in rows))
+
+
+def pack_tiled(source: Path, output: Path, fmt: str) -> None:
+    from shardsmith import load_config, pack
+
+    pack(load_config(None, {"source.path": str(source), "output.path": str(output),
+                            "output.format": fmt, "image.quality": 95,
+                            "splits.train": 0.75, "splits.val": 0.25, "run.quiet": True,
+                            **CUT_SETTINGS}))
+
+
+def _red_pixels(path: Path | str) -> int:
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(path).convert("RGB")).astype(np.int16)
+    return int(((pixels[:, :, 0] > 150) & (pixels[:, :, 1] < 90)).sum())
+
+
+def _no_red(where: str, paths: list[Any]) -> int:
+    for path in paths:
+        if _red_pixels(path):
+            raise CheckFailed(f"{where}: normal image {path} shows a defect "
+                              f"({_red_pixels(path)} red pixels)")
+    return len(paths)
+
+
+def check_normals_clean(dataset: Path, work: Path, tag: str) -> dict[str, Any]:
+    """Every layout's normal samples, as each trainer's own loader lists them, hold no red."""
+    import contextlib
+    import io
+
+    from anomalib.data import Folder
+    from pycocotools.coco import COCO
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data.build import build_yolo_dataset
+    from ultralytics.data.utils import check_det_dataset
+
+    found: dict[str, Any] = {}
+    yolo = export(dataset, work / "exports" / f"cut-yolo-{tag}", "--layout", "yolo")
+    data = check_det_dataset(str(yolo / "data.yaml"))
+    cfg = get_cfg(overrides={"task": "detect", "imgsz": TILE, "data": str(yolo / "data.yaml"),
+                             "project": str(work), "plots": False})
+    backgrounds = []
+    for split in ("train", "val"):
+        labels = build_yolo_dataset(cfg, str(yolo / "images" / split), 8, data,
+                                    mode="val").labels
+        backgrounds += [label["im_file"] for label in labels if not len(label["cls"])]
+    found["yolo_backgrounds"] = _no_red("yolo", backgrounds)
+    coco = export(dataset, work / "exports" / f"cut-coco-{tag}", "--layout", "coco")
+    unannotated = []
+    for split in ("train", "val"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            ground = COCO(str(coco / "annotations" / f"instances_{split}.json"))
+        unannotated += [coco / "images" / split / image["file_name"]
+                        for image_id, image in ground.imgs.items()
+                        if not ground.getAnnIds(imgIds=[image_id])]
+    found["coco_unannotated"] = _no_red("coco", unannotated)
+    folder = export(dataset, work / "exports" / f"cut-anomalib-{tag}", "--layout", "anomalib")
+    module = Folder(name="cut", root=folder, normal_dir="normal", abnormal_dir="abnormal",
+                    normal_test_dir="normal_test", mask_dir="mask", num_workers=0, seed=0)
+    module.setup()
+    rows = [row for data in (module.train_data, module.val_data, module.test_data)
+            if data is not None for row in data.samples.itertuples()]
+    normals = sorted({row.image_path for row in rows if row.label_index == 0})
+    found["anomalib_normals"] = _no_red("anomalib", normals)
+    found["anomalib_abnormal"] = len({row.image_path for row in rows if row.label_index == 1})
+    # one predicate: what anomalib calls normal is what YOLO and COCO export as background
+    expect("anomalib normals against yolo backgrounds", len(normals), len(backgrounds))
+    if not all(found.values()):
+        raise CheckFailed(f"the tiled corpus gave an empty kind of sample: {found}")
+    return found
+
+
 # --- training -------------------------------------------------------------------------------
 
 def falls(first: float, last: float) -> bool:
@@ -566,6 +696,13 @@ def main() -> int:
                     "--layout", "anomalib", "--anomalib-layout", layout)
                 return check_anomalib(exports[f"anomalib-{layout}-{tag}"], truth, layout)
             run.step("anomalib", f"{fmt}: {layout} datamodule", anomalib)
+    make_tiled_corpus(work / "tiled-source", originals=18)
+    for fmt in ("webdataset", "tfrecord"):
+        tag = "wds" if fmt == "webdataset" else "tfr"
+        tiled = work / f"tiled-{tag}"
+        pack_tiled(work / "tiled-source", tiled, fmt)
+        run.step("all three", f"{fmt}: tiles cut, no defect in normals",
+                 lambda tiled=tiled, tag=tag: check_normals_clean(tiled, work, tag))
     run.step("ultralytics", "labels only: classify + ImageFolder", lambda: check_yolo_classify(
         export(work / "labels-only", work / "exports" / "classify", "--layout", "yolo"),
         manifest_truth(work / "labels-only")))
