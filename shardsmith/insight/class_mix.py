@@ -18,6 +18,7 @@ import numpy as np
 from ..dataset.manifest import read_manifest
 from ..readers.plan import load_table
 from ..readers.weights import WeightSpec, class_weights, reader_draws, require_webdataset
+from ..storage import ObjectPath, location
 from ..text import printable
 from .census import require_split
 
@@ -41,18 +42,19 @@ class MixRow:
 class ClassMix:
     """The class mix of one weighted epoch over a selection (a split, or every split)."""
 
-    directory: Path
+    directory: Path | ObjectPath
     split: str | None
     seed: int
     draws: int
     rows: tuple[MixRow, ...]
 
 
-def class_mix(directory: str | Path, weights: WeightSpec, split: str | None = None,
-              seed: int = 0, draws: int | None = None) -> ClassMix:
-    """The mix ``weights`` give ``split`` of ``directory`` (WeightsError for a malformed
-    SPEC, ConfigError for an unknown split or a TFRecord dataset)."""
-    directory = Path(directory)
+def class_mix(directory: str | Path | ObjectPath, weights: WeightSpec,
+              split: str | None = None, seed: int = 0, draws: int | None = None) -> ClassMix:
+    """The mix ``weights`` give ``split`` of ``directory``, a folder or a location in a bucket
+    (WeightsError for a malformed SPEC, ConfigError for an unknown split or a TFRecord
+    dataset)."""
+    directory = location(directory)
     manifest = read_manifest(directory)
     require_split(manifest, split)
     require_webdataset(directory, manifest)
