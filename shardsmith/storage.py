@@ -242,7 +242,10 @@ class SecretFilter(logging.Filter):
     its message, arguments and traceback never reach the handler's stream unscrubbed."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record: the handler reports it, as ever
+            return True
         scrubbed = scrub(message)
         if scrubbed != message or record.args:
             record.msg, record.args = scrubbed, None
