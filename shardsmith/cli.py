@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -34,7 +34,11 @@ from .ops.report import (
     verify_summary,
     version_log,
 )
+from .storage import ObjectPath, SecretFilter
 from .text import human_bytes, plural, printable
+
+if TYPE_CHECKING:
+    from .insight.named_source import Originals
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -73,8 +77,15 @@ class _Dataset(click.Path):
 
 _storage_option = click.option(
     "--storage", "storage_options", multiple=True, metavar="KEY=VALUE",
-    help="For an s3:// dataset: endpoint_url, region, key, secret, token, profile or anon "
-         "(default: the AWS variables, AWS_ENDPOINT_URL for MinIO).")
+    help="For an s3:// dataset: endpoint_url, region, key, secret, token, profile or anon, "
+         "over the job file's storage: section (default: the AWS variables, "
+         "AWS_ENDPOINT_URL for MinIO).")
+
+
+_config_option = click.option(
+    "--config", "config_file", type=click.Path(dir_okay=False),
+    help="The job file: its output.path is the dataset (when DATASET is not given), its "
+         "storage: section reaches an s3:// one (--storage over it).")
 
 
 _source_option = click.option(
@@ -84,21 +95,47 @@ _source_option = click.option(
          "under the one the dataset records.")
 
 
-def _dataset_options(dataset: Any, named_source: str | None,
-                     pairs: tuple[str, ...]) -> dict[str, str] | None:
-    """The --storage options for DATASET: for a dataset on disk whose --source is an s3://
-    URL they are the source's alone (that dataset needs none)."""
-    options = _options(pairs)
-    if options and not str(dataset).startswith("s3://") \
-            and str(named_source or "").startswith("s3://"):
-        return None
-    return options
-
-
 def _options(pairs: tuple[str, ...]) -> dict[str, str] | None:
     from .storage import parse_options
 
     return parse_options(pairs) or None
+
+
+def _dataset_at(dataset: str | None, config_file: str | None, pairs: tuple[str, ...],
+                named_source: str | None = None) -> tuple[Path | ObjectPath, Config | None]:
+    """Where a command's DATASET is, and the job file when one was given: the argument, else
+    the job file's ``output.path``; an ``s3://`` dataset is reached as ``pack`` reaches it,
+    through the job file's ``storage:`` section with ``--storage`` over it.  ``--storage``
+    with a local dataset is refused, unless it serves an ``s3://`` ``--source``
+    (``named_source``); the section is then left unused (it may be the source's)."""
+    from .storage import is_url, location
+
+    options = _options(pairs)
+    config = None
+    if config_file is not None:
+        config = load_config(config_file, _storage_settings(pairs))
+        dataset = dataset or config.output.path
+        if is_url(dataset):
+            options = config.storage.options() or None
+    if not dataset:
+        raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
+    if not is_url(dataset) and is_url(named_source or ""):
+        options = None  # the --storage options are the source's: a folder needs none
+    return location(dataset, options), config
+
+
+def _originals(named_source: str | None, config: Config | None, pairs: tuple[str, ...],
+               recorded: str = "") -> Originals:
+    """Where originals may be read: under ``--source``, else under the job file's
+    ``source.path`` (through its ``storage:`` section, ``--storage`` over it), never under
+    the source the dataset ``recorded`` (only quoted in the note when nothing is named)."""
+    from .insight.named_source import named_originals
+
+    storage = _options(pairs)
+    if not named_source and config is not None:  # the job file names the source packed from
+        named_source = config.source.path
+        storage = {**config.storage.options(), **(storage or {})} or None
+    return named_originals(named_source, recorded, storage)
 
 
 def _fail(message: str, code: int) -> None:
@@ -212,6 +249,8 @@ def main(verbose: int) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     handler = logging.StreamHandler()
     handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # -vv lets botocore and s3fs dump requests (headers, token, endpoint): scrubbed here.
+    handler.addFilter(SecretFilter())
     logging.basicConfig(level=level, handlers=[handler])
     # cron, systemd and Kubernetes stop a job with SIGTERM: clean up as for Ctrl-C.
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -306,7 +345,9 @@ def pack(source, output, config_file, report_file, dry_run, with_probe, storage_
 def _storage_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
     """``--storage KEY=VALUE`` as settings of the job's ``storage:`` section, over the job
     file's (like its other options; never in the manifest or the fingerprint)."""
-    return {f"storage.{name}": value.lower() in ("1", "true", "yes") if name == "anon"
+    from .storage import flag
+
+    return {f"storage.{name}": flag(value) if name == "anon"
             else value for name, value in (_options(pairs) or {}).items()}
 
 
@@ -405,7 +446,7 @@ def init_config() -> None:
 
 
 @main.command()
-@click.argument("dataset", type=_Dataset(file_okay=False, exists=True))
+@click.argument("dataset", required=False, type=_Dataset(file_okay=False, exists=True))
 @click.option("--split", help="Only this split (rejects and excluded files are the dataset's).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document, for scripts.")
 @click.option("--rejects", "all_rejects", is_flag=True,
@@ -429,38 +470,30 @@ def init_config() -> None:
               help="Samples of the --weights epoch (the readers' draws=; default: the "
                    "selection's size).")
 @_source_option
+@_config_option
 @_storage_option
 @_fail_cleanly
 def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
-            imbalance, weights, draws, named_source, storage_options) -> None:
+            imbalance, weights, draws, named_source, config_file, storage_options) -> None:
     """Show what DATASET holds: samples per class and split, shards, image sizes, rejects,
     excluded files, duplicates (leakage across splits), groups and warnings."""
     import json
 
     from .insight.inspection import inspect_dataset, inspection_json, inspection_text
 
+    dataset, config = _dataset_at(dataset, config_file, storage_options, named_source)
     if weights is not None or draws is not None:
         from .insight.class_mix import class_mix, class_mix_json, class_mix_text
 
         if weights is None:
             raise click.UsageError("--draws sets the size of the --weights epoch: give "
                                    "--weights too")
-        if dataset.startswith("s3://"):
-            raise ConfigError("--weights: not for an s3:// dataset yet; stage it and inspect "
-                              "the copy")
         mix = class_mix(dataset, weights, split=split, seed=seed, draws=draws)
         _echo(json.dumps(class_mix_json(mix), indent=1) if as_json else class_mix_text(mix))
         return
-    originals = None
-    if quality and named_source:
-        from .insight.named_source import named_originals
-
-        originals = named_originals(named_source, storage=_options(storage_options))
+    originals = _originals(named_source, config, storage_options) if quality else None
     inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
-                                 seed=seed, quiet=as_json,
-                                 storage_options=_dataset_options(dataset, named_source,
-                                                                  storage_options),
-                                 originals=originals)
+                                 seed=seed, quiet=as_json, originals=originals)
     if as_json:
         _echo(json.dumps(inspection_json(inspection), indent=1))
     else:
@@ -468,7 +501,7 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
 
 
 @main.command()
-@click.argument("dataset", type=_Dataset(file_okay=False, exists=True))
+@click.argument("dataset", required=False, type=_Dataset(file_okay=False, exists=True))
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="The PNG to write.")
 @click.option("--split", help="Only samples of this split.")
@@ -482,28 +515,26 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
               help="Draw each sample's boxes (with class names) and class mask outlines, one "
                    "colour per object class (an annotated dataset).")
 @_source_option
+@_config_option
 @_storage_option
 @_fail_cleanly
-def sheet(dataset, output, split, per_class, seed, thumb, objects, named_source,
+def sheet(dataset, output, split, per_class, seed, thumb, objects, named_source, config_file,
           storage_options) -> None:
     """Draw a contact sheet of DATASET as one PNG: seeded samples per class, class counts per
     split, and the rejected originals."""
     import time
 
     from .dataset.manifest import read_manifest
-    from .insight.named_source import named_originals
     from .insight.sheet import render_sheet
-    from .storage import location
 
     started = time.monotonic()
     target = check_output_file(output)
-    directory = location(dataset, _dataset_options(dataset, named_source, storage_options))
+    directory, config = _dataset_at(dataset, config_file, storage_options, named_source)
     if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
         _refuse_output_inside(target, directory)
     manifest = read_manifest(directory)
     drawn = render_sheet(directory, manifest, per_class, seed, split, thumb, objects,
-                         named_originals(named_source, manifest.source,
-                                         _options(storage_options)))
+                         _originals(named_source, config, storage_options, manifest.source))
     drawn.save(check_output_file(output))  # again: what is there may have changed meanwhile
     for note in drawn.notes:
         _echo(f"note: {printable(note)}", err=True)
@@ -519,9 +550,7 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects, named_source,
 @click.argument("dataset", required=False, type=_Dataset(file_okay=False))
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="The HTML file to write.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="Report on the output.path of this pack config (its source.path is where "
-                   "rejected originals are read).")
+@_config_option
 @click.option("--rejects", "rejects_shown", type=click.IntRange(0, 1000), default=48,
               show_default=True, help="Rejects shown with a thumbnail of their original.")
 @click.option("--samples", "samples_shown", type=click.IntRange(0, 1000), default=24,
@@ -537,36 +566,28 @@ def report(dataset, output, config_file, rejects_shown, samples_shown, named_sou
 
     from .dataset.manifest import read_manifest
     from .insight.htmlreport import ReportOptions, render_report
-    from .insight.named_source import named_originals
-    from .storage import location
 
-    source_storage = _options(storage_options)
-    if config_file is not None:
-        job = load_config(config_file)
-        dataset = dataset or job.output.path
-        if not named_source:  # the job file names the source the user packed from
-            named_source = job.source.path
-            source_storage = {**job.storage.options(), **(source_storage or {})}
-    if not dataset:
-        raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
     started = time.monotonic()
-    target = check_output_file(output)
-    directory = location(str(dataset), _dataset_options(dataset, named_source,
-                                                        storage_options))
-    if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
+    target = None if output == "-" else check_output_file(output)
+    directory, config = _dataset_at(dataset, config_file, storage_options, named_source)
+    if isinstance(directory, Path) and target is not None:  # a bucket holds no local file
         _refuse_output_inside(target, directory, "the report")
     manifest = read_manifest(directory)
     page = render_report(directory, manifest, ReportOptions(
         rejects_shown=rejects_shown, samples_shown=samples_shown,
-        originals=named_originals(named_source, manifest.source, source_storage)))
-    page.save(Path(output))
+        originals=_originals(named_source, config, storage_options, manifest.source)))
+    if target is None:  # ``-o -``: the page on stdout, the summary on stderr
+        click.get_binary_stream("stdout").write(page.html.encode())
+    else:
+        page.save(Path(output))
     for note in page.notes:
         _echo(f"note: {printable(note)}", err=True)
-    _echo(f"{printable(output)}: {human_bytes(len(page.html.encode()))}, "
+    _echo(f"{'stdout' if target is None else printable(output)}: "
+          f"{human_bytes(len(page.html.encode()))}, "
           f"{plural(page.rejects_shown, 'reject')} ({page.reject_pictures:,} pictured), "
           f"{plural(page.samples_shown, 'sample')}"
           + (f"; no diff: {printable(page.diff_note)}" if page.diff_note else "")
-          + f" ({time.monotonic() - started:.1f}s)")
+          + f" ({time.monotonic() - started:.1f}s)", err=target is None)
 
 
 def _refuse_output_inside(output: Path, dataset: Path, what: str = "the sheet") -> None:
@@ -582,26 +603,28 @@ def _refuse_output_inside(output: Path, dataset: Path, what: str = "the sheet") 
 
 
 @main.command()
-@click.argument("dataset", type=_Dataset(file_okay=False, exists=True))
+@click.argument("dataset", required=False, type=_Dataset(file_okay=False, exists=True))
+@_config_option
 @_storage_option
 @_fail_cleanly
-def log(dataset, storage_options) -> None:
+def log(dataset, config_file, storage_options) -> None:
     """List the versions of the dataset in DATASET, oldest first."""
     from .dataset.manifest import read_manifest
-    from .storage import location
 
-    place = location(dataset, _options(storage_options))
+    place, _ = _dataset_at(dataset, config_file, storage_options)
     _echo(version_log(read_manifest(place), place if isinstance(place, Path) else None))
 
 
 @main.command()
-@click.argument("dataset", type=click.Path(file_okay=False))
+@click.argument("dataset", required=False, type=_Dataset(file_okay=False))
 @click.argument("versions", nargs=-1, metavar="[vA [vB]]")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
 @click.option("--examples", type=click.IntRange(0, 1_000_000), default=50, show_default=True,
               help="Paths listed per kind of change (--json; the summary shows 10).")
+@_config_option
+@_storage_option
 @_fail_cleanly
-def diff(dataset, versions, as_json, examples) -> None:
+def diff(dataset, versions, as_json, examples, config_file, storage_options) -> None:
     """What changed between two versions of DATASET (default: the last two).
 
     By source path: samples added, removed, changed and relabelled; classes and object
@@ -613,10 +636,13 @@ def diff(dataset, versions, as_json, examples) -> None:
     """
     from .insight.diff import diff_versions
 
+    if config_file is not None and dataset is not None and _is_version(dataset):
+        dataset, versions = None, (dataset, *versions)  # ``diff --config job.yaml v2 v5``
     numbers = [_version_number(text) for text in versions]
     if len(numbers) > 2:
         raise ConfigError(f"diff: at most two versions, got {len(numbers)}")
-    result = diff_versions(Path(dataset), *numbers, examples=examples)
+    result = diff_versions(_dataset_at(dataset, config_file, storage_options)[0], *numbers,
+                           examples=examples)
     if as_json:
         _echo(json.dumps(result.to_json(), indent=1))
     else:
@@ -625,10 +651,14 @@ def diff(dataset, versions, as_json, examples) -> None:
 
 def _version_number(text: str) -> int:
     """``v3`` or ``3`` -> 3; ConfigError (exit 2) for anything else."""
-    digits = text[1:] if text[:1] in ("v", "V") else text
-    if not digits.isdigit() or not digits.isascii() or len(digits) > 9:
+    if not _is_version(text):
         raise ConfigError(f"diff: {printable(text)!r} is not a version (v3, or 3)")
-    return int(digits)
+    return int(text[1:] if text[:1] in ("v", "V") else text)
+
+
+def _is_version(text: str) -> bool:
+    digits = text[1:] if text[:1] in ("v", "V") else text
+    return digits.isdigit() and digits.isascii() and len(digits) <= 9
 
 
 @main.command()
@@ -636,7 +666,8 @@ def _version_number(text: str) -> int:
 @click.option("--to", "destination", type=click.Path(file_okay=False),
               help="Local destination directory (or stage.to in the config).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="The pack config: its output.path is the dataset, stage.to the destination.")
+              help="The pack config: its output.path is the dataset, stage.to the destination, "
+              "its storage: section reaches an s3:// one (--storage over it).")
 @click.option("--split", help="Stage only this split.")
 @click.option("--prune", is_flag=True, help="Remove staged shards the manifest no longer lists.")
 @click.option("--workers", type=int, default=4, show_default=True,
@@ -655,23 +686,18 @@ def stage(dataset, destination, config_file, split, prune, workers, rehash, quie
     """
     from .ops.stage import stage as run_stage
 
-    if config_file is not None:
-        config = load_config(config_file)
-        dataset = dataset or config.output.path
-        destination = destination or config.stage.to
-    if not dataset:
-        raise ConfigError("output.path: no dataset given (argument DATASET or config)")
+    dataset, config = _dataset_at(dataset, config_file, storage_options)
+    destination = destination or (config.stage.to if config is not None else None)
     if not destination:
         raise ConfigError("stage.to: no destination given (--to or config)")
     result = run_stage(dataset, destination, split=split, prune=prune, workers=workers,
-                       quiet=quiet, rehash=rehash, storage_options=_options(storage_options))
+                       quiet=quiet, rehash=rehash)
     _echo(stage_summary(result))
 
 
 @main.command()
 @click.argument("dataset", required=False, type=click.Path(file_okay=False))
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="Verify the output.path of this pack config.")
+@_config_option
 @click.option("--decode", is_flag=True, help="Also decode every image and check its size.")
 @click.option("--workers", type=int, default=4, show_default=True, help="Shards checked at once.")
 @click.option("--quiet", is_flag=True, help="Print only problems.")
@@ -684,13 +710,8 @@ def verify(dataset, config_file, decode, workers, quiet, storage_options) -> Non
     once staged)."""
     from .ops.verify import verify as run_verify
 
-    if dataset is None and config_file is not None:
-        dataset = load_config(config_file).output.path
-    if not dataset:
-        raise ConfigError("output.path: no dataset given (argument DATASET or --config)")
-
-    report = run_verify(dataset, decode=decode, workers=workers,
-                        storage_options=_options(storage_options))
+    report = run_verify(_dataset_at(dataset, config_file, storage_options)[0], decode=decode,
+                        workers=workers)
     for problem in report.problems:
         _echo(problem)
     if not quiet:
@@ -703,8 +724,8 @@ def verify(dataset, config_file, decode, workers, quiet, storage_options) -> Non
 
 
 @main.command()
-@click.argument("dataset", type=_Dataset(file_okay=False))
-@click.argument("destination", type=click.Path())
+@click.argument("dataset", required=False, metavar="[DATASET]", type=_Dataset(file_okay=False))
+@click.argument("destination", required=False, metavar="DESTINATION", type=click.Path())
 @click.option("--layout", required=True, type=click.Choice(["yolo", "coco", "anomalib"]),
               help="The trainer's folder layout (docs/export.md).")
 @click.option("--task", type=click.Choice(["auto", "detect", "segment", "classify"]),
@@ -727,22 +748,28 @@ def verify(dataset, config_file, decode, workers, quiet, storage_options) -> Non
               help="Versions kept: the current one and the ones before it (a training run "
               "started on one keeps its files).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@_config_option
 @_storage_option
 @_fail_cleanly
 def export(dataset, destination, layout, task, boxes_as_polygons, normal, anomalib_layout,
-           splits, keep_cut, keep, quiet, storage_options) -> None:
+           splits, keep_cut, keep, quiet, config_file, storage_options) -> None:
     """Write the packed DATASET into DESTINATION as a trainer's folder layout: DEST/vN for
     the dataset's version N, DEST/current a link to it, switched when it is complete.
 
     Files unchanged since the last export are hard-linked from it; an interrupted export
-    resumes.
+    resumes.  With --config and one path, that path is DESTINATION and the job file's
+    output.path the dataset.
     """
     from .ops.export import export as run_export
     from .ops.export import export_summary
 
-    result = run_export(dataset, destination, layout, task=task, normal=normal,
-                        anomalib_layout=anomalib_layout, splits=tuple(splits) or None,
-                        quiet=quiet, keep=keep, storage_options=_options(storage_options),
+    if destination is None:
+        if config_file is None or dataset is None:
+            raise click.UsageError("DESTINATION: a required argument, not given")
+        dataset, destination = None, dataset
+    result = run_export(_dataset_at(dataset, config_file, storage_options)[0], destination,
+                        layout, task=task, normal=normal, anomalib_layout=anomalib_layout,
+                        splits=tuple(splits) or None, quiet=quiet, keep=keep,
                         keep_cut=keep_cut, boxes_as_polygons=boxes_as_polygons)
     _echo(export_summary(result))
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import io
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from .errors import ConfigError
 from .text import cut
@@ -128,8 +130,24 @@ def parse_options(pairs: Iterable[str]) -> dict[str, str]:
         if name not in OPTIONS:
             raise ConfigError(f"--storage: unknown key {name!r} (keys: "
                               + ", ".join(OPTIONS) + ")")
+        if name == "anon":
+            flag(value, "--storage anon")
+        elif name in ("connect_timeout", "read_timeout"):
+            _seconds(value, name)
         options[name] = value
     return options
+
+
+FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def flag(value: str, name: str = "storage.anon") -> bool:
+    """``true``/``false`` (or 1/0, yes/no) as a bool; ConfigError for anything else, which
+    would otherwise read as false and send the credentials a user meant to leave out."""
+    try:
+        return FLAGS[value.strip().lower()]
+    except KeyError:
+        raise ConfigError(f"{name}: expected true or false (1/0, yes/no)") from None
 
 
 def client(options: Mapping[str, str] | None = None) -> Any:
@@ -159,11 +177,13 @@ def client(options: Mapping[str, str] | None = None) -> Any:
         if name == "region":
             kwargs.setdefault("client_kwargs", {})["region_name"] = value
         elif name == "anon":
-            kwargs["anon"] = value.lower() in ("1", "true", "yes")
+            kwargs["anon"] = flag(value)
         else:
             kwargs[OPTIONS[name]] = value
     secrets = tuple(value for name, value in options.items()
                     if name in SECRET_OPTIONS and value)
+    secrets += _userinfo(options.get("endpoint_url", ""))
+    _KNOWN_SECRETS.update(secrets)  # for the log records of the client's libraries
     try:
         filesystem = s3fs.S3FileSystem(**kwargs)
     except Exception as exc:  # noqa: BLE001 - any client error becomes one scrubbed line
@@ -184,13 +204,59 @@ def _seconds(value: str, name: str) -> float:
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every credential we know of (options, AWS variables) replaced by ``***``."""
-    known = [value for value in secrets if value]
+    """``text`` with every credential we know of (options, AWS variables, the user and
+    password of an endpoint URL) replaced by ``***``, and the user part of any URL in it."""
+    known = [value for value in secrets if value] + list(_KNOWN_SECRETS)
     known += [os.environ[name] for name in SECRET_VARIABLES if os.environ.get(name)]
+    for name in ENDPOINT_VARIABLES:
+        known += _userinfo(os.environ.get(name, ""))
     for value in sorted(set(known), key=len, reverse=True):
         if len(value) >= 4:  # a shorter one would blank out ordinary words
             text = text.replace(value, "***")
-    return text
+    return USERINFO.sub(r"\1***@", text)
+
+
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+# ``scheme://user:password@host``: the part before the ``@`` of a URL's authority.
+USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+# Secrets of the clients made in this process (options and job files): the log filter
+# scrubs them from every record, whichever library wrote it.
+_KNOWN_SECRETS: set[str] = set()
+
+
+def _userinfo(url: str) -> tuple[str, ...]:
+    """The password of ``url`` (``http://user:secret@host``), as written and decoded: a
+    secret wherever it appears, not only inside the URL (the user name is not one: scrubbed
+    everywhere, ``minio`` would blank out host names)."""
+    found = USERINFO.match(url or "")
+    if not found:
+        return ()
+    password = found.group(0)[len(found.group(1)):-1].partition(":")[2]
+    return tuple({password, unquote(password)} - {""})
+
+
+class SecretFilter(logging.Filter):
+    """Scrubs every record a handler prints (ours and botocore's, aiobotocore's and s3fs's,
+    which dump requests, their headers and the endpoint at debug level): each secret
+    ``scrub`` knows, and the user part of every URL.  The record is rewritten in place, so
+    its message, arguments and traceback never reach the handler's stream unscrubbed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record: the handler reports it, as ever
+            return True
+        scrubbed = scrub(message)
+        if scrubbed != message or record.args:
+            record.msg, record.args = scrubbed, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+            record.exc_info = None  # formatted and scrubbed: not formatted again
+        if record.stack_info:
+            record.stack_info = scrub(record.stack_info)
+        return True
 
 
 class StoreError(OSError):

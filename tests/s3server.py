@@ -90,9 +90,11 @@ class FaultProxy:
 
     ``fail(kind, requests)``: the requests with these numbers (1 = the next one) get the
     fault: ``"503"`` (S3's SlowDown), ``"403"`` (AccessDenied, which no client retries),
-    ``"reset"`` (the connection closed with a TCP RST, no answer) or ``"delay"`` (answered
-    after ``delay`` seconds).  ``every(kind, n)``: every n-th request.  ``requests``: the
-    method and path of each request seen.
+    ``"reset"`` (the connection closed with a TCP RST, no answer), ``"500"`` (InternalError,
+    which clients retry) or ``"delay"`` (answered after ``delay`` seconds).  ``every(kind, n)``:
+    every n-th request.  ``on(kind, suffix, method)``: every request of ``method`` whose path
+    ends with ``suffix`` (every attempt of a retried request: the store fails it for good).
+    ``requests``: the method and path of each request seen.
     """
 
     upstream: str
@@ -100,6 +102,7 @@ class FaultProxy:
     requests: list[tuple[str, str]] = field(default_factory=list)
     _faults: dict[int, str] = field(default_factory=dict)
     _every: tuple[str, int] | None = None
+    _on: tuple[str, str, str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _count: int = 0
     server: ThreadingHTTPServer | None = None
@@ -117,9 +120,13 @@ class FaultProxy:
         with self._lock:
             self._every = (kind, n)
 
+    def on(self, kind: str, suffix: str, method: str = "GET") -> None:
+        with self._lock:
+            self._on = (kind, suffix, method)
+
     def heal(self) -> None:
         with self._lock:
-            self._faults, self._every = {}, None
+            self._faults, self._every, self._on = {}, None, None
 
     def gets(self, suffix: str = "") -> list[str]:
         """The paths of the GET requests seen whose path ends with ``suffix``."""
@@ -132,6 +139,9 @@ class FaultProxy:
             self.requests.append((method, path))
             if self._every is not None and self._count % self._every[1] == 0:
                 return self._every[0]
+            if self._on is not None and method == self._on[2] \
+                    and path.split("?")[0].endswith(self._on[1]):
+                return self._on[0]
             return self._faults.pop(self._count, None)
 
 
@@ -154,8 +164,9 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 self.connection.close()
                 return
-            if fault in ("503", "403"):
-                code, name = (503, "SlowDown") if fault == "503" else (403, "AccessDenied")
+            if fault in ("503", "403", "500"):
+                code, name = {"503": (503, "SlowDown"), "403": (403, "AccessDenied"),
+                              "500": (500, "InternalError")}[fault]
                 payload = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{name}</Code>"
                            f"<Message>injected by the test proxy</Message></Error>").encode()
                 self.send_response(code)

@@ -38,7 +38,7 @@ from shardsmith.cli import main
     (["probe", "--gpu-demand", "-1"], "--gpu-demand: -1.0 is not in the range x>0 (probe"),
     (["bench-read", ".", "--batch-size", "q"], "--batch-size: 'q' is not a valid integer "
                                                "(bench-read --help"),
-    (["log"], "DATASET: a required argument, not given (log --help"),
+    (["log"], "output.path: no dataset given (argument DATASET or --config)"),
     (["no-such-command"], "no such command 'no-such-command' (shardsmith --help lists the "
                           "commands)"),
     (["--bogus"], "--bogus: no such option (did you mean --verbose?) (shardsmith --help"),

@@ -32,6 +32,8 @@ COORDINATES = ("stored", "upright")
 MASK_VALUES = ("binary", "index")
 TILE_KEEP = ("annotated", "all")
 SUBSAMPLING = ("420", "422", "444")
+# Settings in seconds kept as text (``""``: the default): a YAML number is read as its text.
+SECONDS_SETTINGS = ("storage.connect_timeout", "storage.read_timeout")
 DEFAULT_EXTENSIONS = ("jpg", "jpeg", "png", "tif", "tiff", "bmp", "webp")
 BACKENDS = ("local", "dask")
 CHANGE_DETECTION = ("content", "edges")

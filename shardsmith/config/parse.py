@@ -43,6 +43,7 @@ from .model import (
     MAX_CONFIG_VALUES,
     MAX_SHARD_MB,
     RESIZE_MODES,
+    SECONDS_SETTINGS,
     SPLIT_NAME,
     SUBSAMPLING,
     TILE_KEEP,
@@ -200,6 +201,12 @@ def _check_section(cls: type, raw: Any, prefix: str) -> None:
         elif annotation is str and type(value) is int and str(value) in SUBSAMPLING:
             # ``subsampling: 444`` unquoted is how YAML users write it, and every release
             # before the strict schema read it as the name "444": it stays readable.
+            raw[name] = str(value)
+        elif key in SECONDS_SETTINGS and isinstance(value, (int, float)) \
+                and not isinstance(value, bool):
+            # ``connect_timeout: 1`` unquoted: seconds, as ``--storage connect_timeout=1``
+            # says them (the client checks the range when it is made).
+            _check_number(value, key)
             raw[name] = str(value)
         else:
             for item in value if isinstance(value, list) else (value,):

@@ -27,6 +27,7 @@ from ..readers.weights import (
     table_classes,
     weighted_draws,
 )
+from ..storage import ObjectPath, location
 from ..text import printable
 from .census import require_split
 
@@ -50,7 +51,7 @@ class MixRow:
 class ClassMix:
     """The class mix of one weighted epoch over a selection (a split, or every split)."""
 
-    directory: Path
+    directory: Path | ObjectPath
     split: str | None
     seed: int
     draws: int
@@ -58,13 +59,14 @@ class ClassMix:
     by_objects: bool = False  # rows of object classes (a sample may count in several)
 
 
-def class_mix(directory: str | Path, weights: WeightSpec, split: str | None = None,
-              seed: int = 0, draws: int | None = None) -> ClassMix:
-    """The mix ``weights`` give ``split`` of ``directory`` (WeightsError for a malformed
-    SPEC, ConfigError for an unknown split or a TFRecord dataset).  Weighted by object class,
-    a row is an object class (the samples holding one of its objects) or the samples without
-    objects; a sample holding two classes counts in both rows."""
-    directory = Path(directory)
+def class_mix(directory: str | Path | ObjectPath, weights: WeightSpec,
+              split: str | None = None, seed: int = 0, draws: int | None = None) -> ClassMix:
+    """The mix ``weights`` give ``split`` of ``directory``, a folder or a location in a bucket
+    (WeightsError for a malformed SPEC, ConfigError for an unknown split or a TFRecord
+    dataset).  Weighted by object class, a row is an object class (the samples holding one of
+    its objects) or the samples without objects; a sample holding two classes counts in both
+    rows."""
+    directory = location(directory)
     manifest = read_manifest(directory)
     require_split(manifest, split)
     require_webdataset(directory, manifest)

@@ -16,6 +16,7 @@ their offsets: one file of 1M lines peaks at 100 MB RSS, three composed (1.6M li
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from array import array
 from pathlib import Path
 from typing import Any
@@ -24,22 +25,26 @@ import numpy as np
 
 from ..dataset.changes import ChangeLine, ChangesFile, VersionTotals
 from ..dataset.manifest import MANIFEST_NAME, Manifest, read_manifest
+from ..dataset.remote import download
 from ..door import MANIFEST_CAP, open_file
 from ..errors import ManifestError
 from ..schema import decode
 from .versiondiff import DiffUnavailable, VersionDiff
 
 __all__ = ["DiffUnavailable", "VersionDiff", "diff_versions"]
+from ..storage import ObjectPath
 
 NO_CLASS = -1  # a sample without a class; an absent sample has no class id at all
 
 
-def diff_versions(directory: Path, old: int | None = None, new: int | None = None,
-                  examples: int = 50) -> VersionDiff:
+def diff_versions(directory: Path | ObjectPath, old: int | None = None,
+                  new: int | None = None, examples: int = 50) -> VersionDiff:
     """What changed from version ``old`` to version ``new`` of the dataset in ``directory``
     (defaults: the version before ``new``, and the current one), by source path, with the
     first ``examples`` paths of each kind.  Raises ManifestError for an unreadable manifest,
     DiffUnavailable when the versions cannot be compared."""
+    if isinstance(directory, ObjectPath):
+        return _remote_diff(directory, old, new, examples)
     directory = Path(directory)
     manifest = read_manifest(directory)
     old, new = _versions(directory, manifest, old, new)
@@ -59,7 +64,32 @@ def diff_versions(directory: Path, old: int | None = None, new: int | None = Non
             opened.close()
 
 
-def _versions(directory: Path, manifest: Manifest, old: int | None,
+def _remote_diff(directory: ObjectPath, old: int | None, new: int | None,
+                 examples: int) -> VersionDiff:
+    """``diff_versions`` of a dataset in a bucket: its manifest and the changes files of the
+    versions compared (no other) are copied to a private temporary folder, each within its
+    cap, and compared there; messages name the URL, not the copy."""
+    with tempfile.TemporaryDirectory(prefix="shardsmith-diff-") as scratch:
+        folder = Path(scratch)
+        try:
+            download(directory / MANIFEST_NAME, folder / MANIFEST_NAME, MANIFEST_CAP)
+        except FileNotFoundError:
+            read_manifest(directory)  # says why, as every command does (no bucket, no manifest)
+            raise
+        try:
+            manifest = read_manifest(folder)
+            first, last = _versions(directory, manifest, old, new)
+            for entry in manifest.changes:
+                if first < entry.version <= last:
+                    download(directory / entry.name, folder / entry.name, entry.bytes)
+            return diff_versions(folder, first, last, examples)
+        except ManifestError as exc:
+            raise type(exc)(str(exc).replace(str(folder), str(directory))) from None
+        except FileNotFoundError as exc:
+            raise DiffUnavailable(f"{exc.filename}: missing (the manifest names it)") from None
+
+
+def _versions(directory: Path | ObjectPath, manifest: Manifest, old: int | None,
               new: int | None) -> tuple[int, int]:
     current = manifest.version
     if current < 2 and old is None:
@@ -80,7 +110,7 @@ def _versions(directory: Path, manifest: Manifest, old: int | None,
     return old, new
 
 
-def _not_kept(directory: Path, manifest: Manifest, version: int) -> str:
+def _not_kept(directory: Path | ObjectPath, manifest: Manifest, version: int) -> str:
     kept = [entry.version for entry in manifest.changes]
     if not kept and _lists_changes(directory):
         return (f"{directory}: no changes files: this dataset keeps none (its last pack had "

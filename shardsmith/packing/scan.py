@@ -46,7 +46,7 @@ from ..annotations.sources import annotation_reason, object_etag, read_labels, r
 from ..config import SourceConfig
 from ..door import Identity
 from ..errors import ConfigError
-from ..storage import ObjectPath, check_key
+from ..storage import ObjectPath, StoreError, check_key
 
 log = logging.getLogger(__name__)
 
@@ -502,6 +502,8 @@ def _list_objects(root: ObjectPath, config: SourceConfig, threads: int,
         top = root.client.call(str(root), fs.ls, root.path, detail=True)
     except FileNotFoundError:
         top = []
+    except StoreError:
+        raise  # the store failed, not the source's name: exit 1, rerun (docs/storage.md)
     except OSError as exc:
         raise ConfigError(f"source.path: {root}: cannot list it: {exc.strerror}") from None
     if not top:
@@ -534,6 +536,8 @@ def _list_objects(root: ObjectPath, config: SourceConfig, threads: int,
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-list") as pool:
         found = [entries, *_in_order(pool, listing, sorted(names), threads)]
         for name, objects in zip([None, *sorted(names)], found, strict=True):
+            if isinstance(objects, StoreError):  # a prefix left out would read as removed
+                raise objects
             if isinstance(objects, OSError):
                 walk.unreadable.append((name, f"cannot list: {objects.strerror}"))
                 continue

@@ -35,6 +35,7 @@ from ..dataset.keys import KeyTally, duplicate_message, repeated_keys
 from ..dataset.manifest import ShardEntry
 from ..door import OpenFile, Refused, read_file
 from ..errors import ManifestError, ShardFormatError
+from ..storage import StoreError
 from ..text import shown
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,8 @@ def _index_rows(directory: Path, shard: ShardEntry) -> list[tuple[Row, str]]:
         raise ManifestError(f"{entry.name}: the index is {exc.detail} (the manifest says "
                             f"{entry.bytes:,} bytes); `shardsmith stage` or `pack` repairs "
                             "it") from None
+    except StoreError:
+        raise  # the store failed, not the index: exit 1 (docs/storage.md)
     except OSError as exc:
         raise ManifestError(f"{entry.name}: cannot read the index: {exc.strerror}") from None
     if len(data) != entry.bytes or hashlib.sha256(data).hexdigest() != entry.sha256:

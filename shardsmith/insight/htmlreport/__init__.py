@@ -15,13 +15,12 @@ time it was rendered).
 An ``s3://`` dataset (``storage.ObjectPath``) is read from its bucket: the manifest and sample
 index there, each shard pictured from a temporary copy (``picks.read_each``), and for the
 diff the manifest and the current version's changes file copied to a temporary folder
-(``dataset.remote``) and compared there; the page names the URL.
+(``diff.diff_versions``) and compared there; the page names the URL.
 """
 
 from __future__ import annotations
 
 import heapq
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,16 +29,8 @@ from typing import Any
 from ... import __version__
 from ...atomic import check_output_file, write_bytes_atomic
 from ...dataset.changes import history_counts
-from ...dataset.manifest import (
-    MANIFEST_NAME,
-    Manifest,
-    RejectEntry,
-    SampleRecord,
-    iter_sample_index,
-    read_manifest,
-)
-from ...dataset.remote import download
-from ...door import MANIFEST_CAP, Refused
+from ...dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
+from ...door import Refused
 from ...errors import ManifestError
 from ...storage import ObjectPath
 from ..census import packed_config
@@ -96,32 +87,12 @@ class IndexFacts:
 
 
 def load_diff(directory: Path | ObjectPath, examples: int) -> dict[str, Any] | str:
-    """The diff of the last two versions as ``DiffReport.to_json()``, or why there is none."""
-    if isinstance(directory, ObjectPath):
-        return _remote_diff(directory, examples)
+    """The diff of the last two versions as ``DiffReport.to_json()``, or why there is none
+    (of a bucket: ``diff_versions`` copies the manifest and the changes file it reads)."""
     try:
         return diff_versions(directory, examples=examples).to_json()
-    except (ManifestError, ValueError) as exc:  # a damaged changes file is a note, not a failure
+    except (ManifestError, ValueError, Refused) as exc:  # a damaged changes file: a note
         return str(exc)
-
-
-def _remote_diff(directory: ObjectPath, examples: int) -> dict[str, Any] | str:
-    """``load_diff`` of a dataset in a bucket: its manifest and the current version's changes
-    file (the only one a diff of the last two versions reads) are copied to a temporary
-    folder, each within its cap, and compared there; messages name the URL."""
-    with tempfile.TemporaryDirectory(prefix="shardsmith-diff-") as scratch:
-        folder = Path(scratch)
-        try:
-            download(directory / MANIFEST_NAME, folder / MANIFEST_NAME, MANIFEST_CAP)
-            manifest = read_manifest(folder)
-            for entry in manifest.changes:
-                if entry.version == manifest.version:
-                    download(directory / entry.name, folder / entry.name, entry.bytes)
-            return diff_versions(folder, examples=examples).to_json()
-        except (ManifestError, ValueError, Refused, FileNotFoundError) as exc:
-            why = (f"{exc.filename}: missing (the manifest names it)"
-                   if isinstance(exc, FileNotFoundError) else str(exc))
-            return why.replace(str(folder), str(directory))
 
 
 def render_report(directory: Path | ObjectPath, manifest: Manifest,
