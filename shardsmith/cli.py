@@ -491,7 +491,9 @@ def inspect(dataset, split, as_json, all_rejects, all_excluded, quality, seed,
         mix = class_mix(dataset, weights, split=split, seed=seed, draws=draws)
         _echo(json.dumps(class_mix_json(mix), indent=1) if as_json else class_mix_text(mix))
         return
-    originals = _originals(named_source, config, storage_options) if quality else None
+    originals = None  # none named: --quality says how to name them
+    if quality and (named_source or config is not None):
+        originals = _originals(named_source, config, storage_options)
     inspection = inspect_dataset(dataset, split=split, imbalance=imbalance, quality=quality,
                                  seed=seed, quiet=as_json, originals=originals)
     if as_json:

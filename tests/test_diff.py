@@ -452,7 +452,8 @@ def test_a_changes_line_nested_deeper_than_the_stack_is_one_line_and_exit_2(tmp_
 
 def test_the_report_of_a_changes_line_nested_too_deep_says_no_diff_in_one_line(tmp_path):
     output = deep_changes_line(tmp_path)
-    result = CliRunner().invoke(main, ["report", str(output), "-o", str(tmp_path / "r.html")])
+    result = CliRunner().invoke(main, ["report", str(output), "-o", str(tmp_path / "r.html"),
+                                       "--source", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert result.output.count("\n") == 1 and "no diff:" in result.output
     assert "changes-v2.jsonl: damaged" in (tmp_path / "r.html").read_text()
