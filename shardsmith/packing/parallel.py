@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -35,10 +36,40 @@ warnings.filterwarnings("ignore", category=UserWarning,
 IDLE_WORKER_SECONDS = 300
 LOKY_TRACKER = "joblib.externals.loky.backend.resource_tracker"
 STOP_SECONDS = 5.0  # what loky gets to tidy its threads after an interrupt
+# How often a local worker checks that the driver still lives: a wake-up twice a second,
+# nothing per image.
+PARENT_CHECK_SECONDS = 0.5
 
 
 def _import_image_libraries() -> None:
     from . import imaging  # noqa: F401  (cv2, numpy, Pillow, simplejpeg, tifffile)
+
+
+def local_executor(workers: int) -> Any:
+    """This process's pool of ``workers`` loky worker processes (reused between calls while
+    the arguments are the same), whose workers end themselves when this process is gone."""
+    from joblib.externals.loky import get_reusable_executor
+
+    return get_reusable_executor(max_workers=workers, timeout=IDLE_WORKER_SECONDS,
+                                 initializer=_exit_with_parent, initargs=(os.getpid(),))
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Worker initializer: watch the driver, and end this worker once it is gone.
+
+    A driver killed with SIGKILL tells no one: its workers would wait for tasks for good
+    (~80 MB each), and with them loky's resource trackers, which live as long as a worker
+    holds their pipe.  A dead parent's children are adopted by init (or a subreaper), which
+    ``getppid`` shows.  Not Linux's parent-death signal: it fires when the *thread* that
+    started the worker ends, and workers start from threads that end (the warm-up)."""
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="shardsmith-parent",
+                     daemon=True).start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(1)  # no clean-up to run: the driver that would use the results is gone
 
 
 def _run_batch(function: Callable, items: Sequence, args: tuple) -> list:
@@ -106,8 +137,6 @@ class WorkerPool:
     def _start(self) -> None:
         from multiprocessing import resource_tracker
 
-        from joblib.externals.loky import get_reusable_executor
-
         # Workers start from this thread: with SIGINT blocked here they inherit the block, so
         # a Ctrl-C at the terminal, which goes to the whole process group, reaches only the
         # driver, which stops them (instead of each printing a KeyboardInterrupt traceback).
@@ -120,8 +149,7 @@ class WorkerPool:
         os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (
             os.environ.get("PYTHONWARNINGS"), f"ignore::UserWarning:{LOKY_TRACKER}")))
         try:
-            self._executor = get_reusable_executor(max_workers=self.workers,
-                                                   timeout=IDLE_WORKER_SECONDS)
+            self._executor = local_executor(self.workers)
             # Queued, not waited for: the map's first tasks follow them, and ``__exit__``
             # joins this thread, so it must not wait for the workers to be ready.
             for _ in range(self.workers):
@@ -143,10 +171,7 @@ class WorkerPool:
         if self.workers == 1 or len(items) <= 1:
             return (function(item, *args) for item in items)
         if self._executor is None:
-            from joblib.externals.loky import get_reusable_executor
-
-            self._executor = get_reusable_executor(max_workers=self.workers,
-                                                   timeout=IDLE_WORKER_SECONDS)
+            self._executor = local_executor(self.workers)
         return self._map_local(function, items, args, batch_size)
 
     def _map_local(self, function: Callable, items: Sequence, args: tuple,
