@@ -1,16 +1,19 @@
 """Where the per-image work runs: an ordered, bounded parallel map over the plan.
 
 Locally that is a pool of loky worker processes (joblib's process pool: robust to a worker
-crash, reused between calls); across machines it is joblib's dask backend on an existing Dask
-cluster, whose workers read the originals from the shared mount while this process still
-writes every shard.  Either way results come back in plan order, so shards are byte-identical
-whatever runs them.
+crash, reused between calls); across machines it is an existing Dask cluster, whose workers
+read the originals from the shared mount while this process still writes every shard.  Either
+way results come back in plan order, so shards are byte-identical whatever runs them.
 
-Locally the map submits batches to the pool itself and keeps at most ``2 x workers`` of them
-submitted or waiting: a new batch goes out only when the oldest result has been taken.
-joblib's ``Parallel(return_as="generator")`` dispatches the next batch whenever a worker
-finishes, so when the writer is the slower side (thumbnails) finished results pile up in the
-driver (measured: +50 MB on 100,000 tiny images, growing with the tree).
+Both maps submit batches themselves and keep at most ``2 x workers`` of them submitted or
+waiting: a new batch goes out only when the oldest result has been taken.  joblib's
+``Parallel(return_as="generator")`` dispatches the next batch whenever a worker finishes, so
+when the writer is the slower side (thumbnails) finished results pile up in the driver
+(measured: +50 MB on 100,000 tiny images, growing with the tree).  On Dask, joblib's backend
+also waits for good on a task the scheduler gives up on (its workers died, ``KilledWorker``):
+it fails the task's future but never tells ``Parallel``, so the pack hung.  Dask futures are
+used directly instead: a task whose worker dies is run again elsewhere by the scheduler, and
+one it gives up on stops the pack in one line, its finished shards kept for the rerun.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import os
 import signal
 import threading
 import time
-import warnings
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -29,10 +32,6 @@ from ..config import RunConfig
 from ..errors import ConfigError, ShardsmithError
 
 log = logging.getLogger(__name__)
-# A dask run that stops early (an error, Ctrl-C) closes joblib's result generator; joblib then
-# warns that finished tasks went unused, which says nothing the user needs.
-warnings.filterwarnings("ignore", category=UserWarning,
-                        message=r".*tasks (have been successfully executed|which were still)")
 IDLE_WORKER_SECONDS = 300
 LOKY_TRACKER = "joblib.externals.loky.backend.resource_tracker"
 STOP_SECONDS = 5.0  # what loky gets to tidy its threads after an interrupt
@@ -165,7 +164,7 @@ class WorkerPool:
         task is more than the work); at most ``2 x workers`` batches are out at a time.
         """
         if self.run.backend == "dask":
-            return self._map_dask(function, items, *args)
+            return self._map_dask(function, items, args, batch_size)
         if self._warmup is not None:
             self._warmup.join()
         if self.workers == 1 or len(items) <= 1:
@@ -177,8 +176,7 @@ class WorkerPool:
     def _map_local(self, function: Callable, items: Sequence, args: tuple,
                    batch_size: int) -> Iterator:
         window: collections.deque = collections.deque()
-        batches = ([items[at] for at in range(start, min(start + batch_size, len(items)))]
-                   for start in range(0, len(items), batch_size))
+        batches = (batch for _, batch in _batches(items, batch_size))
         # No future is cancelled when the map stops early (an error, Ctrl-C): loky's manager
         # thread then fails on setting the result of a cancelled future (InvalidStateError),
         # and dies without stopping the workers.  ``__exit__`` stops them instead.
@@ -189,10 +187,10 @@ class WorkerPool:
         while window:
             yield from window.popleft().result()
 
-    def _map_dask(self, function: Callable, items: Sequence, *args: Any) -> Iterator:
+    def _map_dask(self, function: Callable, items: Sequence, args: tuple,
+                  batch_size: int) -> Iterator:
         try:
             from distributed import Client
-            from joblib import Parallel, delayed, parallel_config
         except ImportError:
             raise ConfigError(
                 "run.backend: dask needs the dask extra: pip install 'shardsmith[dask]'"
@@ -203,6 +201,62 @@ class WorkerPool:
             raise ShardsmithError(
                 f"run.scheduler: cannot reach the Dask scheduler at {self.run.scheduler}: {exc}"
             ) from None
-        with parallel_config(backend="dask", n_jobs=-1):
-            parallel = Parallel(return_as="generator", pre_dispatch="2*n_jobs")
-            return parallel(delayed(function)(item, *args) for item in items)
+        return _dask_results(self._client, function, items, args, batch_size)
+
+
+def _batches(items: Sequence, batch_size: int) -> Iterator[tuple[int, list]]:
+    """(index of its first item, batch) for consecutive batches of ``batch_size`` items."""
+    for start in range(0, len(items), batch_size):
+        yield start, [items[at] for at in range(start, min(start + batch_size, len(items)))]
+
+
+def _dask_results(client: Any, function: Callable, items: Sequence, args: tuple,
+                  batch_size: int) -> Iterator:
+    """The Dask side of ``map_ordered``: at most ``2 x`` the cluster's worker threads (when
+    the map starts) batches submitted or waiting, results in item order.
+
+    A future is let go as soon as its result is taken, so the scheduler forgets its task:
+    what it holds for the run stays bounded by the window, not by the tree."""
+    from concurrent.futures import CancelledError
+
+    from distributed.scheduler import KilledWorker
+
+    threads = sum(client.nthreads().values())
+    if not threads:
+        log.warning("the Dask cluster has no worker yet: the pack waits for one")
+    run = uuid.uuid4().hex[:12]  # a task's key names the run and its first item
+    window: collections.deque = collections.deque()
+
+    def submitted(start: int, batch: list) -> tuple[list, Any]:
+        return batch, client.submit(_run_batch, function, batch, args,
+                                    key=f"shardsmith-{run}-{start}", pure=False)
+
+    def taken(batch: list, future: Any) -> list:
+        try:
+            return future.result()
+        except KilledWorker:
+            raise ShardsmithError(
+                f"run.backend dask: the workers running {_names(batch)} died more often than "
+                "the scheduler allows (distributed.scheduler.allowed-failures; see their "
+                "logs: memory?); finished shards are kept, rerun the same command to resume"
+            ) from None
+        except CancelledError:
+            raise ShardsmithError(
+                f"run.backend dask: the scheduler at {client.scheduler.address} dropped the "
+                f"task of {_names(batch)} (restarted or lost); finished shards are kept, "
+                "rerun the same command to resume"
+            ) from None
+
+    for start, batch in _batches(items, batch_size):
+        window.append(submitted(start, batch))
+        if len(window) >= 2 * max(1, threads):
+            yield from taken(*window.popleft())
+    while window:
+        yield from taken(*window.popleft())
+
+
+def _names(batch: list) -> str:
+    """The originals of a batch, for a message: the first one's path and how many more."""
+    source = getattr(batch[0], "source", None)
+    first = getattr(source, "relpath", None) or f"item {batch[0]!r}"[:80]
+    return first + (f" (and {len(batch) - 1} more)" if len(batch) > 1 else "")
