@@ -89,37 +89,39 @@ def test_dask_backend_output_is_byte_identical_to_the_local_backend(mixed_source
     assert dataset_bytes(tmp_path / "dask") == dataset_bytes(tmp_path / "local")
 
 
-def test_a_dask_worker_killed_mid_pack_has_its_task_run_again_and_the_bytes_are_the_same(
-        tmp_path, scheduler):
+def pack_with_a_worker_killed(tmp_path: Path, scheduler: str, timeout: float) -> tuple:
+    """A local pack of a slow tree (the reference), then a pack of it on ``scheduler`` whose
+    busy worker is killed: (the dask pack's arguments, its process, its stderr)."""
     source = slow_tree(tmp_path / "source")
     assert run("pack", source, tmp_path / "local", "--workers", "2", *PACK_ARGS,
                timeout=300).returncode == 0
+    arguments = ("pack", source, tmp_path / "dask", "--backend", "dask", "--scheduler",
+                 scheduler, *PACK_ARGS)
     logs = tmp_path / "logs"
-    process = start(command("pack", source, tmp_path / "dask", "--backend", "dask",
-                            "--scheduler", scheduler, *PACK_ARGS), logs)
+    process = start(command(*arguments), logs)
     kill_a_busy_worker(scheduler, process)
-    stderr = finish(process, logs, timeout=300)
+    return arguments, process, finish(process, logs, timeout=timeout)
+
+
+def test_a_dask_worker_killed_mid_pack_has_its_task_run_again_and_the_bytes_are_the_same(
+        tmp_path, scheduler):
+    _, process, stderr = pack_with_a_worker_killed(tmp_path, scheduler, timeout=300)
     assert process.returncode == 0, stderr
     assert dataset_bytes(tmp_path / "dask") == dataset_bytes(tmp_path / "local")
 
 
 def test_a_task_the_scheduler_gives_up_on_stops_the_pack_in_one_line_and_the_rerun_finishes(
         tmp_path, strict_scheduler):
-    source = slow_tree(tmp_path / "source")
-    assert run("pack", source, tmp_path / "local", "--workers", "2", *PACK_ARGS,
-               timeout=300).returncode == 0
-    output, logs = tmp_path / "dask", tmp_path / "logs"
-    dask_args = ("--backend", "dask", "--scheduler", strict_scheduler, *PACK_ARGS)
-    process = start(command("pack", source, output, *dask_args), logs)
-    kill_a_busy_worker(strict_scheduler, process)
-    stderr = finish(process, logs, timeout=120)  # joblib's dask backend waited for good here
+    # joblib's dask backend waited for good here: the timeout ends it
+    arguments, process, stderr = pack_with_a_worker_killed(tmp_path, strict_scheduler,
+                                                           timeout=120)
     assert process.returncode == 1, stderr
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert "died more often than the scheduler allows" in stderr
     assert "rerun the same command to resume" in stderr
-    rerun = run("pack", source, output, *dask_args, timeout=300)
+    rerun = run(*arguments, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert dataset_bytes(output) == dataset_bytes(tmp_path / "local")
+    assert dataset_bytes(tmp_path / "dask") == dataset_bytes(tmp_path / "local")
 
 
 def test_dask_backend_without_a_scheduler_is_a_config_error(tmp_path):
