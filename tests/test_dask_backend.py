@@ -3,9 +3,14 @@ worker killed with SIGKILL in the middle of a pack."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -60,8 +65,8 @@ def slow_tree(root: Path, count: int = 24) -> Path:
     return root
 
 
-def kill_a_busy_worker(address: str, process) -> None:
-    """SIGKILL the process of a Dask worker as soon as one is running a task of the pack."""
+def busy_worker(address: str, process) -> int:
+    """The pid of a Dask worker, as soon as one is running a task of the pack."""
     with distributed.Client(address) as client:
         client.wait_for_workers(2, timeout=60)
         pids = client.run(os.getpid)
@@ -69,10 +74,36 @@ def kill_a_busy_worker(address: str, process) -> None:
         while time.monotonic() < deadline and process.poll() is None:
             busy = [worker for worker, tasks in client.processing().items() if tasks]
             if busy:
-                os.kill(pids[busy[0]], signal.SIGKILL)
-                return
+                return pids[busy[0]]
             time.sleep(0.005)
     raise AssertionError("the pack ended before a worker was seen running one of its tasks")
+
+
+@contextlib.contextmanager
+def scheduler_process(folder: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A ``dask scheduler`` and two ``dask worker`` processes: (the scheduler, its address)."""
+    dask_cli = str(Path(sys.executable).parent / "dask")
+    scheduler_file, quiet = folder / "scheduler.json", {"stdout": subprocess.DEVNULL,
+                                                         "stderr": subprocess.DEVNULL}
+    scheduler = subprocess.Popen([dask_cli, "scheduler", "--port", "0", "--dashboard-address",
+                                  ":0", "--scheduler-file", str(scheduler_file)], **quiet)
+    workers = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (scheduler_file.exists() and scheduler_file.stat().st_size):
+            assert time.monotonic() < deadline and scheduler.poll() is None, "no scheduler"
+            time.sleep(0.05)
+        address = json.loads(scheduler_file.read_text())["address"]
+        workers = subprocess.Popen([dask_cli, "worker", address, "--nworkers", "2",
+                                    "--nthreads", "1", "--no-dashboard"], **quiet)
+        with distributed.Client(address) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield scheduler, address
+    finally:
+        for process in (workers, scheduler):
+            if process is not None:
+                process.kill()
+                process.wait()
 
 
 def test_dask_backend_output_is_byte_identical_to_the_local_backend(mixed_source, tmp_path,
@@ -99,7 +130,7 @@ def pack_with_a_worker_killed(tmp_path: Path, scheduler: str, timeout: float) ->
                  scheduler, *PACK_ARGS)
     logs = tmp_path / "logs"
     process = start(command(*arguments), logs)
-    kill_a_busy_worker(scheduler, process)
+    os.kill(busy_worker(scheduler, process), signal.SIGKILL)
     return arguments, process, finish(process, logs, timeout=timeout)
 
 
@@ -122,6 +153,27 @@ def test_a_task_the_scheduler_gives_up_on_stops_the_pack_in_one_line_and_the_rer
     rerun = run(*arguments, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert dataset_bytes(tmp_path / "dask") == dataset_bytes(tmp_path / "local")
+
+
+def test_a_lost_scheduler_stops_the_pack_in_one_line_of_ours_and_a_rerun_finishes(
+        tmp_path, scheduler):
+    source = slow_tree(tmp_path / "source")
+    assert run("pack", source, tmp_path / "local", "--workers", "2", *PACK_ARGS,
+               timeout=300).returncode == 0
+    output, logs = tmp_path / "dask", tmp_path / "logs"
+    with scheduler_process(tmp_path) as (doomed, address):
+        process = start(command("pack", source, output, "--backend", "dask", "--scheduler",
+                                address, *PACK_ARGS), logs)
+        busy_worker(address, process)
+        doomed.kill()
+        stderr = finish(process, logs, timeout=120)
+    assert process.returncode == 1, stderr
+    assert "Traceback" not in stderr, stderr  # Dask's client may log a line of its own first
+    assert f"the scheduler at {address} dropped the task of" in stderr.strip().splitlines()[-1]
+    rerun = run("pack", source, output, "--backend", "dask", "--scheduler", scheduler,
+                *PACK_ARGS, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert dataset_bytes(output) == dataset_bytes(tmp_path / "local")
 
 
 def test_dask_backend_without_a_scheduler_is_a_config_error(tmp_path):

@@ -98,8 +98,8 @@ class WorkerPool:
 
     def __exit__(self, exc_type: type | None, *exc: object) -> None:
         if self._client is not None:
-            self._client.close()
-            self._client = None
+            client, self._client = self._client, None
+            _close_client(client)
         if self._warmup is not None:
             # Workers may be starting in the background: wait for the executor to exist, so
             # an interrupt during the scan still has workers to stop (the warm-up does not
@@ -202,6 +202,18 @@ class WorkerPool:
                 f"run.scheduler: cannot reach the Dask scheduler at {self.run.scheduler}: {exc}"
             ) from None
         return _dask_results(self._client, function, items, args, batch_size)
+
+
+def _close_client(client: Any) -> None:
+    """Close a Dask client without its log.  After the scheduler was lost, the client is
+    still trying to reconnect; closing it cancels that, which it logs as an error with a
+    traceback that says nothing the pack's one line has not."""
+    logger = logging.getLogger("distributed.client")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        client.close()
+    finally:
+        logger.disabled = disabled
 
 
 def _batches(items: Sequence, batch_size: int) -> Iterator[tuple[int, list]]:
