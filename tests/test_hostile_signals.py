@@ -155,6 +155,36 @@ def test_sigterm_during_a_pack_exits_143_in_one_line_and_leaves_no_workers(tmp_p
     assert not left, f"worker processes left running: {[worker.pid for worker in left]}"
 
 
+def test_a_pack_killed_with_sigkill_leaves_no_process_behind_and_the_rerun_resumes(tmp_path):
+    source = slow_originals(tmp_path / "source")
+    output, logs = tmp_path / "out", tmp_path / "logs"
+    arguments = ("--size", "64", "--shard-samples", "2", "--workers", "2", "--quiet")
+    process = start(command("pack", source, output, *arguments), logs)
+    tree: list = []  # the workers and loky's resource trackers
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None and not (
+                list(output.glob("*.tar")) and len(tree) >= 4):
+            tree = descendants(process.pid)
+            time.sleep(0.01)
+        assert process.poll() is None, finish(process, logs)
+        process.kill()  # SIGKILL to the driver alone: nothing of it runs to tell the others
+        process.wait()
+        deadline = time.monotonic() + 10
+        while still_running(tree) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [(worker.pid, worker.cmdline()[-3:]) for worker in still_running(tree)]
+    finally:
+        for worker in still_running(tree):
+            worker.kill()
+    assert not left, f"processes of the killed pack left running: {left}"
+    rerun = run("pack", source, output, *arguments)
+    assert rerun.returncode == 0 and "resumed after" in rerun.stdout, rerun.stderr
+    fresh = run("pack", source, tmp_path / "fresh", *arguments)
+    assert fresh.returncode == 0, fresh.stderr
+    assert images.dataset_bytes(output) == images.dataset_bytes(tmp_path / "fresh")
+
+
 @pytest.mark.parametrize("delay", [0.1, 0.25, 0.4])
 def test_ctrl_c_in_the_first_instants_prints_one_line(tmp_path, delay):
     source, logs = slow_originals(tmp_path / "source"), tmp_path / "logs"

@@ -1,16 +1,19 @@
 """Where the per-image work runs: an ordered, bounded parallel map over the plan.
 
 Locally that is a pool of loky worker processes (joblib's process pool: robust to a worker
-crash, reused between calls); across machines it is joblib's dask backend on an existing Dask
-cluster, whose workers read the originals from the shared mount while this process still
-writes every shard.  Either way results come back in plan order, so shards are byte-identical
-whatever runs them.
+crash, reused between calls); across machines it is an existing Dask cluster, whose workers
+read the originals from the shared mount while this process still writes every shard.  Either
+way results come back in plan order, so shards are byte-identical whatever runs them.
 
-Locally the map submits batches to the pool itself and keeps at most ``2 x workers`` of them
-submitted or waiting: a new batch goes out only when the oldest result has been taken.
-joblib's ``Parallel(return_as="generator")`` dispatches the next batch whenever a worker
-finishes, so when the writer is the slower side (thumbnails) finished results pile up in the
-driver (measured: +50 MB on 100,000 tiny images, growing with the tree).
+Both maps submit batches themselves and keep at most ``2 x workers`` of them submitted or
+waiting: a new batch goes out only when the oldest result has been taken.  joblib's
+``Parallel(return_as="generator")`` dispatches the next batch whenever a worker finishes, so
+when the writer is the slower side (thumbnails) finished results pile up in the driver
+(measured: +50 MB on 100,000 tiny images, growing with the tree).  On Dask, joblib's backend
+also waits for good on a task the scheduler gives up on (its workers died, ``KilledWorker``):
+it fails the task's future but never tells ``Parallel``, so the pack hung.  Dask futures are
+used directly instead: a task whose worker dies is run again elsewhere by the scheduler, and
+one it gives up on stops the pack in one line, its finished shards kept for the rerun.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import logging
 import os
 import signal
 import threading
-import warnings
+import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -28,17 +32,43 @@ from ..config import RunConfig
 from ..errors import ConfigError, ShardsmithError
 
 log = logging.getLogger(__name__)
-# A dask run that stops early (an error, Ctrl-C) closes joblib's result generator; joblib then
-# warns that finished tasks went unused, which says nothing the user needs.
-warnings.filterwarnings("ignore", category=UserWarning,
-                        message=r".*tasks (have been successfully executed|which were still)")
 IDLE_WORKER_SECONDS = 300
 LOKY_TRACKER = "joblib.externals.loky.backend.resource_tracker"
 STOP_SECONDS = 5.0  # what loky gets to tidy its threads after an interrupt
+# How often a local worker checks that the driver still lives: a wake-up twice a second,
+# nothing per image.
+PARENT_CHECK_SECONDS = 0.5
 
 
 def _import_image_libraries() -> None:
     from . import imaging  # noqa: F401  (cv2, numpy, Pillow, simplejpeg, tifffile)
+
+
+def local_executor(workers: int) -> Any:
+    """This process's pool of ``workers`` loky worker processes (reused between calls while
+    the arguments are the same), whose workers end themselves when this process is gone."""
+    from joblib.externals.loky import get_reusable_executor
+
+    return get_reusable_executor(max_workers=workers, timeout=IDLE_WORKER_SECONDS,
+                                 initializer=_exit_with_parent, initargs=(os.getpid(),))
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Worker initializer: watch the driver, and end this worker once it is gone.
+
+    A driver killed with SIGKILL tells no one: its workers would wait for tasks for good
+    (~80 MB each), and with them loky's resource trackers, which live as long as a worker
+    holds their pipe.  A dead parent's children are adopted by init (or a subreaper), which
+    ``getppid`` shows.  Not Linux's parent-death signal: it fires when the *thread* that
+    started the worker ends, and workers start from threads that end (the warm-up)."""
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="shardsmith-parent",
+                     daemon=True).start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(1)  # no clean-up to run: the driver that would use the results is gone
 
 
 def _run_batch(function: Callable, items: Sequence, args: tuple) -> list:
@@ -68,8 +98,8 @@ class WorkerPool:
 
     def __exit__(self, exc_type: type | None, *exc: object) -> None:
         if self._client is not None:
-            self._client.close()
-            self._client = None
+            client, self._client = self._client, None
+            _close_client(client)
         if self._warmup is not None:
             # Workers may be starting in the background: wait for the executor to exist, so
             # an interrupt during the scan still has workers to stop (the warm-up does not
@@ -106,8 +136,6 @@ class WorkerPool:
     def _start(self) -> None:
         from multiprocessing import resource_tracker
 
-        from joblib.externals.loky import get_reusable_executor
-
         # Workers start from this thread: with SIGINT blocked here they inherit the block, so
         # a Ctrl-C at the terminal, which goes to the whole process group, reaches only the
         # driver, which stops them (instead of each printing a KeyboardInterrupt traceback).
@@ -120,8 +148,7 @@ class WorkerPool:
         os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (
             os.environ.get("PYTHONWARNINGS"), f"ignore::UserWarning:{LOKY_TRACKER}")))
         try:
-            self._executor = get_reusable_executor(max_workers=self.workers,
-                                                   timeout=IDLE_WORKER_SECONDS)
+            self._executor = local_executor(self.workers)
             # Queued, not waited for: the map's first tasks follow them, and ``__exit__``
             # joins this thread, so it must not wait for the workers to be ready.
             for _ in range(self.workers):
@@ -137,23 +164,19 @@ class WorkerPool:
         task is more than the work); at most ``2 x workers`` batches are out at a time.
         """
         if self.run.backend == "dask":
-            return self._map_dask(function, items, *args)
+            return self._map_dask(function, items, args, batch_size)
         if self._warmup is not None:
             self._warmup.join()
         if self.workers == 1 or len(items) <= 1:
             return (function(item, *args) for item in items)
         if self._executor is None:
-            from joblib.externals.loky import get_reusable_executor
-
-            self._executor = get_reusable_executor(max_workers=self.workers,
-                                                   timeout=IDLE_WORKER_SECONDS)
+            self._executor = local_executor(self.workers)
         return self._map_local(function, items, args, batch_size)
 
     def _map_local(self, function: Callable, items: Sequence, args: tuple,
                    batch_size: int) -> Iterator:
         window: collections.deque = collections.deque()
-        batches = ([items[at] for at in range(start, min(start + batch_size, len(items)))]
-                   for start in range(0, len(items), batch_size))
+        batches = (batch for _, batch in _batches(items, batch_size))
         # No future is cancelled when the map stops early (an error, Ctrl-C): loky's manager
         # thread then fails on setting the result of a cancelled future (InvalidStateError),
         # and dies without stopping the workers.  ``__exit__`` stops them instead.
@@ -164,10 +187,10 @@ class WorkerPool:
         while window:
             yield from window.popleft().result()
 
-    def _map_dask(self, function: Callable, items: Sequence, *args: Any) -> Iterator:
+    def _map_dask(self, function: Callable, items: Sequence, args: tuple,
+                  batch_size: int) -> Iterator:
         try:
             from distributed import Client
-            from joblib import Parallel, delayed, parallel_config
         except ImportError:
             raise ConfigError(
                 "run.backend: dask needs the dask extra: pip install 'shardsmith[dask]'"
@@ -178,6 +201,74 @@ class WorkerPool:
             raise ShardsmithError(
                 f"run.scheduler: cannot reach the Dask scheduler at {self.run.scheduler}: {exc}"
             ) from None
-        with parallel_config(backend="dask", n_jobs=-1):
-            parallel = Parallel(return_as="generator", pre_dispatch="2*n_jobs")
-            return parallel(delayed(function)(item, *args) for item in items)
+        return _dask_results(self._client, function, items, args, batch_size)
+
+
+def _close_client(client: Any) -> None:
+    """Close a Dask client without its log.  After the scheduler was lost, the client is
+    still trying to reconnect; closing it cancels that, which it logs as an error with a
+    traceback that says nothing the pack's one line has not."""
+    logger = logging.getLogger("distributed.client")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        client.close()
+    finally:
+        logger.disabled = disabled
+
+
+def _batches(items: Sequence, batch_size: int) -> Iterator[tuple[int, list]]:
+    """(index of its first item, batch) for consecutive batches of ``batch_size`` items."""
+    for start in range(0, len(items), batch_size):
+        yield start, [items[at] for at in range(start, min(start + batch_size, len(items)))]
+
+
+def _dask_results(client: Any, function: Callable, items: Sequence, args: tuple,
+                  batch_size: int) -> Iterator:
+    """The Dask side of ``map_ordered``: at most ``2 x`` the cluster's worker threads (when
+    the map starts) batches submitted or waiting, results in item order.
+
+    A future is let go as soon as its result is taken, so the scheduler forgets its task:
+    what it holds for the run stays bounded by the window, not by the tree."""
+    from concurrent.futures import CancelledError
+
+    from distributed.scheduler import KilledWorker
+
+    threads = sum(client.nthreads().values())
+    if not threads:
+        log.warning("the Dask cluster has no worker yet: the pack waits for one")
+    run = uuid.uuid4().hex[:12]  # a task's key names the run and its first item
+    window: collections.deque = collections.deque()
+
+    def submitted(start: int, batch: list) -> tuple[list, Any]:
+        return batch, client.submit(_run_batch, function, batch, args,
+                                    key=f"shardsmith-{run}-{start}", pure=False)
+
+    def taken(batch: list, future: Any) -> list:
+        try:
+            return future.result()
+        except KilledWorker:
+            raise ShardsmithError(
+                f"run.backend dask: the workers running {_names(batch)} died more often than "
+                "the scheduler allows (distributed.scheduler.allowed-failures; see their "
+                "logs: memory?); finished shards are kept, rerun the same command to resume"
+            ) from None
+        except CancelledError:
+            raise ShardsmithError(
+                f"run.backend dask: the scheduler at {client.scheduler.address} dropped the "
+                f"task of {_names(batch)} (restarted or lost); finished shards are kept, "
+                "rerun the same command to resume"
+            ) from None
+
+    for start, batch in _batches(items, batch_size):
+        window.append(submitted(start, batch))
+        if len(window) >= 2 * max(1, threads):
+            yield from taken(*window.popleft())
+    while window:
+        yield from taken(*window.popleft())
+
+
+def _names(batch: list) -> str:
+    """The originals of a batch, for a message: the first one's path and how many more."""
+    source = getattr(batch[0], "source", None)
+    first = getattr(source, "relpath", None) or f"item {batch[0]!r}"[:80]
+    return first + (f" (and {len(batch) - 1} more)" if len(batch) > 1 else "")

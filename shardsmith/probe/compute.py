@@ -33,7 +33,7 @@ from ..dataset.formats import ShardLimits, ShardRoller, shard_format
 from ..dataset.records import Sample, content_digest
 from ..errors import BadImage
 from ..packing.originals import open_source, original_cap, read_all
-from ..packing.parallel import IDLE_WORKER_SECONDS
+from ..packing.parallel import local_executor
 from ..packing.plan import sample_key
 from ..packing.scan import SourceFile
 from ..text import plural
@@ -181,9 +181,7 @@ def _run_ordered(tasks: Iterator[tuple], processes: int) -> Iterator:
     if processes == 1:
         yield from (function(*args) for function, *args in tasks)
         return
-    from joblib.externals.loky import get_reusable_executor
-
-    executor = get_reusable_executor(max_workers=processes, timeout=IDLE_WORKER_SECONDS)
+    executor = local_executor(processes)
     window: collections.deque = collections.deque()
     try:
         for function, *args in tasks:
