@@ -291,3 +291,9 @@ def test_both_shard_formats_give_the_same_cut_objects(tmp_path):
                                                       shard["bytes"])}
     assert found["tfrecord"] == found["webdataset"]
     assert sum(value is not None for value in found["webdataset"].values()) == 2
+
+
+def test_a_classify_export_follows_image_classes_and_keeps_the_tiles_with_a_cut_defect(
+        packed, tmp_path):
+    export_cli(packed, tmp_path / "cls", "--layout", "yolo", "--task", "classify")
+    assert columns(tmp_path / "cls" / "current" / "train" / "good") == {0, 1, 2, 3, 4}

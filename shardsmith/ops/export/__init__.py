@@ -694,9 +694,10 @@ class _Run:
                 record.key, record.split, class_name, metadata, self.fmt.jpeg(packed),
                 self.fmt.mask_png(packed) if wants_mask else None, object_classes,
                 self._warn_fallback)
-            sample.cut_count = cut_count(record)
-            sample.cut = layouts.cut_objects(record.objects_cut or (), object_classes,
-                                             sample.height, sample.width)
+            if object_classes is not None:  # classify follows image classes: no objects
+                sample.cut_count = cut_count(record)
+                sample.cut = layouts.cut_objects(record.objects_cut or (), object_classes,
+                                                 sample.height, sample.width)
             files, coco = layouts.sample_files(self.options, sample)
         except (ValueError, TypeError, KeyError, ShardFormatError) as exc:
             # a format's own error may name the sample already
