@@ -27,6 +27,7 @@ $(CORE): pyproject.toml | $(BIN)/python
 	touch $(CORE)
 
 # The test extras on top: pytest, TensorFlow, torch, DALI (CPU here), dask, ruff (about 3.6 GB).
+# The dev extra pins the libraries the golden bytes depend on (docs/design.md, "Golden bytes").
 $(DEV): pyproject.toml | $(BIN)/python
 	# The CPU build of torch first: an unpinned install would pull a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0

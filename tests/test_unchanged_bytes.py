@@ -2,13 +2,16 @@
 
 The shards below were packed by the release before annotations and tiling, with the first of the
 library versions in ``PINNED_WITH``; byte identity is promised for equal library versions
-(docs/design.md, invariant 1), so with versions not listed the comparison is skipped, not
-failed.  A version set joins the list only once this code packed these very bytes with it.
+(docs/design.md, invariant 1), so with versions not listed the comparison is skipped on a
+developer's machine, and fails in CI (``CI`` set, as CI services do), whose dev install pins the
+versions (pyproject.toml): a golden skipped there would guard nothing.  A version set joins the
+list only once this code packed these very bytes with it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import warnings
 from pathlib import Path
 
@@ -52,6 +55,11 @@ def library_versions() -> dict[str, str]:
             "simplejpeg": simplejpeg.__version__, "numpy": np.__version__}
 
 
+def in_ci() -> bool:
+    """Whether this runs in CI: ``CI`` set to anything but empty, 0 or false."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+
+
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
 def test_a_dataset_without_annotations_packs_to_the_pinned_bytes(tmp_path: Path, fmt: str):
     source = tmp_path / "source"
@@ -69,9 +77,23 @@ def test_a_dataset_without_annotations_packs_to_the_pinned_bytes(tmp_path: Path,
     if library_versions() not in PINNED_WITH:
         message = (f"the golden shard bytes were NOT compared: known for {PINNED_WITH}, "
                    f"these are {library_versions()}")
+        if in_ci():
+            pytest.fail(f"{message}; install the versions pyproject.toml's dev extra pins "
+                        "(make install-dev)", pytrace=False)
         warnings.warn(message, stacklevel=1)  # in the warnings summary, not only the skips
         pytest.skip(message)
     found = {name: hashlib.sha256((output / name).read_bytes()).hexdigest()
              for name in PINNED[fmt] if name != "fingerprint"}
     assert found == {name: digest for name, digest in PINNED[fmt].items()
                      if name != "fingerprint"}
+
+
+def test_the_dev_install_pins_a_version_set_these_bytes_were_packed_with():
+    """CI installs the dev extra: with its versions the comparison above runs, never skips."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.10 has no tomllib")
+    pyproject = Path(__file__).parent.parent / "pyproject.toml"
+    dev = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["dev"]
+    pins = dict(requirement.split("==") for requirement in dev if "==" in requirement)
+    opencv = ".".join(pins["opencv-python-headless"].split(".")[:3])  # cv2.__version__'s form
+    assert {"pillow": pins["pillow"], "opencv": opencv, "simplejpeg": pins["simplejpeg"],
+            "numpy": pins["numpy"]} in PINNED_WITH
