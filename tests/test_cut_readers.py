@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_cut_defects import CUT_CONFIG, TILE, as_an_earlier_release, cut_tree, red
 
 import images
 from defects import pack_with
-from test_cut_defects import CUT_CONFIG, TILE, as_an_earlier_release, cut_tree, red
 
 # The cut parts lie at a tile's left edge: tile 1 shows red in columns 0-9, tile 3 in 0-21;
 # tiles 0 and 2 have none there (their defects start at columns 40 and 48).
@@ -98,3 +98,67 @@ def test_tf_reads_an_earlier_releases_dataset_as_the_torch_reader_does(tf, tmp_p
     assert "2 samples left out" in caplog.text
     found = tf_images(data)
     assert len(found) == 3 and not any(shows_a_cut_part(pixels) for pixels in found)
+
+
+# --- the Ultralytics reader's segment mode (its dataset asks readers.segments) --------------
+
+def segment_check(output, boxes_as_polygons: bool = False) -> str:
+    """What ``ShardYOLODataset(task="segment")`` asks of the samples it reads."""
+    from shardsmith.readers import select_shards
+    from shardsmith.readers.cut import without_cut
+    from shardsmith.readers.plan import load_table
+    from shardsmith.readers.segments import check_segments
+
+    manifest, selected = select_shards(output, "train", "webdataset")
+    table = without_cut(output, manifest, load_table(output, [shard for _, shard in selected]))
+    return check_segments(output, manifest, table, boxes_as_polygons)
+
+
+@pytest.fixture
+def shards(tmp_path):
+    cut_tree(tmp_path / "source")
+    pack_with(tmp_path / "source", tmp_path / "shards", CUT_CONFIG)
+    return tmp_path / "shards"
+
+
+def test_ultralytics_segment_is_refused_where_objects_have_a_box_only(shards):
+    from shardsmith.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        segment_check(shards)
+    said = str(refused.value)
+    assert "task=segment: 1 of 2 objects have a box only (scratch 1)" in said
+    assert "boxes_as_polygons" in said and "\n" not in said
+
+
+def test_ultralytics_segment_takes_boxes_as_polygons_only_when_asked(shards, caplog):
+    note = segment_check(shards, boxes_as_polygons=True)
+    assert "1 of 2 objects have a box only (scratch 1), written as rectangles" in note
+    assert note in caplog.text
+
+
+def test_ultralytics_segment_where_every_object_has_pixels(tmp_path):
+    cut_tree(tmp_path / "source")
+    (tmp_path / "source" / "good" / "a.txt").unlink()  # the crack's mask alone
+    pack_with(tmp_path / "source", tmp_path / "shards", CUT_CONFIG)
+    assert segment_check(tmp_path / "shards") == \
+        "segment, as asked: every object has a polygon or mask"
+
+
+def test_ultralytics_segment_over_an_earlier_releases_index_says_it_cannot_tell(shards,
+                                                                               caplog):
+    import hashlib
+    import json
+
+    manifest = json.loads((shards / "manifest.json").read_text())
+    entry = manifest["samples_index"]
+    lines = [json.loads(line) for line in (shards / entry["name"]).read_text().splitlines()]
+    text = "".join(json.dumps({k: v for k, v in line.items() if k != "objects_box_only"},
+                              sort_keys=True, separators=(",", ":")) + "\n" for line in lines)
+    (shards / entry["name"]).write_text(text)
+    entry.update(bytes=len(text), sha256=hashlib.sha256(text.encode()).hexdigest())
+    (shards / "manifest.json").write_text(json.dumps(manifest))
+    note = segment_check(shards)
+    assert "the index lines of 2 samples with objects, written by an earlier release, do not " \
+           "record which objects have pixels" in note
+    assert "WARNING" in caplog.text and note in caplog.text
