@@ -147,17 +147,7 @@ def test_ultralytics_segment_where_every_object_has_pixels(tmp_path):
 
 def test_ultralytics_segment_over_an_earlier_releases_index_says_it_cannot_tell(shards,
                                                                                caplog):
-    import hashlib
-    import json
-
-    manifest = json.loads((shards / "manifest.json").read_text())
-    entry = manifest["samples_index"]
-    lines = [json.loads(line) for line in (shards / entry["name"]).read_text().splitlines()]
-    text = "".join(json.dumps({k: v for k, v in line.items() if k != "objects_box_only"},
-                              sort_keys=True, separators=(",", ":")) + "\n" for line in lines)
-    (shards / entry["name"]).write_text(text)
-    entry.update(bytes=len(text), sha256=hashlib.sha256(text.encode()).hexdigest())
-    (shards / "manifest.json").write_text(json.dumps(manifest))
+    as_an_earlier_release(shards, "objects_box_only")
     note = segment_check(shards)
     assert "the index lines of 2 samples with objects, written by an earlier release, do not " \
            "record which objects have pixels" in note

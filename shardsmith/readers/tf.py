@@ -271,38 +271,32 @@ class _Records:
     def _targets(self, feature: Any) -> list[Any]:
         jpeg, label = self._jpeg_and_label(feature)
         image = decode_sample(jpeg, self.colorspace, bound=self.largest)
-        edges = [_values(feature, f"image/object/bbox/{edge}", "float_list") for edge in EDGES]
-        ids = _values(feature, "image/object/class/label", "int64_list")
         names = _values(feature, "image/object/class/text", "bytes_list")
-        if len({len(values) for values in (*edges, ids, names)}) != 1:
-            raise ShardFormatError("the boxes, class ids and class names are not lists of "
-                                   "one length")
-        boxes = np.asarray(edges, np.float32).T.reshape(-1, 4)
-        if not np.isfinite(boxes).all():
-            raise ShardFormatError("a box is not finite")
-        check_class_ids(ids, self.object_classes)
+        boxes, ids = self._objects(feature, "image/object", "objects", names)
         mask = self._mask(feature, image.shape[:2]) if self.with_mask else \
             np.zeros((0, 0), np.uint8)
-        return [image, np.int64(label), boxes, np.asarray(ids, np.int64),
-                tf.constant(names, tf.string), mask, *self._ignored(feature)]
+        ignored = self._objects(feature, "image/object/cut", "cut objects") \
+            if self.with_ignored else (np.zeros((0, 4), np.float32), np.zeros(0, np.int64))
+        return [image, np.int64(label), boxes, ids, tf.constant(names, tf.string), mask,
+                *ignored]
 
-    def _ignored(self, feature: Any) -> list[np.ndarray]:
-        """The boxes and class ids of the objects min_visible dropped (``keep_cut``), as
-        ``boxes`` and ``classes`` have them; none in a record of an earlier release, which
-        does not list them (the class mask's 255 pixels still mark those with pixels)."""
-        if not self.with_ignored:
-            return [np.zeros((0, 4), np.float32), np.zeros(0, np.int64)]
-        edges = [_values(feature, f"image/object/cut/bbox/{edge}", "float_list")
-                 for edge in EDGES]
-        ids = _values(feature, "image/object/cut/class/label", "int64_list")
-        if len({len(values) for values in (*edges, ids)}) != 1:
-            raise ShardFormatError("the cut objects' boxes and class ids are not lists of one "
+    def _objects(self, feature: Any, prefix: str, what: str,
+                 *more: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """The boxes (float32 N×4, ``EDGES``) and class ids of the objects under ``prefix``:
+        ``image/object``, or ``image/object/cut`` for those min_visible dropped (``keep_cut``;
+        none in a record of an earlier release, whose class mask's 255 pixels still mark
+        those with pixels).  Lists of one length (``more`` too), finite, known class ids."""
+        edges = [_values(feature, f"{prefix}/bbox/{edge}", "float_list") for edge in EDGES]
+        ids = _values(feature, f"{prefix}/class/label", "int64_list")
+        if len({len(values) for values in (*edges, ids, *more)}) != 1:
+            raise ShardFormatError(f"the {what}' boxes, class ids"
+                                   f"{' and class names' * bool(more)} are not lists of one "
                                    "length")
         boxes = np.asarray(edges, np.float32).T.reshape(-1, 4)
         if not np.isfinite(boxes).all():
-            raise ShardFormatError("a cut object's box is not finite")
+            raise ShardFormatError(f"a box of the {what} is not finite")
         check_class_ids(ids, self.object_classes)
-        return [boxes, np.asarray(ids, np.int64)]
+        return boxes, np.asarray(ids, np.int64)
 
     def _mask(self, feature: Any, shape: tuple[int, int]) -> np.ndarray:
         """The class mask PNG, its header checked to be the image's size before decoding."""
