@@ -446,6 +446,8 @@ def _kept(reader: _Records, cut: list[int], by_file: bool, num_shards: int,
     if not reader.left_out or by_file or num_shards == 1:
         kept_starts = starts - np.concatenate(([0], np.cumsum(cut, dtype=np.int64)))
         return None, part_samples(kept_starts, num_shards, index)
+    # ~0.11 ms a record (1,000 records of 256 px tiles: 297 ms to make the dataset, 187 ms
+    # without this read), once per pipeline, on a selection of fewer files than parts
     keep = ~reader.left_out_numbers(range(int(starts[-1])))
     return tf.constant(keep), part_samples(np.asarray([0, int(keep.sum())]), num_shards,
                                            index)
