@@ -527,6 +527,7 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects, named_source,
     import time
 
     from .dataset.manifest import read_manifest
+    from .insight.objects_drawn import cut_drawn
     from .insight.sheet import render_sheet
 
     started = time.monotonic()
@@ -545,6 +546,7 @@ def sheet(dataset, output, split, per_class, seed, thumb, objects, named_source,
                f"{plural(sum(len(row.thumbnails) for row in drawn.rows), 'sample')}, "
                f"{plural(len(drawn.rejects), 'reject')}"
                + (f", {plural(len(drawn.objects), 'object')} drawn" if objects else "")
+               + cut_drawn(drawn.objects)
                + f" ({time.monotonic() - started:.1f}s)")
 
 

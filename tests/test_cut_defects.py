@@ -196,16 +196,16 @@ def test_inspect_counts_a_sample_with_only_a_cut_defect_apart_from_those_without
     assert objects["samples_with_only_a_cut_defect"] == {"train": 2}
 
 
-def as_an_earlier_release(output) -> None:
-    """The dataset as the release before cut objects were recorded packed it: its index lines
-    without ``objects_cut`` (and the manifest's sha256 of the index to match), annotation
-    rules 2."""
+def as_an_earlier_release(output, field: str = "objects_cut") -> None:
+    """The dataset as the release before cut objects (or ``field``) were recorded packed it:
+    its index lines without ``field`` (and the manifest's sha256 of the index to match),
+    annotation rules 2."""
     import hashlib
 
     manifest = json.loads((output / "manifest.json").read_text())
     entry = manifest["samples_index"]
     lines = [json.loads(line) for line in (output / entry["name"]).read_text().splitlines()]
-    text = "".join(json.dumps({k: v for k, v in line.items() if k != "objects_cut"},
+    text = "".join(json.dumps({k: v for k, v in line.items() if k != field},
                               sort_keys=True, separators=(",", ":")) + "\n" for line in lines)
     (output / entry["name"]).write_text(text)
     entry.update(bytes=len(text), sha256=hashlib.sha256(text.encode()).hexdigest())

@@ -25,7 +25,7 @@ def object_counts(objects: Objects, classes: ObjectClasses) -> dict[str, Any]:
 def box_only_counts(objects: Objects, classes: ObjectClasses) -> list[int]:
     """Per class id ``k``, at ``k - 1``, the objects of ``objects`` that have a box and no
     pixels (no polygon, no instance mask), up to the last class that has one: what decides
-    whether an export may call the objects masks (``ops/export/task.py``)."""
+    whether an export may call the objects masks (``dataset/task.py``)."""
     counts: list[int] = []
     for index, name in enumerate(objects.names):
         rings = objects.polygons[index] if index < len(objects.polygons) else ()

@@ -47,6 +47,7 @@ class ObjectCensus:
     merged: int | None
     uncounted: int
     only_cut: dict[str, int] = field(default_factory=dict)
+    cut_per_class: dict[int, int] = field(default_factory=dict)  # objects_cut, by class id
 
     @property
     def objects(self) -> int:
@@ -101,6 +102,7 @@ def count_objects(directory: Path, manifest: Manifest,
     without_objects: Counter = Counter()
     only_cut: Counter = Counter()
     per_class: Counter = Counter()
+    cut_per_class: Counter = Counter()
     dropped = merged = None
     uncounted = 0
     for record in iter_sample_index(directory, manifest):
@@ -114,12 +116,13 @@ def count_objects(directory: Path, manifest: Manifest,
         for number, count in enumerate(record.objects, 1):
             if count:
                 per_class[(number, record.split)] += count
+        cut_per_class.update(item.label for item in record.objects_cut or ())
         if record.objects_dropped is not None:
             dropped = (dropped or 0) + record.objects_dropped
         if record.objects_merged is not None:
             merged = (merged or 0) + record.objects_merged
     return ObjectCensus(dict(with_objects), dict(without_objects), dict(per_class), dropped,
-                        merged, uncounted, dict(only_cut))
+                        merged, uncounted, dict(only_cut), dict(cut_per_class))
 
 
 def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") -> list[str]:
@@ -148,8 +151,11 @@ def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") 
                      + "".join(f"{counts.get(split, 0):>12,}" for split in splits)
                      + f"{sum(counts.values()):>10,}")
     not_recorded = "not recorded (packed before they were counted)"
+    by_class = ", ".join(f"{printable(_object_name(names, number))} {count:,}"
+                         for number, count in sorted(objects.cut_per_class.items()))
     lines.append(f"{indent}dropped by min_visible: " + (
-        f"{objects.dropped:,}" if objects.dropped is not None else not_recorded))
+        f"{objects.dropped:,}" if objects.dropped is not None else not_recorded)
+        + (f" ({by_class})" if by_class else ""))
     lines.append(f"{indent}a mask and a box of one defect, merged: " + (
         f"{objects.merged:,}" if objects.merged is not None else not_recorded))
     if objects.uncounted:
@@ -174,6 +180,8 @@ def object_json(objects: ObjectCensus, manifest: Manifest) -> dict[str, Any]:
             "total": sum(objects.per_class.get((number, split), 0) for split in splits),
         } for number in ids],
         "dropped_by_min_visible": objects.dropped,
+        "cut_objects_per_class": {_object_name(names, number): count
+                                  for number, count in sorted(objects.cut_per_class.items())},
         "merged_mask_and_box": objects.merged,
         "samples_not_counted": objects.uncounted,
     }

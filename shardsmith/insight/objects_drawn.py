@@ -4,7 +4,9 @@ thumbnails, so a person can check the labels at a glance (``shardsmith sheet --o
 What is drawn is what a model is given: the boxes and class ids of the sample's metadata
 (WebDataset ``KEY.json``, TFRecord ``image/object/*``) and the outline of each class's region
 in the class mask (``KEY.mask.png``, ``image/segmentation/class/encoded``), one colour per
-object class.  The shards are untrusted: metadata that does not parse, boxes that are not
+object class.  An object ``min_visible`` dropped (a crack cut at a tile's border) is drawn
+dashed and named "(cut)": the sample shows it, and a model is told to ignore it or never sees
+the sample.  The shards are untrusted: metadata that does not parse, boxes that are not
 finite or not lists of one length, class ids outside the dataset's object classes, or a class
 mask that is not a PNG of the sample's size make that sample's objects unreadable (a reason,
 shown on its tile), never a failure of the sheet.
@@ -40,11 +42,13 @@ LABEL_TEXT = (255, 255, 255)
 @dataclass(frozen=True)
 class PackedObjects:
     """The objects of one packed sample: boxes (x0, y0, x1, y1 in its pixels), their class
-    names, and its class mask (0 background, k the class id, 255 ignore) when it has one."""
+    names, and its class mask (0 background, k the class id, 255 ignore) when it has one; the
+    boxes and names of the objects min_visible dropped (``cut``)."""
 
     boxes: tuple[tuple[float, float, float, float], ...]
     names: tuple[str, ...]
     mask: np.ndarray | None
+    cut: tuple[tuple[tuple[float, float, float, float], str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class DrawnObject:
     name: str
     colour: Colour
     box: tuple[int, int, int, int]
+    cut: bool = False  # dropped by min_visible: drawn dashed
 
 
 def class_colour(object_classes: tuple[str, ...], name: str) -> Colour:
@@ -98,25 +103,36 @@ def _webdataset_objects(packed, sample: SampleRecord,
     boxes = tuple(tuple(float(edge) for edge in box) for box in target["boxes"].tolist())
     names = tuple(classes[int(label) - 1] for label in target["labels"])
     mask = _class_mask(members["mask.png"], sample) if "mask.png" in members else None
-    return PackedObjects(boxes, names, mask)  # type: ignore[arg-type]
+    cut = tuple((tuple(float(edge) for edge in box), classes[int(label) - 1])
+                for box, label in zip(target.get("ignore_boxes", np.zeros((0, 4))).tolist(),
+                                      target.get("ignore_labels", ()), strict=True))
+    return PackedObjects(boxes, names, mask, cut)  # type: ignore[arg-type]
 
 
 def _tfrecord_objects(payload: bytes, sample: SampleRecord,
                       classes: tuple[str, ...]) -> PackedObjects:
     features = feature_lists(payload)
-    edges = [features.get(f"image/object/bbox/{edge}", []) for edge in EDGES]
-    ids = features.get("image/object/class/label", [])
+    boxes, names = _tfrecord_boxes(features, "image/object", sample, classes)
+    encoded = features.get("image/segmentation/class/encoded", [])
+    mask = _class_mask(encoded[0], sample) if len(encoded) == 1 else None
+    cut = _tfrecord_boxes(features, "image/object/cut", sample, classes)
+    return PackedObjects(boxes, names, mask, tuple(zip(*cut, strict=True)))
+
+
+def _tfrecord_boxes(features: dict, prefix: str, sample: SampleRecord, classes: tuple[str, ...]
+                    ) -> tuple[tuple[tuple[float, float, float, float], ...], tuple[str, ...]]:
+    """The boxes (in the sample's pixels) and class names of the objects under ``prefix``."""
+    edges = [features.get(f"{prefix}/bbox/{edge}", []) for edge in EDGES]
+    ids = features.get(f"{prefix}/class/label", [])
     if len({len(values) for values in (*edges, ids)}) != 1:
-        raise ValueError("the boxes and class ids are not lists of one length")
+        raise ValueError(f"the {prefix} boxes and class ids are not lists of one length")
     check_class_ids(ids, len(classes))
     scale = (sample.width, sample.height, sample.width, sample.height)
     boxes = tuple(tuple(float(value) * size for value, size in zip(box, scale, strict=True))
                   for box in zip(*edges, strict=True))
     if not all(math.isfinite(edge) for box in boxes for edge in box):
         raise ValueError("a box is not finite")
-    encoded = features.get("image/segmentation/class/encoded", [])
-    mask = _class_mask(encoded[0], sample) if len(encoded) == 1 else None
-    return PackedObjects(boxes, tuple(classes[int(number) - 1] for number in ids), mask)
+    return boxes, tuple(classes[int(number) - 1] for number in ids)  # type: ignore[return-value]
 
 
 def _class_mask(png: bytes, sample: SampleRecord) -> np.ndarray:
@@ -135,7 +151,8 @@ def draw_objects(picture: Image.Image, objects: PackedObjects, key: str,
                  size: tuple[int, int], classes: tuple[str, ...],
                  font: ImageFont.ImageFont | ImageFont.FreeTypeFont) -> list[DrawnObject]:
     """Draw the class mask's outlines, then each box with its class name, over ``picture``
-    (the sample of ``size`` = (width, height) scaled); the boxes as drawn come back."""
+    (the sample of ``size`` = (width, height) scaled), each cut object's dashed and named
+    "NAME (cut)"; the boxes as drawn come back."""
     width, height = size
     scale_x, scale_y = picture.width / width, picture.height / height
     if objects.mask is not None:
@@ -143,19 +160,48 @@ def draw_objects(picture: Image.Image, objects: PackedObjects, key: str,
     draw = ImageDraw.Draw(picture)
     line = 2 if min(picture.size) >= 96 else 1
     drawn = []
-    for box, name in zip(objects.boxes, objects.names, strict=True):
+    everything = [(box, name, False) for box, name in zip(objects.boxes, objects.names,
+                                                           strict=True)]
+    for box, name, cut in everything + [(box, name, True) for box, name in objects.cut]:
         colour = class_colour(classes, name)
         left = min(picture.width - 1, max(0, math.floor(box[0] * scale_x)))
         top = min(picture.height - 1, max(0, math.floor(box[1] * scale_y)))
         right = min(picture.width - 1, max(left, math.ceil(box[2] * scale_x) - 1))
         bottom = min(picture.height - 1, max(top, math.ceil(box[3] * scale_y) - 1))
-        draw.rectangle((left, top, right, bottom), outline=colour, width=line)
-        text_box = draw.textbbox((left, top), name, font=font)
+        if cut:
+            _dashed(draw, (left, top, right, bottom), colour, line)
+        else:
+            draw.rectangle((left, top, right, bottom), outline=colour, width=line)
+        text = f"{name} (cut)" if cut else name
+        text_box = draw.textbbox((left, top), text, font=font)
         draw.rectangle((left, top, min(picture.width - 1, text_box[2] + 2),
                         min(picture.height - 1, text_box[3] + 1)), fill=colour)
-        draw.text((left + 1, top), name, font=font, fill=LABEL_TEXT)
-        drawn.append(DrawnObject(key, name, colour, (left, top, right, bottom)))
+        draw.text((left + 1, top), text, font=font, fill=LABEL_TEXT)
+        drawn.append(DrawnObject(key, name, colour, (left, top, right, bottom), cut))
     return drawn
+
+
+def cut_drawn(drawn: list[DrawnObject]) -> str:
+    """``, 2 of them cut below min_visible (dashed)``: the summary's note, or nothing."""
+    cut = sum(item.cut for item in drawn)
+    return f", {cut} of them cut below min_visible (dashed)" if cut else ""
+
+
+DASH = 4  # pixels on, then off, along a cut object's box
+
+
+def _dashed(draw: ImageDraw.ImageDraw, box: tuple[int, int, int, int], colour: Colour,
+            line: int) -> None:
+    """A rectangle's outline (inclusive edges, ``line`` px inward) in dashes of ``DASH``."""
+    left, top, right, bottom = box
+    for start in range(left, right + 1, 2 * DASH):
+        end = min(right, start + DASH - 1)
+        draw.rectangle((start, top, end, min(bottom, top + line - 1)), fill=colour)
+        draw.rectangle((start, max(top, bottom - line + 1), end, bottom), fill=colour)
+    for start in range(top, bottom + 1, 2 * DASH):
+        end = min(bottom, start + DASH - 1)
+        draw.rectangle((left, start, min(right, left + line - 1), end), fill=colour)
+        draw.rectangle((max(left, right - line + 1), start, right, end), fill=colour)
 
 
 def _outline(picture: Image.Image, mask: np.ndarray, classes: tuple[str, ...]) -> None:

@@ -325,7 +325,7 @@ class _Canvas:
         y = box[3] - 4 - image.height
         self.drawn += [DrawnObject(item.key, item.name, item.colour,
                                    (item.box[0] + x, item.box[1] + y, item.box[2] + x,
-                                    item.box[3] + y)) for item in drawn]
+                                    item.box[3] + y), item.cut) for item in drawn]
         return image, ""
 
     def left_out(self, count: int) -> None:

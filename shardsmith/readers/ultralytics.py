@@ -24,8 +24,10 @@ the class is the object class id - 1 (``names`` in id order).  For ``segment`` e
 one polygon by the rule the export follows (``annotations/polygons.py``): its ring, several
 rings joined at their nearest points, traced from its instance mask (RLE) along pixel borders
 when it has no polygon, its box's corners when it has neither; its box is then the polygon's
-extent, as Ultralytics derives it from a polygon label file.  What stays on disk and what
-does not work is in ``docs/ultralytics-reader.md``.
+extent, as Ultralytics derives it from a polygon label file.  Segment is refused where objects
+have a box only (a rectangle is no mask), unless the trainer's ``boxes_as_polygons`` says to
+take their corners anyway (``readers.segments``).  What stays on disk and what does not work
+is in ``docs/ultralytics-reader.md``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from . import largest_image_size, select_shards
 from .cut import without_cut
 from .plan import check_shards, load_table
 from .samples import SampleReader
+from .segments import check_segments
 from .targets import detection_target
 
 __all__ = ["ShardDetectionTrainer", "ShardSegmentationTrainer", "ShardYOLODataset",
@@ -75,10 +78,13 @@ class ShardYOLODataset(YOLODataset):
 
     ``shards`` is the dataset folder and ``img_path`` the split's name; every other argument
     is ``YOLODataset``'s.  ``im_files`` are names (``DATASET/SPLIT/KEY.jpg``, whose stem is
-    the sample key), never opened: images and labels come from the shards.
+    the sample key), never opened: images and labels come from the shards.  ``task="segment"``
+    is refused (``ConfigError`` naming how many) where objects have a box only, unless
+    ``boxes_as_polygons`` (``readers.segments``).
     """
 
-    def __init__(self, *args: Any, shards: str | Path, **kwargs: Any):
+    def __init__(self, *args: Any, shards: str | Path, boxes_as_polygons: bool = False,
+                 **kwargs: Any):
         self.shards_dir = Path(shards)
         split = kwargs.get("img_path", args[0] if args else None)
         if not isinstance(split, str):
@@ -93,6 +99,8 @@ class ShardYOLODataset(YOLODataset):
         check_shards(self.table)  # a shard swapped for another is refused now, not served
         # a sample with a defect cut below min_visible would teach its defect as background
         self.table = without_cut(self.shards_dir, self.manifest, self.table)
+        if kwargs.get("task") == "segment":  # a box is no mask: the yolo export's rule
+            check_segments(self.shards_dir, self.manifest, self.table, boxes_as_polygons)
         self.sizes = {record.key: (record.height, record.width)
                       for record in iter_sample_index(self.shards_dir, self.manifest)
                       if record.split == split}
@@ -300,11 +308,12 @@ def _without_duplicates(rows: np.ndarray,
 
 def shard_yolo_dataset(cfg: Any, shards: str | Path, split: str, batch: int | None,
                        data: dict[str, Any], mode: str = "train", rect: bool = False,
-                       stride: int = 32) -> ShardYOLODataset:
+                       stride: int = 32, boxes_as_polygons: bool = False) -> ShardYOLODataset:
     """``ShardYOLODataset`` of ``split`` with the arguments Ultralytics'
     ``build_yolo_dataset`` gives its ``YOLODataset`` (ultralytics/data/build.py)."""
     return ShardYOLODataset(
-        img_path=split, shards=shards, imgsz=cfg.imgsz, batch_size=batch,
+        img_path=split, shards=shards, boxes_as_polygons=boxes_as_polygons, imgsz=cfg.imgsz,
+        batch_size=batch,
         augment=mode == "train", hyp=cfg, rect=cfg.rect or rect, cache=cfg.cache or None,
         single_cls=cfg.single_cls or False, stride=stride,
         pad=0.0 if mode == "train" else 0.5, prefix=colorstr(f"{mode}: "), task=cfg.task,
@@ -343,6 +352,9 @@ class _FromShards:
     save_dir: Path
     model: Any
     data: dict[str, Any]
+    # segment over objects that have a box only: their boxes as rectangle polygons (a
+    # subclass sets it True); refused otherwise, as `export --task segment` refuses
+    boxes_as_polygons: bool = False
 
     def get_dataset(self) -> dict[str, Any]:
         """Names and splits from the manifest of ``data`` (the dataset folder)."""
@@ -362,7 +374,8 @@ class _FromShards:
         its dataset: rectangular batches for validation, the model's stride)."""
         stride = max(int(unwrap_model(self.model).stride.max()), 32)
         return shard_yolo_dataset(self.args, self.args.data, img_path, batch, self.data,
-                                  mode=mode, rect=mode == "val", stride=stride)
+                                  mode=mode, rect=mode == "val", stride=stride,
+                                  boxes_as_polygons=self.boxes_as_polygons)
 
     def get_validator(self):
         """The trainer's validator, reading the shards through the trainer's loader."""

@@ -48,6 +48,7 @@ from ...dataset.manifest import (
 )
 from ...dataset.normal import CUT_REASON, cut_count
 from ...dataset.remote import local_copy
+from ...dataset.task import pixel_census, yolo_task
 from ...door import Refused
 from ...errors import (
     ConfigError,
@@ -78,7 +79,6 @@ from .record import (
     record_bytes,
     record_cap,
 )
-from .task import pixel_census, yolo_task
 from .tree import ExportTree, real_folders
 from .versions import (
     Destination,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ...dataset.manifest import SampleRecord
-from ...errors import ConfigError
-from ...text import cut, plural
+from ..errors import ConfigError
+from ..text import cut, plural
+from .manifest import SampleRecord
 
 
 @dataclass(frozen=True)
@@ -52,36 +52,55 @@ def pixel_census(records: Iterable[SampleRecord]) -> PixelCensus:
     return PixelCensus(objects, tuple(box_only), uncounted)
 
 
+EXPORT_REMEDY = ("export --task detect, or add --boxes-as-polygons to write their boxes as "
+                 "polygons anyway")
+
+
 def yolo_task(requested: str, census: PixelCensus, object_classes: tuple[str, ...],
               boxes_as_polygons: bool) -> tuple[str, str]:
     """The task to export (``detect`` or ``segment``) for ``requested`` (``auto``, ``detect``
     or ``segment``) and why, in one line; ConfigError for ``segment`` over box-only objects
     unless ``boxes_as_polygons`` (their boxes written as rectangle polygons)."""
-    box_only = census.box_only_total
-    with_boxes = (f"{box_only} of {plural(census.objects, 'object')} have a box only "
-                  f"({census.box_only_named(object_classes)})") if box_only else ""
-    uncounted = (f"the index lines of {plural(census.uncounted, 'sample')} with objects, "
-                 "written by an earlier release, do not record which objects have pixels")
     if requested == "detect":
         return "detect", ""
     if requested == "segment":
-        if box_only and not boxes_as_polygons:
-            raise ConfigError(f"--task segment: {with_boxes}: a segmentation model would "
-                              "learn their rectangles as masks; export --task detect, or add "
-                              "--boxes-as-polygons to write their boxes as polygons anyway")
-        if box_only:
-            return "segment", f"segment, as asked: {with_boxes}, written as rectangles " \
-                              "(--boxes-as-polygons)"
-        if census.uncounted:
-            return "segment", f"segment, as asked: {uncounted}; a box-only object among " \
-                              "them is written as its rectangle"
-        return "segment", "segment, as asked: every object has a polygon or mask"
+        return "segment", segment_note(census, object_classes, boxes_as_polygons,
+                                       "--task segment", EXPORT_REMEDY)
+    box_only = census.box_only_total
     if not census.objects:
         return "detect", "auto chose detect: the samples exported have no objects"
     if census.uncounted:
-        return "detect", f"auto chose detect: {uncounted}; --task segment to override"
+        return "detect", f"auto chose detect: {_uncounted(census)}; --task segment to override"
     if box_only:
-        return "detect", f"auto chose detect: {with_boxes}; --task segment " \
-                         "--boxes-as-polygons writes their boxes as rectangles"
+        return "detect", f"auto chose detect: {_with_boxes(census, object_classes)}; --task " \
+                         "segment --boxes-as-polygons writes their boxes as rectangles"
     return "segment", ("auto chose segment: every object exported has a polygon or mask "
                        f"({plural(census.objects, 'object')})")
+
+
+def segment_note(census: PixelCensus, object_classes: tuple[str, ...],
+                 boxes_as_polygons: bool, asked: str, remedy: str) -> str:
+    """Why segmentation over ``census``'s objects is what it is, in one line; ConfigError
+    naming how many objects have a box only (``asked``: how the user asked for segment;
+    ``remedy``: what to do instead), unless ``boxes_as_polygons`` (their boxes as rectangle
+    polygons).  The export and the Ultralytics reader ask this one rule."""
+    if census.box_only_total and not boxes_as_polygons:
+        raise ConfigError(f"{asked}: {_with_boxes(census, object_classes)}: a segmentation "
+                          f"model would learn their rectangles as masks; {remedy}")
+    if census.box_only_total:
+        return f"segment, as asked: {_with_boxes(census, object_classes)}, written as " \
+               "rectangles (boxes as polygons)"
+    if census.uncounted:
+        return f"segment, as asked: {_uncounted(census)}; a box-only object among them is " \
+               "written as its rectangle"
+    return "segment, as asked: every object has a polygon or mask"
+
+
+def _with_boxes(census: PixelCensus, object_classes: tuple[str, ...]) -> str:
+    return (f"{census.box_only_total} of {plural(census.objects, 'object')} have a box only "
+            f"({census.box_only_named(object_classes)})")
+
+
+def _uncounted(census: PixelCensus) -> str:
+    return (f"the index lines of {plural(census.uncounted, 'sample')} with objects, written "
+            "by an earlier release, do not record which objects have pixels")
