@@ -152,7 +152,7 @@ def test_one_edit_to_a_coco_file_re_encodes_that_image_only(tmp_path):
     coco["annotations"][5]["bbox"][0] += 4  # the dent of image 3 moves 4 px
     (source / "annotations" / "instances.json").write_text(json.dumps(coco))
     summary = cli_pack(source, output, COCO_CONFIG)
-    assert "1 changed" in summary and "1 image decoded" in summary
+    assert "1 re-annotated" in summary and "1 image decoded" in summary
     after = by_path(output)
     changed = {path for path in before if after[path]["shard"] != before[path]}
     assert "parts/p2.jpg" in changed  # annotation 5 is image 3's, parts/p2.jpg
@@ -176,7 +176,7 @@ def test_an_edited_annotation_file_counts_as_a_change_and_new_classes_are_append
     (source / "parts" / "p1.xml").write_text(defects.voc_xml([("crack", (10, 10, 40, 20)),
                                                             ("dent", (80, 205, 220, 325))]))
     summary = cli_pack(source, output, config, "--format", "tfrecord")
-    assert "1 changed" in summary
+    assert "1 re-annotated" in summary
     manifest = images.manifest_of(output)
     assert manifest["object_classes"] == ["scratch", "dent", "crack"]  # ids 1, 2 kept
     assert 'id: 3\n  name: "crack"' in (output / "label_map.pbtxt").read_text()
