@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from shardsmith.errors import OutputStateError
-from shardsmith.ops.export import links
+from shardsmith.ops.export import export, links
 
 import defects
 import images
@@ -189,6 +189,23 @@ def test_a_fifo_or_link_where_an_exported_file_is_resumed_is_refused(dataset, tm
     assert not (tmp_path / "dest" / "current").exists()
     if kind == "symlink":
         assert (tmp_path / "secret").read_text() == "outside"
+
+
+def test_a_resumed_file_swapped_for_a_hard_link_to_the_same_bytes_is_not_kept(dataset,
+                                                                                tmp_path):
+    """Its sha256 matches, but it is another file, shared with a name outside DEST (which
+    may change it later): made again from its shard, the outside file untouched."""
+    partial = interrupted_partial(dataset, tmp_path / "dest")
+    victim = next(partial.rglob("*.jpg"))
+    outside = tmp_path / "outside.jpg"
+    shutil.copyfile(victim, outside)
+    outside.chmod(victim.stat().st_mode & 0o777)
+    victim.unlink()
+    os.link(outside, victim)
+    result = export(dataset, tmp_path / "dest", "yolo", quiet=True)
+    made = result.folder / victim.relative_to(partial)
+    assert made.read_bytes() == outside.read_bytes() and made.stat().st_nlink == 1
+    assert made.stat().st_ino != outside.stat().st_ino and outside.stat().st_nlink == 1
 
 
 def test_a_class_name_that_is_no_folder_name_is_refused(tmp_path):
@@ -460,6 +477,73 @@ def test_a_file_of_the_previous_version_that_is_not_as_written_is_made_again(two
     assert made.stat().st_mode & 0o777 == 0o644 & ~current_umask()
 
 
+def swap_for_a_hard_link(victim: Path, outside: Path) -> None:
+    """``victim`` replaced by a hard link to ``outside``, a file made outside DEST with its
+    size and mode and other bytes."""
+    info = victim.stat()
+    outside.write_bytes(b"O" * info.st_size)
+    outside.chmod(info.st_mode & 0o777)
+    victim.unlink()
+    os.link(outside, victim)
+
+
+@pytest.mark.parametrize("linked_by", ["LinkWorkers", "LinksHere"])
+def test_a_file_of_the_previous_version_swapped_for_a_hard_link_is_not_linked(
+        two_versions, tmp_path, monkeypatch, linked_by):
+    """The new version would share the outside file (its bytes under a record naming ours):
+    its sample is made from its shard, by the link workers and by the export's own threads
+    (where no worker can start) alike."""
+    first, second = two_versions
+    export(first, tmp_path / "dest", "yolo", quiet=True)
+    victim = sorted((tmp_path / "dest" / "v1" / "images" / "train").iterdir())[0]
+    outside = tmp_path / "outside.jpg"
+    swap_for_a_hard_link(victim, outside)
+    if linked_by == "LinksHere":
+        monkeypatch.setattr(sys, "frozen", True, raising=False)  # no worker program to run
+    used, start = [], links.start
+    monkeypatch.setattr(links, "start", lambda *args: used.append(start(*args)) or used[-1])
+    result = export(second, tmp_path / "dest", "yolo", quiet=True)
+    assert [type(pending).__name__ for pending in used] == [linked_by]
+    assert result.linked > 0
+    export(second, tmp_path / "fresh", "yolo", quiet=True)
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    made = tmp_path / "dest" / "v2" / victim.relative_to(tmp_path / "dest" / "v1")
+    assert made.stat().st_ino != outside.stat().st_ino and made.stat().st_nlink == 1
+    assert set(outside.read_bytes()) == {ord("O")}
+
+
+def test_an_up_to_date_version_with_a_file_swapped_for_a_hard_link_is_made_again(
+        two_versions, tmp_path):
+    first, _ = two_versions
+    export(first, tmp_path / "dest", "yolo", quiet=True)
+    expected = files_of(tmp_path / "dest" / "v1")
+    victim = sorted((tmp_path / "dest" / "v1" / "labels" / "train").iterdir())[0]
+    outside = tmp_path / "outside.txt"
+    swap_for_a_hard_link(victim, outside)
+    result = export(first, tmp_path / "dest", "yolo", quiet=True)
+    assert not result.up_to_date and result.linked > 0
+    assert files_of(tmp_path / "dest" / "current") == expected
+    assert victim.stat().st_ino != outside.stat().st_ino
+    assert set(outside.read_bytes()) == {ord("O")}
+
+
+def test_a_version_recorded_without_inodes_lends_no_file_and_is_made_again_once(
+        two_versions, tmp_path):
+    """A record of an earlier release names no file's inode: nothing tells that its files
+    are still the ones it wrote, so they are made again, and recorded with theirs."""
+    first, _ = two_versions
+    export(first, tmp_path / "dest", "yolo", quiet=True)
+    path = tmp_path / "dest" / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    for file in [file for sample in record["samples"] for file in sample["files"]] + \
+            record["shared"]:
+        del file["inode"]
+    path.write_text(json.dumps(record))
+    again = export(first, tmp_path / "dest", "yolo", quiet=True)
+    assert not again.up_to_date and again.linked == 0 and again.written == again.samples
+    assert export(first, tmp_path / "dest", "yolo", quiet=True).up_to_date
+
+
 def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -574,7 +658,8 @@ def test_a_repair_killed_with_current_on_its_partial_folder_is_finished_not_rewr
     dest = tmp_path / "dest"
     version = export(dataset, dest, "yolo", quiet=True).folder
     partial = dest / f"{version.name}.partial"
-    shutil.copytree(version, partial)
+    # the finished partial folder holds the files its record names (their inodes): links
+    shutil.copytree(version, partial, copy_function=os.link)
     (dest / "next").symlink_to(partial.name)
     os.replace(dest / "next", dest / "current")
     if old == "renamed":

@@ -24,8 +24,10 @@ def run_worker(pairs: list[tuple[int, int]], requests: bytes) -> subprocess.Comp
                           pass_fds=[fd for pair in pairs for fd in pair], timeout=60)
 
 
-def request(folder: int, size: int, name: str) -> bytes:
-    return b"%d\0%d\0%s\0" % (folder, size, os.fsencode(name))
+def request(folder: int, size: int, source: Path) -> bytes:
+    """A request to link ``source`` (by its name), as recorded: ``size`` bytes, its inode."""
+    inode = source.lstat().st_ino if os.path.lexists(source) else 0
+    return b"%d\0%d\0%d\0%s\0" % (folder, size, inode, os.fsencode(source.name))
 
 
 def opened(path: Path) -> int:
@@ -44,7 +46,8 @@ def test_a_worker_links_what_was_written_and_names_what_it_did_not(tmp_path):
     (source / "folder.jpg").mkdir()
     pairs = [(opened(source), opened(target))]
     names = ["a b.jpg", "short.jpg", "run.jpg", "elsewhere.jpg", "folder.jpg", "gone.jpg"]
-    result = run_worker(pairs, b"".join(request(0, 3, name) for name in names) + b"\0")
+    result = run_worker(pairs, b"".join(request(0, 3, source / name) for name in names)
+                        + b"\0")
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().splitlines() == ["F 1", "F 2", "F 3", "F 4", "F 5", "D"]
     assert (target / "a b.jpg").stat().st_ino == (source / "a b.jpg").stat().st_ino
@@ -62,7 +65,8 @@ def test_a_file_on_another_file_system_is_not_linked_and_the_worker_goes_on(tmp_
         (source / "a.jpg").write_bytes(b"abc")
         target = tmp_path / "v2.partial"
         target.mkdir()
-        result = run_worker([(opened(source), opened(target))], request(0, 3, "a.jpg") + b"\0")
+        result = run_worker([(opened(source), opened(target))],
+                            request(0, 3, source / "a.jpg") + b"\0")
         assert result.returncode == 0 and result.stdout.decode().splitlines() == ["F 0", "D"]
     finally:
         shutil.rmtree(source)
@@ -80,8 +84,8 @@ def test_a_worker_stops_at_an_error_no_other_file_would_escape(tmp_path):
     second = tmp_path / "second"
     second.mkdir()
     pairs = [(opened(source), opened(second)), (opened(source), not_a_folder)]
-    result = run_worker(pairs, request(0, 3, "a.jpg") + request(1, 3, "a.jpg")
-                        + request(0, 3, "b.jpg"))
+    result = run_worker(pairs, request(0, 3, source / "a.jpg") + request(1, 3, source / "a.jpg")
+                        + request(0, 3, source / "b.jpg"))
     assert result.returncode == 1
     assert result.stdout.decode().splitlines() == [f"X {errno.ENOTDIR} 1"]
     assert os.listdir(second) == ["a.jpg"]
@@ -93,7 +97,8 @@ def test_a_worker_whose_export_is_gone_stops_quietly(tmp_path):
     source.mkdir()
     target.mkdir()
     (source / "a.jpg").write_bytes(b"abc")
-    result = run_worker([(opened(source), opened(target))], request(0, 3, "a.jpg") + b"0\0")
+    result = run_worker([(opened(source), opened(target))],
+                        request(0, 3, source / "a.jpg") + b"0\0")
     assert result.stdout == b"" and (target / "a.jpg").exists()
     assert b"Traceback" not in result.stderr
 

@@ -433,7 +433,8 @@ class _Run:
 
     def _up_to_date(self, record: ExportRecord) -> bool:
         """The current export is this version with these options, and every file it lists
-        is still there at its size (an ``lstat`` each, no reading)."""
+        is still there as written: a regular file of its size and inode (an ``lstat`` each,
+        no reading)."""
         if not (record.version == self.number
                 and record.content_fingerprint == self.manifest.content_fingerprint):
             return False
@@ -447,15 +448,17 @@ class _Run:
                 info = os.lstat(folder / file.path)
             except FileNotFoundError:
                 return False
-            if not (info.st_mode & 0o170000 == 0o100000 and info.st_size == file.bytes):
+            if not (info.st_mode & 0o170000 == 0o100000 and info.st_size == file.bytes
+                    and info.st_ino == file.inode):
                 return False
         return True
 
     def _linkable(self, before: ExportRecord | None) -> dict[str, ExportedSample]:
         """key -> the current export's record of it, for the samples whose files may be
         linked: their recorded files are the layout's for their key and split (a record that
-        names other files lends none of them), in a split this export has, and (COCO) their
-        recorded objects ones this release can have made."""
+        names other files lends none of them), in a split this export has, their inodes
+        recorded (a record of an earlier release has none: its files are made again), and
+        (COCO) their recorded objects ones this release can have made."""
         if before is None:
             return {}
         fits = layouts.paths_fit(self.options, self.manifest.classes,
@@ -464,6 +467,7 @@ class _Run:
         return {sample.key: sample for sample in before.samples
                 if sample.split in splits
                 and fits(sample.key, sample.split, tuple(file.path for file in sample.files))
+                and all(file.inode is not None for file in sample.files)
                 and coco_fits(sample)}
 
     def _read_index(self, previous: dict[str, ExportedSample],

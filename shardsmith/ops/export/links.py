@@ -132,7 +132,7 @@ class LinkWorkers(_Links):
                     self._failed.add(number)
                     continue
                 worker, folder = where
-                batches[worker].append(f"{folder}\0{file.bytes}\0{name}\0")
+                batches[worker].append(f"{folder}\0{file.bytes}\0{file.inode}\0{name}\0")
                 workers[worker].owners.append((number, file))
         mark = len(self.samples) - self._marked >= MARK_EVERY
         for worker, batch in zip(workers, batches, strict=True):

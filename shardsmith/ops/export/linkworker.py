@@ -2,10 +2,10 @@
 the previous export into the new one, by name between folder descriptors it inherits.
 
 Run as ``python -I -S linkworker.py SOURCE_FD,TARGET_FD ...`` (the standard library only, so
-it starts in about 10 ms).  Reads requests from stdin, each three NUL-terminated fields: the
-folder (an index into the pairs of its arguments), the size the file was recorded with, and
-the file's name; an empty field where a request begins asks for ``D`` once the requests
-before it are done.  Writes one line per event:
+it starts in about 10 ms).  Reads requests from stdin, each four NUL-terminated fields: the
+folder (an index into the pairs of its arguments), the size and the inode number the file was
+recorded with, and the file's name; an empty field where a request begins asks for ``D`` once
+the requests before it are done.  Writes one line per event:
 
     F NUMBER          request NUMBER (counted from 0, marks not counted) was not linked (the
                       name is gone or a folder there, a link, not as written): its sample is
@@ -33,19 +33,24 @@ NOT_A_FILE = frozenset((errno.ENOENT, errno.EPERM, errno.EACCES, errno.EISDIR, e
                         errno.EXDEV))
 
 
-def as_written(info: os.stat_result, size: int) -> bool:
-    """``info`` is of a file as an export writes one of ``size`` bytes: regular, that size,
-    and the permissions a create with 0o644 gives under some umask (0o600 to 0o644).  A file
-    made unreadable (``chmod 000``) or executable in the previous version is not linked: the
-    new version would share its mode, as a fresh export would not."""
+def as_written(info: os.stat_result, size: int, inode: int | None) -> bool:
+    """``info`` is of the file an export wrote as ``size`` bytes in inode ``inode`` (its
+    record's): regular, that size, that inode, and the permissions a create with 0o644 gives
+    under some umask (0o600 to 0o644).  A file made unreadable (``chmod 000``) or executable
+    in the previous version is not linked: the new version would share its mode, as a fresh
+    export would not.  Nor is one swapped for a hard link to another file (the same size and
+    mode, another inode): the new version would hold a file it did not write, shared with a
+    name outside DEST.  The inode is compared, not the link count: a file unchanged through
+    several kept versions has a link in each, so no count tells such a link from ours."""
     mode = info.st_mode
-    return (mode & 0o170000 == stat.S_IFREG and info.st_size == size
+    return (info.st_ino == inode and mode & 0o170000 == stat.S_IFREG and info.st_size == size
             and mode & 0o600 == 0o600 and not mode & 0o7133)  # 0o7133: the bits 0o644 lacks
 
 
 def _requests(read):
-    """(folder, size, name) per request, None per mark, from the byte blocks ``read`` returns
-    until it returns none; a request cut off at the end (the export gone) is dropped."""
+    """(folder, size, inode, name) per request, None per mark, from the byte blocks ``read``
+    returns until it returns none; a request cut off at the end (the export gone) is
+    dropped."""
     rest, pending = b"", []
     while block := read():
         fields = (rest + block).split(b"\0")
@@ -55,8 +60,8 @@ def _requests(read):
                 yield None
                 continue
             pending.append(field)
-            if len(pending) == 3:
-                yield int(pending[0]), int(pending[1]), pending[2]
+            if len(pending) == 4:
+                yield int(pending[0]), int(pending[1]), int(pending[2]), pending[3]
                 pending = []
 
 
@@ -69,7 +74,7 @@ def main(argv: list[str]) -> int:
         if request is None:
             say(1, b"D\n")
             continue
-        folder, size, name = request
+        folder, size, inode, name = request
         source, target = folders[folder]
         try:
             link(name, name, src_dir_fd=source, dst_dir_fd=target, follow_symlinks=False)
@@ -80,7 +85,7 @@ def main(argv: list[str]) -> int:
             say(1, b"F %d\n" % number)
         else:
             # a link made without following a symbolic link is whatever the source name is
-            if not as_written(look(name, dir_fd=target, follow_symlinks=False), size):
+            if not as_written(look(name, dir_fd=target, follow_symlinks=False), size, inode):
                 unlink(name, dir_fd=target)
                 say(1, b"F %d\n" % number)
         number += 1

@@ -1,5 +1,5 @@
 """What an export folder holds, as ``.export/record.json`` says: the dataset version it came
-from, the layout and options, and per sample its files (path, size, sha256).
+from, the layout and options, and per sample its files (path, size, sha256, inode).
 
 The record decides what a later export may hard-link and what an interrupted one may keep, so
 it is read as untrusted (someone may have edited it, or the folder may be another tool's):
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -39,10 +40,20 @@ RECORD_CAP = 4 * STATE_CAP  # the least a record may be, whatever the dataset's 
 RECORD_BYTES_PER_SAMPLE = 16 << 10
 
 
+# st_ino is 64 bits unsigned (overlayfs puts a file system's number in the high ones), past
+# what msgspec bounds: no upper bound, a larger number only matching no file.
+Inode = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class ExportedFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     path: str  # relative to the export folder: the layout's (``layouts.paths_fit``)
     bytes: Count
     sha256: str
+    # The file's inode number as written: a later export links it only where the name
+    # still holds that file (one swapped for a hard link to another file of the same size
+    # and mode is not ours).  None: a record of an earlier release, whose files are made
+    # again (not linked, not up to date) once.
+    inode: Inode | None = None
 
 
 class CocoObject(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
