@@ -165,6 +165,7 @@ def dataset_listing(dataset: Path) -> str:
 def export_listing(destination: Path) -> str:
     """``relpath sha256`` of every file an export wrote (links as ``-> target``).
 
+    The export record holds each file's inode (the machine's): compared without them.
     ``data.yaml`` names the export's absolute folder (Ultralytics wants one): compared with
     that folder as ``DEST``; the export record lists data.yaml's digest and size: compared with
     those of the normalised data.yaml.  ``.export/lock`` (empty, one export at a time) is state.
@@ -180,8 +181,10 @@ def export_listing(destination: Path) -> str:
         data = path.read_bytes()
         if path.name == "data.yaml":
             data = data.replace(str(path.parent).encode(), b"DEST")
-        elif path.name == "record.json" and (path.parent.parent / "data.yaml").exists():
-            data = normalised_record(data, path.parent.parent)
+        elif path.name == "record.json":
+            data = re.sub(rb'"inode":\d+,', b"", data)
+            if (path.parent.parent / "data.yaml").exists():
+                data = normalised_record(data, path.parent.parent)
         lines.append(f"{relpath} {sha256(data)}")
     return "\n".join(lines) + "\n"
 
