@@ -1,7 +1,7 @@
-"""A box no pack writes (inverted, empty, outside its sample) is refused by every consumer, as
-export refuses it: `verify --decode`, the torch reader's targets (and so the Ultralytics
-dataset and the contact sheet, which build theirs the same way).  One geometry check holds
-them all (``metadata.box_problem``)."""
+"""A box no pack writes (inverted, empty, outside its sample, smaller than an export writes) is
+refused by every consumer, as export refuses it: `verify --decode`, the torch reader's targets
+(and so the Ultralytics dataset and the contact sheet, which build theirs the same way).  One
+geometry check holds them all (``metadata.box_problem``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from hostile_data import cli, mixed_annotated, rebuild_shard
+
+from shardsmith.dataset.formats.metadata import box_problem
 
 import images
 
@@ -76,3 +78,21 @@ def test_the_torch_reader_never_serves_a_box_that_is_no_box(annotated, tmp_path,
     key = forged(annotated, tmp_path / "forged", lie)
     with pytest.raises(CorruptSampleError, match=key):
         list(dataset(tmp_path / "forged", targets=True, shuffle=False, on_corrupt="raise"))
+
+
+def test_a_box_one_step_of_a_record_wide_is_a_box():
+    # 102.401 - 102.4 is 0.00099999999999 in floats: still the 1/1000 px a record keeps
+    assert box_problem([102.4, 10.0, 102.401, 20.0], 256, 256) is None
+
+
+@pytest.mark.parametrize(("box", "width"), [
+    ([10.0, 10.0, 10.0000001, 20.0], 256),  # 0.000 px in COCO, 0.000000 in YOLO
+    ([10.0, 10.0, 10.03, 20.0], 65_535),  # 0.000000 of 65,535 px in YOLO
+    ([10.0, 10.0, 10.02, 10.02], 256)])  # a COCO area of 0.000 px^2
+def test_a_box_an_export_writes_as_nothing_is_no_box(box, width):
+    problem = box_problem(box, width, 256)
+    assert problem is not None and "smaller than an export writes" in problem
+
+
+def test_a_box_an_export_still_writes_is_a_box_in_the_widest_sample():
+    assert box_problem([10.0, 10.0, 10.07, 20.0], 65_535, 256) is None

@@ -139,9 +139,6 @@ def forge_cut_box(dataset: Path, lie) -> str:
     return keys[0]
 
 
-@pytest.mark.xfail(strict=True, reason="metadata._check_cut checks a cut box for 4 finite "
-                   "numbers only, not box_problem: the one geometry check is not applied to "
-                   "objects_cut")
 @pytest.mark.parametrize("lie", [inverted, outside])
 def test_verify_decode_names_a_cut_box_that_is_no_box(cut_dataset, tmp_path, lie):
     forged = copy_of(cut_dataset, tmp_path / "forged")
@@ -151,8 +148,6 @@ def test_verify_decode_names_a_cut_box_that_is_no_box(cut_dataset, tmp_path, lie
     assert key in result.stdout + result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="readers/targets._ignored serves objects_cut boxes "
-                   "without box_problem: an inverted or outside ignore box reaches the loss")
 @pytest.mark.parametrize("lie", [inverted, outside])
 def test_the_torch_reader_with_keep_cut_never_serves_an_ignore_box_that_is_no_box(
         cut_dataset, tmp_path, lie):
@@ -381,11 +376,6 @@ def test_the_next_pack_corrects_damaged_totals_even_when_nothing_changed(cut_dat
 # --- 10. Boxes below what a record can hold -------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="the pack keeps a YOLO box 0.00003 px wide and "
-                   "writes it rounded to [160.0, 108.0, 160.0, 132.0] (zero width); "
-                   "metadata.box_problem then refuses it in export, so one sliver of an "
-                   "annotation stops the whole export of a dataset the pack just made (an "
-                   "exact 0 width is refused at pack time)")
 def test_a_dataset_fresh_from_a_pack_exports_whatever_sliver_of_a_box_its_labels_hold(
         tmp_path):
     images.write(tmp_path / "source" / "good" / "a.jpg", images.jpeg(320, 240, 1))
@@ -399,9 +389,6 @@ def test_a_dataset_fresh_from_a_pack_exports_whatever_sliver_of_a_box_its_labels
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="metadata.box_problem asks x0 < x1 only: a box "
-                   "1e-7 px wide passes verify --decode and is exported as a YOLO row of "
-                   "width 0.000000 and a COCO bbox of w 0.0, area 0.0")
 def test_a_box_narrower_than_the_exports_precision_is_refused_like_an_empty_one(
         cut_dataset, tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")
@@ -426,9 +413,6 @@ def sliver_at_a_tile_border(source: Path) -> dict:
     return {name: value for name, value in CUT_CONFIG.items() if "mask" not in name}
 
 
-@pytest.mark.xfail(strict=True, reason="the tile's clip keeps 0.0004 px of the box and the "
-                   "record rounds it to [0.0, 102.4, 0.0, 153.6]: as a cut object "
-                   "(default min_visible) export --keep-cut refuses it and stops")
 def test_keep_cut_exports_a_tiled_dataset_whose_box_ends_a_hair_past_a_tile_border(tmp_path):
     config = sliver_at_a_tile_border(tmp_path / "source")
     defects.pack_with(tmp_path / "source", tmp_path / "dataset", config)
@@ -437,8 +421,6 @@ def test_keep_cut_exports_a_tiled_dataset_whose_box_ends_a_hair_past_a_tile_bord
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="with min_visible 0 the zero-width clipped box is kept "
-                   "as an object: every export of the dataset stops on it")
 def test_an_export_of_a_tiled_dataset_with_min_visible_0_never_stops_on_its_own_box(tmp_path):
     config = sliver_at_a_tile_border(tmp_path / "source")
     defects.pack_with(tmp_path / "source", tmp_path / "dataset",

@@ -291,3 +291,21 @@ def test_an_oriented_tiff_is_read_at_its_stored_size(tmp_path):
     pixels = simplejpeg.decode_jpeg(files["jpg"], colorspace="GRAY")[:, :, 0]
     assert pixels.shape == (100, 60)  # turned 90 clockwise: not squeezed into 100 x 60
     assert pixels[:20, -10:].mean() > 230  # the stored top-left is now the top-right
+
+
+@pytest.mark.parametrize("min_visible", [0.0, 0.5])
+def test_a_box_ending_a_hair_past_a_tile_border_is_no_object_of_the_next_tile(tmp_path,
+                                                                              min_visible):
+    # Another tool's pixels converted to YOLO: the box ends 0.0004 px past column 3's border,
+    # less than the 1/1000 px a record keeps; column 3 shows nothing of it, kept or cut.
+    images.write(tmp_path / "source" / "good" / "a.png", images.png(1280, 256, 1))
+    (tmp_path / "source" / "good" / "a.txt").write_text(
+        f"0 {(736 + 768.0004) / 2 / 1280:.9f} 0.5 {32.0004 / 1280:.9f} 0.2\n")
+    pack_with(tmp_path / "source", tmp_path / "out",
+              {**ANNOTATED, "image.tiles.size": TILE, "image.tiles.overlap": 0,
+               "image.tiles.keep": "all", "source.annotations.min_visible": min_visible})
+    tiles = {json.loads(files["json"])["tile"]["column"]: json.loads(files["json"])
+             for files in members(tmp_path / "out").values()}
+    assert tiles[2]["boxes"] == [[224.0, 102.4, 256.0, 153.6]]
+    assert tiles[3]["boxes"] == []
+    assert "objects_cut" not in tiles[3]

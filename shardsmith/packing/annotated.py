@@ -47,6 +47,7 @@ from ..annotations.masks import (
 from ..annotations.model import CutObject, ImageAnnotations, Objects, Shape, Vocabulary
 from ..annotations.read import read_annotations
 from ..config import Config
+from ..dataset.formats.metadata import too_small
 from ..dataset.normal import IGNORE, objects_are_normal
 from ..dataset.records import Reject, Sample, Unchanged
 from ..decoders import open_header, orientation
@@ -299,8 +300,10 @@ class _Cutter:
         An object with pixels is there when one of its pixels overlaps the window (at the
         original's resolution); it shows the share of its pixels that do, and its box is the
         box of its marked pixels in the sample.  A box-only object shows the share of its box
-        (``geometry.place``).  The class mask keeps the pixels of the objects kept; those of an
-        object dropped by ``min_visible`` become ``IGNORE`` (unless a kept object marks them).
+        (``geometry.place``); one whose stored box is under the exports' precision
+        (``metadata.too_small``) is not there.  The class mask keeps the pixels of the objects
+        kept; those of an object dropped by ``min_visible`` become ``IGNORE`` (unless a kept
+        object marks them).
         """
         rect = (tile.x, tile.y, *size)
         seen = _original_window(placement)
@@ -311,12 +314,15 @@ class _Cutter:
         for instance, reduced in zip(self.instances, self.reduced, strict=True):
             if instance.patch is None:
                 placed = place(instance.shape, placement)
-                if placed is None:
+                box = rounded_box(placed.box) if placed is not None else None
+                if box is None or too_small(box, *size, steps=1):
+                    # not there: a box of which the record keeps less than an export writes
+                    # (a label ending 0.0004 px past a tile's border) shows no part of it
                     continue
                 if placed.visible < min_visible:
-                    cut.append(CutObject(instance.shape.name, rounded_box(placed.box)))
+                    cut.append(CutObject(instance.shape.name, box))
                     continue
-                boxes.append(rounded_box(placed.box))
+                boxes.append(box)
                 names.append(instance.shape.name)
                 polygons.append(())
                 rles.append(None)

@@ -64,6 +64,10 @@ def _ignored(cut: Any, height: int, width: int, with_masks: bool,
         raise ValueError(f"a cut object's box is malformed ({exc})") from None
     if not np.isfinite(boxes).all():
         raise ValueError("a cut object's box is not finite")
+    for box in boxes.tolist():
+        problem = box_problem(box, width, height)
+        if problem is not None:
+            raise ValueError(f"a cut object's {problem}")
     found = {"ignore_boxes": boxes, "ignore_labels": np.asarray(labels_in, np.int64)}
     if with_masks:
         found["ignore_masks"] = _instance_masks([item.get("rle") for item in cut], boxes,

@@ -23,18 +23,46 @@ OBJECT_KEYS = ("boxes", "labels", "label_names", "polygons", "rle")
 # a TFRecord box is normalised float32 times the size, rounded to 1e-3 px: its edge may sit
 # that far past the sample's
 BOX_SLACK = 0.01
+# The finest steps the exports write a box in: the records and COCO's bbox keep 1/1000 px,
+# COCO's area 1/1000 px^2, YOLO six decimals of the sample's side (1e-6 of 65,535 px is
+# 0.066 px).  A box under half a step is written as 0 wide (or of no area).
+BOX_STEP = 1e-3
+AREA_STEP = 1e-3
+YOLO_STEP = 1e-6
+# the float noise of a side computed from two edges rounded to 1e-3 px (102.401 - 102.4 is
+# 0.00099999999999 px): far under any step
+_NOISE = 1e-9
 
 
 def box_problem(box: Sequence[float], width: int, height: int) -> str | None:
     """What is wrong with the box ``x0, y0, x1, y1`` (finite numbers) of a ``width`` x
-    ``height`` sample, or None: the one geometry check of an object that export, the readers,
-    the contact sheet and ``verify --decode`` hold every box to.  An inverted, empty or
-    outside box is no object of ours (invariant 12): a model would be taught negative sizes."""
+    ``height`` sample, or None: the one geometry check of an object (kept or cut) that export,
+    the readers, the contact sheet and ``verify --decode`` hold every box to.  An inverted,
+    empty or outside box is no object of ours (invariant 12): a model would be taught negative
+    sizes; nor is one an export would write as 0 wide (``too_small``)."""
     x0, y0, x1, y1 = box
-    if -BOX_SLACK <= x0 < x1 <= width + BOX_SLACK and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK:
-        return None
-    return (f"box {str([float(value) for value in box])[:80]} is not x0 < x1, y0 < y1 inside "
-            f"its {width}x{height} pixels")
+    if not (-BOX_SLACK <= x0 < x1 <= width + BOX_SLACK
+            and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK):
+        return (f"box {str([float(value) for value in box])[:80]} is not x0 < x1, y0 < y1 "
+                f"inside its {width}x{height} pixels")
+    if too_small(box, width, height):
+        return (f"box {str([float(value) for value in box])[:80]} is smaller than an export "
+                f"writes a box of its {width}x{height} pixels (it would be 0 wide, high or "
+                "of no area)")
+    return None
+
+
+def too_small(box: Sequence[float], width: int, height: int, steps: float = 0.5) -> bool:
+    """Whether a side or the area of ``box`` in a ``width`` x ``height`` sample is under
+    ``steps`` of the step an export writes it in (``BOX_STEP``, ``AREA_STEP``, ``YOLO_STEP``
+    of the sample's side).  Half a step (the default, ``box_problem``) rounds to 0; the pack
+    keeps only boxes of a whole step (``steps=1``), so that a TFRecord's float32 edges (up to
+    0.002 px off at 65,535 px) never read back under half of one."""
+    x0, y0, x1, y1 = box
+    across, down = x1 - x0, y1 - y0
+    return (across < steps * max(BOX_STEP, width * YOLO_STEP) - _NOISE
+            or down < steps * max(BOX_STEP, height * YOLO_STEP) - _NOISE
+            or across * down < steps * AREA_STEP - _NOISE)
 
 
 def rle_string(counts: tuple[int, ...] | list[int], height: int, width: int) -> bytes:
@@ -146,6 +174,9 @@ def _check_cut(cut: Any, height: int, width: int) -> None:
         box = item.get("box")
         if not isinstance(box, list) or len(box) != 4 or not all(map(_finite, box)):
             raise ShardFormatError(f"cut box {str(box)[:40]} is not 4 finite numbers")
+        problem = box_problem(box, width, height)
+        if problem is not None:
+            raise ShardFormatError(f"a cut object's {problem}")
         if "rle" in item:
             rle = item["rle"]
             if not isinstance(rle, dict) or rle.get("size") != [height, width]:

@@ -23,7 +23,7 @@ import yaml
 from pycocotools import mask as coco_mask
 
 from ...annotations import polygons
-from ...dataset.formats.metadata import BOX_SLACK, MAX_SIDE, box_problem, rle_counts
+from ...dataset.formats.metadata import MAX_SIDE, box_problem, rle_counts
 from ...dataset.manifest import CutRecord
 from ...dataset.normal import IGNORE, is_normal
 from ...errors import ConfigError, ShardFormatError
@@ -145,11 +145,9 @@ def cut_objects(cut: Iterable[CutRecord], object_classes: tuple[str, ...] | None
     for item in cut:
         if object_classes is None or not 1 <= item.label <= len(object_classes):
             raise ValueError(f"cut object class id {item.label} is not one of the dataset's")
-        x0, y0, x1, y1 = item.box
-        if not (-BOX_SLACK <= x0 < x1 <= width + BOX_SLACK
-                and -BOX_SLACK <= y0 < y1 <= height + BOX_SLACK):
-            raise ValueError(f"cut box {list(item.box)} is not inside its {width}x{height} "
-                             "pixels")
+        problem = box_problem(item.box, width, height)
+        if problem is not None:
+            raise ValueError(f"a cut object's {problem}")
         rle = None
         if item.rle is not None:
             try:
