@@ -108,3 +108,32 @@ def one_error_line(process: subprocess.CompletedProcess, code: int = 2) -> str:
     lines = process.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardsmith: error:"), process.stderr
     return lines[0]
+
+
+def rebuild_tfrecord_shard(dataset: Path, name: str,
+                           edit: Callable[[object], bool]) -> bool:
+    """Rewrite the TFRecord shard ``name`` with each record's ``tf.train.Example`` passed to
+    ``edit`` (which changes it in place and says whether it did); its index and the manifest's
+    sizes and digests follow.  Whether any record was edited."""
+    import tensorflow as tf
+
+    from shardsmith.dataset.formats import Placed, index_bytes
+    from shardsmith.dataset.formats.tfrecord import TFRecordFormat, frame_record, iter_records
+
+    manifest = images.manifest_of(dataset)
+    shard = next(entry for entry in manifest["shards"] if entry["name"] == name)
+    data, placed, edited = b"", [], False
+    for _, payload in iter_records(dataset / name, shard["bytes"]):
+        example = tf.train.Example.FromString(payload)
+        if not edited and edit(example):
+            edited, payload = True, example.SerializeToString()
+        record = frame_record(payload)
+        placed.append(Placed(len(data), len(record), "", ()))
+        data += record
+    index = index_bytes(TFRecordFormat(), placed)
+    (dataset / name).write_bytes(data)
+    (dataset / shard["index"]["name"]).write_bytes(index)
+    shard.update(bytes=len(data), sha256=sha256(data))
+    shard["index"].update(bytes=len(index), sha256=sha256(index))
+    write_manifest(dataset, manifest)
+    return edited

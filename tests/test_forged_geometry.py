@@ -1,6 +1,7 @@
 """A box no pack writes (inverted, empty, outside its sample, smaller than an export writes) is
 refused by every consumer, as export refuses it: `verify --decode`, the torch reader's targets
-(and so the Ultralytics dataset and the contact sheet, which build theirs the same way).  One
+(and so the Ultralytics dataset and the contact sheet, which build theirs the same way), and
+the tf.data reader's.  One
 geometry check holds them all (``metadata.box_problem``)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hostile_data import cli, mixed_annotated, rebuild_shard
+from hostile_data import cli, mixed_annotated, rebuild_shard, rebuild_tfrecord_shard
 
 from shardsmith.dataset.formats.metadata import box_problem
 
@@ -96,3 +97,47 @@ def test_a_box_an_export_writes_as_nothing_is_no_box(box, width):
 
 def test_a_box_an_export_still_writes_is_a_box_in_the_widest_sample():
     assert box_problem([10.0, 10.0, 10.07, 20.0], 65_535, 256) is None
+
+
+def forged_tfrecord(dataset: Path, copy: Path, lie) -> str:
+    """A copy of the TFRecord ``dataset`` whose first object box is rewritten by ``lie``
+    (its shard, index and manifest re-signed); returns the record's key."""
+    import shutil
+
+    shutil.copytree(dataset, copy)
+    keys = []
+
+    def edit(example) -> bool:
+        feature = example.features.feature
+        edges = [feature[f"image/object/bbox/{edge}"].float_list.value
+                 for edge in ("xmin", "ymin", "xmax", "ymax")]
+        if not edges[0]:
+            return False
+        width = feature["image/width"].int64_list.value[0]
+        height = feature["image/height"].int64_list.value[0]
+        box = [edges[0][0] * width, edges[1][0] * height, edges[2][0] * width,
+               edges[3][0] * height]
+        x0, y0, x1, y1 = lie(box, width, height)
+        for values, value in zip(edges, (x0 / width, y0 / height, x1 / width, y1 / height),
+                                 strict=True):
+            values[0] = value
+        keys.append(feature["image/key"].bytes_list.value[0].decode())
+        return True
+
+    for shard in images.manifest_of(copy)["shards"]:
+        if rebuild_tfrecord_shard(copy, shard["name"], edit):
+            return keys[0]
+    raise AssertionError("no record with an object")
+
+
+@pytest.mark.parametrize("lie", [inverted, empty, outside])
+def test_the_tf_reader_never_serves_a_box_that_is_no_box(tmp_path, caplog, lie):
+    pytest.importorskip("tensorflow")
+    from shardsmith.readers.tf import dataset
+
+    key = forged_tfrecord(mixed_annotated(tmp_path, "tfrecord"), tmp_path / "forged", lie)
+    served = list(dataset(tmp_path / "forged", targets=True, shuffle=False))
+    assert served and f"sample {key}: corrupt sample skipped" in caplog.text
+    for element in served:  # the corrupt one replaced, as every corrupt sample is
+        for top, left, bottom, right in element["boxes"].numpy():
+            assert 0 <= left < right <= 1 and 0 <= top < bottom <= 1

@@ -63,6 +63,7 @@ from google.protobuf.message import DecodeError
 from PIL import Image, UnidentifiedImageError
 
 from ..dataset.formats.base import SHARD_CAP, open_shard
+from ..dataset.formats.metadata import box_problem
 from ..dataset.formats.tfrecord import check_framing, framed_spans, index_spans, read_payload
 from ..dataset.manifest import ShardEntry
 from ..door import Identity, OpenFile, Refused, open_file, read_file
@@ -272,20 +273,21 @@ class _Records:
         jpeg, label = self._jpeg_and_label(feature)
         image = decode_sample(jpeg, self.colorspace, bound=self.largest)
         names = _values(feature, "image/object/class/text", "bytes_list")
-        boxes, ids = self._objects(feature, "image/object", "objects", names)
-        mask = self._mask(feature, image.shape[:2]) if self.with_mask else \
-            np.zeros((0, 0), np.uint8)
-        ignored = self._objects(feature, "image/object/cut", "cut objects") \
+        shape = image.shape[:2]
+        boxes, ids = self._objects(feature, shape, "image/object", "objects", names)
+        mask = self._mask(feature, shape) if self.with_mask else np.zeros((0, 0), np.uint8)
+        ignored = self._objects(feature, shape, "image/object/cut", "cut objects") \
             if self.with_ignored else (np.zeros((0, 4), np.float32), np.zeros(0, np.int64))
         return [image, np.int64(label), boxes, ids, tf.constant(names, tf.string), mask,
                 *ignored]
 
-    def _objects(self, feature: Any, prefix: str, what: str,
+    def _objects(self, feature: Any, shape: tuple[int, int], prefix: str, what: str,
                  *more: list[Any]) -> tuple[np.ndarray, np.ndarray]:
         """The boxes (float32 N×4, ``EDGES``) and class ids of the objects under ``prefix``:
         ``image/object``, or ``image/object/cut`` for those min_visible dropped (``keep_cut``;
         none in a record of an earlier release, whose class mask's 255 pixels still mark
-        those with pixels).  Lists of one length (``more`` too), finite, known class ids."""
+        those with pixels).  Lists of one length (``more`` too), finite, known class ids, and
+        each box one of the image's ``shape`` (height, width) by the one geometry check."""
         edges = [_values(feature, f"{prefix}/bbox/{edge}", "float_list") for edge in EDGES]
         ids = _values(feature, f"{prefix}/class/label", "int64_list")
         if len({len(values) for values in (*edges, ids, *more)}) != 1:
@@ -295,6 +297,12 @@ class _Records:
         boxes = np.asarray(edges, np.float32).T.reshape(-1, 4)
         if not np.isfinite(boxes).all():
             raise ShardFormatError(f"a box of the {what} is not finite")
+        height, width = shape
+        for top, left, bottom, right in boxes.tolist():
+            problem = box_problem((left * width, top * height, right * width, bottom * height),
+                                  width, height)
+            if problem is not None:
+                raise ShardFormatError(f"{what}: {problem}")
         check_class_ids(ids, self.object_classes)
         return boxes, np.asarray(ids, np.int64)
 
