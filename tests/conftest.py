@@ -34,8 +34,8 @@ class _Absent(importlib.abc.MetaPathFinder):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: takes more than a few seconds (deselect with "
-                                       "-m 'not slow')")
+    config.addinivalue_line("markers", "slow: takes about a second or more (make test-fast, "
+                                       "-m 'not slow', leaves it out)")
     names = [name.strip() for name in config.getoption("--without").split(",") if name.strip()]
     if names:
         sys.meta_path.insert(0, _Absent(names))

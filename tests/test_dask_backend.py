@@ -22,6 +22,7 @@ def scheduler():
     cluster.close()
 
 
+@pytest.mark.slow
 def test_dask_backend_output_is_byte_identical_to_the_local_backend(mixed_source, tmp_path,
                                                                       scheduler):
     source, _ = mixed_source

@@ -78,6 +78,7 @@ def digest(tensor) -> str:
 
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("workers", worker_counts(0, 1, 2, 3))
+@pytest.mark.slow
 def test_batch_mode_len_is_the_batches_that_come_out(tars, torch, workers, drop_last):
     from shardsmith.readers.torch import ShardLoader, dataset
 
@@ -92,6 +93,7 @@ def test_batch_mode_len_is_the_batches_that_come_out(tars, torch, workers, drop_
 
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("workers", worker_counts(0, 1, 2, 3))
+@pytest.mark.slow
 def test_per_sample_mode_len_is_the_batches_that_come_out(tars, torch, workers, drop_last):
     from shardsmith.readers.torch import SampleLoader, dataset
 
@@ -105,6 +107,7 @@ def test_per_sample_mode_len_is_the_batches_that_come_out(tars, torch, workers, 
                                                       else samples)
 
 
+@pytest.mark.slow
 def test_two_workers_no_longer_end_on_two_partial_batches(tars, torch):
     """The report: per-sample mode, 2 workers, ``len(loader)`` one short of what came out
     (a plain DataLoader batches each worker's half on its own: 17 samples in halves of 8 and
@@ -122,6 +125,7 @@ def test_two_workers_no_longer_end_on_two_partial_batches(tars, torch):
 
 
 @pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.slow
 def test_a_plain_dataloader_with_at_most_one_worker_is_exact_too(tars, torch, workers):
     from shardsmith.readers.torch import dataset
 
@@ -130,6 +134,7 @@ def test_a_plain_dataloader_with_at_most_one_worker_is_exact_too(tars, torch, wo
     assert len(loader) == sum(1 for _ in loader) == math.ceil(train_samples(tars) / 4)
 
 
+@pytest.mark.slow
 def test_sample_loader_batches_come_in_one_order_for_any_worker_count(tars, torch):
     from shardsmith.readers.torch import SampleLoader, dataset
 
@@ -149,6 +154,7 @@ def test_sample_loader_batches_come_in_one_order_for_any_worker_count(tars, torc
 
 @pytest.mark.parametrize("pad", [True, False])
 @pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.slow
 def test_every_rank_yields_its_len_in_both_modes(tars, torch, world, pad):
     from shardsmith.readers.torch import SampleLoader, dataset
 
@@ -170,6 +176,7 @@ def test_every_rank_yields_its_len_in_both_modes(tars, torch, world, pad):
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.slow
 def test_a_ranks_drop_last_is_counted_in_its_len(tars, torch, drop_last):
     from shardsmith.readers.torch import SampleLoader, dataset
 
@@ -182,6 +189,7 @@ def test_a_ranks_drop_last_is_counted_in_its_len(tars, torch, drop_last):
 
 
 @pytest.mark.parametrize("workers", worker_counts(0, 2, 3))
+@pytest.mark.slow
 def test_detection_targets_have_exact_lengths_too(annotated, torch, workers):
     from shardsmith.readers.torch import SampleLoader, dataset, detection_collate
 
@@ -218,6 +226,7 @@ def cardinality(tf, data) -> int:
     return int(tf.data.experimental.cardinality(data))
 
 
+@pytest.mark.slow
 def test_tf_cardinality_is_the_samples_and_the_batches_of_an_epoch(records, tf):
     from shardsmith.readers.tf import dataset
 
@@ -233,6 +242,7 @@ def test_tf_cardinality_is_the_samples_and_the_batches_of_an_epoch(records, tf):
 
 
 @pytest.mark.parametrize("parts", [2, 3, 9])  # fewer and more parts than shard files
+@pytest.mark.slow
 def test_tf_cardinality_of_each_part_is_what_it_reads(records, tf, parts):
     from shardsmith.readers.tf import dataset
 
@@ -277,6 +287,7 @@ def test_a_corrupt_record_is_replaced_so_the_epoch_stays_whole(records, tmp_path
     assert "corrupt sample skipped" in caplog.text
 
 
+@pytest.mark.slow
 def test_keras_fit_does_not_run_out_of_data(records, tf):
     from shardsmith.readers.tf import dataset
 

@@ -262,6 +262,7 @@ def _ids(batch) -> list[str]:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.slow
 def test_stateful_dataloader_resumes_mid_epoch_in_a_new_process(crops, tmp_path, workers):
     def loader():
         data = dataset(crops, split="train", batch_size=2, decode=False, seed=3)
@@ -364,6 +365,7 @@ def test_torch_reader_refuses_tfrecord_datasets(tmp_path):
 # --- indexes and shard lists -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tar_indexes_equal_what_dalis_wds2idx_writes(crops, tmp_path):
     pytest.importorskip("nvidia.dali", reason="wds2idx comes with NVIDIA DALI (the dali extra)")
     tool = Path(sys.executable).parent / "wds2idx"
@@ -419,6 +421,7 @@ def test_dali_reads_an_exact_epoch_with_the_right_labels_on_every_rank(tmp_path,
 # --- tf.data -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tf_reader_yields_hwc_uint8_int64_labels_and_the_classes(tmp_path):
     tf = pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
 
@@ -439,6 +442,7 @@ def test_tf_reader_yields_hwc_uint8_int64_labels_and_the_classes(tmp_path):
 
 
 @pytest.mark.parametrize("parts", [2, 3, 9])  # fewer and more parts than shard files
+@pytest.mark.slow
 def test_tf_reader_parts_read_every_sample_exactly_once(tmp_path, parts):
     pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
     from shardsmith.readers.tf import dataset as tf_dataset
@@ -451,6 +455,7 @@ def test_tf_reader_parts_read_every_sample_exactly_once(tmp_path, parts):
     assert len(read) == len(set(read)) == len(samples(output))
 
 
+@pytest.mark.slow
 def test_packing_never_imports_torch_tensorflow_or_dali(tmp_path):
     """All are installed for the tests; the pack driver and its workers must not pay for them."""
     source = tmp_path / "source"
