@@ -228,6 +228,7 @@ def test_probe_behind_a_slow_mount_says_read_bound(slow_probe):
     assert slow_probe["reads"]["cold"]
 
 
+@pytest.mark.slow
 def test_parallel_and_serial_listings_behind_a_slow_mount_count_the_same_files(slow_probe):
     listing = slow_probe["listing"]  # which is faster: scripts/bench_nas.py (make bench)
 
