@@ -23,7 +23,8 @@ placed where Ultralytics' font check looks for Arial.ttf (it downloads the font 
    fall, and prints both runs' losses and mAP50 (the curves differ: Ultralytics' file listing
    draws from ``random`` for its read-speed check, so the runs draw different mosaics).
 
-Prints one JSON line; exits 1 when a check fails.
+Prints one JSON line; exits 1 when a check fails.  Without ``--work`` it works in a temporary
+folder, removed at the end.
 """
 
 from __future__ import annotations
@@ -194,8 +195,15 @@ def main() -> int:
     parser.add_argument("--imgsz", type=int, default=128)
     parser.add_argument("--no-train", action="store_true", help="the dataset checks only")
     args = parser.parse_args()
+    if args.work:  # kept: the runs' results.csv and weights are there to look at
+        return check(args.work.resolve(), args)
+    with tempfile.TemporaryDirectory(prefix="shardsmith-ultra-") as work:
+        return check(Path(work).resolve(), args)
 
-    work = (args.work or Path(tempfile.mkdtemp(prefix="shardsmith-ultra-"))).resolve()
+
+def check(work: Path, args: argparse.Namespace) -> int:
+    """The checks and the two trainings in ``work``; prints the JSON line, returns the exit
+    code."""
     config_dir = work / "ultralytics-config"
     config_dir.mkdir(parents=True, exist_ok=True)
     os.environ.update(YOLO_OFFLINE="1", HF_HUB_OFFLINE="1", YOLO_CONFIG_DIR=str(config_dir))
@@ -217,7 +225,7 @@ def main() -> int:
                             "source.annotations.files": "labelme", "image.size": WIDTH,
                             "splits": {"train": 0.75, "val": 0.25}, "run.quiet": True}))
     counts = write_yolo_folder(shards, folder, truth)
-    result: dict = {"work": str(work), "samples": counts}
+    result: dict = {"work": str(args.work) if args.work else None, "samples": counts}
     failed = False
     try:
         result["datasets_equal"] = compare_datasets(shards, folder, args.imgsz)

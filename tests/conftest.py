@@ -1,5 +1,6 @@
 import importlib.abc
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,11 +34,58 @@ class _Absent(importlib.abc.MetaPathFinder):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: takes more than a few seconds (deselect with "
-                                       "-m 'not slow')")
+    config.addinivalue_line("markers", "slow: takes about a second or more (make test-fast, "
+                                       "-m 'not slow', leaves it out)")
     names = [name.strip() for name in config.getoption("--without").split(",") if name.strip()]
     if names:
         sys.meta_path.insert(0, _Absent(names))
+
+
+# Where a test must never leave anything: the default spool of s3:// packs (when
+# SHARDSMITH_SPOOL is not set) and the temporary folders that the product and the scripts name
+# shardsmith-*.  Compared at the end of the session with what was there at its start.
+OUTSIDE = ((Path.home() / ".cache" / "shardsmith" / "spool", "*"),
+           (Path(tempfile.gettempdir()), "shardsmith-*"))
+_BEFORE = pytest.StashKey[set]()
+_LEFT = pytest.StashKey[list]()
+
+
+def _outside() -> set[Path]:
+    return {path for folder, pattern in OUTSIDE for path in folder.glob(pattern)}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_BEFORE] = _outside()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run fails when a test left files where ``OUTSIDE`` says none may be."""
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None or session.config.option.collectonly:
+        return
+    left = sorted(_outside() - before)
+    session.config.stash[_LEFT] = left
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    left = config.stash.get(_LEFT, [])
+    if left:
+        terminalreporter.write_sep("=", "files left outside the tests' tmp folders (use "
+                                        "tmp_path)", red=True)
+        for path in left:
+            terminalreporter.write_line(str(path))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spool_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``$SHARDSMITH_SPOOL`` under pytest's folder for the whole session (a test that needs a
+    spool of its own sets it again): no pack to s3:// writes to ``~/.cache``."""
+    spool = tmp_path_factory.mktemp("spool")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SHARDSMITH_SPOOL", str(spool))
+        yield spool
 
 
 @pytest.fixture

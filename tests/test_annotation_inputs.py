@@ -203,6 +203,7 @@ def test_the_mvtec_layout_is_a_preset(tmp_path):
             assert meta["boxes"] == [] and "mask.png" in files  # an all-background mask
 
 
+@pytest.mark.slow
 def test_a_one_pixel_crack_marks_every_sample_pixel_it_crosses(tmp_path):
     source = tmp_path / "source"
     images.write(source / "parts" / "wide.png", images.png(2400, 1800))

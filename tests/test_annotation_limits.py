@@ -73,6 +73,7 @@ def coco(images_: list[dict], annotations: list[dict],
 
 # 1. An RLE's declared size
 
+@pytest.mark.slow
 def test_an_rle_of_a_million_by_a_million_pixels_is_a_reject_not_a_crash(tmp_path):
     source = tmp_path / "source"
     two_images(source)
@@ -167,6 +168,7 @@ def test_a_coco_file_over_its_cap_is_one_line_and_exit_2_without_reading_it(tmp_
 
 @pytest.mark.parametrize("which", ["coco", "labels"])
 @pytest.mark.parametrize("kind", ["a FIFO", "a symlink to /dev/zero"])
+@pytest.mark.slow
 def test_a_coco_or_labels_file_that_is_a_fifo_or_dev_zero_is_one_line_at_once(tmp_path, which,
                                                                              kind):
     source = tmp_path / "source"
@@ -220,6 +222,7 @@ def labelme_triangles(path: Path, names: list[str]) -> None:
                                 "shapes": shapes}))
 
 
+@pytest.mark.slow
 def test_a_class_past_254_in_a_dataset_with_masks_is_one_clear_error(tmp_path):
     source = tmp_path / "source"
     two_images(source)

@@ -66,6 +66,7 @@ def boxes_of(output: Path) -> dict[str, int]:
 
 # The labels file (CSV)
 
+@pytest.mark.slow
 def test_a_labels_csv_field_over_the_csv_limit_is_one_line_naming_its_line(tmp_path):
     source = tmp_path / "source"
     two_images(source)
@@ -74,6 +75,7 @@ def test_a_labels_csv_field_over_the_csv_limit_is_one_line_naming_its_line(tmp_p
     assert line.startswith("shardsmith: error: labels.csv line 2: not a CSV row (field larger")
 
 
+@pytest.mark.slow
 def test_a_zero_filled_labels_file_is_one_clear_error(tmp_path):
     source = tmp_path / "source"
     two_images(source)
@@ -94,6 +96,7 @@ def test_a_labels_csv_with_old_mac_line_endings_is_read(tmp_path):
 
 # The labels file (JSON Lines)
 
+@pytest.mark.slow
 def test_a_labels_jsonl_nested_100000_deep_is_one_line_naming_its_line(tmp_path):
     source = tmp_path / "source"
     two_images(source)
@@ -138,6 +141,7 @@ def coco_document(annotations: list, images_: list | None = None) -> str:
         "annotations": annotations, "categories": [{"id": 1, "name": "scratch"}]})
 
 
+@pytest.mark.slow
 def test_a_coco_file_nested_100000_deep_is_one_clear_error(tmp_path):
     source = tmp_path / "source"
     two_images(source)

@@ -35,6 +35,7 @@ def masked(fmt: str, name: str) -> bool:
 
 
 @pytest.mark.parametrize("fmt", defects.FORMATS)
+@pytest.mark.slow
 def test_boxes_and_masks_follow_every_resize_mode_and_exif_orientation(tmp_path, fmt):
     import simplejpeg
 

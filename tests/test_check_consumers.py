@@ -30,6 +30,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+@pytest.mark.slow
 def test_manifest_truth_counts_every_drawn_object_per_class(packed: Path) -> None:
     document = json.loads((packed / "source" / "instances.json").read_text())
     drawn = Counter(annotation["category_id"] for annotation in document["annotations"])

@@ -143,6 +143,7 @@ def test_a_tile_scale_in_range_with_tiles_off_is_accepted():
 # ------------------------------------------------------------------ splits.group too big to compile
 
 @pytest.mark.parametrize("pattern", EXPANDING_PATTERNS)
+@pytest.mark.slow
 def test_a_group_pattern_that_expands_when_compiled_is_refused_before_compiling(tmp_path,
                                                                                 pattern):
     source = originals(tmp_path / "source")
@@ -195,6 +196,7 @@ def test_nested_counted_repeats_past_the_cap_are_refused():
 
 @pytest.mark.parametrize("subcommand", [["pack", "src", "out"], ["probe"], ["verify"],
                                         ["stage", "--to", "copy"]])
+@pytest.mark.slow
 def test_a_config_that_is_a_fifo_is_refused_at_once(tmp_path, subcommand):
     fifo = tmp_path / "job.yaml"
     os.mkfifo(fifo)

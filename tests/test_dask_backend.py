@@ -106,6 +106,7 @@ def scheduler_process(folder: Path) -> Iterator[tuple[subprocess.Popen, str]]:
                 process.wait()
 
 
+@pytest.mark.slow
 def test_dask_backend_output_is_byte_identical_to_the_local_backend(mixed_source, tmp_path,
                                                                       scheduler):
     source, _ = mixed_source

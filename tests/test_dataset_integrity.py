@@ -72,6 +72,7 @@ def edit_manifest(dataset: Path, change) -> None:
 
 @pytest.mark.parametrize("name", [".keep.tmp", "train-000000.tar", "train-shards.txt",
                                   "samples-v1.jsonl"])
+@pytest.mark.slow
 def test_a_users_folder_under_one_of_our_names_in_a_fresh_output_is_never_removed(
         tmp_path, name):
     source = originals(tmp_path / "source")
@@ -84,6 +85,7 @@ def test_a_users_folder_under_one_of_our_names_in_a_fresh_output_is_never_remove
 
 
 @pytest.mark.parametrize("name", ["train-000000.tar", ".keep.tmp"])
+@pytest.mark.slow
 def test_overwrite_never_removes_a_users_folder_under_one_of_our_names(dataset, name):
     folder = user_folder(dataset / name) if name.startswith(".") else None
     if folder is None:
@@ -105,6 +107,7 @@ def test_a_folder_named_like_a_temporary_is_left_alone_by_an_increment(dataset):
 
 
 @pytest.mark.parametrize("where", ["the next shards", "the next sample index", "a shard list"])
+@pytest.mark.slow
 def test_a_folder_where_an_increment_writes_is_one_line_and_the_old_version_stays(
         dataset, where):
     numbers = manifest_of(dataset)["next_shard_numbers"]
@@ -149,6 +152,7 @@ def damage_number(manifest: dict, path: tuple) -> None:
 
 @pytest.mark.parametrize("damage", NUMBER_DAMAGE, ids=list(NUMBER_DAMAGE))
 @pytest.mark.parametrize("command", ["verify", "pack"])
+@pytest.mark.slow
 def test_a_number_our_writer_never_produces_is_refused_in_one_line(dataset, damage, command):
     edit_manifest(dataset, lambda manifest: damage_number(manifest, NUMBER_DAMAGE[damage]))
     if command == "pack":
@@ -165,6 +169,7 @@ def test_a_number_our_writer_never_produces_is_refused_in_one_line(dataset, dama
 
 @pytest.mark.parametrize("name", ["train-shards.txt", "train-shards.json"])
 @pytest.mark.parametrize("kind", ["edited", "a link to a file outside", "a FIFO"])
+@pytest.mark.slow
 def test_an_up_to_date_pack_makes_a_tampered_shard_list_what_the_manifest_implies(
         dataset, tmp_path, name, kind):
     expected = (dataset / name).read_bytes()
@@ -198,6 +203,7 @@ def test_a_fifo_in_place_of_a_shard_list_does_not_hang_an_increments_commit(data
 
 # ------------------------------------------------------- what the dataset names, through the door
 
+@pytest.mark.slow
 def test_a_shard_swapped_for_a_link_to_a_copy_outside_is_repaired_not_followed(
         dataset, tmp_path):
     shard = manifest_of(dataset)["shards"][0]["name"]

@@ -58,6 +58,7 @@ def corpus(source: Path, kind: str, orientations: tuple[int, int]) -> None:
 
 
 @pytest.mark.parametrize(("kind", "name", "orientations"), pairs())
+@pytest.mark.slow
 def test_every_object_lies_on_its_drawn_defect(tmp_path, kind, name, orientations):
     source, output = tmp_path / "source", tmp_path / "out"
     corpus(source, kind, orientations)

@@ -471,6 +471,7 @@ def version_2_changes(output: Path, header: ChangesHeader, body) -> ChangesEntry
     return entry
 
 
+@pytest.mark.slow
 def test_the_reject_lines_of_a_changes_file_are_not_held_in_memory_as_read(tmp_path):
     """40,000 new rejects (9 MB of lines): the diff keeps a few bytes of each and the chunk
     it reads, not the lines (kept whole, they took ~3.3x the file's size here)."""

@@ -87,6 +87,7 @@ def peak_of_pack(*args: object, timeout: float = 300) -> tuple[int, int]:
     return peak, most
 
 
+@pytest.mark.slow
 def test_the_dry_run_prints_the_worst_case_memory_of_driver_and_each_worker(tmp_path):
     source = pngs(tmp_path / "source", 4)
     result = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "out"), "--dry-run",
@@ -128,6 +129,7 @@ def test_one_worker_converts_in_the_driver_and_counts_the_budget_there(tmp_path)
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.slow
 def test_a_real_pack_stays_under_the_worst_case_the_dry_run_printed(tmp_path, workers):
     source = pngs(tmp_path / "source", 16)
     config = budget_config(tmp_path, 16)
@@ -142,6 +144,7 @@ def test_a_real_pack_stays_under_the_worst_case_the_dry_run_printed(tmp_path, wo
     assert peak <= memory["total_bytes"], (peak / MiB, memory["total_bytes"] / MiB, memory)
 
 
+@pytest.mark.slow
 def test_the_dry_run_predicts_the_memory_from_the_headers_far_below_the_worst_case(tmp_path):
     source = pngs(tmp_path / "source", 4)  # 1200x900 RGB: 3.2 MB of pixels each
     report = tmp_path / "report.json"
@@ -156,6 +159,7 @@ def test_the_dry_run_predicts_the_memory_from_the_headers_far_below_the_worst_ca
     assert document["headers"]["sampled"] == 4
 
 
+@pytest.mark.slow
 def test_the_largest_original_sets_the_predicted_decode(tmp_path):
     source = tmp_path / "source"
     for number in range(100):

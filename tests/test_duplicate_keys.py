@@ -102,6 +102,7 @@ def test_verify_names_a_sample_key_that_is_in_two_splits(forged):
 
 @pytest.mark.parametrize("layout", [("yolo",), ("coco",), ("anomalib", "--normal", "defect")],
                          ids=["yolo", "coco", "anomalib"])
+@pytest.mark.slow
 def test_every_export_layout_refuses_a_sample_key_in_two_splits(forged, tmp_path, layout):
     dataset, key = forged
     line = one_line(shardsmith(dataset, tmp_path / "out", "--layout", *layout), 2)

@@ -323,6 +323,7 @@ def tree_of(folder: Path) -> dict[str, bytes]:
             and ".export" not in path.parts}
 
 
+@pytest.mark.slow
 def test_a_new_version_links_unchanged_files_and_keeps_the_one_before(tmp_path):
     write_corpus(tmp_path / "source")
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")

@@ -76,6 +76,7 @@ def test_unrelated_files_in_the_destination_are_refused_and_kept(dataset, tmp_pa
     assert listing(tmp_path / "dest") == ["thesis.pdf"]
 
 
+@pytest.mark.slow
 def test_another_layouts_export_is_refused(dataset, tmp_path):
     assert shardsmith(dataset, tmp_path / "dest", "--layout", "coco").returncode == 0
     before = listing(tmp_path / "dest")
@@ -100,6 +101,7 @@ def test_current_as_a_real_folder_is_refused(dataset, tmp_path):
     "a file the layout does not name",
     "unknown field",
 ])
+@pytest.mark.slow
 def test_a_damaged_export_record_is_refused(dataset, tmp_path, damage):
     assert shardsmith(dataset, tmp_path / "dest", "--layout", "yolo").returncode == 0
     path = tmp_path / "dest" / "v1" / ".export" / "record.json"
@@ -176,6 +178,7 @@ def interrupted_partial(dataset: Path, dest: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink"])
+@pytest.mark.slow
 def test_a_fifo_or_link_where_an_exported_file_is_resumed_is_refused(dataset, tmp_path, kind):
     partial = interrupted_partial(dataset, tmp_path / "dest")
     victim = next(partial.rglob("*.jpg"))
@@ -208,6 +211,7 @@ def test_a_resumed_file_swapped_for_a_hard_link_to_the_same_bytes_is_not_kept(da
     assert made.stat().st_ino != outside.stat().st_ino and outside.stat().st_nlink == 1
 
 
+@pytest.mark.slow
 def test_a_class_name_that_is_no_folder_name_is_refused(tmp_path):
     source = tmp_path / "source"
     for name in ("a", "b"):
@@ -292,6 +296,7 @@ def unparseable_labels(metadata: dict) -> None:
 
 @pytest.mark.parametrize("lie", [reverse_a_box, box_outside, other_size, unparseable_labels])
 @pytest.mark.parametrize("layout", ["yolo", "coco"])
+@pytest.mark.slow
 def test_metadata_that_lies_stops_the_export_naming_shard_and_key(dataset, tmp_path, lie,
                                                                    layout):
     key = forged(dataset, tmp_path / "forged", lie)
@@ -303,6 +308,7 @@ def test_metadata_that_lies_stops_the_export_naming_shard_and_key(dataset, tmp_p
 
 
 @pytest.mark.parametrize("damage", ["empty", "fifo", "flipped byte"])
+@pytest.mark.slow
 def test_a_damaged_shard_exits_2_and_switches_nothing(dataset, tmp_path, damage):
     shutil.copytree(dataset, tmp_path / "copy")
     shard = sorted((tmp_path / "copy").glob("*.tar"))[0]
@@ -319,6 +325,7 @@ def test_a_damaged_shard_exits_2_and_switches_nothing(dataset, tmp_path, damage)
     assert not (tmp_path / "dest" / "current").exists()
 
 
+@pytest.mark.slow
 def test_a_normal_class_the_dataset_lacks_is_refused_up_front(dataset, tmp_path):
     refused(shardsmith(dataset, tmp_path / "dest", "--layout", "anomalib", "--normal", "ok"),
             "--normal", "defect")
@@ -326,6 +333,7 @@ def test_a_normal_class_the_dataset_lacks_is_refused_up_front(dataset, tmp_path)
 
 
 @pytest.mark.parametrize("layout", ["coco", "anomalib"])
+@pytest.mark.slow
 def test_a_task_for_another_layout_is_refused(dataset, tmp_path, layout):
     refused(shardsmith(dataset, tmp_path / "dest", "--layout", layout, "--task", "detect"),
             "--task")
@@ -350,6 +358,7 @@ def renamed_classes(dataset: Path, copy: Path, classes=None, object_classes=None
     ("x" * 256, "folder name"),
     ("Good-ish\x00", "folder name"),
 ])
+@pytest.mark.slow
 def test_a_defect_class_that_is_no_mvtec_folder_is_refused_before_writing(dataset, tmp_path,
                                                                           name, words):
     copy = renamed_classes(dataset, tmp_path / "copy", classes=["good"],
@@ -368,6 +377,7 @@ def test_defect_classes_equal_but_for_case_are_refused(dataset, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["/etc", "../elsewhere", "v1.bak", "notes"])
+@pytest.mark.slow
 def test_a_current_link_that_is_not_ours_is_refused_and_kept(dataset, tmp_path, target):
     (tmp_path / "dest").mkdir()
     (tmp_path / "dest" / "current").symlink_to(target)
@@ -404,6 +414,7 @@ def files_of(folder: Path) -> dict[str, bytes]:
             and ".export" not in path.parts and path.name != "data.yaml"}
 
 
+@pytest.mark.slow
 def test_a_folder_of_the_previous_version_that_is_a_link_lends_no_file(two_versions,
                                                                       tmp_path):
     first, second = two_versions
@@ -422,6 +433,7 @@ def test_a_folder_of_the_previous_version_that_is_a_link_lends_no_file(two_versi
         & set(outside.values())
 
 
+@pytest.mark.slow
 def test_an_up_to_date_version_with_a_folder_that_is_a_link_is_made_again(two_versions,
                                                                          tmp_path):
     first, _ = two_versions
@@ -440,6 +452,7 @@ def test_an_up_to_date_version_with_a_folder_that_is_a_link_is_made_again(two_ve
     assert all(set(path.read_bytes()) == {ord("O")} for path in (tmp_path / "outside").iterdir())
 
 
+@pytest.mark.slow
 def test_an_unreadable_file_of_the_previous_version_is_not_linked(two_versions, tmp_path):
     first, second = two_versions
     assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
@@ -452,6 +465,7 @@ def test_an_unreadable_file_of_the_previous_version_is_not_linked(two_versions, 
 
 
 @pytest.mark.parametrize("swap", ["link out", "fifo", "cut short", "executable"])
+@pytest.mark.slow
 def test_a_file_of_the_previous_version_that_is_not_as_written_is_made_again(two_versions,
                                                                             tmp_path, swap):
     first, second = two_versions
@@ -550,6 +564,7 @@ def current_umask() -> int:
     return mask
 
 
+@pytest.mark.slow
 def test_a_record_folder_that_is_a_link_out_of_dest_is_not_read(two_versions, tmp_path):
     first, second = two_versions
     assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
@@ -565,6 +580,7 @@ def test_a_record_folder_that_is_a_link_out_of_dest_is_not_read(two_versions, tm
 
 
 @pytest.mark.parametrize("where", ["workers", "here"])
+@pytest.mark.slow
 def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path, where):
     """Links fail as on a file system out of inodes: made by the link workers (their program
     wrapped), or in the export's process (where no interpreter is known to start them)."""
@@ -597,6 +613,7 @@ def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path
     assert os.readlink(tmp_path / "dest" / "current") == "v2"
 
 
+@pytest.mark.slow
 def test_a_switch_of_current_killed_before_its_rename_does_not_block_the_next_run(
         two_versions, tmp_path):
     first, second = two_versions
@@ -610,6 +627,7 @@ def test_a_switch_of_current_killed_before_its_rename_does_not_block_the_next_ru
 
 
 @pytest.mark.parametrize("planted", ["file", "folder", "link out"])
+@pytest.mark.slow
 def test_anything_else_under_a_switch_links_name_is_refused_and_kept(dataset, tmp_path,
                                                                     planted):
     (tmp_path / "dest").mkdir()
@@ -714,6 +732,7 @@ def no_coco_objects(sample: dict) -> None:
 @pytest.mark.parametrize("lie", [negative_box, no_such_category, box_outside_the_image,
                                  zero_width, neither_polygons_nor_rle, a_polygon_of_one_number,
                                  negative_area, no_coco_objects])
+@pytest.mark.slow
 def test_coco_objects_a_record_lies_about_never_reach_the_next_versions_annotations(
         two_versions, tmp_path, lie):
     # A new COCO version writes its instances files again, a linked sample's annotations
@@ -734,6 +753,7 @@ def test_coco_objects_a_record_lies_about_never_reach_the_next_versions_annotati
             == (tmp_path / "fresh" / "v2" / relpath).read_bytes()
 
 
+@pytest.mark.slow
 def test_a_partial_folder_whose_record_folder_is_a_link_is_never_deleted(dataset, tmp_path):
     dest = tmp_path / "dest"
     assert shardsmith(dataset, dest, "--layout", "yolo").returncode == 0
@@ -754,6 +774,7 @@ def test_a_partial_folder_whose_record_folder_is_a_link_is_never_deleted(dataset
     ("scratch", "scratch."),  # SMB drops trailing dots
     ("a", "a "),  # and trailing spaces
 ], ids=["nfc-nfd", "trailing-dot", "trailing-space"])
+@pytest.mark.slow
 def test_class_names_that_are_one_folder_on_a_share_are_refused_like_case_twins(
         tmp_path, first, second):
     source = tmp_path / "source"

@@ -94,6 +94,7 @@ def test_auto_exports_detect_and_says_why_when_an_object_has_a_box_only(mixed, t
     assert set(label_values(tmp_path / "yolo")) == {5}
 
 
+@pytest.mark.slow
 def test_auto_exports_segment_and_says_why_when_every_object_has_pixels(masks_only, tmp_path):
     result = shardsmith(masks_only, tmp_path / "yolo", "--layout", "yolo")
     assert result.returncode == 0, result.stderr
@@ -116,6 +117,7 @@ def test_auto_on_an_index_that_does_not_count_pixels_exports_detect_with_a_note(
     assert set(label_values(tmp_path / "yolo")) == {5}
 
 
+@pytest.mark.slow
 def test_segment_over_box_only_objects_is_refused_naming_how_many(mixed, tmp_path):
     result = shardsmith(mixed, tmp_path / "yolo", "--layout", "yolo", "--task", "segment")
     assert result.returncode == 2, (result.stdout, result.stderr)
@@ -127,6 +129,7 @@ def test_segment_over_box_only_objects_is_refused_naming_how_many(mixed, tmp_pat
     assert not (tmp_path / "yolo" / "current").exists()
 
 
+@pytest.mark.slow
 def test_boxes_as_polygons_writes_box_only_objects_as_their_rectangles(mixed, tmp_path):
     result = shardsmith(mixed, tmp_path / "yolo", "--layout", "yolo", "--task", "segment",
                         "--boxes-as-polygons")
@@ -152,6 +155,7 @@ def test_a_box_only_object_has_no_segmentation_in_coco(mixed, tmp_path):
     assert all("segmentation" in a for a in annotations if a["category_id"] != SCRATCH)
 
 
+@pytest.mark.slow
 def test_coco_with_boxes_as_polygons_gives_a_box_only_object_its_box(mixed, tmp_path):
     result = shardsmith(mixed, tmp_path / "coco", "--layout", "coco", "--boxes-as-polygons")
     assert result.returncode == 0, result.stderr
@@ -172,6 +176,7 @@ def evaluated(ground, results: list[dict], kind: str) -> float:
     return float(evaluation.stats[0])
 
 
+@pytest.mark.slow
 def test_cocoeval_scores_true_masks_at_one_and_box_only_objects_in_bbox_only(mixed, tmp_path):
     """A model that finds every defect exactly: its boxes score AP 1 over every object, its
     masks AP 1 over the objects that have pixels (a scratch's thin mask is not held against a

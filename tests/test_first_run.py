@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from shardsmith.cli import main
@@ -27,6 +28,7 @@ def cli(*args: str, expect: int = 0) -> str:
     return result.output
 
 
+@pytest.mark.slow
 def test_over_the_reject_budget_the_message_says_the_dataset_was_written(mixed_source,
                                                                           tmp_path):
     source, _ = mixed_source
@@ -89,6 +91,7 @@ def test_make_demo_installs_only_the_core_package_and_ends_with_what_to_try(tmp_
     assert "pip install --quiet -e '.[dev]'" in tests
 
 
+@pytest.mark.slow
 def test_the_sample_tree_generator_leaves_an_existing_tree_untouched(tmp_path):
     command = [sys.executable, str(REPO / "scripts" / "make_sample_tree.py"),
                str(tmp_path / "tree"), "--count", "4", "--width", "64", "--height", "48",
@@ -117,6 +120,7 @@ def test_the_stage_rate_is_over_the_copies_as_its_progress_line():
     assert "copied 1 file (1.00 GB)" in summary and "copying 4.0s at 250.0 MB/s" in summary
 
 
+@pytest.mark.slow
 def test_counts_of_one_are_singular(mixed_source, tmp_path):
     assert verify_summary(VerifyReport(Path("d"), shards=1, samples=1, bytes=5,
                                        problems=["x"])) == "d: 1 problem: 1 shard, 1 sample, 5 B"
@@ -131,6 +135,7 @@ def test_verify_of_a_directory_without_a_manifest_says_so_in_one_line(tmp_path):
     assert output.count("\n") == 1 and "no manifest.json: not a packed dataset" in output
 
 
+@pytest.mark.slow
 def test_log_counts_rejects_apart_from_added_samples(mixed_source, tmp_path):
     source, _ = mixed_source
     output = tmp_path / "out"

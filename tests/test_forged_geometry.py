@@ -62,6 +62,7 @@ def forged(dataset: Path, copy: Path, lie) -> str:
 
 
 @pytest.mark.parametrize("lie", [inverted, empty, outside])
+@pytest.mark.slow
 def test_verify_decode_names_a_sample_whose_box_is_no_box(annotated, tmp_path, lie):
     key = forged(annotated, tmp_path / "forged", lie)
     process = cli("verify", tmp_path / "forged", "--decode", "--quiet")

@@ -77,6 +77,7 @@ def packed(tmp_path_factory) -> dict[tuple[str, bool], dict[str, tuple[dict, byt
 
 
 @pytest.mark.parametrize("tiled", [False, True], ids=["images", "tiles"])
+@pytest.mark.slow
 def test_both_formats_give_the_same_objects_of_every_sample(packed, tiled):
     webdataset, tfrecord = packed["webdataset", tiled], packed["tfrecord", tiled]
     assert sorted(webdataset) == sorted(tfrecord) and len(webdataset) >= 4

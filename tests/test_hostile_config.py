@@ -28,6 +28,7 @@ source:
 """
 
 
+@pytest.mark.slow
 def test_a_yaml_alias_bomb_is_one_short_line(tmp_path):
     config = tmp_path / "bomb.yaml"
     config.write_text(ALIAS_BOMB)

@@ -77,6 +77,7 @@ MALFORMED: dict[str, Callable[[dict], object]] = {
 
 @pytest.mark.parametrize("command_name", ["verify", "stage", "pack", "log"])
 @pytest.mark.parametrize("damage", list(MALFORMED))
+@pytest.mark.slow
 def test_a_malformed_manifest_is_one_line_and_exit_2(tmp_path, damage, command_name):
     dataset = packed(tmp_path)
     shards = sorted(p.name for p in dataset.glob("*.tar"))

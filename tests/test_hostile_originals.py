@@ -8,6 +8,7 @@ import os
 
 import cv2
 import numpy as np
+import pytest
 from hostile_helpers import (
     MiB,
     cli,
@@ -59,6 +60,7 @@ pipeline.scan = scan_then_swap
 """
 
 
+@pytest.mark.slow
 def test_a_file_replaced_by_a_fifo_after_the_scan_is_a_reject_and_the_pack_finishes(tmp_path):
     source = originals(tmp_path / "source")
     victim = source / "b" / "3.jpg"
@@ -72,6 +74,7 @@ def test_a_file_replaced_by_a_fifo_after_the_scan_is_a_reject_and_the_pack_finis
     assert len(samples_of(output)) == 5
 
 
+@pytest.mark.slow
 def test_names_that_are_not_utf8_are_packed_and_the_summary_prints(tmp_path):
     source = tmp_path / "source"
     odd_class = source / os.fsdecode(b"caf\xe9")
@@ -98,6 +101,7 @@ def test_names_that_are_not_utf8_are_packed_and_the_summary_prints(tmp_path):
     assert cli("verify", output).exit_code == 0
 
 
+@pytest.mark.slow
 def test_more_than_a_thousand_nested_directories_do_not_overflow_the_stack(tmp_path):
     source = tmp_path / "source"
     chain = [source / "a"]

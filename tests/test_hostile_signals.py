@@ -29,6 +29,8 @@ from hostile_helpers import (
 
 import images
 
+pytestmark = pytest.mark.slow
+
 # A NAS-like source: every copy of 256 KiB takes 0.1 s.
 SLOW_STORAGE = """
 import os, time

@@ -53,6 +53,7 @@ def test_stage_refuses_a_traversal_shard_name_and_writes_nothing_outside(tmp_pat
 
 
 @pytest.mark.parametrize("kind", ["a symlink to /dev/zero", "a FIFO"])
+@pytest.mark.slow
 def test_stage_refuses_a_shard_that_is_not_a_regular_file_and_fills_nothing(tmp_path, kind):
     dataset = packed(tmp_path)
     name = manifest_of(dataset)["shards"][0]["name"]

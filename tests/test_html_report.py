@@ -331,6 +331,7 @@ def opened(dataset, browser, tmp_path_factory):
     return browser
 
 
+@pytest.mark.slow
 def test_in_the_browser_no_script_ran_and_no_element_was_injected(opened):
     from selenium.common.exceptions import NoAlertPresentException
 

@@ -76,6 +76,7 @@ def test_bytes_that_make_the_decoder_raise_an_unlisted_error_are_a_corrupt_rejec
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.slow
 def test_a_tiff_with_a_damaged_deflate_stream_is_rejected_and_the_pack_goes_on(
         tmp_path, workers):
     source = tmp_path / "source"
@@ -112,6 +113,7 @@ OVERSIZED_OUTPUTS = {
 
 
 @pytest.mark.parametrize("output_kind", sorted(OVERSIZED_OUTPUTS))
+@pytest.mark.slow
 def test_an_output_larger_than_the_decode_budget_is_rejected_too_large_before_it_is_made(
         tmp_path, output_kind):
     """A 651-byte original asked to fill a 16384 x 16384 canvas, tile or stretch (768 MiB of
@@ -147,6 +149,7 @@ def test_an_output_within_the_budget_is_still_packed(tmp_path):
     assert [(r["width"], r["height"]) for r in samples_of(output)] == [(1024, 1024)]
 
 
+@pytest.mark.slow
 def test_probe_never_reads_an_original_larger_than_its_decode_budget(tmp_path):
     """A sparse terabyte ``.bmp`` beside a small JPEG: a pack rejects it unread (too_large), so
     the probe neither reads it nor walks its pages; a hang would fail the timeout."""

@@ -192,6 +192,7 @@ def test_default_chroma_subsampling_is_420():
     assert JpegImagePlugin.get_sampling(image) == 2  # 4:2:0
 
 
+@pytest.mark.slow
 def test_reduced_decode_matches_a_full_decode_reference():
     """Decoding at a DCT scale must not cost visible quality (>= 40 dB before encoding)."""
     from shardsmith.packing.imaging import decode

@@ -200,6 +200,7 @@ def test_log_lists_the_versions(tmp_path):
     assert lines[-1].startswith("current: version 2, 19 samples")
 
 
+@pytest.mark.slow
 def test_an_interrupted_increment_resumes_to_the_same_result(tmp_path, monkeypatch):
     from shardsmith.dataset.formats import ShardWriter
 

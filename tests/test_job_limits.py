@@ -42,6 +42,7 @@ def files(paths: list[str]) -> SourceTable:
 
 # ----------------------------------------------------------------------- worker processes
 
+@pytest.mark.slow
 def test_more_local_workers_than_four_per_core_is_one_line_and_starts_nothing(tmp_path):
     source, output = small_tree(tmp_path / "source"), tmp_path / "out"
     too_many = LOCAL_WORKERS_PER_CORE * machine_cores() + 1
@@ -55,6 +56,7 @@ def test_more_local_workers_than_four_per_core_is_one_line_and_starts_nothing(tm
     assert not output.exists()
 
 
+@pytest.mark.slow
 def test_a_hundred_thousand_workers_in_the_job_file_is_refused_the_same_way(tmp_path):
     source, output = small_tree(tmp_path / "source"), tmp_path / "out"
     job = tmp_path / "job.yaml"
@@ -68,6 +70,7 @@ def test_a_hundred_thousand_workers_in_the_job_file_is_refused_the_same_way(tmp_
     assert not output.exists()
 
 
+@pytest.mark.slow
 def test_four_workers_per_core_is_still_allowed(tmp_path):
     source, output = small_tree(tmp_path / "source"), tmp_path / "out"
     limit = LOCAL_WORKERS_PER_CORE * machine_cores()
@@ -77,6 +80,7 @@ def test_four_workers_per_core_is_still_allowed(tmp_path):
     assert planned.returncode == 0, planned.stderr
 
 
+@pytest.mark.slow
 def test_dask_workers_are_not_bounded_by_the_local_cores(tmp_path):
     source, output = small_tree(tmp_path / "source"), tmp_path / "out"
 
@@ -99,6 +103,7 @@ def test_probe_may_plan_for_more_cores_than_this_machine_has(tmp_path):
 
 # ------------------------------------------------------------------ splits.group patterns
 
+@pytest.mark.slow
 def test_a_group_pattern_that_backtracks_is_one_line_naming_it_and_the_file(tmp_path):
     slow_name = "a" * 64 + "b.jpg"
     source = small_tree(tmp_path / "source", ("c.jpg", slow_name))
@@ -112,6 +117,7 @@ def test_a_group_pattern_that_backtracks_is_one_line_naming_it_and_the_file(tmp_
     assert BACKTRACKS in lines[0] and f"ok/{slow_name}" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_backtracking_group_pattern_is_a_config_error_in_the_plan():
     with pytest.raises(ConfigError, match=r"splits\.group: .*ok/a{40}b\.jpg"):
         make_plan(files(["ok/" + "a" * 40 + "b.jpg"]), SPLITS, 0, BACKTRACKS)

@@ -30,6 +30,8 @@ PACK_ARGS = ("--size", "32", "--shard-samples", "2", "--workers", "1", "--quiet"
 ORIGINALS = 12
 DEEP = "[" * 100_000 + "]" * 100_000
 
+pytestmark = pytest.mark.slow
+
 
 def run(*args: object, timeout: float = 120, memory: int | None = None
         ) -> subprocess.CompletedProcess:

@@ -130,6 +130,7 @@ def test_the_job_files_source_is_a_named_source_for_the_report(tmp_path):
     assert "(1 pictured)" in said
 
 
+@pytest.mark.slow
 def test_a_dataset_packed_from_a_bucket_names_its_source_and_reads_it_with_source(
         tmp_path, s3):
     source = tmp_path / "source"
@@ -149,6 +150,7 @@ def test_a_dataset_packed_from_a_bucket_names_its_source_and_reads_it_with_sourc
     assert "(1 pictured)" in said
 
 
+@pytest.mark.slow
 def test_storage_options_reach_a_bucket_source_of_a_dataset_on_disk(tmp_path, s3, s3_server,
                                                                     monkeypatch):
     source = tmp_path / "source"

@@ -274,6 +274,7 @@ def test_with_follow_symlinks_a_folder_swapped_for_a_link_is_followed(tmp_path, 
     assert {packed[f"a/{n}.jpg"] for n in (0, 2, 4)} == outside
 
 
+@pytest.mark.slow
 def test_through_the_dask_backend_a_swapped_folder_packs_nothing_from_outside(
     tmp_path, monkeypatch
 ):

@@ -49,6 +49,7 @@ def check_manifest_accounts_for_everything(output: Path, expected: dict[str, str
     return manifest
 
 
+@pytest.mark.slow
 def test_webdataset_output_reads_back_with_webdataset(mixed_source, tmp_path):
     import webdataset as wds
 
@@ -81,6 +82,7 @@ def test_webdataset_output_reads_back_with_webdataset(mixed_source, tmp_path):
         assert totals["samples"] == sum(1 for s in index.values() if s["split"] == split)
 
 
+@pytest.mark.slow
 def test_tfrecord_output_reads_back_with_tensorflow(mixed_source, tmp_path):
     tf = pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
 
@@ -129,6 +131,7 @@ def test_tfrecord_output_reads_back_with_tensorflow(mixed_source, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+@pytest.mark.slow
 def test_output_is_byte_identical_whatever_the_worker_count(mixed_source, tmp_path, fmt):
     source, _ = mixed_source
     common = ["--format", fmt, "--size", "80", "--shard-samples", "3",
@@ -138,6 +141,7 @@ def test_output_is_byte_identical_whatever_the_worker_count(mixed_source, tmp_pa
     assert dataset_bytes(tmp_path / "one") == dataset_bytes(tmp_path / "two")
 
 
+@pytest.mark.slow
 def test_rerun_with_same_settings_does_nothing_and_says_so(mixed_source, tmp_path):
     source, _ = mixed_source
     output = tmp_path / "out"
@@ -148,6 +152,7 @@ def test_rerun_with_same_settings_does_nothing_and_says_so(mixed_source, tmp_pat
     assert {p.name: p.stat().st_mtime_ns for p in output.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_rerun_with_changed_settings_refuses_unless_overwrite(mixed_source, tmp_path):
     source, _ = mixed_source
     output = tmp_path / "out"
@@ -161,6 +166,7 @@ def test_rerun_with_changed_settings_refuses_unless_overwrite(mixed_source, tmp_
     assert all(max(s["width"], s["height"]) <= 128 for s in samples_of(output))
 
 
+@pytest.mark.slow
 def test_too_many_rejects_exit_with_code_3_after_recording_them(mixed_source, tmp_path):
     source, _ = mixed_source
     output = tmp_path / "out"
@@ -171,6 +177,7 @@ def test_too_many_rejects_exit_with_code_3_after_recording_them(mixed_source, tm
     run_pack(str(source), str(output), "--size", "64", expect=3)
 
 
+@pytest.mark.slow
 def test_output_with_foreign_files_is_refused(mixed_source, tmp_path):
     source, _ = mixed_source
     output = tmp_path / "out"
@@ -180,6 +187,7 @@ def test_output_with_foreign_files_is_refused(mixed_source, tmp_path):
     assert (output / "thesis.pdf").exists()
 
 
+@pytest.mark.slow
 def test_interrupted_pack_resumes_and_equals_an_uninterrupted_run(
     mixed_source, tmp_path, monkeypatch
 ):
@@ -247,6 +255,7 @@ def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path, kill_after_sh
     assert dataset_bytes(output) == dataset_bytes(tmp_path / "clean")
 
 
+@pytest.mark.slow
 def test_quiet_run_prints_only_the_summary(mixed_source, tmp_path):
     source, _ = mixed_source
     result = subprocess.run(
@@ -257,6 +266,7 @@ def test_quiet_run_prints_only_the_summary(mixed_source, tmp_path):
     assert result.stdout.startswith(f"{tmp_path / 'out'}: packed")
 
 
+@pytest.mark.slow
 def test_a_sample_survives_the_round_trip_visually(tmp_path):
     """The packed pixels are the source pixels, resized: no channel swap, no shift."""
     source = tmp_path / "source"

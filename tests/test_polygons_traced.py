@@ -38,6 +38,7 @@ def random_masks(count: int, seed: int) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("seed", range(3))
+@pytest.mark.slow
 def test_an_objects_own_grid_traces_what_the_samples_grid_traces(seed):
     for mask in random_masks(500, seed):
         assert polygons.traced_rings(mask) == traced_on_the_whole_sample(mask)

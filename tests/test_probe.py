@@ -44,6 +44,7 @@ def tree(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_probe_json_has_listing_reads_image_path_writer_prediction_and_training(tree):
     report = probe_json(tree, "--sample", "6", "--gpu-demand", "2000")
 
@@ -77,6 +78,7 @@ def test_probe_json_has_listing_reads_image_path_writer_prediction_and_training(
     assert set(training["gpu_utilisation"]) == {"originals", "shards"}
 
 
+@pytest.mark.slow
 def test_probe_sample_is_seeded_by_the_job(tree, tmp_path):
     config = tmp_path / "job.yaml"
     config.write_text("seed: 7\n")
@@ -87,6 +89,7 @@ def test_probe_sample_is_seeded_by_the_job(tree, tmp_path):
     assert first == again and first["seed"] == 7 and len(first["paths"]) == 4
 
 
+@pytest.mark.slow
 def test_probe_table_says_which_stage_binds_and_the_workers_to_use(tree):
     table = shardsmith("probe", str(tree), "--sample", "3", "--workers", "2", "--quiet")
 
@@ -106,6 +109,7 @@ def test_probe_of_a_tree_without_images_fails_in_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_probe_accepts_a_tiled_job_and_says_what_its_image_path_leaves_out(tree, tmp_path):
     config = tmp_path / "tiles.yaml"
     config.write_text("image:\n  tiles:\n    size: 256\n    keep: all\n")
@@ -118,6 +122,7 @@ def test_probe_accepts_a_tiled_job_and_says_what_its_image_path_leaves_out(tree,
     assert "cutting tiles" in result.stdout
 
 
+@pytest.mark.slow
 def test_probe_accepts_an_annotated_job(tree, tmp_path):
     config = tmp_path / "yolo.yaml"
     (tmp_path / "labels").mkdir()
@@ -132,6 +137,7 @@ def test_probe_accepts_an_annotated_job(tree, tmp_path):
 
 
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")
+@pytest.mark.slow
 def test_probe_says_reads_are_not_cold_when_the_files_live_in_memory(tmp_path):
     """tmpfs keeps every page in memory: dropping them from the page cache cannot work."""
     import tempfile
@@ -154,6 +160,7 @@ def test_dry_run_creates_no_output_directory(tree, tmp_path):
     assert "assumed, not measured" in table
 
 
+@pytest.mark.slow
 def test_dry_run_with_probe_estimates_the_time_and_writes_nothing(tree, tmp_path):
     output = tmp_path / "out"
 
@@ -212,6 +219,7 @@ def slow_probe(tmp_path_factory):
     return report
 
 
+@pytest.mark.slow
 def test_probe_behind_a_slow_mount_says_read_bound(slow_probe):
     prediction = slow_probe["prediction"]
 
@@ -220,6 +228,7 @@ def test_probe_behind_a_slow_mount_says_read_bound(slow_probe):
     assert slow_probe["reads"]["cold"]
 
 
+@pytest.mark.slow
 def test_parallel_and_serial_listings_behind_a_slow_mount_count_the_same_files(slow_probe):
     listing = slow_probe["listing"]  # which is faster: scripts/bench_nas.py (make bench)
 

@@ -43,6 +43,7 @@ def test_an_integer_downscale_of_a_lossless_original_matches_the_reference():
 
 
 @pytest.mark.parametrize("resize", ["fit", "center_crop", "pad", "stretch", "shorter"])
+@pytest.mark.slow
 def test_the_reference_follows_the_geometry_of_every_resize_mode(resize):
     psnr, _, _ = figures(images.png(640, 480, 1), size=128, resize=resize, quality=100,
                          subsampling="444")

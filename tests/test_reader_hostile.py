@@ -31,6 +31,7 @@ def replace_with_fifo(path: Path) -> None:
     os.mkfifo(path)
 
 
+@pytest.mark.slow
 def test_a_fifo_in_place_of_a_shard_is_a_named_corrupt_sample_not_a_hang(tmp_path):
     output = small_dataset(tmp_path)
     name = first_shard(output)["name"]
@@ -48,6 +49,7 @@ except CorruptSampleError as exc:
     assert "FIFO" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_fifo_in_place_of_a_tar_index_is_one_manifest_error_not_a_hang(tmp_path):
     output = small_dataset(tmp_path)
     index = first_shard(output)["index"]["name"]
@@ -130,6 +132,7 @@ def test_a_shard_swapped_for_another_of_the_same_size_is_refused_not_served(tmp_
         dataset(output, split="train")
 
 
+@pytest.mark.slow
 def test_rle_counts_that_wrap_int64_are_a_corrupt_sample_not_a_crash(tmp_path):
     """Counts whose int64 sum wraps around to the image's pixel count would make NumPy
     repeat past any memory (a MemoryError, or worse): checked first, in Python integers."""
@@ -179,6 +182,7 @@ def test_torch_reader_reads_images_with_and_without_objects(mixed):
     assert batch.shape == (4, 3, 64, 64) and len(labels) == 4
 
 
+@pytest.mark.slow
 def test_tf_reader_reads_images_with_and_without_objects(mixed):
     pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
     from shardsmith.readers.tf import dataset as tf_dataset

@@ -61,6 +61,7 @@ def bombed(root: Path) -> tuple[Path, str]:
 # --- A: a JPEG header is bounded before decoding ------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_jpeg_header_larger_than_any_recorded_sample_is_a_named_corrupt_sample(tmp_path):
     output, name = bombed(tmp_path)
     result = python(LIMITED + f"""
@@ -105,6 +106,7 @@ main({[str(arg) for arg in args]!r}, prog_name="shardsmith")
 """)
 
 
+@pytest.mark.slow
 def test_bench_read_names_a_bombed_sample_in_one_line(tmp_path):
     pytest.importorskip("torch", reason="bench-read reads with the torch reader")
     output, name = bombed(tmp_path)
@@ -114,6 +116,7 @@ def test_bench_read_names_a_bombed_sample_in_one_line(tmp_path):
     assert len(errors) == 1 and name in errors[0] and "65500x65500" in errors[0]
 
 
+@pytest.mark.slow
 def test_inspect_quality_skips_a_bombed_sample_with_why(tmp_path):
     output, _ = bombed(tmp_path)
     result = run_cli("inspect", "--quality", "6", output, "--source", output.parent / "source")
@@ -213,6 +216,7 @@ CORRUPT_RECORDS = {
 
 
 @pytest.mark.parametrize("damage", sorted(CORRUPT_RECORDS))
+@pytest.mark.slow
 def test_a_tf_record_that_does_not_parse_is_named_and_skipped(tmp_path, caplog, damage):
     pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
     output = small_dataset(tmp_path, "tfrecord")
@@ -275,6 +279,7 @@ except ManifestError as exc:
 """
 
 
+@pytest.mark.slow
 def test_a_length_field_of_2_40_with_a_valid_crc_is_refused_not_a_crash(tmp_path):
     pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
     from shardsmith.dataset.formats.tfrecord import masked_crc
@@ -289,6 +294,7 @@ def test_a_length_field_of_2_40_with_a_valid_crc_is_refused_not_a_crash(tmp_path
     assert result.stdout.startswith("refused:") and shard["name"] in result.stdout
 
 
+@pytest.mark.slow
 def test_a_shard_symlinked_out_of_the_dataset_is_refused(tmp_path):
     pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
     output = small_dataset(tmp_path, "tfrecord")
@@ -302,6 +308,7 @@ def test_a_shard_symlinked_out_of_the_dataset_is_refused(tmp_path):
     assert "symbolic link" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_fifo_in_place_of_a_tf_shard_is_refused_not_a_hang(tmp_path):
     pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
     output = small_dataset(tmp_path, "tfrecord")
@@ -313,6 +320,7 @@ def test_a_fifo_in_place_of_a_tf_shard_is_refused_not_a_hang(tmp_path):
     assert result.stdout.startswith("refused:") and "FIFO" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_truncated_tf_shard_is_refused(tmp_path):
     pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
     output = small_dataset(tmp_path, "tfrecord")

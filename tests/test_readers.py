@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from machine import worker_counts
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from shardsmith.errors import ConfigError, CorruptSampleError
@@ -96,7 +97,7 @@ def test_per_sample_mode_yields_chw_uint8_tensors_and_every_label(fitted):
     assert data.classes == [f"c{n:02d}" for n in range(CLASSES)]
 
 
-@pytest.mark.parametrize("workers", [0, 2, 3])
+@pytest.mark.parametrize("workers", worker_counts(0, 2, 3))
 def test_per_sample_mode_reads_each_sample_once_with_any_worker_count(crops, workers):
     data = dataset(crops, split="train", transform=lambda image: image.float().sum())
     loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
@@ -108,7 +109,7 @@ def test_per_sample_mode_reads_each_sample_once_with_any_worker_count(crops, wor
 # --- batch mode and the exact partition --------------------------------------------------
 
 
-@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("workers", worker_counts(0, 1, 2, 3))
 def test_batch_mode_yields_len_batches_in_the_same_order_for_any_worker_count(crops, workers):
     data = dataset(crops, split="train", batch_size=3, seed=4)
     data.set_epoch(0)
@@ -209,10 +210,11 @@ def test_evaluation_mode_pads_nothing_and_says_what_each_rank_holds(crops):
     assert len(set(padded)) == 1 and sum(padded) - total < 3
 
 
-def _ddp_rank(rank: int, world: int, path: str, init: str, result: str) -> None:
+def _ddp_rank(rank: int, world: int, path: str, init: str, result: str,
+              counts: list[int]) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     report = {}
-    for workers in range(4):
+    for workers in counts:
         data = dataset(path, split="train", batch_size=2, decode=False, seed=9)
         data.set_epoch(1)
         loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
@@ -234,9 +236,11 @@ def _ddp_rank(rank: int, world: int, path: str, init: str, result: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_real_process_groups_get_equal_batches_and_every_sample_once(crops, tmp_path, world):
-    """gloo ranks × 0-3 DataLoader workers, 5 shards for up to 16 readers."""
+    """gloo ranks × 0-3 DataLoader workers (as many as the cores), 5 shards for up to 16
+    readers (8 on 2 cores: still more readers than shards)."""
     result = tmp_path / "result.json"
-    mp.spawn(_ddp_rank, args=(world, str(crops), f"file://{tmp_path / 'init'}", str(result)),
+    mp.spawn(_ddp_rank, args=(world, str(crops), f"file://{tmp_path / 'init'}", str(result),
+                              worker_counts(0, 1, 2, 3)),
              nprocs=world, join=True)
     expected = jpeg_ids(crops)
     for workers, report in json.loads(result.read_text()).items():
@@ -258,6 +262,7 @@ def _ids(batch) -> list[str]:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.slow
 def test_stateful_dataloader_resumes_mid_epoch_in_a_new_process(crops, tmp_path, workers):
     def loader():
         data = dataset(crops, split="train", batch_size=2, decode=False, seed=3)
@@ -360,6 +365,7 @@ def test_torch_reader_refuses_tfrecord_datasets(tmp_path):
 # --- indexes and shard lists -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tar_indexes_equal_what_dalis_wds2idx_writes(crops, tmp_path):
     pytest.importorskip("nvidia.dali", reason="wds2idx comes with NVIDIA DALI (the dali extra)")
     tool = Path(sys.executable).parent / "wds2idx"
@@ -415,6 +421,7 @@ def test_dali_reads_an_exact_epoch_with_the_right_labels_on_every_rank(tmp_path,
 # --- tf.data -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tf_reader_yields_hwc_uint8_int64_labels_and_the_classes(tmp_path):
     tf = pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
 
@@ -435,6 +442,7 @@ def test_tf_reader_yields_hwc_uint8_int64_labels_and_the_classes(tmp_path):
 
 
 @pytest.mark.parametrize("parts", [2, 3, 9])  # fewer and more parts than shard files
+@pytest.mark.slow
 def test_tf_reader_parts_read_every_sample_exactly_once(tmp_path, parts):
     pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
     from shardsmith.readers.tf import dataset as tf_dataset
@@ -447,6 +455,7 @@ def test_tf_reader_parts_read_every_sample_exactly_once(tmp_path, parts):
     assert len(read) == len(set(read)) == len(samples(output))
 
 
+@pytest.mark.slow
 def test_packing_never_imports_torch_tensorflow_or_dali(tmp_path):
     """All are installed for the tests; the pack driver and its workers must not pay for them."""
     source = tmp_path / "source"

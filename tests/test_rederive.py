@@ -123,6 +123,7 @@ def rederived_and_fresh(tmp_path: Path, monkeypatch, kind: str, orientations: tu
     ("png16", "pad", (4, 8)),
     ("tiff16", "center_crop", (1, 3)),
 ])
+@pytest.mark.slow
 def test_re_annotated_samples_equal_a_fresh_pack_record_for_record(
         tmp_path, monkeypatch, kind, layout, orientations):
     rederived, fresh, manifest = rederived_and_fresh(tmp_path, monkeypatch, kind,
@@ -273,6 +274,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_a_re_annotation_killed_and_run_again_equals_one_uninterrupted(tmp_path, monkeypatch):
     source = tmp_path / "source"
     corpus(source, "jpeg8", (1, 2, 3, 5, 6, 8))

@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hostile_helpers import REPO, packed
 
 
+@pytest.mark.slow
 def test_report_to_dash_writes_the_page_to_stdout_and_no_file_named_dash(tmp_path):
     packed(tmp_path, "ds", count=4)
     process = subprocess.run([sys.executable, "-m", "shardsmith", "report", tmp_path / "ds",

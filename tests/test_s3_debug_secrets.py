@@ -15,7 +15,7 @@ from hostile_helpers import packed, run
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 TOKEN = "session-token-never-printed-5d1e"
 PASSWORD = "endpoint-password-never-printed-9b2c"

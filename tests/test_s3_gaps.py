@@ -19,7 +19,7 @@ import images
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 RELPATHS = ["parts/o1.jpg", "parts/o6.jpg", "scrap/o3.jpg", "scrap/o8.jpg"]
 # What a sample index may say differently of an object than of a file: when it was written,

@@ -33,7 +33,7 @@ import images
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 # s3fs sends a file as a multipart upload from 2 parts of 50 MiB (``put_file``'s chunksize,
 # which no documented option of the file system or of ``storage:`` sets): 110 MiB is 3 parts.

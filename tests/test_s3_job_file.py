@@ -21,7 +21,7 @@ import images
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 PACK = {"image": {"size": 32}, "output": {"shard_samples": 3},
         "splits": {"train": 0.5, "val": 0.5}, "run": {"workers": 1, "quiet": True}}

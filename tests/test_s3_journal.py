@@ -27,7 +27,7 @@ import images
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 JOURNAL = "ds/.shardsmith/journal"
 # Uploads slowed, so that a kill lands while the pack runs (it waits for the uploads).

@@ -25,7 +25,7 @@ import images
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 TILES = {"image.tiles.size": 96, "image.tiles.overlap": 16, "image.tiles.keep": "all"}
 

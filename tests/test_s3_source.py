@@ -19,7 +19,7 @@ import images
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 COMMON = ["--size", "72", "--shard-samples", "4", "--split", "train=0.7,val=0.3",
           "--max-reject-fraction", "0.5", "--quiet", "--workers", "1"]

@@ -23,7 +23,7 @@ import images
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
 def packed(tmp_path: Path, fmt: str = "webdataset") -> Path:

@@ -11,7 +11,7 @@ from hostile_helpers import PACK_ARGS, cli, one_error_line, originals, packed
 
 pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 # Short timeouts: the attempts of a failing request end within seconds, not minutes.
 SHORT = ("--storage", "connect_timeout=1", "--storage", "read_timeout=1")

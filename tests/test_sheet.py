@@ -88,6 +88,7 @@ def test_rejected_originals_are_shown_as_far_as_they_decode(dataset):
     assert not sheet.notes
 
 
+@pytest.mark.slow
 def test_the_same_seed_draws_the_same_png_and_another_seed_other_samples(dataset, tmp_path):
     first, again, other = tmp_path / "1.png", tmp_path / "2.png", tmp_path / "3.png"
     output = sheet_cli(dataset, first, "--seed", "5")
@@ -100,6 +101,7 @@ def test_the_same_seed_draws_the_same_png_and_another_seed_other_samples(dataset
         assert f"{image.width}x{image.height} px, 3 class rows, 7 samples, 2 rejects" in output
 
 
+@pytest.mark.slow
 def test_one_split_only(dataset, tmp_path):
     split_of = {}
     name = manifest_of(dataset)["samples_index"]["name"]

@@ -25,6 +25,7 @@ def mixed(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
 @pytest.mark.parametrize("quality", [False, True], ids=["plain", "quality"])
+@pytest.mark.slow
 def test_inspect_reads_images_with_and_without_objects(mixed, fmt, quality):
     options = ("--quality", "4", "--source", mixed[fmt].parent / "source") if quality else ()
     process = cli("inspect", mixed[fmt], *options)
@@ -33,6 +34,7 @@ def test_inspect_reads_images_with_and_without_objects(mixed, fmt, quality):
 
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+@pytest.mark.slow
 def test_sheet_draws_images_with_and_without_objects(mixed, fmt, tmp_path):
     process = cli("sheet", mixed[fmt], "-o", tmp_path / "sheet.png")
     assert process.returncode == 0, process.stderr
@@ -55,6 +57,7 @@ def test_bench_read_refuses_an_original_that_leads_out_of_the_source(tmp_path):
     assert "leads out of the source" in line
 
 
+@pytest.mark.slow
 def test_a_sheet_of_600_classes_is_bounded_and_says_what_it_left_out(tmp_path):
     output = small_dataset(tmp_path)
     manifest = images.manifest_of(output)

@@ -227,6 +227,7 @@ def make_big_dataset(root: Path, shards: int = 3, shard_bytes: int = 96 * 2**20)
     return root
 
 
+@pytest.mark.slow
 def test_killed_stage_leaves_no_partial_file_and_the_rerun_completes(tmp_path):
     dataset = make_big_dataset(tmp_path / "big")
     staged = tmp_path / "nvme"

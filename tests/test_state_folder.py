@@ -73,6 +73,7 @@ def staged(dataset: Path, destination: Path) -> Path:
 
 # ------------------------------------------------------------------------- the lock file
 
+@pytest.mark.slow
 def test_a_lock_linked_to_a_file_outside_is_refused_by_an_up_to_date_pack(dataset, outside):
     lock = dataset / ".shardsmith" / "lock"
     lock.unlink()
@@ -83,6 +84,7 @@ def test_a_lock_linked_to_a_file_outside_is_refused_by_an_up_to_date_pack(datase
     assert snapshot(outside) == before
 
 
+@pytest.mark.slow
 def test_a_lock_linked_to_a_file_outside_is_refused_by_an_increment(dataset, outside):
     lock = dataset / ".shardsmith" / "lock"
     lock.unlink()
@@ -95,6 +97,7 @@ def test_a_lock_linked_to_a_file_outside_is_refused_by_an_increment(dataset, out
     assert manifest_of(dataset)["version"] == 1
 
 
+@pytest.mark.slow
 def test_a_lock_linked_to_a_file_outside_is_refused_by_stage_at_the_destination(
         dataset, outside, tmp_path):
     destination = staged(dataset, tmp_path / "nvme")
@@ -129,6 +132,7 @@ def test_a_lock_with_a_second_name_outside_is_refused_and_left_as_it_is(dataset,
 
 
 @pytest.mark.parametrize("command", ["pack", "stage to it", "stage from it"])
+@pytest.mark.slow
 def test_a_lock_that_is_a_fifo_is_one_line_not_a_hang(dataset, tmp_path, command):
     destination = staged(dataset, tmp_path / "nvme") if command == "stage to it" else None
     lock = (destination or dataset) / ".shardsmith" / "lock"
@@ -142,6 +146,7 @@ def test_a_lock_that_is_a_fifo_is_one_line_not_a_hang(dataset, tmp_path, command
     assert str(lock) in line and "FIFO" in line
 
 
+@pytest.mark.slow
 def test_a_lock_that_is_a_folder_is_one_line_and_the_folder_stays(dataset):
     lock = dataset / ".shardsmith" / "lock"
     lock.unlink()
@@ -152,6 +157,7 @@ def test_a_lock_that_is_a_folder_is_one_line_and_the_folder_stays(dataset):
     assert (lock / "keep.txt").read_bytes() == FOREIGN
 
 
+@pytest.mark.slow
 def test_taking_over_a_lock_never_prints_what_a_foreign_lock_file_holds(dataset):
     (dataset / ".shardsmith" / "lock").write_bytes(FOREIGN)
     add_original(dataset)
@@ -161,6 +167,7 @@ def test_taking_over_a_lock_never_prints_what_a_foreign_lock_file_holds(dataset)
     assert manifest_of(dataset)["version"] == 2
 
 
+@pytest.mark.slow
 def test_taking_over_a_lock_of_ours_names_its_holder(dataset):
     holder = "pid 4242 on trainer-7 since 2026-01-01T10:00:00"
     (dataset / ".shardsmith" / "lock").write_text(holder + "\n")
@@ -173,6 +180,7 @@ def test_taking_over_a_lock_of_ours_names_its_holder(dataset):
 # ------------------------------------------------------------------------ the state folder
 
 @pytest.mark.parametrize("command", ["pack", "increment", "stage to it"])
+@pytest.mark.slow
 def test_a_state_folder_linked_to_another_folder_is_refused_and_nothing_is_written_there(
         dataset, outside, tmp_path, command):
     root = staged(dataset, tmp_path / "nvme") if command == "stage to it" else dataset
@@ -223,6 +231,7 @@ def interrupted_journal(dataset: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", ["journal.jsonl", "samples.jsonl"])
+@pytest.mark.slow
 def test_a_journal_file_linked_outside_is_refused_and_the_file_outside_stays(
         dataset, outside, name):
     interrupted_journal(dataset)
@@ -237,6 +246,7 @@ def test_a_journal_file_linked_outside_is_refused_and_the_file_outside_stays(
 
 
 @pytest.mark.parametrize("name", ["journal.jsonl", "samples.jsonl"])
+@pytest.mark.slow
 def test_a_journal_file_that_is_a_fifo_is_one_line_not_a_hang(dataset, name):
     interrupted_journal(dataset)
     target = dataset / ".shardsmith" / name
@@ -246,6 +256,7 @@ def test_a_journal_file_that_is_a_fifo_is_one_line_not_a_hang(dataset, name):
     assert str(target) in line and "FIFO" in line
 
 
+@pytest.mark.slow
 def test_an_interrupted_increment_still_resumes_from_its_journal(dataset):
     interrupted_journal(dataset)
     result = pack(dataset)
@@ -257,6 +268,7 @@ def test_an_interrupted_increment_still_resumes_from_its_journal(dataset):
 # ------------------------------------------------------------------- a stage's own record
 
 @pytest.mark.parametrize("kind", ["a link to a file outside", "a FIFO"])
+@pytest.mark.slow
 def test_a_stage_record_that_is_not_a_file_of_ours_is_one_line(dataset, outside, tmp_path,
                                                                kind):
     destination = staged(dataset, tmp_path / "nvme")

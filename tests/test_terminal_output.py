@@ -91,6 +91,7 @@ def test_log_shows_a_version_note_escaped(hostile_dataset, tmp_path):
     assert "rebuilt \\x1b]0;owned\\x07\\x9b2J\\u202e by another team" in shown.stdout.decode()
 
 
+@pytest.mark.slow
 def test_sheet_notes_quote_the_recorded_source_escaped(hostile_dataset, tmp_path):
     _, output, _ = hostile_dataset
     manifest_path = output / "manifest.json"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from shardsmith.cli import main
@@ -37,6 +38,7 @@ def test_a_second_pack_on_the_same_output_refuses_at_once_naming_the_holder(tmp_
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_dead_run_is_taken_over(tmp_path):
     source = small_tree(tmp_path / "source")
     lock = tmp_path / "out" / ".shardsmith" / "lock"
@@ -74,6 +76,7 @@ def test_report_file_is_written_when_the_run_fails(tmp_path):
     assert data["exit_code"] == 2 and "source.path" in data["error"]
 
 
+@pytest.mark.slow
 def test_without_a_terminal_progress_is_a_few_plain_lines(tmp_path):
     source = small_tree(tmp_path / "source", 20)
     result = subprocess.run(

@@ -35,6 +35,7 @@ def test_a_fifo_shard_list_is_a_problem_not_a_hang(tmp_path):
     assert any(line.startswith("train-shards.txt") and "FIFO" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_shard_list_linked_to_dev_zero_is_not_read(tmp_path):
     output = small_dataset(tmp_path)
     (output / "train-shards.txt").unlink()
@@ -53,6 +54,7 @@ def test_a_shard_list_linked_to_dev_zero_is_not_read(tmp_path):
                for line in lines)
 
 
+@pytest.mark.slow
 def test_a_fifo_label_map_is_a_problem_not_a_hang(tmp_path):
     output = mixed_annotated(tmp_path, "tfrecord")
     (output / "label_map.pbtxt").unlink()
@@ -127,6 +129,7 @@ def test_the_label_map_names_every_class_so_protobuf_reads_it_back():
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
 @pytest.mark.parametrize("decode", [False, True])
+@pytest.mark.slow
 def test_verify_passes_a_dataset_of_images_with_and_without_objects(tmp_path, fmt, decode):
     output = mixed_annotated(tmp_path, fmt)
     process = cli("verify", output, *(["--decode"] if decode else []))

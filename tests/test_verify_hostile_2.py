@@ -118,6 +118,7 @@ def test_a_sample_index_count_that_is_not_its_line_count_is_a_problem(tmp_path):
 
 @pytest.mark.parametrize("shard_lists", [[], ["zzz-shards.txt"],
                                          ["train-shards.txt", "train-shards.txt"]])
+@pytest.mark.slow
 def test_shard_lists_other_than_the_splits_give_are_a_problem(tmp_path, shard_lists):
     output = small_dataset(tmp_path)
     edit_manifest(output, lambda m: m.update(shard_lists=shard_lists))
@@ -135,6 +136,7 @@ def test_a_sample_split_that_is_not_a_split_name_is_refused(tmp_path):
     assert any("'A B' is not a split name" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_sample_split_other_than_its_shards_is_refused(tmp_path):
     output = small_dataset(tmp_path)
     edit_sample_index(output, lambda line: {**line, "split": "val" if line["split"] == "train"
@@ -173,6 +175,7 @@ def test_box_lists_of_unequal_length_are_a_problem(tmp_path):
                for line in lines)
 
 
+@pytest.mark.slow
 def test_an_object_label_past_the_object_classes_is_a_problem(tmp_path):
     output = mixed_annotated(tmp_path, "tfrecord")
 
@@ -185,6 +188,7 @@ def test_an_object_label_past_the_object_classes_is_a_problem(tmp_path):
     assert any(line.startswith(name) and "object label 999" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_mask_that_is_not_a_png_is_a_problem(tmp_path):
     output = mixed_annotated(tmp_path, "tfrecord")
     name = rebuild_tfrecord(output, lambda f: f.update(
@@ -194,6 +198,7 @@ def test_a_mask_that_is_not_a_png_is_a_problem(tmp_path):
     assert any(line.startswith(name) and "not a PNG that decodes" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_an_annotated_tfrecord_dataset_as_packed_verifies(tmp_path):
     output = mixed_annotated(tmp_path, "tfrecord")
     process = cli("verify", "--decode", output)
@@ -203,6 +208,7 @@ def test_an_annotated_tfrecord_dataset_as_packed_verifies(tmp_path):
 # Free-form manifest fields
 
 
+@pytest.mark.slow
 def test_a_config_nested_950_deep_is_refused_in_one_line(tmp_path):
     output = small_dataset(tmp_path)
     edit_manifest(output, lambda m: m["config"].update(x=json.loads("[" * 950 + "]" * 950)))
@@ -214,6 +220,7 @@ def test_a_config_nested_950_deep_is_refused_in_one_line(tmp_path):
 # The sheet
 
 
+@pytest.mark.slow
 def test_a_jpeg_claiming_a_huge_size_is_an_unreadable_tile(tmp_path):
     from hostile_data import rebuild_shard
 
@@ -225,6 +232,7 @@ def test_a_jpeg_claiming_a_huge_size_is_an_unreadable_tile(tmp_path):
     assert (tmp_path / "sheet.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_a_jpeg_claiming_a_huge_size_in_a_tfrecord_is_an_unreadable_tile(tmp_path):
     output = small_dataset(tmp_path, "tfrecord")
     rebuild_tfrecord(output, lambda f: f.update({"image/encoded": [bomb_jpeg()]}))
@@ -233,6 +241,7 @@ def test_a_jpeg_claiming_a_huge_size_in_a_tfrecord_is_an_unreadable_tile(tmp_pat
     assert (tmp_path / "sheet.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_a_class_name_of_a_million_characters_is_clipped_on_the_sheet(tmp_path):
     output = small_dataset(tmp_path)
     edit_manifest(output, lambda m: m["classes"].__setitem__(0, "A" * 1_000_001))
@@ -242,6 +251,7 @@ def test_a_class_name_of_a_million_characters_is_clipped_on_the_sheet(tmp_path):
 
 
 @pytest.mark.parametrize("target", ["manifest.json", "sheet.png", "../webdataset/x.png"])
+@pytest.mark.slow
 def test_a_sheet_inside_the_dataset_is_refused(tmp_path, target):
     output = small_dataset(tmp_path)
     before = images.dataset_bytes(output)

@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch reader needs PyTorch (the torch extra)")
 
 from hostile_helpers import cli, one_error_line  # noqa: E402
+from machine import worker_counts  # noqa: E402
 
 from shardsmith.readers.plan import epoch_order, rank_share  # noqa: E402
 from shardsmith.readers.torch import SampleLoader, dataset  # noqa: E402
@@ -121,7 +122,7 @@ def test_every_rank_yields_the_same_number_of_batches_cut_from_one_draw(parts, d
     assert joined[:min(draws, len(joined))] == whole[:len(joined)]
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("workers", worker_counts(1, 2, 3))
 def test_batches_are_the_same_for_any_number_of_workers(parts, workers):
     alone = epoch_of(weighted(parts, draws=37), 1)
     assert epoch_of(weighted(parts, draws=37), 1, num_workers=workers) == alone
