@@ -85,10 +85,6 @@ def hide_the_cut_of_tile_1(line: dict) -> None:
         line["objects_dropped"] = 0
 
 
-@pytest.mark.xfail(strict=True, reason="export decides 'normal' from the sample index alone "
-                   "(ops/export/__init__.py, dataset/normal.cut_count): an index line without "
-                   "objects_cut beside a KEY.json that lists one is not noticed, and the tile "
-                   "with the crack's tip is written as a YOLO background image")
 def test_a_tile_whose_key_json_lists_a_cut_defect_is_never_a_yolo_background_image(
         cut_dataset, tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")
@@ -101,8 +97,6 @@ def test_a_tile_whose_key_json_lists_a_cut_defect_is_never_a_yolo_background_ima
             assert not red(decoded(image)).any(), (label.stem, result.stderr)
 
 
-@pytest.mark.xfail(strict=True, reason="verify --decode never compares the index's "
-                   "objects_cut with KEY.json's (ops/verify.py)")
 def test_verify_decode_names_an_index_line_that_hides_a_cut_listed_in_key_json(
         cut_dataset, tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")
@@ -169,10 +163,6 @@ def test_the_torch_reader_with_keep_cut_never_serves_an_ignore_box_that_is_no_bo
 # --- 3. The YOLO task from an index that says every object has pixels ---------------------
 
 
-@pytest.mark.xfail(strict=True, reason="ops/export/task.pixel_census trusts objects_box_only "
-                   "of the index; the metadata read for the export (a box with no polygon "
-                   "and no RLE) is not held to it, so the scratch's box is written as a "
-                   "rectangle polygon under 'auto chose segment'")
 def test_auto_never_writes_a_box_only_object_as_a_polygon_whatever_the_index_says(
         cut_dataset, tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")
