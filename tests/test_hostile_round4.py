@@ -194,10 +194,6 @@ def test_a_class_id_of_thousands_of_digits_in_a_weights_spec_is_one_line(cut_dat
     assert len(lines) == 1 and lines[0].startswith("shardsmith: error: weights:"), lines
 
 
-@pytest.mark.xfail(strict=True, reason="inspect --weights plans over every index line "
-                   "(insight, readers.weights.reader_draws on the whole table) while the "
-                   "readers leave the cut samples out first (readers.cut.without_cut): the "
-                   "preview draws 5 with 3 '(none)' samples, the reader draws 3 with 1")
 def test_inspect_weights_previews_the_epoch_the_reader_draws_without_the_cut_samples(
         cut_dataset):
     pytest.importorskip("torch")
