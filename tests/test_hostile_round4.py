@@ -349,9 +349,6 @@ def test_a_malformed_store_setting_is_a_configuration_error_exit_2(setting):
 # --- 9. Damaged totals -------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="packing/changes._corrected runs only when a pack makes "
-                   "a new version: a pack that finds nothing changed leaves damaged totals "
-                   "as they are, and log goes on saying '1 original in 123,456 samples'")
 def test_the_next_pack_corrects_damaged_totals_even_when_nothing_changed(cut_dataset,
                                                                          tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")

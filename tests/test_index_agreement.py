@@ -1,4 +1,4 @@
-"""A sample index line that its shard does not bear out.
+"""A sample index line that its shard does not bear out, and totals its index does not.
 
 The corpus is tests/test_cut_defects.py's: five tiles of one original, tile 1 showing a crack's
 cut tip, tile 2 a box-only scratch, tile 3 its cut end.  The forged datasets are re-signed
@@ -7,6 +7,7 @@ cut tip, tile 2 a box-only scratch, tile 3 its cut end.  The forged datasets are
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -76,3 +77,32 @@ def test_export_refuses_an_index_line_that_counts_another_object_than_its_shard(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "r000c000" in lines[0] and "disagree" in lines[0], lines
     assert not (tmp_path / "coco" / "current").exists()
+
+
+def with_bytes_in_off_by_one(packed: Path, where: Path) -> dict:
+    """A copy of ``packed`` whose manifest says ``totals.bytes_in`` one more; its manifest."""
+    forged_copy(packed, where, lambda line: None)
+    manifest = images.manifest_of(where)
+    manifest["totals"]["bytes_in"] += 1
+    (where / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def test_verify_names_a_bytes_in_that_the_sample_index_does_not_bear_out(packed, tmp_path):
+    forged = tmp_path / "forged"
+    with_bytes_in_off_by_one(packed, forged)
+    result = shardsmith("verify", forged, "--quiet")
+    assert result.returncode == 1
+    assert "totals.bytes_in" in result.stdout, result.stdout
+
+
+def test_a_pack_that_corrected_damaged_totals_is_up_to_date_the_next_time(packed, tmp_path):
+    forged = tmp_path / "forged"
+    manifest = with_bytes_in_off_by_one(packed, forged)
+    options = {"output.format": manifest["format"]}
+    corrected = pack_with(packed.parent / "source", forged, CUT_CONFIG, **options)
+    assert corrected["version"] == manifest["version"] + 1
+    assert "corrected" in corrected["history"][-1]["note"]
+    assert corrected["shards"] == manifest["shards"]  # nothing else changed
+    again = pack_with(packed.parent / "source", forged, CUT_CONFIG, **options)
+    assert again["version"] == corrected["version"]

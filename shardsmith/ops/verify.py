@@ -53,6 +53,7 @@ from ..door import (
     read_file,
 )
 from ..errors import ManifestError, ShardFormatError
+from ..packing.changes import Tally, totals_found
 from ..packing.journal import JOURNAL_NAME
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
 from ..storage import ObjectPath, location
@@ -199,9 +200,12 @@ def _read_sample_index(directory: Path, manifest: Manifest,
     counts: Counter = Counter()
     problems = []
     classes = len(manifest.classes)
+    tally = Tally(manifest.classes, manifest.object_classes)
     try:
         for record in iter_sample_index(directory, manifest):
             counts[record.shard] += 1
+            tally.add(record.split, record.label, record.objects, record.path,
+                      record.source_size)
             expected = per_shard[record.shard]
             expected.keys = (expected.keys + _key_digest(record.key)) & DIGEST_MASK
             if decode:
@@ -228,6 +232,11 @@ def _read_sample_index(directory: Path, manifest: Manifest,
     for shard in sorted(set(listed) - set(counts)):
         if listed[shard]:
             problems.append(f"{name}: no samples in {shard}, manifest says {listed[shard]}")
+    recorded, counted = totals_found(manifest.totals, tally)["bytes in"]
+    if (manifest.staged is None or manifest.staged.get("split") is None) \
+            and recorded != counted:
+        problems.append(f"manifest: totals.bytes_in is {recorded}, its sample index gives "
+                        f"{counted} (the next pack corrects it)")
     return per_shard, problems
 
 
