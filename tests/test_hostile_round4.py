@@ -85,10 +85,6 @@ def hide_the_cut_of_tile_1(line: dict) -> None:
         line["objects_dropped"] = 0
 
 
-@pytest.mark.xfail(strict=True, reason="export decides 'normal' from the sample index alone "
-                   "(ops/export/__init__.py, dataset/normal.cut_count): an index line without "
-                   "objects_cut beside a KEY.json that lists one is not noticed, and the tile "
-                   "with the crack's tip is written as a YOLO background image")
 def test_a_tile_whose_key_json_lists_a_cut_defect_is_never_a_yolo_background_image(
         cut_dataset, tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")
@@ -101,8 +97,6 @@ def test_a_tile_whose_key_json_lists_a_cut_defect_is_never_a_yolo_background_ima
             assert not red(decoded(image)).any(), (label.stem, result.stderr)
 
 
-@pytest.mark.xfail(strict=True, reason="verify --decode never compares the index's "
-                   "objects_cut with KEY.json's (ops/verify.py)")
 def test_verify_decode_names_an_index_line_that_hides_a_cut_listed_in_key_json(
         cut_dataset, tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")
@@ -164,10 +158,6 @@ def test_the_torch_reader_with_keep_cut_never_serves_an_ignore_box_that_is_no_bo
 # --- 3. The YOLO task from an index that says every object has pixels ---------------------
 
 
-@pytest.mark.xfail(strict=True, reason="ops/export/task.pixel_census trusts objects_box_only "
-                   "of the index; the metadata read for the export (a box with no polygon "
-                   "and no RLE) is not held to it, so the scratch's box is written as a "
-                   "rectangle polygon under 'auto chose segment'")
 def test_auto_never_writes_a_box_only_object_as_a_polygon_whatever_the_index_says(
         cut_dataset, tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")
@@ -199,10 +189,6 @@ def test_a_class_id_of_thousands_of_digits_in_a_weights_spec_is_one_line(cut_dat
     assert len(lines) == 1 and lines[0].startswith("shardsmith: error: weights:"), lines
 
 
-@pytest.mark.xfail(strict=True, reason="inspect --weights plans over every index line "
-                   "(insight, readers.weights.reader_draws on the whole table) while the "
-                   "readers leave the cut samples out first (readers.cut.without_cut): the "
-                   "preview draws 5 with 3 '(none)' samples, the reader draws 3 with 1")
 def test_inspect_weights_previews_the_epoch_the_reader_draws_without_the_cut_samples(
         cut_dataset):
     pytest.importorskip("torch")
@@ -358,9 +344,6 @@ def test_a_malformed_store_setting_is_a_configuration_error_exit_2(setting):
 # --- 9. Damaged totals -------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="packing/changes._corrected runs only when a pack makes "
-                   "a new version: a pack that finds nothing changed leaves damaged totals "
-                   "as they are, and log goes on saying '1 original in 123,456 samples'")
 def test_the_next_pack_corrects_damaged_totals_even_when_nothing_changed(cut_dataset,
                                                                          tmp_path):
     forged = copy_of(cut_dataset, tmp_path / "forged")

@@ -4,7 +4,9 @@ Per class: its samples and their share of the selection (what an unweighted epoc
 weight, the share weighted sampling is expected to draw, and the count drawn in epoch 0 of the
 torch and DALI readers with the same weights, seed and draws (one rank).  Built with the
 readers' own ``readers.weights`` over the shards' indexes and the sample index: no image is
-read, and the draw is the readers' draw, not a second implementation of it.
+read, and the draw is the readers' draw, not a second implementation of it.  Its table is the
+readers' too: the samples showing a defect cut below min_visible left out
+(``readers.cut.without_cut``), as a reader without ``keep_cut`` leaves them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..dataset.manifest import read_manifest
+from ..dataset.normal import CUT_REASON
+from ..readers.cut import without_cut
 from ..readers.plan import load_table
 from ..readers.weights import (
     NO_OBJECTS,
@@ -57,6 +61,7 @@ class ClassMix:
     draws: int
     rows: tuple[MixRow, ...]
     by_objects: bool = False  # rows of object classes (a sample may count in several)
+    left_out: int = 0  # samples showing a defect cut below min_visible, as the readers do
 
 
 def class_mix(directory: str | Path | ObjectPath, weights: WeightSpec,
@@ -70,8 +75,9 @@ def class_mix(directory: str | Path | ObjectPath, weights: WeightSpec,
     manifest = read_manifest(directory)
     require_split(manifest, split)
     require_webdataset(directory, manifest)
-    table = load_table(directory, [shard for shard in manifest.shards
+    whole = load_table(directory, [shard for shard in manifest.shards
                                    if split is None or shard.split == split])
+    table = without_cut(directory, manifest, whole)
     chosen = class_weights(weights, manifest.classes, manifest.object_classes or ())
     if draws is not None:
         check_draws(draws)  # before the sample index is read
@@ -112,7 +118,7 @@ def class_mix(directory: str | Path | ObjectPath, weights: WeightSpec,
                  for number in range(size)
                  if labels[number] >= 0 or samples[number] or chosen.per_object is not None)
     return ClassMix(directory, split, seed, planned.draws, rows,
-                    chosen.per_object is not None)
+                    chosen.per_object is not None, len(whole) - len(table))
 
 
 def class_mix_text(mix: ClassMix) -> str:
@@ -132,6 +138,9 @@ def class_mix_text(mix: ClassMix) -> str:
     if mix.by_objects:
         lines.append("  (by object class: a sample holding objects of two classes counts in "
                      "both rows)")
+    if mix.left_out:
+        lines.append(f"  ({mix.left_out:,} samples left out, as the readers leave them: "
+                     f"{CUT_REASON})")
     return "\n".join(lines)
 
 
@@ -139,6 +148,7 @@ def class_mix_json(mix: ClassMix) -> dict[str, Any]:
     """The mix as one JSON document."""
     return {"split": mix.split, "seed": mix.seed, "epoch": 0, "draws": mix.draws,
             "by": "object class" if mix.by_objects else "image class",
+            "left_out": mix.left_out,
             "classes": [{"label": row.label, "class": row.name, "samples": row.samples,
                          "unweighted_share": row.unweighted_share, "weight": row.weight,
                          "expected_share": row.expected_share, "drawn": row.drawn}

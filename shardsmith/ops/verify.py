@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..dataset.agreement import IndexedObjects, disagreement, indexed_objects
 from ..dataset.formats import SHARD_CAP, Placed, index_bytes, shard_format
 from ..dataset.formats.example_check import example_problems
 from ..dataset.manifest import (
@@ -52,6 +53,7 @@ from ..door import (
     read_file,
 )
 from ..errors import ManifestError, ShardFormatError
+from ..packing.changes import Tally, totals_found
 from ..packing.journal import JOURNAL_NAME
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
 from ..storage import ObjectPath, location
@@ -104,6 +106,7 @@ class _Expected:
 
     keys: int = 0
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    objects: dict[str, IndexedObjects] = field(default_factory=dict)
 
 
 def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: int = 4,
@@ -197,13 +200,17 @@ def _read_sample_index(directory: Path, manifest: Manifest,
     counts: Counter = Counter()
     problems = []
     classes = len(manifest.classes)
+    tally = Tally(manifest.classes, manifest.object_classes)
     try:
         for record in iter_sample_index(directory, manifest):
             counts[record.shard] += 1
+            tally.add(record.split, record.label, record.objects, record.path,
+                      record.source_size)
             expected = per_shard[record.shard]
             expected.keys = (expected.keys + _key_digest(record.key)) & DIGEST_MASK
             if decode:
                 expected.sizes[record.key] = (record.width, record.height)
+                expected.objects[record.key] = indexed_objects(record)
             if not -1 <= record.label < classes and len(problems) < MAX_LABEL_PROBLEMS:
                 problems.append(f"{manifest.samples_index.name}: sample {record.key} has "
                                 f"label {record.label}, not one of the {classes} classes")
@@ -225,6 +232,11 @@ def _read_sample_index(directory: Path, manifest: Manifest,
     for shard in sorted(set(listed) - set(counts)):
         if listed[shard]:
             problems.append(f"{name}: no samples in {shard}, manifest says {listed[shard]}")
+    recorded, counted = totals_found(manifest.totals, tally)["bytes in"]
+    if (manifest.staged is None or manifest.staged.get("split") is None) \
+            and recorded != counted:
+        problems.append(f"manifest: totals.bytes_in is {recorded}, its sample index gives "
+                        f"{counted} (the next pack corrects it)")
     return per_shard, problems
 
 
@@ -313,7 +325,8 @@ def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
             if decode:
                 sizes = expected.sizes if expected is not None else None
                 _check_image(shard.name, record.key, fmt.jpeg(record), sizes, problems)
-                _check_metadata(fmt, shard.name, record, problems)
+                _check_metadata(fmt, shard.name, record, problems,
+                                expected.objects if expected is not None else {})
                 if fmt_name == "tfrecord" and len(problems) < MAX_LABEL_PROBLEMS:
                     problems += [f"{shard.name}: sample {record.key}: {problem}" for problem in
                                  example_problems(record.data[12:-4], (sizes or {}).get(
@@ -336,15 +349,22 @@ def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
     return problems
 
 
-def _check_metadata(fmt, shard: str, record, problems: list[str]) -> None:
+def _check_metadata(fmt, shard: str, record, problems: list[str],
+                    indexed: dict[str, IndexedObjects]) -> None:
     """The sample's metadata as every consumer reads it (``ShardFormat.metadata``: its
-    objects' boxes held to the one geometry check), a problem when it is not."""
+    objects' boxes held to the one geometry check), and its objects as its index line
+    (``indexed``) says them (``dataset.agreement``): a problem when it is not."""
     if len(problems) >= MAX_LABEL_PROBLEMS:
         return
     try:
-        fmt.metadata(record)
+        metadata = fmt.metadata(record)
     except ShardFormatError as exc:
         problems.append(f"{shard}: {exc}")
+        return
+    listed = indexed.get(record.key)
+    problem = disagreement(listed, metadata) if listed is not None else None
+    if problem is not None:
+        problems.append(f"{shard}: sample {record.key}: {problem}")
 
 
 def _read_index(directory: Path, shard: ShardEntry) -> bytes | None:

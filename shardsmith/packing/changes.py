@@ -42,7 +42,9 @@ from ..dataset.manifest import (
     ChangesEntry,
     Manifest,
     SampleRecord,
+    Totals,
     changes_name,
+    iter_sample_index,
 )
 from ..dataset.statedir import state_folder
 
@@ -108,6 +110,37 @@ def _label(classes: tuple[str, ...], label: int) -> str | None:
 
 def _count(samples: int) -> int | None:
     return samples if samples != 1 else None
+
+
+def totals_found(totals: Totals, tally: Tally) -> dict[str, tuple[int, int]]:
+    """Each of ``totals`` (a manifest's) beside what its sample index, tallied in ``tally``,
+    gives it: name -> (recorded, counted)."""
+    packed = sum(tally.counts.values())
+    sources = tally.originals if totals.sources is not None else None
+    found = {"samples": (totals.packed, packed), "bytes in": (totals.bytes_in, tally.bytes_in),
+             "originals seen": (totals.seen, (packed if sources is None else sources)
+                                + totals.rejected + totals.excluded)}
+    if sources is not None:
+        found["originals packed"] = (totals.sources, sources)
+    return found
+
+
+def wrong_totals(manifest: Manifest, tally: Tally) -> list[str]:
+    """``samples 123,456 -> 5``: each total of ``manifest`` its sample index (tallied in
+    ``tally``) does not bear out."""
+    return [f"{name} {recorded:,} -> {counted:,}"
+            for name, (recorded, counted) in totals_found(manifest.totals, tally).items()
+            if recorded != counted]
+
+
+def index_tally(directory: Path, manifest: Manifest) -> Tally:
+    """``manifest``'s sample index tallied as a commit tallies it, in one more pass: what a
+    pack that changes nothing holds the recorded totals to (the only read of an index here
+    that no commit streams)."""
+    tally = Tally(manifest.classes, manifest.object_classes)
+    for record in iter_sample_index(directory, manifest):
+        tally.add(record.split, record.label, record.objects, record.path, record.source_size)
+    return tally
 
 
 class ChangesRecorder:
@@ -267,17 +300,7 @@ class ChangesRecorder:
     def _corrected(self, previous: Manifest) -> list[str]:
         """A note for each total of ``previous`` its sample index does not bear out (an
         earlier release added the previous bytes in and never took the removed out)."""
-        before, totals = self.before, previous.totals
-        packed = sum(before.counts.values())
-        sources = before.originals if totals.sources is not None else None
-        found = {"samples": (totals.packed, packed), "bytes in": (totals.bytes_in,
-                                                                  before.bytes_in),
-                 "originals seen": (totals.seen, (packed if sources is None else sources)
-                                    + totals.rejected + totals.excluded)}
-        if sources is not None:
-            found["originals packed"] = (totals.sources, sources)
-        wrong = [f"{name} {recorded:,} -> {counted:,}"
-                 for name, (recorded, counted) in found.items() if recorded != counted]
+        wrong = wrong_totals(previous, self.before)
         if not wrong:
             return []
         log.warning("the totals version %d recorded are not its sample index's: %s; "

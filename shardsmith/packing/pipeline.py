@@ -50,7 +50,7 @@ from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
 from ..storage import ObjectPath, is_url
-from .changes import ChangesRecorder
+from .changes import ChangesRecorder, index_tally, wrong_totals
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
 from .journal import Journal, JournalMirror, JournalState
@@ -122,9 +122,13 @@ def _pack_scanned(
 ) -> PackResult:
     previous = previous_dataset(output, config)
     job = make_job(scanned, config, source, output, previous, started)
-    if previous is not None and up_to_date(output, previous, job):
+    if previous is not None and up_to_date(output, previous, job) \
+            and not wrong_totals(previous, index_tally(output, previous)):
         # Nothing to pack, but a shard list edited or swapped by hand is still made what the
-        # manifest says: readers trust the lists.
+        # manifest says: readers trust the lists.  Totals the sample index does not bear out
+        # are corrected by a new version (its history says so), as a pack that changes
+        # something corrects them, not by a manifest rewritten under a version that stage and
+        # export already know.  Telling costs one parse of the index (5-7 s a million lines).
         repaired = write_derived(output, previous)
         if repaired:
             log.warning("rewrote %s to match the manifest", ", ".join(repaired))

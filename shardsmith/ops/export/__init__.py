@@ -33,6 +33,7 @@ from pathlib import Path
 
 import msgspec
 
+from ...dataset.agreement import disagreement, indexed_objects
 from ...dataset.formats import shard_format
 from ...dataset.formats.base import open_shard
 from ...dataset.lock import DirectoryLock, SharedLock
@@ -691,6 +692,11 @@ class _Run:
         class_name = classes[record.label] if 0 <= record.label < len(classes) else ""
         try:
             metadata = self.fmt.metadata(packed)  # a checked mapping, or ShardFormatError
+            # normal or not, masks or boxes: decided from the index; a line the shard does
+            # not bear out stops the export (a hidden cut would be a background image)
+            problem = disagreement(indexed_objects(record), metadata)
+            if problem is not None:
+                raise ShardFormatError(problem)
             wants_mask = self.options.layout == "anomalib" or "rle" not in metadata
             object_classes = (None if self.options.task == "classify"
                               else self.manifest.object_classes)
