@@ -152,3 +152,11 @@ def test_an_export_resumed_still_replaces_a_file_of_its_earlier_try(tmp_path):
         with ThreadPoolExecutor(2) as pool:
             ExportTree(tmp_path / "v1.partial").write_later(pool, "mask/k.png", data).result()
     assert (tmp_path / "v1.partial" / "mask" / "k.png").read_bytes() == b"this run"
+
+
+def test_the_line_naming_a_key_of_many_copies_stays_one_short_line():
+    from shardsmith.dataset.keys import duplicate_message
+
+    message = duplicate_message({"k": [f"train-{n:06d}.tar" for n in range(40_000)]},
+                                "the sample index")
+    assert "40000 times" in message and len(message) < 400 and "train-000004.tar" not in message
