@@ -334,10 +334,6 @@ def s3_command(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=env, timeout=120)
 
 
-@pytest.mark.xfail(strict=True, reason="storage.USERINFO ([^/\\s@]+@) stops at the first '/' "
-                   "or '@' of the password, so _userinfo learns no secret (or a 1-character "
-                   "one, too short to scrub) and scrub() leaves the rest: the one-line error "
-                   "and botocore's -vv records print it")
 @pytest.mark.parametrize("password", ["pa/ss-never-printed-1", "p@ss-never-printed-2"],
                          ids=["slash", "at"])
 def test_a_password_with_a_slash_or_an_at_in_the_endpoint_url_is_never_printed(password):
@@ -349,9 +345,6 @@ def test_a_password_with_a_slash_or_an_at_in_the_endpoint_url_is_never_printed(p
         if "never-printed" in line][:3]
 
 
-@pytest.mark.xfail(strict=True, reason="storage._Client.call turns every client error into "
-                   "StoreError (exit 1, 'a rerun may succeed'), also botocore's refusals of "
-                   "the settings themselves, which no rerun fixes")
 @pytest.mark.parametrize("setting", ["endpoint_url=file:///etc/passwd", "region=../../etc"],
                          ids=["endpoint", "region"])
 def test_a_malformed_store_setting_is_a_configuration_error_exit_2(setting):
