@@ -223,9 +223,6 @@ def test_inspect_weights_previews_the_epoch_the_reader_draws_without_the_cut_sam
 # --- 5. report -o - ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="cli.report calls click.get_binary_stream('stdout') "
-                   "outside the one-line error handling: a closed stdout is a RuntimeError "
-                   "traceback")
 def test_report_to_a_closed_stdout_is_one_line(cut_dataset):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.run(
