@@ -236,10 +236,6 @@ def test_report_to_a_closed_stdout_is_one_line(cut_dataset):
 # --- 6. Class names as folders -------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="layouts.same_folder_key uses str.casefold (full "
-                   "folding: 'ß' -> 'ss'); SMB/NTFS and APFS fold case one character at a "
-                   "time, so 'straße' and 'strasse' are two folders there, yet the export "
-                   "refuses them as one")
 def test_class_names_that_only_full_case_folding_joins_are_two_folders(tmp_path):
     source = tmp_path / "source"
     for name in ("a1", "b1"):
