@@ -282,9 +282,6 @@ def forge_changes(dataset: Path, change) -> None:
     (dataset / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
-@pytest.mark.xfail(strict=True, reason="dataset/changes.ChangeLine.check leaves "
-                   "objects_before/objects_after unchecked against the header's object "
-                   "classes; insight.versiondiff prints every name on one line, uncut")
 def test_diff_bounds_a_reannotated_line_naming_thousands_of_unknown_object_classes(
         reannotated, tmp_path):
     forged = copy_of(reannotated, tmp_path / "forged")
