@@ -573,6 +573,7 @@ def report(dataset, output, config_file, rejects_shown, samples_shown, named_sou
 
     started = time.monotonic()
     target = None if output == "-" else check_output_file(output)
+    stdout = _binary_stdout() if target is None else None  # before the work, not after
     directory, config = _dataset_at(dataset, config_file, storage_options, named_source)
     if isinstance(directory, Path) and target is not None:  # a bucket holds no local file
         _refuse_output_inside(target, directory, "the report")
@@ -580,8 +581,9 @@ def report(dataset, output, config_file, rejects_shown, samples_shown, named_sou
     page = render_report(directory, manifest, ReportOptions(
         rejects_shown=rejects_shown, samples_shown=samples_shown,
         originals=_originals(named_source, config, storage_options, manifest.source)))
-    if target is None:  # ``-o -``: the page on stdout, the summary on stderr
-        click.get_binary_stream("stdout").write(page.html.encode())
+    if stdout is not None:  # ``-o -``: the page on stdout, the summary on stderr
+        stdout.write(page.html.encode())
+        stdout.flush()  # a closed pipe fails here, as one line, not at exit
     else:
         page.save(Path(output))
     for note in page.notes:
@@ -592,6 +594,16 @@ def report(dataset, output, config_file, rejects_shown, samples_shown, named_sou
           f"{plural(page.samples_shown, 'sample')}"
           + (f"; no diff: {printable(page.diff_note)}" if page.diff_note else "")
           + f" ({time.monotonic() - started:.1f}s)", err=target is None)
+
+
+def _binary_stdout() -> Any:
+    """The byte stream of stdout; an OSError (one line, exit 1) when the process has none
+    (started with stdout closed, ``>&-``: click raises a bare RuntimeError)."""
+    try:
+        return click.get_binary_stream("stdout")
+    except RuntimeError:
+        raise OSError(errno.EBADF, "stdout is closed: nowhere to write the report (-o -)") \
+            from None
 
 
 def _refuse_output_inside(output: Path, dataset: Path, what: str = "the sheet") -> None:

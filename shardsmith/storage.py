@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from .errors import ConfigError
 from .text import cut
@@ -217,8 +217,10 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
-# ``scheme://user:password@host``: the part before the ``@`` of a URL's authority.
-USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+# ``scheme://user:password@host``: the part before the ``@`` of a URL's authority, up to
+# its LAST ``@`` within the URL (a password may hold a ``/`` or an ``@`` that its writer did
+# not escape; a quote, a backtick or a blank ends the URL in a message).
+USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^\s'\"`<>]*@")
 # Secrets of the clients made in this process (options and job files): the log filter
 # scrubs them from every record, whichever library wrote it.
 _KNOWN_SECRETS: set[str] = set()
@@ -232,7 +234,7 @@ def _userinfo(url: str) -> tuple[str, ...]:
     if not found:
         return ()
     password = found.group(0)[len(found.group(1)):-1].partition(":")[2]
-    return tuple({password, unquote(password)} - {""})
+    return tuple({password, unquote(password), quote(password, safe="")} - {""})
 
 
 class SecretFilter(logging.Filter):
@@ -302,6 +304,11 @@ class _Client:
             raise PermissionError(errno.EACCES, "access denied: "
                                   + scrub(str(exc), self.secrets), url) from None
         except Exception as exc:  # noqa: BLE001 - botocore, aiohttp: one scrubbed OSError
+            if _misconfigured(exc):
+                raise ConfigError(f"{cut(url, 200)}: the client refuses the store's settings "
+                                  "(--storage, AWS_*): "
+                                  + cut(scrub(str(exc) or type(exc).__name__, self.secrets),
+                                        200)) from None
             if _timed_out(exc):
                 raise StoreError(errno.ETIMEDOUT, f"object storage: no whole answer within "
                               f"{deadline:.0f} s ({ATTEMPTS} attempts); the store is down or "
@@ -329,6 +336,19 @@ class _Client:
 def _timed_out(exc: BaseException) -> bool:
     """A deadline or a timeout of the client, by name (fsspec, asyncio, aiohttp, botocore)."""
     return isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
+
+
+# botocore's refusals of a setting (a profile, a region, an endpoint URL), by class name:
+# no rerun fixes them.  A ValueError is a value we handed the client (botocore's bad region
+# and bad endpoint, aiohttp's InvalidURL are ValueErrors).
+MISCONFIGURED = frozenset({"ValueError", "ProfileNotFound", "ConfigNotFound", "ConfigParseError",
+                           "InvalidConfigError", "NoRegionError", "BaseEndpointResolverError",
+                           "EndpointProviderError"})
+
+
+def _misconfigured(exc: BaseException) -> bool:
+    """A refusal of the client's settings rather than a failure of the store."""
+    return any(kind.__name__ in MISCONFIGURED for kind in type(exc).__mro__)
 
 
 def _no_bucket(exc: FileNotFoundError) -> bool:

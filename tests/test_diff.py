@@ -17,9 +17,11 @@ from shardsmith.dataset.changes import (
     ChangeLine,
     ChangesHeader,
     VersionTotals,
+    check_object_counts,
     json_line,
 )
 from shardsmith.dataset.manifest import ChangesEntry
+from shardsmith.errors import ManifestError
 from shardsmith.insight.diff import diff_versions
 from shardsmith.ops.stage import stage
 from shardsmith.ops.verify import verify
@@ -510,3 +512,12 @@ def test_a_changes_file_of_format_1_is_read_as_it_was_written(tmp_path):
                                   "removed": 1}
     assert found["samples"]["removed"] == 4
     assert "objects_before" not in found["changed"][0]
+
+
+def test_object_counts_of_a_change_line_name_the_headers_object_classes_or_an_id():
+    known = frozenset({"crack", "scratch"})
+    check_object_counts({"crack": 2, "#3": 1}, known, "line 2.objects_after")
+    with pytest.raises(ManifestError, match="'dent' is not an object class of the header"):
+        check_object_counts({"crack": 1, "dent": 1}, known, "line 2.objects_before")
+    with pytest.raises(ManifestError, match="300 object classes, more than a dataset has"):
+        check_object_counts({f"#{n}": 1 for n in range(1, 301)}, known, "line 2")

@@ -773,7 +773,9 @@ def test_a_partial_folder_whose_record_folder_is_a_link_is_never_deleted(dataset
     ("caf\u00e9", "cafe\u0301"),  # NFC and NFD: one folder on macOS
     ("scratch", "scratch."),  # SMB drops trailing dots
     ("a", "a "),  # and trailing spaces
-], ids=["nfc-nfd", "trailing-dot", "trailing-space"])
+    ("STRA\u1e9eE", "stra\u00dfe"),  # case folded one character at a time: ẞ is ß
+    ("\u03a3", "\u03c2"),  # and capital sigma the final one
+], ids=["nfc-nfd", "trailing-dot", "trailing-space", "capital-sharp-s", "final-sigma"])
 @pytest.mark.slow
 def test_class_names_that_are_one_folder_on_a_share_are_refused_like_case_twins(
         tmp_path, first, second):

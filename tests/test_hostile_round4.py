@@ -178,8 +178,6 @@ def test_auto_never_writes_a_box_only_object_as_a_polygon_whatever_the_index_say
 # --- 4. Weights ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="weight_spec._id_of calls int() on any count of "
-                   "digits: past 4,300 Python raises a bare ValueError (traceback, exit 1)")
 @pytest.mark.parametrize("name", ["#", "object:#", "image:#"])
 def test_a_class_id_of_thousands_of_digits_in_a_weights_spec_is_one_line(cut_dataset, name):
     result = shardsmith("inspect", cut_dataset, "--weights", f"{name}{'1' * 5000}=1")
@@ -206,9 +204,6 @@ def test_inspect_weights_previews_the_epoch_the_reader_draws_without_the_cut_sam
 # --- 5. report -o - ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="cli.report calls click.get_binary_stream('stdout') "
-                   "outside the one-line error handling: a closed stdout is a RuntimeError "
-                   "traceback")
 def test_report_to_a_closed_stdout_is_one_line(cut_dataset):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.run(
@@ -222,10 +217,6 @@ def test_report_to_a_closed_stdout_is_one_line(cut_dataset):
 # --- 6. Class names as folders -------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="layouts.same_folder_key uses str.casefold (full "
-                   "folding: 'ß' -> 'ss'); SMB/NTFS and APFS fold case one character at a "
-                   "time, so 'straße' and 'strasse' are two folders there, yet the export "
-                   "refuses them as one")
 def test_class_names_that_only_full_case_folding_joins_are_two_folders(tmp_path):
     source = tmp_path / "source"
     for name in ("a1", "b1"):
@@ -272,9 +263,6 @@ def forge_changes(dataset: Path, change) -> None:
     (dataset / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
-@pytest.mark.xfail(strict=True, reason="dataset/changes.ChangeLine.check leaves "
-                   "objects_before/objects_after unchecked against the header's object "
-                   "classes; insight.versiondiff prints every name on one line, uncut")
 def test_diff_bounds_a_reannotated_line_naming_thousands_of_unknown_object_classes(
         reannotated, tmp_path):
     forged = copy_of(reannotated, tmp_path / "forged")
@@ -315,10 +303,6 @@ def s3_command(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=env, timeout=120)
 
 
-@pytest.mark.xfail(strict=True, reason="storage.USERINFO ([^/\\s@]+@) stops at the first '/' "
-                   "or '@' of the password, so _userinfo learns no secret (or a 1-character "
-                   "one, too short to scrub) and scrub() leaves the rest: the one-line error "
-                   "and botocore's -vv records print it")
 @pytest.mark.parametrize("password", ["pa/ss-never-printed-1", "p@ss-never-printed-2"],
                          ids=["slash", "at"])
 def test_a_password_with_a_slash_or_an_at_in_the_endpoint_url_is_never_printed(password):
@@ -330,9 +314,6 @@ def test_a_password_with_a_slash_or_an_at_in_the_endpoint_url_is_never_printed(p
         if "never-printed" in line][:3]
 
 
-@pytest.mark.xfail(strict=True, reason="storage._Client.call turns every client error into "
-                   "StoreError (exit 1, 'a rerun may succeed'), also botocore's refusals of "
-                   "the settings themselves, which no rerun fixes")
 @pytest.mark.parametrize("setting", ["endpoint_url=file:///etc/passwd", "region=../../etc"],
                          ids=["endpoint", "region"])
 def test_a_malformed_store_setting_is_a_configuration_error_exit_2(setting):

@@ -60,3 +60,15 @@ def test_debug_logs_show_no_token_given_as_a_storage_option(dataset, s3):
     assert "botocore" in process.stderr
     assert secrets_of(process.stdout + process.stderr, OPTION_TOKEN, s3.secret,
                       os.environ["AWS_ACCESS_KEY_ID"]) == []
+
+
+@pytest.mark.parametrize("password", ["pa/ss-never-printed", "p@ss-never-printed"])
+def test_a_password_of_any_url_is_scrubbed_up_to_its_last_at(password):
+    """A password its writer did not escape (a ``/``, an ``@``) is scrubbed whole, in a URL of
+    a message as in the endpoint URL itself, whose password is then known by value."""
+    from shardsmith.storage import _userinfo, scrub
+
+    url = f"http://user:{password}@127.0.0.1:9000"
+    assert scrub(f"Custom endpoint `{url}` was not a valid URI") == \
+        "Custom endpoint `http://***@127.0.0.1:9000` was not a valid URI"
+    assert scrub(f"retrying with {password!r}", _userinfo(url)) == "retrying with '***'"

@@ -55,3 +55,11 @@ def test_a_500_on_a_shard_index_is_exit_1_for_inspect_weights(dataset, through_p
     through_proxy.on("500", ".idx")
     line = one_error_line(cli("inspect", dataset, "--weights", "a=2,*=1", *SHORT), 1)
     assert ".idx" in line
+
+
+def test_a_profile_that_does_not_exist_is_a_configuration_error_exit_2(dataset, monkeypatch):
+    """No rerun finds a missing profile: exit 2 (the settings), not exit 1 (the store)."""
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    line = one_error_line(cli("inspect", dataset, "--storage", "profile=no-such-profile",
+                              *SHORT), 2)
+    assert "no-such-profile" in line and "settings" in line

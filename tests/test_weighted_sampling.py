@@ -191,6 +191,8 @@ def test_a_class_name_holding_an_equals_sign_is_named_up_to_its_last_one():
 @pytest.mark.parametrize(("spec", "problem"), [
     ("crack=2", "'crack' is not a class of this dataset"),
     ("#3=2", "class id 3 is not one of 0 to 2"),
+    ("#" + "1" * 5000 + "=2", "is not a class id .at most 18 digits."),
+    ("#" + "0" * 30 + "3=2", "class id 3 is not one of 0 to 2"),
     ("scratch=-1", "must be >= 0"),
     ("scratch=nan", "must be finite"),
     ("scratch=inf", "must be finite"),

@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from ..annotations.limits import MAX_OBJECT_CLASSES
 from ..door import Refused, open_file
 from ..errors import ManifestError
 from ..schema import LINE_CAP, Count, line_reader, to_json
@@ -61,6 +63,8 @@ READ_CHUNK = 1 << 20
 # The header holds the class lists and a count per split and class: a few KiB for 100
 # classes, 16 MiB for ~200,000 of them, far past any dataset of ours.
 HEADER_CAP = 16 << 20
+# An object class the pack had no name for is counted as ``#N`` (its id, 1-based).
+UNNAMED_OBJECT_CLASS = re.compile(r"#[1-9][0-9]{0,2}")
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,9 @@ class ChangesFile:
         except BaseException:
             self.close()
             raise
+        totals = (self.header.before, self.header.after)
+        self._object_classes = frozenset(name for version in totals if version is not None
+                                         for name in version.object_classes or ())
 
     def _read_header(self) -> ChangesHeader:
         entry = self.entry
@@ -285,12 +292,33 @@ class ChangesFile:
     def _parse(self, reader: Any, line: bytes, number: int) -> Any:
         where = f"line {number}" if number else "a line read again"
         try:
-            return reader(line, where)
+            record = reader(line, where)
+            if isinstance(record, ChangeLine):
+                for name in ("objects_before", "objects_after"):
+                    check_object_counts(getattr(record, name), self._object_classes,
+                                        f"{where}.{name}")
+            return record
         except ManifestError as exc:
             raise ManifestError(f"{self.path}: damaged: {exc}") from None
 
     def _damaged(self, number: int, why: str) -> ManifestError:
         return ManifestError(f"{self.path}: damaged: line {number}: {why}")
+
+
+def check_object_counts(counts: dict[str, Count] | None, known: frozenset[str],
+                        where: str) -> None:
+    """ManifestError unless ``counts`` names object classes of ``known`` (the header's) or
+    ``#N``, at most ``MAX_OBJECT_CLASSES`` of them: a forged line naming thousands of
+    classes is refused here, not printed whole by ``diff``."""
+    if not counts:
+        return
+    if len(counts) > MAX_OBJECT_CLASSES:
+        raise ManifestError(f"{where}: {len(counts):,} object classes, more than a dataset "
+                            f"has ({MAX_OBJECT_CLASSES})")
+    for name in counts:
+        if name not in known and UNNAMED_OBJECT_CLASS.fullmatch(name) is None:
+            raise ManifestError(f"{where}: {shown(name)} is not an object class of the "
+                                "header")
 
 
 def history_counts(directory: Path | None, manifest: Manifest

@@ -33,6 +33,7 @@ from ..errors import ConfigError
 from ..text import shown
 
 OTHERS = "*"
+ID_DIGITS = 18  # a class id's digits, at most: far past any list of classes, and int() is cheap
 NO_OBJECTS = "(none)"  # samples without objects (in a dataset with annotated objects)
 IMAGE, OBJECT = "image:", "object:"  # a name qualified as an image or an object class
 # float()'s syntax less what it also takes: "1_000", digits of other scripts, spaces within
@@ -235,10 +236,15 @@ class _ClassNames:
 
 
 def _id_of(name: str) -> int | None:
-    """N of a name ``#N`` (ASCII digits), else None."""
-    if name.startswith("#") and name[1:].isdigit() and name[1:].isascii():
-        return int(name[1:])
-    return None
+    """N of a name ``#N`` (ASCII digits), else None; WeightsError for more digits than any
+    class id has (Python refuses int() of more than 4,300 digits with a bare ValueError)."""
+    digits = name[1:]
+    if not (name.startswith("#") and digits.isdigit() and digits.isascii()):
+        return None
+    if len(digits.lstrip("0")) > ID_DIGITS:
+        raise WeightsError(f"weights: {shown(name)} is not a class id (at most {ID_DIGITS} "
+                           "digits)")
+    return int(digits)
 
 
 def _listed(names: Sequence[str]) -> str:

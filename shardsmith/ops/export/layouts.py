@@ -53,10 +53,20 @@ def same_folder_key(name: str) -> str:
     """What a share makes of a folder name when it compares two: case ignored (SMB, macOS),
     composed and decomposed accents alike (macOS stores ``café`` decomposed, NFD; a name
     written in NFC finds it), trailing dots and spaces dropped (SMB: ``scratch.`` and
-    ``scratch`` are one folder).  Caseless matching as Unicode defines it (NFD, casefold),
-    then NFC."""
-    folded = unicodedata.normalize("NFD", name).casefold()
+    ``scratch`` are one folder).  Case is folded one character at a time, as those file
+    systems do (Unicode's simple case folding): ``straße`` and ``strasse`` stay two folders
+    there, so they are two here (full folding, ``str.casefold``, makes ``ß`` ``ss``)."""
+    folded = "".join(map(_simple_fold, unicodedata.normalize("NFD", name)))
     return unicodedata.normalize("NFC", folded).rstrip(". ")
+
+
+def _simple_fold(char: str) -> str:
+    """``char`` case-folded to one character (``Σ``, ``ς`` -> ``σ``; ``ẞ`` -> ``ß``), or
+    itself where only a longer mapping exists."""
+    for folded in (char.casefold(), char.lower()):
+        if len(folded) == 1:
+            return folded
+    return char
 
 
 def check_folder_names(names: Iterable[str], what: str, why: str,
