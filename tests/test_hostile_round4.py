@@ -2,8 +2,7 @@
 objects (``objects_cut``), the YOLO task from ``objects_box_only``, object-class weights, the
 changes format 2, ``report -o -`` and the class-name folding.
 
-Each test here states what should hold and fails on the code it was written against
-(``xfail(strict=True)``, so the branch stays green until the fix lands and the mark is removed).
+Each test here states what should hold, and failed on the code it was written against.
 The forged datasets are re-signed (sizes and sha256 fixed up in the manifest), as an attacker
 or a buggy tool would leave them; only the field named is wrong.
 """
