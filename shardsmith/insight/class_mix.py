@@ -75,12 +75,13 @@ def class_mix(directory: str | Path | ObjectPath, weights: WeightSpec,
     manifest = read_manifest(directory)
     require_split(manifest, split)
     require_webdataset(directory, manifest)
+    # the SPEC and the draws are checked before any shard or index is read
+    chosen = class_weights(weights, manifest.classes, manifest.object_classes or ())
+    if draws is not None:
+        check_draws(draws)
     whole = load_table(directory, [shard for shard in manifest.shards
                                    if split is None or shard.split == split])
     table = without_cut(directory, manifest, whole)
-    chosen = class_weights(weights, manifest.classes, manifest.object_classes or ())
-    if draws is not None:
-        check_draws(draws)  # before the sample index is read
     found = table_classes(directory, manifest, table)
     planned = weighted_draws(chosen, found, draws)
     assert planned.bins is not None and planned.relative is not None
