@@ -31,23 +31,29 @@ def detection_target(meta: Any, height: int, width: int, with_masks: bool,
             len(boxes_in) != len(labels_in):
         raise ValueError("boxes and labels are not two lists of one length")
     check_class_ids(labels_in, object_classes)  # before NumPy, where 2**64 would not fit
-    try:
-        boxes = np.asarray(boxes_in, np.float32).reshape(-1, 4)
-        labels = np.asarray(labels_in, np.int64).reshape(-1)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"boxes or labels are malformed ({exc})") from None
-    if not np.isfinite(boxes).all():
-        raise ValueError("a box is not finite")
-    for box in boxes.tolist():
-        problem = box_problem(box, width, height)
-        if problem is not None:
-            raise ValueError(problem)
-    target = {"boxes": boxes, "labels": labels}
+    boxes = _checked_boxes(boxes_in, width, height, "")
+    target = {"boxes": boxes, "labels": np.asarray(labels_in, np.int64).reshape(-1)}
     if with_masks:
         target["masks"] = _instance_masks(meta.get("rle"), boxes, height, width)
     if meta.get("objects_cut"):  # read only with keep_cut (readers.cut)
         target.update(_ignored(meta["objects_cut"], height, width, with_masks, object_classes))
     return target
+
+
+def _checked_boxes(boxes_in: Any, width: int, height: int, whose: str) -> np.ndarray:
+    """``boxes_in`` as float32 N x 4, each held to the one geometry check (``box_problem``);
+    ValueError naming ``whose`` box it is otherwise."""
+    try:
+        boxes = np.asarray(boxes_in, np.float32).reshape(-1, 4)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{whose or 'a '}box is malformed ({exc})") from None
+    if not np.isfinite(boxes).all():
+        raise ValueError(f"{whose or 'a '}box is not finite")
+    for box in boxes.tolist():
+        problem = box_problem(box, width, height)
+        if problem is not None:
+            raise ValueError(f"{whose}{problem}")
+    return boxes
 
 
 def _ignored(cut: Any, height: int, width: int, with_masks: bool,
@@ -58,16 +64,7 @@ def _ignored(cut: Any, height: int, width: int, with_masks: bool,
         raise ValueError("objects_cut is not a list of objects")
     labels_in = [item.get("label") for item in cut]
     check_class_ids(labels_in, object_classes)
-    try:
-        boxes = np.asarray([item.get("box") for item in cut], np.float32).reshape(-1, 4)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"a cut object's box is malformed ({exc})") from None
-    if not np.isfinite(boxes).all():
-        raise ValueError("a cut object's box is not finite")
-    for box in boxes.tolist():
-        problem = box_problem(box, width, height)
-        if problem is not None:
-            raise ValueError(f"a cut object's {problem}")
+    boxes = _checked_boxes([item.get("box") for item in cut], width, height, "a cut object's ")
     found = {"ignore_boxes": boxes, "ignore_labels": np.asarray(labels_in, np.int64)}
     if with_masks:
         found["ignore_masks"] = _instance_masks([item.get("rle") for item in cut], boxes,
