@@ -152,3 +152,16 @@ def test_ultralytics_segment_over_an_earlier_releases_index_says_it_cannot_tell(
     assert "the index lines of 2 samples with objects, written by an earlier release, do not " \
            "record which objects have pixels" in note
     assert "WARNING" in caplog.text and note in caplog.text
+
+
+def test_dali_refuses_tfrecord_shards_with_cut_samples_it_cannot_leave_out(tmp_path):
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    pytest.importorskip("torch", reason="DALI's iterator gives torch tensors (the torch extra)")
+    from shardsmith.errors import ConfigError
+    from shardsmith.readers.dali import loader
+
+    records = tf_corpus(tmp_path)
+    with pytest.raises(ConfigError, match="2 samples have a defect cut below min_visible"):
+        loader(records, batch_size=1, device="cpu", shuffle=False)
+    kept = loader(records, batch_size=1, device="cpu", shuffle=False, keep_cut=True)
+    assert sum(len(labels) for _, labels in kept) == 5  # every tile, the cut ones too

@@ -55,7 +55,7 @@ import torch
 from ..errors import ConfigError
 from . import equal_image_size, select_shards
 from .batches import checked_jpegs
-from .cut import without_cut
+from .cut import cut_keys_by_shard, without_cut
 from .epochs import EpochPlan, EpochSettings
 from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .samples import Corruptions, SampleReader
@@ -111,7 +111,9 @@ class DaliLoader:
     On WebDataset shards the epochs are the torch reader's (``set_epoch``, ``state_dict``,
     ``load_state_dict``, ``drop_last``, ``block``, ``weights`` and ``draws`` as there; samples
     with a defect cut below min_visible left out unless ``keep_cut``: ``readers.cut``);
-    ``shuffle_buffer`` applies to TFRecord shards only, which DALI reads and shuffles itself.
+    ``shuffle_buffer`` applies to TFRecord shards only, which DALI reads and shuffles itself:
+    it cannot leave cut samples out, so a TFRecord dataset holding any is refused unless
+    ``keep_cut``.
     """
 
     def __init__(self, path: str | Path, split: str | None = None, batch_size: int = 64,
@@ -156,6 +158,14 @@ class DaliLoader:
             if weights is not None or draws is not None:
                 raise ConfigError("weights= and draws= need WebDataset shards; DALI reads "
                                   "TFRecord shards in its own order")
+            cut = 0 if keep_cut else sum(map(len, cut_keys_by_shard(
+                directory, manifest, {shard.name for _, shard in selected}).values()))
+            if cut:  # its reader cannot leave them out: refused, never read as normal
+                raise ConfigError(
+                    f"{directory}: {cut:,} samples have a defect cut below min_visible, and "
+                    "DALI reads TFRecord shards in its own order, so it cannot leave them "
+                    "out: keep_cut=True reads them (their cut part unlabelled), or read the "
+                    "dataset with shardsmith.readers.tf or pack it as WebDataset")
             self._iterator, self._batches = _own_reader(
                 directory, selected, manifest.format, device, shuffle, rank, world_size,
                 shuffle_buffer, options)
