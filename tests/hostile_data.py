@@ -137,3 +137,18 @@ def rebuild_tfrecord_shard(dataset: Path, name: str,
     shard["index"].update(bytes=len(index), sha256=sha256(index))
     write_manifest(dataset, manifest)
     return edited
+
+
+def classified(root: Path, names: tuple[str, str] | None = None) -> Path:
+    """A dataset of two image classes packed from split folders; with ``names``, its
+    manifest renames them (unsigned: the manifest is not hashed by anything it names)."""
+    source = root / "source"
+    for name in ("a1", "b1"):
+        images.write(source / "train" / name / f"{name}.jpg", images.jpeg())
+    dataset = root / "dataset"
+    defects.pack_with(source, dataset, {"splits.folder": True, "splits": "train=1.0"})
+    if names is not None:
+        manifest = json.loads((dataset / "manifest.json").read_text())
+        manifest["classes"] = list(names)
+        (dataset / "manifest.json").write_text(json.dumps(manifest))
+    return dataset

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hostile_data import classified
 
 from shardsmith.errors import OutputStateError
 from shardsmith.ops.export import export, links
@@ -779,28 +780,9 @@ def test_a_partial_folder_whose_record_folder_is_a_link_is_never_deleted(dataset
 @pytest.mark.slow
 def test_class_names_that_are_one_folder_on_a_share_are_refused_like_case_twins(
         tmp_path, first, second):
-    source = tmp_path / "source"
-    for name in ("a1", "b1"):
-        images.write(source / "train" / name / f"{name}.jpg", images.jpeg())
-    defects.pack_with(source, tmp_path / "dataset", {"splits.folder": True,
-                                                     "splits": "train=1.0"})
-    manifest_path = tmp_path / "dataset" / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["classes"] = [first, second]
-    manifest_path.write_text(json.dumps(manifest))
-    refused(shardsmith(tmp_path / "dataset", tmp_path / "dest", "--layout", "yolo",
-                       "--task", "classify"), "one folder on a share")
+    refused(shardsmith(classified(tmp_path, (first, second)), tmp_path / "dest", "--layout",
+                       "yolo", "--task", "classify"), "one folder on a share")
     assert not (tmp_path / "dest").exists()
-
-
-def classified(tmp_path: Path) -> Path:
-    """A dataset of two image classes, packed from split folders."""
-    source = tmp_path / "source"
-    for name in ("a1", "b1"):
-        images.write(source / "train" / name / f"{name}.jpg", images.jpeg())
-    defects.pack_with(source, tmp_path / "dataset", {"splits.folder": True,
-                                                     "splits": "train=1.0"})
-    return tmp_path / "dataset"
 
 
 def relabel_first_sample(dataset: Path, label: int) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hostile_data import rebuild_shard
+from hostile_data import classified, rebuild_shard
 from hostile_helpers import index_bytes, replace_sample_index
 from test_cut_defects import CUT_CONFIG, cut_tree, decoded, red
 
@@ -217,16 +217,8 @@ def test_report_to_a_closed_stdout_is_one_line(cut_dataset):
 
 
 def test_class_names_that_only_full_case_folding_joins_are_two_folders(tmp_path):
-    source = tmp_path / "source"
-    for name in ("a1", "b1"):
-        images.write(source / "train" / name / f"{name}.jpg", images.jpeg())
-    defects.pack_with(source, tmp_path / "dataset", {"splits.folder": True,
-                                                     "splits": "train=1.0"})
-    manifest_path = tmp_path / "dataset" / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["classes"] = ["stra\u00dfe", "strasse"]
-    manifest_path.write_text(json.dumps(manifest))
-    result = shardsmith("export", tmp_path / "dataset", tmp_path / "dest", "--layout", "yolo",
+    dataset = classified(tmp_path, ("stra\u00dfe", "strasse"))
+    result = shardsmith("export", dataset, tmp_path / "dest", "--layout", "yolo",
                         "--task", "classify", "--quiet")
     assert result.returncode == 0, result.stderr
     assert {path.name for path in (tmp_path / "dest" / "current" / "train").iterdir()} == \
