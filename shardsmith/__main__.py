@@ -1,31 +1,18 @@
-"""The ``shardsmith`` command.  Signals are handled before anything heavy is imported, so a
-Ctrl-C or SIGTERM in the first instants is one line too, not a traceback from an import."""
+"""The ``shardsmith`` command.  Interrupts are handled (held) from the first instant, so a Ctrl-C
+or SIGTERM while the command starts is one line and exit 130 or 143 too (``interrupts``)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
-from .errors import Terminated  # a module of class statements: nothing to wait for
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated()
+from . import interrupts  # imports only the standard library and our exceptions: instant
 
 
 def run() -> None:
-    try:
-        signal.signal(signal.SIGTERM, _terminate)
-        from .cli import main
-    except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated)
-        sys.stderr.write("shardsmith: error: " + ("terminated (SIGTERM)" if terminated
-                                                  else "interrupted") + " before starting\n")
-        sys.stderr.flush()
-        # Not sys.exit: an interrupt inside an import can leave CPython set to re-raise the
-        # signal at exit, which would turn exit code 130 into death by SIGINT.
-        os._exit(143 if terminated else 130)
+    interrupts.install()  # held until the command's body starts: cli releases them
+    from .cli import main
+
     try:
         main()
     except SystemExit as exc:

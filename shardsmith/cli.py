@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import __version__
+from . import __version__, interrupts
 from .atomic import check_output_file, write_json_atomic
 from .config import Config, load_config
 from .config.settings import example_file, flags, overrides_of
@@ -50,6 +50,7 @@ def _fail_cleanly(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            interrupts.release()  # held since the start: one that came meanwhile is raised here
             return command(*args, **kwargs)
         except ShardsmithError as exc:
             _fail(str(exc), exc.exit_code)

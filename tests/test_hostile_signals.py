@@ -8,6 +8,7 @@ import functools
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import cv2
 import pytest
 from hostile_helpers import (
     PACK_ARGS,
+    REPO,
     MiB,
     command,
     finish,
@@ -213,6 +215,55 @@ def test_ctrl_c_in_the_first_instants_prints_one_line(tmp_path, delay):
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardsmith: error:"), stderr
 
+
+
+def the_command(*args: object, hook: str) -> list[str]:
+    """``python -m shardsmith ARGS`` (the installed command's entry), ``hook`` run first."""
+    program = f"{hook}\nimport runpy, sys\nsys.argv[0] = 'shardsmith'\n" \
+              "runpy.run_module('shardsmith', run_name='__main__', alter_sys=True)\n"
+    return [sys.executable, "-c", program, *map(str, args)]
+
+
+# Ctrl-C arrives while click parses the arguments (click's own handler said "Aborted!", exit 1).
+WHILE_PARSING = """
+import os, signal, click.core
+parse_args = click.core.Command.parse_args
+def interrupted(self, ctx, args):
+    os.kill(os.getpid(), signal.SIGINT)
+    return parse_args(self, ctx, args)
+click.core.Command.parse_args = interrupted
+"""
+
+# Ctrl-C lands in a compiled module's init, which clears it (as Cython's does while it patches
+# collections.abc): the pack ran on and exited 0.
+SWALLOWED_BY_AN_INIT = """
+import os, signal
+from importlib.machinery import ExtensionFileLoader
+exec_module = ExtensionFileLoader.exec_module
+def swallowing(loader, module):
+    if module.__name__ == "simplejpeg._jpeg":
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(100000))  # the interrupt is raised here
+        except KeyboardInterrupt:
+            pass
+    exec_module(loader, module)
+ExtensionFileLoader.exec_module = swallowing
+"""
+
+
+@pytest.mark.parametrize("hook", [WHILE_PARSING, SWALLOWED_BY_AN_INIT],
+                         ids=["while-parsing", "swallowed-by-a-module-init"])
+def test_a_ctrl_c_before_the_work_starts_is_never_lost_nor_a_click_abort(tmp_path, hook):
+    source = originals(tmp_path / "source")
+    result = subprocess.run(the_command("pack", source, tmp_path / "out", "--size", "64",
+                                        "--quiet", hook=hook),
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode in (130, -signal.SIGINT), (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardsmith: error: interrupted"), \
+        result.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()
 
 # ------------------------------------------- a kill -9 between the commit and its cleanup
 
