@@ -366,10 +366,13 @@ class Journal:
         """Append to the spool through ``fd``, checked by ``open_state_file``."""
         try:
             os.lseek(fd, 0, os.SEEK_END)
-            self._spool = os.fdopen(fd, "wb")
         except BaseException:
             os.close(fd)
             raise
+        # Not under the except above: once fdopen has the descriptor, its file closes it, and
+        # a Ctrl-C landing inside fdopen then made a second close replace the interrupt with
+        # "Bad file descriptor" (exit 1).
+        self._spool = os.fdopen(fd, "wb")
 
     def add_sample(self, record: dict[str, Any], first: bool = True) -> None:
         """Record a sample written to the open shard (made durable by the next checkpoint);
