@@ -252,9 +252,24 @@ ExtensionFileLoader.exec_module = swallowing
 """
 
 
-@pytest.mark.parametrize("hook", [WHILE_PARSING, SWALLOWED_BY_AN_INIT],
-                         ids=["while-parsing", "swallowed-by-a-module-init"])
-def test_a_ctrl_c_before_the_work_starts_is_never_lost_nor_a_click_abort(tmp_path, hook):
+# Ctrl-C lands inside fdopen once it owns the journal spool's descriptor (a second close
+# replaced the interrupt with "Bad file descriptor", exit 1).
+INSIDE_THE_SPOOLS_FDOPEN = """
+import os, sys
+fdopen = os.fdopen
+def interrupted(fd, *args, **kwargs):
+    handle = fdopen(fd, *args, **kwargs)
+    if sys._getframe(1).f_code.co_name == "_open_spool":
+        handle.close()  # as the file does when the interrupt drops it
+        raise KeyboardInterrupt
+    return handle
+os.fdopen = interrupted
+"""
+
+
+@pytest.mark.parametrize("hook", [WHILE_PARSING, SWALLOWED_BY_AN_INIT, INSIDE_THE_SPOOLS_FDOPEN],
+                         ids=["while-parsing", "swallowed-by-a-module-init", "inside-fdopen"])
+def test_a_ctrl_c_in_the_first_instants_is_never_lost_nor_another_error(tmp_path, hook):
     source = originals(tmp_path / "source")
     result = subprocess.run(the_command("pack", source, tmp_path / "out", "--size", "64",
                                         "--quiet", hook=hook),
