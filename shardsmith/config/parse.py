@@ -1,6 +1,6 @@
 """Reading a job config: strict, safe YAML, every value checked against its setting's type
-by the one schema (``jsonmodel``: no ``"1"`` for 1, no ``1.0`` for 1) and then against what the
-setting allows, errors naming the key (``config.load_config`` is the way in).
+by the one schema (``shardsmith.schema``: no ``"1"`` for 1, no ``1.0`` for 1) and then against
+what the setting allows, errors naming the key (``config.load_config`` is the way in).
 
 A job file is untrusted input: a key given twice, an alias bomb, a value of the wrong type or
 an impossible number is one ``ConfigError`` line, and values quoted in errors are cut short.
@@ -158,7 +158,7 @@ def _count_values(node: Any, budget: int) -> int:
 
 
 def _build(raw: dict[str, Any]) -> Config:
-    """``raw`` as a ``Config``: the keys checked here, the types by the schema (``jsonmodel``),
+    """``raw`` as a ``Config``: the keys checked here, the types by ``shardsmith.schema``,
     ``splits`` (a mapping with reserved keys, or the CLI's ``train=0.9,val=0.1``) by hand."""
     raw = dict(raw)
     splits = _splits(raw.pop("splits"), "splits") if "splits" in raw else None
