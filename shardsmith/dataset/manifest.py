@@ -35,7 +35,7 @@ from ..annotations.audit import SourceReport
 from ..annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS
 from ..atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
 from ..config import config_from_settings
-from ..door import MANIFEST_CAP, Refused, open_file
+from ..door import MANIFEST_CAP, Refused, open_file, sha256_of
 from ..errors import ConfigError, ManifestError
 from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse, to_json
 from ..storage import NoSuchBucket, StoreError
@@ -73,7 +73,6 @@ SHARD_LIST_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}-shards\.(txt|json)")
 LABEL_MAP_NAME = "label_map.pbtxt"  # TFRecord datasets with objects: the OD API's class ids
 SAMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
-HASH_CHUNK = 1 << 20  # bytes read at once to hash a file
 
 # The numbers our own writer produces, and so all a manifest may hold: shard numbers fit the
 # six digits of ``SPLIT-NNNNNN`` (a split's next number too: the writer never goes past it),
@@ -652,19 +651,11 @@ def sample_index_intact(directory: Path, manifest: Manifest) -> bool:
     (it reads the whole index, as a pack that changes something does: ~0.25 s a million
     lines from the page cache, a read of the index's bytes from a NAS)."""
     entry = manifest.samples_index
-    digest = hashlib.sha256()
-    offset = 0
     try:
         with open_file(directory / entry.name, entry.bytes) as opened:
-            while offset < entry.bytes:
-                chunk = opened.pread(min(HASH_CHUNK, entry.bytes - offset), offset)
-                if not chunk:
-                    break
-                digest.update(chunk)
-                offset += len(chunk)
+            return opened.size == entry.bytes and sha256_of(opened, entry.bytes) == entry.sha256
     except (OSError, Refused):
         return False
-    return offset == entry.bytes and digest.hexdigest() == entry.sha256
 
 
 def write_sample_index(directory: Path, name: str,

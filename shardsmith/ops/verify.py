@@ -47,10 +47,10 @@ from ..door import (
     LABEL_MAP_CAP,
     MANIFEST_CAP,
     SHARD_LIST_CAP,
-    OpenFile,
     Refused,
     open_file,
     read_file,
+    sha256_of,
 )
 from ..errors import ManifestError, ShardFormatError
 from ..packing.changes import Tally, totals_found
@@ -59,7 +59,6 @@ from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
 from ..storage import ObjectPath, location
 from ..text import plural
 
-CHUNK = 8 * 1024 * 1024
 DIGEST_MASK = (1 << 64) - 1
 MAX_LABEL_PROBLEMS = 20  # label problems listed per shard (and for the sample index)
 
@@ -78,18 +77,6 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def _sha256(handle: OpenFile, size: int) -> str:
-    digest = hashlib.sha256()
-    offset = 0
-    while offset < size:
-        chunk = handle.pread(min(CHUNK, size - offset), offset)
-        if not chunk:
-            break
-        digest.update(chunk)
-        offset += len(chunk)
-    return digest.hexdigest()
 
 
 def _key_digest(key: str) -> int:
@@ -180,7 +167,7 @@ def _changes_problems(directory: Path, manifest: Manifest) -> list[str]:
                 if handle.size != entry.bytes:
                     problems.append(f"{entry.name}: {handle.size:,} bytes, manifest says "
                                     f"{entry.bytes:,}")
-                elif _sha256(handle, entry.bytes) != entry.sha256:
+                elif sha256_of(handle, entry.bytes) != entry.sha256:
                     problems.append(f"{entry.name}: sha256 differs from the manifest")
         except Refused as exc:
             problems.append(f"{entry.name}: {exc.detail}")
@@ -291,7 +278,7 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
     with handle:
         if handle.size != entry.bytes:
             return f"{entry.name}: {handle.size} bytes, manifest says {entry.bytes}"
-        if _sha256(handle, entry.bytes) != entry.sha256:
+        if sha256_of(handle, entry.bytes) != entry.sha256:
             return f"{entry.name}: sha256 differs from the manifest (corrupt)"
     return None
 

@@ -47,8 +47,8 @@ from ..dataset.manifest import (
     iter_sample_index,
 )
 from ..dataset.statedir import state_folder
+from ..door import chunks
 
-COPY_CHUNK = 1 << 20
 log = logging.getLogger(__name__)
 
 
@@ -245,13 +245,8 @@ class ChangesRecorder:
         """Every change line: this run's sources in plan order, then the sources removed (in
         the previous index's order), the new rejects and the fixed ones."""
         with self._named():
-            self.spool.seek(0)
-        while True:
-            with self._named():
-                chunk = self.spool.read(COPY_CHUNK)
-            if not chunk:
-                break
-            yield chunk
+            self.spool.flush()
+            yield from chunks(self.spool.fileno(), self.spool.tell())
         classes = self.previous.classes if self.previous is not None else ()
         for path, (key, split, label, _, _, samples, _) in self.leaving.items():
             yield json_line(ChangeLine("removed", path, key, split, _label(classes, label),

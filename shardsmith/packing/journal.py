@@ -37,7 +37,7 @@ from ..dataset.manifest import (
     shard_name,
 )
 from ..dataset.statedir import bounded_lines, open_state_file, read_state, state_folder
-from ..door import MANIFEST_CAP, Refused, open_file
+from ..door import MANIFEST_CAP, Refused, open_file, sha256_of
 from ..errors import ManifestError
 from ..schema import LINE_CAP, MAX_EXACT, decode, parse, to_json
 
@@ -54,7 +54,6 @@ SPOOL_CAP = 1 << 62
 # format (2: checkpoints without the spool's sha256): not resumed from.
 JOURNAL_FORMAT = 3
 SHA256 = re.compile(r"[0-9a-f]{64}")
-HASH_CHUNK = 1 << 20
 
 
 @dataclass
@@ -288,17 +287,12 @@ class Journal:
         edited, is never resumed from, or its digest would be published.  _Mismatch
         otherwise."""
         for entry in files:
-            digest = hashlib.sha256()
             try:
                 with open_file(self.output / entry.name, entry.bytes) as handle:
-                    offset = 0
-                    while offset < entry.bytes and (chunk := handle.pread(
-                            min(HASH_CHUNK, entry.bytes - offset), offset)):
-                        digest.update(chunk)
-                        offset += len(chunk)
+                    digest = sha256_of(handle, entry.bytes)
             except (OSError, Refused) as exc:
                 raise _Mismatch(f"{where}: {entry.name} cannot be read: {exc}") from None
-            if digest.hexdigest() != entry.sha256:
+            if digest != entry.sha256:
                 raise _Mismatch(f"{where}: {entry.name} does not hold what the checkpoint "
                                 "says (its sha256 differs)")
 
