@@ -41,16 +41,14 @@ from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse,
 from ..storage import NoSuchBucket, StoreError
 from ..text import shown
 from .keys import KeyTally, duplicate_message, repeated_keys
+from .statedir import LOCK_NAME as LOCK_NAME  # still imported from here by export
+from .statedir import STATE_DIR as STATE_DIR
+from .statedir import DatasetDir
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 LEGACY_SAMPLES_NAME = "samples.jsonl"
-STATE_DIR = ".shardsmith"
-LOCK_NAME = "lock"
-# In a bucket: the objects of the version the manifest commits and of the one it replaced,
-# kept until the next commit (docs/storage.md, "Pack to s3").
-OBJECTS_RECORD = "objects.json"
 OBJECTS_RECORD_CAP = 64 << 20  # two versions' names, ~100 bytes each: a million shards
 FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 # How this release derives a sample's objects and class mask from an original's annotations:
@@ -832,7 +830,7 @@ def no_longer_named(previous: Manifest | None, manifest: Manifest) -> list[str]:
 
 
 def objects_record(raw: bytes | None) -> dict[str, Any]:
-    """The object record of a dataset in a bucket (``OBJECTS_RECORD``: ``manifest``, the
+    """The object record of a dataset in a bucket (``DatasetDir.objects``: ``manifest``, the
     sha256 of the manifest it was written for; ``names``, that version's objects; ``kept``,
     the previous version's) when it is one shardsmith wrote; {} otherwise (untrusted)."""
     if raw is None:
@@ -855,7 +853,7 @@ def kept_objects(location: Any, manifest_sha256: str) -> frozenset[str]:
     """The objects of the previous version a dataset in a bucket keeps until its next commit
     (a stage of that version may be copying them); empty where no record of ours says so."""
     try:
-        with open_file(location / STATE_DIR / OBJECTS_RECORD, OBJECTS_RECORD_CAP) as handle:
+        with open_file(DatasetDir(location).objects, OBJECTS_RECORD_CAP) as handle:
             record = objects_record(handle.read())
     except (FileNotFoundError, Refused):
         return frozenset()

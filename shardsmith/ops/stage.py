@@ -51,9 +51,7 @@ from ..atomic import (
 from ..dataset.formats import SHARD_CAP
 from ..dataset.lock import DirectoryLock, SharedLock
 from ..dataset.manifest import (
-    LOCK_NAME,
     MANIFEST_NAME,
-    STATE_DIR,
     FileEntry,
     Manifest,
     commit,
@@ -64,7 +62,7 @@ from ..dataset.manifest import (
     samples_index_name,
     write_sample_index,
 )
-from ..dataset.statedir import read_state, state_folder
+from ..dataset.statedir import DatasetDir, read_state, state_folder
 from ..door import STATE_CAP, Refused, open_file, sha256_of
 from ..errors import ConfigError, ManifestError, StageError
 from ..progress import Progress
@@ -74,7 +72,6 @@ from ..text import human_bytes
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 3
-RECORD_NAME = "staged.json"
 FREE_SPACE_MARGIN = 64 * 1024 * 1024
 
 
@@ -111,7 +108,7 @@ def stage(
     source, destination = _check_locations(location(source, storage_options),
                                            Path(destination))
     shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
-        source / STATE_DIR / LOCK_NAME, "packed")
+        DatasetDir(source).lock, "packed")
     with shared:
         manifest = read_manifest(source)
         if split is not None:
@@ -121,7 +118,7 @@ def stage(
                                   f"(splits: {known})")
             manifest = manifest.only_split(split)
         destination.mkdir(parents=True, exist_ok=True)
-        with DirectoryLock(destination / STATE_DIR / LOCK_NAME, "staged"):
+        with DirectoryLock(DatasetDir(destination).lock, "staged"):
             return _stage_locked(source, destination, manifest, split, prune, workers, quiet,
                                  rehash, free_space, started)
 
@@ -356,7 +353,7 @@ class _StagedRecord:
     """
 
     def __init__(self, destination: Path):
-        self.path = destination / STATE_DIR / RECORD_NAME
+        self.path = DatasetDir(destination).staged
         try:  # OutputStateError (a link or a FIFO in its place) is not ours to read: refused
             with read_state(self.path, STATE_CAP) as handle:
                 entries = json.loads(handle.read())

@@ -31,7 +31,6 @@ from ..dataset.formats.example_check import example_problems
 from ..dataset.manifest import (
     LABEL_MAP_NAME,
     MANIFEST_NAME,
-    STATE_DIR,
     FileEntry,
     Manifest,
     ShardEntry,
@@ -43,6 +42,7 @@ from ..dataset.manifest import (
     read_manifest,
     shard_list_names,
 )
+from ..dataset.statedir import DatasetDir
 from ..door import (
     LABEL_MAP_CAP,
     MANIFEST_CAP,
@@ -54,7 +54,6 @@ from ..door import (
 )
 from ..errors import ManifestError, ShardFormatError
 from ..packing.changes import Tally, totals_found
-from ..packing.journal import JOURNAL_NAME
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
 from ..storage import ObjectPath, location
 from ..text import plural
@@ -138,7 +137,7 @@ def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: in
     listed = {entry.name for entry in manifest.files()}
     present = directory.names() if remote else [entry.name for entry in os.scandir(directory)]
     unlisted = sorted(name for name in present if is_shard_file(name) and name not in listed)
-    unfinished = (directory / STATE_DIR / JOURNAL_NAME).exists()
+    unfinished = DatasetDir(directory).journal.exists()
     kept = _kept_in_bucket(directory) if remote and unlisted else frozenset()
     if remote and decode:
         report.notes.append("--decode: records in a bucket are not decoded; stage the "

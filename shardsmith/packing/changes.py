@@ -37,7 +37,6 @@ from ..dataset.changes import (
 )
 from ..dataset.formats.base import class_name
 from ..dataset.manifest import (
-    STATE_DIR,
     ChangeCounts,
     ChangesEntry,
     Manifest,
@@ -46,7 +45,7 @@ from ..dataset.manifest import (
     changes_name,
     iter_sample_index,
 )
-from ..dataset.statedir import state_folder
+from ..dataset.statedir import DatasetDir, state_folder
 from ..door import chunks
 
 log = logging.getLogger(__name__)
@@ -156,7 +155,7 @@ class ChangesRecorder:
         # path -> [key, split, label, source digest, annotation digest, samples, objects]
         self.leaving: dict[str, list[Any]] = {}
         self.counts: Counter = Counter()  # (kind, 0): originals; (kind, 1): samples
-        self.spool_folder = output / STATE_DIR
+        self.spool_folder = DatasetDir(output).state
         state_folder(self.spool_folder)
         self.spool = tempfile.TemporaryFile(dir=self.spool_folder)
 

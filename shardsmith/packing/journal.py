@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 from ..atomic import fsync_directory, naming, write_bytes_atomic
 from ..dataset.manifest import (
-    STATE_DIR,
     FileEntry,
     RejectEntry,
     SampleRecord,
@@ -36,15 +35,13 @@ from ..dataset.manifest import (
     sample_line,
     shard_name,
 )
-from ..dataset.statedir import bounded_lines, open_state_file, read_state, state_folder
+from ..dataset.statedir import DatasetDir, bounded_lines, open_state_file, read_state, state_folder
 from ..door import MANIFEST_CAP, Refused, open_file, sha256_of
 from ..errors import ManifestError
 from ..schema import LINE_CAP, MAX_EXACT, decode, parse, to_json
 
 log = logging.getLogger(__name__)
 
-JOURNAL_NAME = "journal.jsonl"
-SAMPLES_NAME = "samples.jsonl"
 # A checkpoint line per shard, with its rejects and touched sources: of the order of the
 # manifest, which holds the same rejects.  The sample spool is read only up to a checkpoint.
 JOURNAL_CAP = MANIFEST_CAP
@@ -140,8 +137,7 @@ class Journal:
                  mirror: JournalMirror | None = None):
         self.output = output
         self.mirror = mirror
-        self.path = output / STATE_DIR / JOURNAL_NAME
-        self.samples_path = output / STATE_DIR / SAMPLES_NAME
+        self.path, self.samples_path = DatasetDir(output).journal, DatasetDir(output).samples
         self.identity = identity
         self._spool = None
         self._pending = (0, 0, 0)  # samples, originals, source bytes since the last checkpoint

@@ -16,12 +16,12 @@ from ..config import Config
 from ..dataset.manifest import (
     ANNOTATION_RULES,
     MANIFEST_NAME,
-    STATE_DIR,
     Manifest,
     is_dataset_file,
     is_derived_file,
     read_manifest,
 )
+from ..dataset.statedir import STATE_DIR
 from ..errors import OutputStateError
 from ..text import shown
 
