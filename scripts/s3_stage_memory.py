@@ -2,8 +2,9 @@
 
     python scripts/s3_stage_memory.py 64 512     # object sizes in MiB
 
-Each size is uploaded, then downloaded by ``ops.stage._download`` in a fresh process whose
-peak resident memory (``VmHWM``, which a new process starts afresh) is read before and after.
+Each size is uploaded, then downloaded by ``atomic.copy_verified`` (as ``stage`` does) in a
+fresh process whose peak resident memory (``VmHWM``, which a new process starts afresh) is
+read before and after.
 Needs ``moto[server]`` and ``s3fs``.
 """
 
@@ -21,8 +22,9 @@ import time
 from pathlib import Path
 
 CHILD = r"""
-import pathlib, sys, threading, time
-from shardsmith.ops.stage import _download
+import pathlib, sys, time
+from shardsmith.atomic import copy_verified
+from shardsmith.door import open_file
 from shardsmith.storage import locate
 
 def peak_kib():
@@ -33,7 +35,8 @@ size, digest, target = int(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
 source = locate("s3://bench") / "big.tar"
 source.exists()  # the client and its connection made before the baseline
 before, started = peak_kib(), time.monotonic()
-assert _download(source, target, size, lambda n: None, threading.Event()) == digest
+with open_file(source, size) as handle:
+    assert copy_verified(handle, target, size, digest) == digest
 seconds = time.monotonic() - started
 print(f"{size >> 20:5d} MiB object: {seconds:6.2f} s ({(size >> 20) / seconds:4.0f} MiB/s), "
       f"peak memory +{(peak_kib() - before) / 1024:.1f} MiB over {before / 1024:.0f} MiB")

@@ -14,12 +14,12 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .door import kind_of
-from .errors import OutputStateError
+from .door import chunks, kind_of
+from .errors import OutputStateError, ShardsmithError
 
 TMP_SUFFIX = ".tmp"
 
@@ -144,6 +144,55 @@ def open_new(path: Path) -> BinaryIO:
                         "file; move it away and rerun (it is not removed)") from None
                 os.unlink(path)
         return os.fdopen(os.open(path, flags, 0o666), "wb")
+
+
+class CopyMismatch(ShardsmithError):
+    """A copy that does not hold what was expected of it (its ``size`` or ``sha256``): its
+    temporary file is removed and nothing is published.  Each caller says what it means."""
+
+    exit_code = 2  # a source that is not what its manifest says, as a ManifestError
+
+    def __init__(self, final: Path, size: int, sha256: str):
+        super().__init__(f"{final}: the copy holds {size:,} bytes of sha256 {sha256[:12]}..., "
+                         "not what was expected")
+        self.size, self.sha256 = size, sha256
+
+
+def copy_verified(handle: Any, final: Path, size: int | None = None, sha256: str | None = None,
+                  advance: Callable[[int], object] | None = None, sync: bool = True) -> str:
+    """Copy the open file ``handle`` (a ``door.OpenFile`` or an object's ``ObjectFile``) to
+    ``final``: under a temporary name in its folder, hashed while copied (``advance`` told each
+    chunk's length; it may raise to stop the copy), fsynced (``sync``), checked against the
+    ``size`` and ``sha256`` given (CopyMismatch) and renamed; returns the sha256.  An OSError
+    of a write names ``final``; one of a read is the source's own."""
+    tmp = tmp_path_for(final)
+    digest, copied, out = hashlib.sha256(), 0, None
+    try:
+        with naming(final):
+            out = open_new(tmp)
+        for data in chunks(handle, handle.size):
+            with naming(final):
+                out.write(data)
+            digest.update(data)
+            copied += len(data)
+            if advance is not None:
+                advance(len(data))
+        with naming(final):
+            out.flush()
+            if sync:
+                os.fsync(out.fileno())
+            out.close()
+        if copied != (handle.size if size is None else size) \
+                or sha256 not in (None, digest.hexdigest()):
+            raise CopyMismatch(final, copied, digest.hexdigest())
+        os.replace(tmp, final)
+    except BaseException:
+        if out is not None:
+            with contextlib.suppress(OSError):  # flushing into a full disk: the error is above
+                out.close()
+        discard_tmp(tmp)
+        raise
+    return digest.hexdigest()
 
 
 def discard_tmp(path: Path) -> None:

@@ -21,10 +21,13 @@ implements the same two calls (``open_file``, ``read_file``) for its URLs.
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ShardsmithError
 
@@ -41,6 +44,9 @@ SHARED_ANNOTATION_CAP = 1 * GIB  # a labels CSV for the whole tree (COCO: limits
 SHARD_LIST_CAP = 64 * MIB
 LABEL_MAP_CAP = 16 * MIB
 STATE_CAP = 64 * MIB  # our own lock and journal head
+# One read of a chunked copy or hash (a ranged GET of an object): memory stays at one chunk,
+# Ctrl-C stops a copy within ~10 ms, and a multiple of a tar block.
+CHUNK = 8 * MIB
 FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -160,6 +166,26 @@ def read_file(path: str | os.PathLike, cap: int, *, follow_symlinks: bool = Fals
     """Every byte of ``path`` through the door (see ``open_file``)."""
     with open_file(path, cap, follow_symlinks=follow_symlinks, expect=expect) as handle:
         return handle.read()
+
+
+def chunks(handle: Any, end: int, start: int = 0, size: int | None = None) -> Iterator[bytes]:
+    """The bytes of ``handle`` (an ``OpenFile``, an object's ``ObjectFile``, or a descriptor)
+    from ``start`` to ``end`` in reads of at most ``size`` (``CHUNK``); fewer when the file
+    ends first (the caller compares what it got with what it expected)."""
+    read = handle.pread if hasattr(handle, "pread") else (
+        lambda length, offset: os.pread(handle, length, offset))
+    size = size or CHUNK
+    while start < end and (data := read(min(size, end - start), start)):
+        yield data
+        start += len(data)
+
+
+def sha256_of(handle: Any, end: int, start: int = 0) -> str:
+    """The sha256 of the bytes ``chunks`` reads from ``handle`` between ``start`` and ``end``."""
+    digest = hashlib.sha256()
+    for data in chunks(handle, end, start):
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def open_beneath(root: str, relpath: str, cap: int) -> OpenFile:

@@ -9,7 +9,7 @@ error (``ManifestError`` unless the caller names another) naming where the docum
 string keys and trips on a ``KeyError`` or ``TypeError`` halfway through its work.
 
 Numbers are bounded too: a field declared ``Annotated[int, Bounds(low, high)]`` (``Count``,
-``Int64``) holds only what shardsmith's own writer can produce; a manifest that says a split's
+``INT64``) holds only what shardsmith's own writer can produce; a manifest that says a split's
 next shard is number 10**9 or that a shard holds -3 samples is refused on reading, not followed
 into names no pattern accepts.  A record type may define ``check(where)`` for what a type
 cannot say (name patterns, cross-field rules); it runs after the record is built, innermost
@@ -45,7 +45,6 @@ def Bounds(low: int, high: int) -> msgspec.Meta:
 MAX_EXACT = 2**53 - 1
 INT64 = Bounds(-(2**63), 2**63 - 1)
 Count = Annotated[int, Bounds(0, MAX_EXACT)]  # samples, shards, files, bytes, versions
-Int64 = Annotated[int, INT64]
 
 
 # The longest line of a sample index or spool we read: a record of ours is a few hundred bytes

@@ -1,8 +1,10 @@
 """``shardsmith.door``, the one guarded door for every file shardsmith reads: what it opens,
-what it refuses (and why, before reading a byte), and how ``open_beneath`` walks a path."""
+what it refuses (and why, before reading a byte), how ``open_beneath`` walks a path; its
+chunked reads, and the verified copy (``atomic.copy_verified``) built on them."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -11,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from shardsmith.door import Identity, Refused, open_beneath, open_file, read_file
+from shardsmith import door
+from shardsmith.atomic import CopyMismatch, copy_verified
+from shardsmith.door import Identity, Refused, chunks, open_beneath, open_file, read_file, sha256_of
 
 REPO = Path(__file__).resolve().parents[1]
 KIB = 1024
@@ -184,3 +188,63 @@ def test_open_beneath_applies_the_cap_to_the_file_it_reaches(tmp_path):
 
     assert refusal(open_beneath, str(tmp_path / "root"), "cats/big.jpg", 1000).reason \
         == "too_large"
+
+
+def test_chunks_read_a_range_in_reads_of_at_most_a_chunk_and_stop_where_the_file_ends(
+        tmp_path, monkeypatch):
+    data = os.urandom(10 * KIB)
+    monkeypatch.setattr(door, "CHUNK", 4 * KIB)
+    with open_file(write(tmp_path / "f", data), 64 * KIB) as handle:
+        assert [len(part) for part in chunks(handle, len(data))] == [4096, 4096, 2048]
+        assert b"".join(chunks(handle, 9000, 1000)) == data[1000:9000]
+        assert b"".join(chunks(handle.fd, 64 * KIB, 5000)) == data[5000:]  # a descriptor too
+        assert sha256_of(handle, 64 * KIB) == hashlib.sha256(data).hexdigest()
+
+
+def test_a_verified_copy_is_published_with_its_sha256_and_leaves_no_temporary(tmp_path):
+    data = os.urandom(100 * KIB)
+    source, final = write(tmp_path / "source", data), tmp_path / "out" / "copy"
+    final.parent.mkdir()
+    with open_file(source, len(data)) as handle:
+        digest = copy_verified(handle, final, len(data), hashlib.sha256(data).hexdigest())
+    assert digest == hashlib.sha256(data).hexdigest() and final.read_bytes() == data
+    assert os.listdir(final.parent) == ["copy"]
+
+
+@pytest.mark.parametrize("expected", ["size", "sha256"])
+def test_a_copy_that_is_not_what_was_expected_is_removed_and_never_published(tmp_path,
+                                                                              expected):
+    data = os.urandom(10 * KIB)
+    source, final = write(tmp_path / "source", data), tmp_path / "out" / "copy"
+    final.parent.mkdir()
+    with open_file(source, len(data)) as handle, pytest.raises(CopyMismatch) as caught:
+        copy_verified(handle, final, len(data) + (expected == "size"),
+                      "0" * 64 if expected == "sha256" else None)
+    assert caught.value.size == len(data)
+    assert caught.value.sha256 == hashlib.sha256(data).hexdigest()
+    assert os.listdir(final.parent) == []
+
+
+def test_a_link_planted_under_the_spool_download_s_temporary_name_is_not_written_through(
+        tmp_path):
+    """The spool's download of a bucket's file opened its temporary file with ``open(..,
+    "wb")``: a link under that name made it fill the file the link points to."""
+    from shardsmith.atomic import tmp_path_for
+    from shardsmith.errors import OutputStateError
+    from shardsmith.packing.spool import download_checked
+
+    class LocalObject:  # an object whose guarded open is a local file's
+        def __init__(self, path: Path):
+            self.path = path
+
+        def open_guarded(self, cap: int):
+            return open_file(self.path, cap)
+
+    data = os.urandom(KIB)
+    outside = write(tmp_path / "outside", b"not yours")
+    source, final = write(tmp_path / "source", data), tmp_path / "spool" / "copy"
+    final.parent.mkdir()
+    os.symlink(outside, tmp_path_for(final))
+    with pytest.raises(OutputStateError, match="symbolic link"):
+        download_checked(LocalObject(source), final, len(data), hashlib.sha256(data).hexdigest())
+    assert outside.read_bytes() == b"not yours" and not final.exists()

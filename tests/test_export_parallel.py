@@ -15,6 +15,7 @@ import pytest
 from test_export import exported_then_one_more, pack_corpus, tree_of, write_corpus
 from test_export_fastpaths import SAMPLE, tar_of
 
+from shardsmith import door
 from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
 from shardsmith.errors import ConfigError
@@ -157,12 +158,12 @@ def test_the_garbage_collector_is_as_it_was_after_an_export(tmp_path, enabled):
 
 
 
-@pytest.mark.parametrize("chunk", [512, 1536, plaintar.CHUNK], ids=["a block", "3 blocks",
+@pytest.mark.parametrize("chunk", [512, 1536, door.CHUNK], ids=["a block", "3 blocks",
                                                                      "8 MiB"])
 def test_the_header_walk_hashes_every_byte_of_the_shard_once(tmp_path, monkeypatch, chunk):
     write_corpus(tmp_path / "source")
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
-    monkeypatch.setattr(plaintar, "CHUNK", chunk)
+    monkeypatch.setattr(door, "CHUNK", chunk)
     for shard in read_manifest(tmp_path / "dataset").shards:
         path = tmp_path / "dataset" / shard.name
         fd = os.open(path, os.O_RDONLY)

@@ -36,8 +36,8 @@ pytestmark = pytest.mark.slow
 # A NAS-like source: every copy of 256 KiB takes 0.1 s.
 SLOW_STORAGE = """
 import os, time
-import shardsmith.ops.stage
-shardsmith.ops.stage.COPY_CHUNK = 256 * 1024
+import shardsmith.door
+shardsmith.door.CHUNK = 256 * 1024
 real_copy_file_range = os.copy_file_range
 def slow_copy_file_range(*args, **kwargs):
     time.sleep(0.1)

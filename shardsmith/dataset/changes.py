@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 
 from ..annotations.limits import MAX_OBJECT_CLASSES
-from ..door import Refused, open_file
+from ..door import Refused, chunks, open_file
 from ..errors import ManifestError
 from ..schema import LINE_CAP, Count, line_reader, to_json
 from ..text import shown
@@ -59,7 +59,7 @@ REJECT_CHANGES = ("rejected", "fixed")
 ALL_CHANGES = frozenset(SAMPLE_CHANGES + REJECT_CHANGES)
 # Bytes read and hashed at once while streaming the lines: a chunk is held ~3 times while it
 # is split (4 MiB chunks made 18 MB of a 9 MB file of rejects; 1 MiB, 5.5 MB).
-READ_CHUNK = 1 << 20
+LINES_CHUNK = 1 << 20
 # The header holds the class lists and a count per split and class: a few KiB for 100
 # classes, 16 MiB for ~200,000 of them, far past any dataset of ours.
 HEADER_CAP = 16 << 20
@@ -236,13 +236,8 @@ class ChangesFile:
         rest of the line is checked when it is read again with ``line_at``): ~3x faster, for
         a pass over a million lines that keeps a few of them."""
         decoder = _brief_decoder if brief else None
-        digest, remaining = self._digest, self.entry.bytes - self._offset
-        number, offset, partial = 1, self._offset, b""
-        while remaining > 0:
-            chunk = self._handle.read(min(READ_CHUNK, remaining))
-            if not chunk:
-                break
-            remaining -= len(chunk)
+        digest, number, offset, partial = self._digest, 1, self._offset, b""
+        for chunk in chunks(self._file, self.entry.bytes, self._offset, LINES_CHUNK):
             digest.update(chunk)
             pieces = (partial + chunk).split(b"\n")
             partial = pieces.pop()

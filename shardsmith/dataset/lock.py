@@ -31,8 +31,7 @@ from ..door import STATE_CAP
 from ..errors import LockedError
 from ..storage import scrub
 from ..text import cut
-from .manifest import STATE_DIR
-from .statedir import open_state_file, read_state, state_folder
+from .statedir import STATE_DIR, open_state_file, read_state, state_folder
 
 log = logging.getLogger(__name__)
 

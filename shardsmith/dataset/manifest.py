@@ -35,22 +35,20 @@ from ..annotations.audit import SourceReport
 from ..annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS
 from ..atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
 from ..config import config_from_settings
-from ..door import MANIFEST_CAP, Refused, open_file
+from ..door import MANIFEST_CAP, Refused, open_file, sha256_of
 from ..errors import ConfigError, ManifestError
 from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse, to_json
 from ..storage import NoSuchBucket, StoreError
 from ..text import shown
 from .keys import KeyTally, duplicate_message, repeated_keys
+from .statedir import LOCK_NAME as LOCK_NAME  # still imported from here by export
+from .statedir import STATE_DIR as STATE_DIR
+from .statedir import DatasetDir
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 LEGACY_SAMPLES_NAME = "samples.jsonl"
-STATE_DIR = ".shardsmith"
-LOCK_NAME = "lock"
-# In a bucket: the objects of the version the manifest commits and of the one it replaced,
-# kept until the next commit (docs/storage.md, "Pack to s3").
-OBJECTS_RECORD = "objects.json"
 OBJECTS_RECORD_CAP = 64 << 20  # two versions' names, ~100 bytes each: a million shards
 FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 # How this release derives a sample's objects and class mask from an original's annotations:
@@ -73,7 +71,6 @@ SHARD_LIST_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}-shards\.(txt|json)")
 LABEL_MAP_NAME = "label_map.pbtxt"  # TFRecord datasets with objects: the OD API's class ids
 SAMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
-HASH_CHUNK = 1 << 20  # bytes read at once to hash a file
 
 # The numbers our own writer produces, and so all a manifest may hold: shard numbers fit the
 # six digits of ``SPLIT-NNNNNN`` (a split's next number too: the writer never goes past it),
@@ -652,19 +649,11 @@ def sample_index_intact(directory: Path, manifest: Manifest) -> bool:
     (it reads the whole index, as a pack that changes something does: ~0.25 s a million
     lines from the page cache, a read of the index's bytes from a NAS)."""
     entry = manifest.samples_index
-    digest = hashlib.sha256()
-    offset = 0
     try:
         with open_file(directory / entry.name, entry.bytes) as opened:
-            while offset < entry.bytes:
-                chunk = opened.pread(min(HASH_CHUNK, entry.bytes - offset), offset)
-                if not chunk:
-                    break
-                digest.update(chunk)
-                offset += len(chunk)
+            return opened.size == entry.bytes and sha256_of(opened, entry.bytes) == entry.sha256
     except (OSError, Refused):
         return False
-    return offset == entry.bytes and digest.hexdigest() == entry.sha256
 
 
 def write_sample_index(directory: Path, name: str,
@@ -841,7 +830,7 @@ def no_longer_named(previous: Manifest | None, manifest: Manifest) -> list[str]:
 
 
 def objects_record(raw: bytes | None) -> dict[str, Any]:
-    """The object record of a dataset in a bucket (``OBJECTS_RECORD``: ``manifest``, the
+    """The object record of a dataset in a bucket (``DatasetDir.objects``: ``manifest``, the
     sha256 of the manifest it was written for; ``names``, that version's objects; ``kept``,
     the previous version's) when it is one shardsmith wrote; {} otherwise (untrusted)."""
     if raw is None:
@@ -864,7 +853,7 @@ def kept_objects(location: Any, manifest_sha256: str) -> frozenset[str]:
     """The objects of the previous version a dataset in a bucket keeps until its next commit
     (a stage of that version may be copying them); empty where no record of ours says so."""
     try:
-        with open_file(location / STATE_DIR / OBJECTS_RECORD, OBJECTS_RECORD_CAP) as handle:
+        with open_file(DatasetDir(location).objects, OBJECTS_RECORD_CAP) as handle:
             record = objects_record(handle.read())
     except (FileNotFoundError, Refused):
         return frozenset()

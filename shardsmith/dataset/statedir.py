@@ -21,10 +21,35 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..door import OpenFile, Refused, kind_of, open_file
 from ..errors import ManifestError, OutputStateError
+
+STATE_DIR = ".shardsmith"
+LOCK_NAME = "lock"
+
+
+@dataclass(frozen=True)
+class DatasetDir:
+    """The paths of a dataset's own state, all in ``ROOT/.shardsmith``: named here, built
+    nowhere else.  ``root`` is a folder (``Path``) or a prefix in a bucket (``ObjectPath``)."""
+
+    root: Any
+
+    state = property(lambda self: self.root / STATE_DIR)
+    lock = property(lambda self: self.state / LOCK_NAME)  # a pack's or stage's; shared to read
+    journal = property(lambda self: self.state / "journal.jsonl")  # a pack's checkpoints
+    samples = property(lambda self: self.state / "samples.jsonl")  # a pack's sample spool
+    staged = property(lambda self: self.state / "staged.json")  # what a stage verified
+    # In a bucket: its lease, its journal objects, and the objects of the version the manifest
+    # commits and of the one it replaced, kept until the next commit (docs/storage.md).
+    lease = property(lambda self: self.state / "lease")
+    journals = property(lambda self: self.state / "journal")
+    objects = property(lambda self: self.state / "objects.json")
+
 
 ADVICE = ("shardsmith keeps its own state there and follows no link out of it; remove it "
           "and rerun")

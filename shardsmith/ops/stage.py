@@ -13,7 +13,7 @@ not re-read them) are skipped.  A lock keeps two stages off one destination, and
 lock on the source keeps a pack from changing it mid-copy; Ctrl-C stops within a second.
 
 The source may be an ``s3://`` dataset (``storage.ObjectPath``): each object is downloaded
-in ranged GETs of ``COPY_CHUNK`` bytes (memory stays at one chunk a worker), within the size
+in ranged GETs of ``door.CHUNK`` bytes (memory stays at one chunk a worker), within the size
 the manifest lists, retried by the client; the commit order is the same.  A bucket has no
 lock: a stage that meets a manifest changed mid-copy fails and is rerun, as locally.
 """
@@ -21,7 +21,6 @@ lock: a stage that meets a manifest changed mid-copy fails and is rerun, as loca
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -35,9 +34,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import BinaryIO
 
+from .. import door
 from ..atomic import (
+    CopyMismatch,
     check_replaceable,
+    copy_verified,
     discard_tmp,
     naming,
     open_new,
@@ -48,9 +51,7 @@ from ..atomic import (
 from ..dataset.formats import SHARD_CAP
 from ..dataset.lock import DirectoryLock, SharedLock
 from ..dataset.manifest import (
-    LOCK_NAME,
     MANIFEST_NAME,
-    STATE_DIR,
     FileEntry,
     Manifest,
     commit,
@@ -61,19 +62,16 @@ from ..dataset.manifest import (
     samples_index_name,
     write_sample_index,
 )
-from ..dataset.statedir import read_state, state_folder
-from ..door import STATE_CAP, Refused, open_file
-from ..errors import BadImage, ConfigError, ManifestError, StageError
-from ..packing.originals import open_regular
+from ..dataset.statedir import DatasetDir, read_state, state_folder
+from ..door import STATE_CAP, Refused, open_file, sha256_of
+from ..errors import ConfigError, ManifestError, StageError
 from ..progress import Progress
 from ..storage import ObjectPath, location
 from ..text import human_bytes
 
 log = logging.getLogger(__name__)
 
-COPY_CHUNK = 8 * 1024 * 1024  # small enough that Ctrl-C stops a copy within ~10 ms
 ATTEMPTS = 3
-RECORD_NAME = "staged.json"
 FREE_SPACE_MARGIN = 64 * 1024 * 1024
 
 
@@ -110,7 +108,7 @@ def stage(
     source, destination = _check_locations(location(source, storage_options),
                                            Path(destination))
     shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
-        source / STATE_DIR / LOCK_NAME, "packed")
+        DatasetDir(source).lock, "packed")
     with shared:
         manifest = read_manifest(source)
         if split is not None:
@@ -120,7 +118,7 @@ def stage(
                                   f"(splits: {known})")
             manifest = manifest.only_split(split)
         destination.mkdir(parents=True, exist_ok=True)
-        with DirectoryLock(destination / STATE_DIR / LOCK_NAME, "staged"):
+        with DirectoryLock(DatasetDir(destination).lock, "staged"):
             return _stage_locked(source, destination, manifest, split, prune, workers, quiet,
                                  rehash, free_space, started)
 
@@ -253,18 +251,17 @@ class _Cancelled(Exception):
 def _copy_verified(source: Path, destination: Path, entry: FileEntry, advance,
                    cancel: threading.Event) -> str:
     """Copy one file under a temporary name, verify it, publish it; returns its sha256."""
-    final = destination / entry.name
-    tmp = tmp_path_for(final)
+
+    def step(copied: int) -> None:
+        advance(copied)
+        if cancel.is_set():
+            raise _Cancelled()
+
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            digest = _copy_file(source / entry.name, tmp, entry.bytes, advance, cancel)
-        except BaseException:
-            discard_tmp(tmp)
-            raise
-        if digest == entry.sha256:
-            os.replace(tmp, final)
-            return digest
-        discard_tmp(tmp)
+            return _copy_file(source / entry.name, destination / entry.name, entry, step)
+        except CopyMismatch as exc:
+            digest = exc.sha256
         log.warning("%s: copy %d of %d does not match the manifest (sha256 %s)",
                     entry.name, attempt, ATTEMPTS, digest[:12])
     raise StageError(
@@ -274,91 +271,69 @@ def _copy_verified(source: Path, destination: Path, entry: FileEntry, advance,
     )
 
 
-def _copy_file(source: Path | ObjectPath, target: Path, size: int, advance,
-               cancel: threading.Event) -> str:
-    """Copy exactly ``size`` bytes of a regular file and return the sha256 of the copy.
+def _copy_file(source: Path | ObjectPath, final: Path, entry: FileEntry, step) -> str:
+    """Copy exactly ``entry.bytes`` bytes of a regular file to ``final`` if its sha256 is the
+    manifest's (CopyMismatch otherwise) and return it.
 
-    Kernel-side copy (``copy_file_range``: zero-copy, server-side on NFS 4.2) where offered,
-    big buffers otherwise; the copy is re-read from the page cache for the digest, so what is
-    verified is what landed on the destination.
+    An object comes in by ranged GETs, hashed as it comes (``atomic.copy_verified``).  A local
+    file is copied kernel-side (``copy_file_range``: zero-copy, server-side on NFS 4.2) where
+    offered, big buffers otherwise; the copy is re-read from the page cache for the digest, so
+    what is verified is what landed on the destination.
     """
-    if isinstance(source, ObjectPath):
-        return _download(source, target, size, advance, cancel)
-    try:
-        fd, info = open_regular(str(source), follow_symlinks=False)
-    except BadImage as exc:  # a link or a device where a shard should be
-        raise StageError(f"{source.name}: refused: it {exc.detail}") from None
-    with os.fdopen(fd, "rb") as reader, naming(target), open_new(target) as writer:
-        if info.st_size != size:
-            raise StageError(f"{source.name}: {info.st_size:,} bytes in the source, the "
-                             f"manifest says {size:,}: the source shard is damaged")
-        remaining, use_kernel = size, hasattr(os, "copy_file_range")
-        while remaining:
-            if cancel.is_set():
-                raise _Cancelled()
-            chunk = min(COPY_CHUNK, remaining)
-            if use_kernel:
-                try:
-                    copied = os.copy_file_range(reader.fileno(), writer.fileno(), chunk)
-                except OSError as exc:
-                    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
-                        raise
-                    use_kernel = False  # e.g. across filesystems on old kernels
-                    continue
-            else:
-                data = reader.read(chunk)
-                writer.write(data)
-                copied = len(data)
-            if not copied:
-                raise StageError(f"{source.name}: ended {remaining:,} bytes early while copying")
-            remaining -= copied
-            advance(copied)
-        writer.flush()
-        os.fsync(writer.fileno())
-    return _sha256_of(target, size)
-
-
-def _download(source: ObjectPath, target: Path, size: int, advance,
-              cancel: threading.Event) -> str:
-    """Download exactly ``size`` bytes of an object in ranged GETs of ``COPY_CHUNK`` and return
-    the sha256 of the copy (re-read from the destination, as for a local copy)."""
     try:
         handle = open_file(source, SHARD_CAP)
-    except Refused as exc:  # a prefix where a shard should be, or an endless object
+    except Refused as exc:  # a link, a device or a prefix where a shard should be
         raise StageError(f"{source.name}: refused: it {exc.detail}") from None
-    with handle, naming(target), open_new(target) as writer:
-        if handle.size != size:
+    with handle:
+        if handle.size != entry.bytes:
             raise StageError(f"{source.name}: {handle.size:,} bytes in the source, the "
-                             f"manifest says {size:,}: the source shard is damaged")
-        offset = 0
-        while offset < size:
-            if cancel.is_set():
-                raise _Cancelled()
-            data = handle.pread(min(COPY_CHUNK, size - offset), offset)
-            if not data:
-                raise StageError(f"{source.name}: ended {size - offset:,} bytes early while "
-                                 "copying")
-            writer.write(data)
-            offset += len(data)
-            advance(len(data))
-        writer.flush()
-        os.fsync(writer.fileno())
-    return _sha256_of(target, size)
+                             f"manifest says {entry.bytes:,}: the source shard is damaged")
+        if isinstance(source, ObjectPath):
+            return copy_verified(handle, final, entry.bytes, entry.sha256, step)
+        tmp = tmp_path_for(final)
+        try:
+            with naming(tmp), open_new(tmp) as writer:
+                _copy_range(handle.fd, writer, entry.bytes, step, source.name)
+                writer.flush()
+                os.fsync(writer.fileno())
+            digest = _sha256_of(tmp, entry.bytes)
+            if digest != entry.sha256:
+                raise CopyMismatch(final, entry.bytes, digest)
+        except BaseException:
+            discard_tmp(tmp)
+            raise
+        os.replace(tmp, final)
+        return digest
+
+
+def _copy_range(reader: int, writer: BinaryIO, size: int, step, name: str) -> None:
+    """``size`` bytes from descriptor to descriptor, in kernel where the kernel can."""
+    remaining, use_kernel = size, hasattr(os, "copy_file_range")
+    while remaining:
+        chunk = min(door.CHUNK, remaining)
+        if use_kernel:
+            try:
+                copied = os.copy_file_range(reader, writer.fileno(), chunk)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+                    raise
+                use_kernel = False  # e.g. across filesystems on old kernels
+                continue
+        else:
+            copied = writer.write(os.read(reader, chunk))
+        if not copied:
+            raise StageError(f"{name}: ended {remaining:,} bytes early while copying")
+        remaining -= copied
+        step(copied)
 
 
 def _sha256_of(path: Path, size: int) -> str:
     """The sha256 of the ``size``-byte regular file ``path``, read through the door (a link, a
     FIFO or a file of another size raises Refused)."""
-    digest = hashlib.sha256()
     with open_file(path, size) as handle:
         if handle.size != size:
             raise Refused("changed", f"holds {handle.size:,} bytes, not {size:,}", str(path))
-        offset = 0
-        while offset < size and (chunk := handle.pread(min(COPY_CHUNK, size - offset),
-                                                       offset)):
-            digest.update(chunk)
-            offset += len(chunk)
-    return digest.hexdigest()
+        return sha256_of(handle, size)
 
 
 def _stage_sample_index(source: Path, destination: Path, manifest: Manifest, name: str,
@@ -378,7 +353,7 @@ class _StagedRecord:
     """
 
     def __init__(self, destination: Path):
-        self.path = destination / STATE_DIR / RECORD_NAME
+        self.path = DatasetDir(destination).staged
         try:  # OutputStateError (a link or a FIFO in its place) is not ours to read: refused
             with read_state(self.path, STATE_CAP) as handle:
                 entries = json.loads(handle.read())

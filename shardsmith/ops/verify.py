@@ -31,7 +31,6 @@ from ..dataset.formats.example_check import example_problems
 from ..dataset.manifest import (
     LABEL_MAP_NAME,
     MANIFEST_NAME,
-    STATE_DIR,
     FileEntry,
     Manifest,
     ShardEntry,
@@ -43,23 +42,22 @@ from ..dataset.manifest import (
     read_manifest,
     shard_list_names,
 )
+from ..dataset.statedir import DatasetDir
 from ..door import (
     LABEL_MAP_CAP,
     MANIFEST_CAP,
     SHARD_LIST_CAP,
-    OpenFile,
     Refused,
     open_file,
     read_file,
+    sha256_of,
 )
 from ..errors import ManifestError, ShardFormatError
 from ..packing.changes import Tally, totals_found
-from ..packing.journal import JOURNAL_NAME
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
 from ..storage import ObjectPath, location
 from ..text import plural
 
-CHUNK = 8 * 1024 * 1024
 DIGEST_MASK = (1 << 64) - 1
 MAX_LABEL_PROBLEMS = 20  # label problems listed per shard (and for the sample index)
 
@@ -78,18 +76,6 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def _sha256(handle: OpenFile, size: int) -> str:
-    digest = hashlib.sha256()
-    offset = 0
-    while offset < size:
-        chunk = handle.pread(min(CHUNK, size - offset), offset)
-        if not chunk:
-            break
-        digest.update(chunk)
-        offset += len(chunk)
-    return digest.hexdigest()
 
 
 def _key_digest(key: str) -> int:
@@ -151,7 +137,7 @@ def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: in
     listed = {entry.name for entry in manifest.files()}
     present = directory.names() if remote else [entry.name for entry in os.scandir(directory)]
     unlisted = sorted(name for name in present if is_shard_file(name) and name not in listed)
-    unfinished = (directory / STATE_DIR / JOURNAL_NAME).exists()
+    unfinished = DatasetDir(directory).journal.exists()
     kept = _kept_in_bucket(directory) if remote and unlisted else frozenset()
     if remote and decode:
         report.notes.append("--decode: records in a bucket are not decoded; stage the "
@@ -180,7 +166,7 @@ def _changes_problems(directory: Path, manifest: Manifest) -> list[str]:
                 if handle.size != entry.bytes:
                     problems.append(f"{entry.name}: {handle.size:,} bytes, manifest says "
                                     f"{entry.bytes:,}")
-                elif _sha256(handle, entry.bytes) != entry.sha256:
+                elif sha256_of(handle, entry.bytes) != entry.sha256:
                     problems.append(f"{entry.name}: sha256 differs from the manifest")
         except Refused as exc:
             problems.append(f"{entry.name}: {exc.detail}")
@@ -291,7 +277,7 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
     with handle:
         if handle.size != entry.bytes:
             return f"{entry.name}: {handle.size} bytes, manifest says {entry.bytes}"
-        if _sha256(handle, entry.bytes) != entry.sha256:
+        if sha256_of(handle, entry.bytes) != entry.sha256:
             return f"{entry.name}: sha256 differs from the manifest (corrupt)"
     return None
 

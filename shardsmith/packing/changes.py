@@ -37,7 +37,6 @@ from ..dataset.changes import (
 )
 from ..dataset.formats.base import class_name
 from ..dataset.manifest import (
-    STATE_DIR,
     ChangeCounts,
     ChangesEntry,
     Manifest,
@@ -46,9 +45,9 @@ from ..dataset.manifest import (
     changes_name,
     iter_sample_index,
 )
-from ..dataset.statedir import state_folder
+from ..dataset.statedir import DatasetDir, state_folder
+from ..door import chunks
 
-COPY_CHUNK = 1 << 20
 log = logging.getLogger(__name__)
 
 
@@ -156,7 +155,7 @@ class ChangesRecorder:
         # path -> [key, split, label, source digest, annotation digest, samples, objects]
         self.leaving: dict[str, list[Any]] = {}
         self.counts: Counter = Counter()  # (kind, 0): originals; (kind, 1): samples
-        self.spool_folder = output / STATE_DIR
+        self.spool_folder = DatasetDir(output).state
         state_folder(self.spool_folder)
         self.spool = tempfile.TemporaryFile(dir=self.spool_folder)
 
@@ -245,13 +244,8 @@ class ChangesRecorder:
         """Every change line: this run's sources in plan order, then the sources removed (in
         the previous index's order), the new rejects and the fixed ones."""
         with self._named():
-            self.spool.seek(0)
-        while True:
-            with self._named():
-                chunk = self.spool.read(COPY_CHUNK)
-            if not chunk:
-                break
-            yield chunk
+            self.spool.flush()
+            yield from chunks(self.spool.fileno(), self.spool.tell())
         classes = self.previous.classes if self.previous is not None else ()
         for path, (key, split, label, _, _, samples, _) in self.leaving.items():
             yield json_line(ChangeLine("removed", path, key, split, _label(classes, label),

@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 from ..atomic import fsync_directory, naming, write_bytes_atomic
 from ..dataset.manifest import (
-    STATE_DIR,
     FileEntry,
     RejectEntry,
     SampleRecord,
@@ -36,15 +35,13 @@ from ..dataset.manifest import (
     sample_line,
     shard_name,
 )
-from ..dataset.statedir import bounded_lines, open_state_file, read_state, state_folder
-from ..door import MANIFEST_CAP, Refused, open_file
+from ..dataset.statedir import DatasetDir, bounded_lines, open_state_file, read_state, state_folder
+from ..door import MANIFEST_CAP, Refused, open_file, sha256_of
 from ..errors import ManifestError
 from ..schema import LINE_CAP, MAX_EXACT, decode, parse, to_json
 
 log = logging.getLogger(__name__)
 
-JOURNAL_NAME = "journal.jsonl"
-SAMPLES_NAME = "samples.jsonl"
 # A checkpoint line per shard, with its rejects and touched sources: of the order of the
 # manifest, which holds the same rejects.  The sample spool is read only up to a checkpoint.
 JOURNAL_CAP = MANIFEST_CAP
@@ -54,7 +51,6 @@ SPOOL_CAP = 1 << 62
 # format (2: checkpoints without the spool's sha256): not resumed from.
 JOURNAL_FORMAT = 3
 SHA256 = re.compile(r"[0-9a-f]{64}")
-HASH_CHUNK = 1 << 20
 
 
 @dataclass
@@ -141,8 +137,7 @@ class Journal:
                  mirror: JournalMirror | None = None):
         self.output = output
         self.mirror = mirror
-        self.path = output / STATE_DIR / JOURNAL_NAME
-        self.samples_path = output / STATE_DIR / SAMPLES_NAME
+        self.path, self.samples_path = DatasetDir(output).journal, DatasetDir(output).samples
         self.identity = identity
         self._spool = None
         self._pending = (0, 0, 0)  # samples, originals, source bytes since the last checkpoint
@@ -288,17 +283,12 @@ class Journal:
         edited, is never resumed from, or its digest would be published.  _Mismatch
         otherwise."""
         for entry in files:
-            digest = hashlib.sha256()
             try:
                 with open_file(self.output / entry.name, entry.bytes) as handle:
-                    offset = 0
-                    while offset < entry.bytes and (chunk := handle.pread(
-                            min(HASH_CHUNK, entry.bytes - offset), offset)):
-                        digest.update(chunk)
-                        offset += len(chunk)
+                    digest = sha256_of(handle, entry.bytes)
             except (OSError, Refused) as exc:
                 raise _Mismatch(f"{where}: {entry.name} cannot be read: {exc}") from None
-            if digest.hexdigest() != entry.sha256:
+            if digest != entry.sha256:
                 raise _Mismatch(f"{where}: {entry.name} does not hold what the checkpoint "
                                 "says (its sha256 differs)")
 

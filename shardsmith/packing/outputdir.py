@@ -16,12 +16,12 @@ from ..config import Config
 from ..dataset.manifest import (
     ANNOTATION_RULES,
     MANIFEST_NAME,
-    STATE_DIR,
     Manifest,
     is_dataset_file,
     is_derived_file,
     read_manifest,
 )
+from ..dataset.statedir import STATE_DIR
 from ..errors import OutputStateError
 from ..text import shown
 
@@ -55,17 +55,6 @@ def previous_dataset(output: Path, config: Config) -> Manifest | None:
             f"this shardsmith's {ANNOTATION_RULES}; pack it with a newer release (or pass "
             "--overwrite to rebuild it with these rules)")
     return manifest
-
-
-def same_settings(manifest: Manifest, config: Config) -> bool:
-    """Whether a pack with ``config`` builds on ``manifest``'s dataset: the same settings,
-    or the same but for classes appended to ``source.annotations.classes``."""
-    if manifest.fingerprint == config.fingerprint():
-        return True
-    before = configured_classes(manifest)
-    now = config.source.annotations.classes
-    return before is not None and manifest.fingerprint == config.fingerprint(before) \
-        and tuple(now[: len(before)]) == before
 
 
 def configured_classes(manifest: Manifest) -> tuple[str, ...] | None:

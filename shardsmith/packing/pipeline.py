@@ -28,8 +28,6 @@ from ..dataset.lock import DirectoryLock
 from ..dataset.manifest import (
     ANNOTATION_RULES,
     FORMATS,
-    LOCK_NAME,
-    STATE_DIR,
     Manifest,
     RejectEntry,
     SampleRecord,
@@ -47,6 +45,7 @@ from ..dataset.manifest import (
 )
 from ..dataset.normal import cut_fields
 from ..dataset.records import Rederived, Reject, Sample, Unchanged
+from ..dataset.statedir import DatasetDir
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
 from ..storage import ObjectPath, is_url
@@ -106,7 +105,7 @@ def pack(config: Config, mirror: JournalMirror | None = None) -> PackResult:
         return pack_to_bucket(config, pack)
     started = time.monotonic()
     source, output = check_paths(config)
-    with DirectoryLock(output / STATE_DIR / LOCK_NAME, "packed"):
+    with DirectoryLock(DatasetDir(output).lock, "packed"):
         with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
             split_folders = tuple(name for name, _ in config.splits) \
                 if config.split_folder else ()

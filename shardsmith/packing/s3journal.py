@@ -30,18 +30,18 @@ import re
 import stat
 import threading
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import atomic
 from ..atomic import HashingFile, fsync_directory, write_bytes_atomic, write_json_atomic
-from ..dataset.manifest import STATE_DIR, ShardEntry
-from ..dataset.statedir import read_state, state_folder
+from ..dataset.manifest import ShardEntry
+from ..dataset.statedir import DatasetDir, read_state, state_folder
 from ..door import MANIFEST_CAP, Refused
 from ..errors import ManifestError, OutputStateError
 from ..schema import decode, parse
 from ..storage import ObjectPath
-from .journal import JOURNAL_CAP, JOURNAL_NAME, SAMPLES_NAME, SPOOL_CAP, MirroredLine
+from .journal import JOURNAL_CAP, SPOOL_CAP, MirroredLine
 from .spool import (
     SAVE_EVERY,
     download_checked,
@@ -53,7 +53,7 @@ from .spool import (
 
 log = logging.getLogger(__name__)
 
-JOURNAL_FOLDER = "journal"
+RECORDED = DatasetDir(PurePosixPath()).journals.as_posix()  # in the spool's record of uploads
 OBJECT_KEY = re.compile(r"([0-9a-f]{16})/([0-9]{8})\.json")
 RUN = re.compile(r"[0-9a-f]{16}")
 # A checkpoint line and one shard's sample records (~300 bytes each: ~800,000 of them); a
@@ -69,7 +69,7 @@ RUNS_TRIED = 8
 
 def journal_folder(bucket: ObjectPath) -> ObjectPath:
     """Where the bucket's journal objects are: ``PREFIX/.shardsmith/journal``."""
-    return bucket / STATE_DIR / JOURNAL_FOLDER
+    return DatasetDir(bucket).journals
 
 
 def _key(run: str, number: int) -> str:
@@ -78,7 +78,7 @@ def _key(run: str, number: int) -> str:
 
 def _recorded(key: str) -> str:
     """The name of a journal object in the spool's record of what is uploaded."""
-    return f"{STATE_DIR}/{JOURNAL_FOLDER}/{key}"
+    return f"{RECORDED}/{key}"
 
 
 def _names(runs: list[str]) -> str:
@@ -122,7 +122,7 @@ class BucketJournal:
     def __init__(self, bucket: ObjectPath, spool: Path, home: Path,
                  check: Callable[[], None]):
         self.bucket, self.spool, self.home, self.check = bucket, spool, home, check
-        self.samples_path = spool / STATE_DIR / SAMPLES_NAME
+        self.samples_path = DatasetDir(spool).samples
         self.error: BaseException | None = None
         self.run = ""
         self.number = 0  # of the next checkpoint handed over
@@ -343,7 +343,7 @@ def _clear(bucket: ObjectPath, home: Path, keys: list[str], check: Callable[[], 
     gone = {_recorded(key) for key in keys}
     kept = {name: seen for name, seen in uploaded.items()
             if not (name in gone or
-                    (every and name.startswith(f"{STATE_DIR}/{JOURNAL_FOLDER}/")))}
+                    (every and name.startswith(f"{RECORDED}/")))}
     if kept != uploaded:
         write_json_atomic(home / "state.json", {"base": state.get("base"), "uploaded": kept})
 
@@ -382,7 +382,7 @@ def restore(bucket: ObjectPath, spool: Path,
             if warning:
                 log.warning("%s", warning)
             log.info("rebuilt the journal from %d checkpoint objects in %s",
-                     sum(name.startswith(f"{STATE_DIR}/{JOURNAL_FOLDER}/") for name in restored),
+                     sum(name.startswith(f"{RECORDED}/") for name in restored),
                      journal_folder(bucket) / run)
             return restored
         first_warning = first_warning or warning
@@ -397,9 +397,9 @@ def _restore_run(bucket: ObjectPath, spool: Path, run: str,
     """The journal of ``run`` rebuilt in the spool when it restores at least one checkpoint:
     (its record, the warning of where it stopped or ""); (None, why) otherwise, nothing
     written but the shards downloaded."""
-    folder = spool / STATE_DIR
-    state_folder(folder)
-    samples = HashingFile(folder / SAMPLES_NAME)
+    spooled = DatasetDir(spool)
+    state_folder(spooled.state)
+    samples = HashingFile(spooled.samples)
     lines: list[bytes] = []
     records: dict[str, list] = {}
     stopped, why = None, ""  # the object the journal stops before, and why
@@ -436,8 +436,8 @@ def _restore_run(bucket: ObjectPath, spool: Path, run: str,
             samples.discard()
             return None, warning
         samples.publish()
-        write_bytes_atomic(folder / JOURNAL_NAME, b"".join(lines))
-        fsync_directory(folder)
+        write_bytes_atomic(spooled.journal, b"".join(lines))
+        fsync_directory(spooled.state)
     except BaseException:
         samples.discard()
         raise

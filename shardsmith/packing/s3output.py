@@ -38,18 +38,16 @@ from ..config import Config
 from ..dataset.lock import BucketLease
 from ..dataset.manifest import (
     MANIFEST_NAME,
-    OBJECTS_RECORD,
     OBJECTS_RECORD_CAP,
-    STATE_DIR,
     is_derived_file,
     objects_record,
     read_manifest,
 )
+from ..dataset.statedir import STATE_DIR, DatasetDir
 from ..door import MANIFEST_CAP
 from ..errors import ManifestError, OutputStateError
 from ..storage import ObjectPath, locate
 from ..text import cut
-from .journal import JOURNAL_NAME
 from .s3journal import BucketJournal, clear, clear_committed, journal_objects, restore
 from .spool import (
     SAVE_EVERY,
@@ -62,7 +60,6 @@ from .spool import (
 log = logging.getLogger(__name__)
 
 SPOOL_VARIABLE = "SHARDSMITH_SPOOL"
-LEASE_NAME = "lease"
 UPLOADS = 4  # files uploaded at once
 
 
@@ -86,7 +83,7 @@ def pack_to_bucket(config: Config, pack_local: Callable[..., Any]) -> Any:
     home = spool_for(bucket)
     spool = home / "dataset"
     _plain_folders(home, spool)
-    with BucketLease(bucket / STATE_DIR / LEASE_NAME, "packed") as lease:
+    with BucketLease(DatasetDir(bucket).lease, "packed") as lease:
         _refuse_foreign(bucket)
         _sync_spool(bucket, home, spool, lease.check)
         # Shards and checkpoints go up while the pack runs (packing/s3journal.py).
@@ -225,7 +222,7 @@ def _restore(bucket: ObjectPath, home: Path, spool: Path, remote: str | None,
     if not objects:
         return {}
     if remote is not None:
-        record = objects_record(_read(bucket / STATE_DIR / OBJECTS_RECORD, OBJECTS_RECORD_CAP))
+        record = objects_record(_read(DatasetDir(bucket).objects, OBJECTS_RECORD_CAP))
         if record.get("manifest") == remote:
             objects = clear_committed(bucket, home, str(record.get("run", "")), objects, check)
     return restore(bucket, spool, objects)
@@ -235,7 +232,7 @@ def _has_journal(spool: Path) -> bool:
     """Whether the spool's state folder holds a journal (a link there counts: the journal
     refuses it, nothing is rebuilt over it)."""
     try:
-        os.lstat(spool / STATE_DIR / JOURNAL_NAME)
+        os.lstat(DatasetDir(spool).journal)
     except FileNotFoundError:
         return False
     except NotADirectoryError:
@@ -294,7 +291,7 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
                 write_json_atomic(home / "state.json", {"base": state.get("base"),
                                                         "uploaded": uploaded})
 
-    record_object = bucket / STATE_DIR / OBJECTS_RECORD
+    record_object = DatasetDir(bucket).objects
     current = _remote_manifest(bucket)
     new_sha, current_sha = _sha(manifest), _sha(current)
     record = objects_record(_read(record_object, OBJECTS_RECORD_CAP))

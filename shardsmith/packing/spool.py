@@ -7,15 +7,13 @@ Shared by the publishing of a version (``s3output``) and the journal kept in the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-from ..atomic import naming, tmp_path_for
+from ..atomic import CopyMismatch, copy_verified
 from ..dataset.manifest import MANIFEST_NAME, is_dataset_file, is_derived_file
 from ..door import Refused, open_file
 from ..errors import OutputStateError
@@ -26,7 +24,6 @@ log = logging.getLogger(__name__)
 # What was uploaded is saved every SAVE_EVERY files: a run killed while uploading sends at most
 # that many again, and the record (~100 bytes a file) is not rewritten per file.
 SAVE_EVERY = 16
-CHUNK = 8 << 20  # one ranged GET of a download: memory stays at one chunk
 STATE_RECORD_CAP = 64 << 20  # ~100 bytes a file: far more files than a dataset holds
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -74,46 +71,19 @@ def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | N
     """``source`` into ``final`` by ranged GETs within ``size`` (the manifest's; a cap for
     the manifest itself), its sha256 checked before it takes its name: OutputStateError for
     an object that is not what the manifest says."""
-    tmp = tmp_path_for(final)
-    digest = hashlib.sha256()
     try:
         with source.open_guarded(size) as handle:
-            # A full disk (or a file size limit) says "File too large" without a file: the
-            # writes, and the close that flushes them, name the spool file.  Only they: an
-            # OSError of a read is the store's, not the spool's.
-            with naming(final):
-                out = open(tmp, "wb")
-            try:
-                offset = 0
-                while offset < handle.size:
-                    data = handle.pread(min(CHUNK, handle.size - offset), offset)
-                    if not data:
-                        break
-                    digest.update(data)
-                    with naming(final):
-                        out.write(data)
-                    offset += len(data)
-                with naming(final):
-                    out.close()
-            finally:
-                out.close()
+            copy_verified(handle, final, sha256=sha256, sync=False)
     except Refused as exc:
-        tmp.unlink(missing_ok=True)
         raise OutputStateError(f"{exc.path}: {exc.detail}; the bucket's version is not "
                                "what its manifest says (pack to another prefix)") from None
     except FileNotFoundError:
-        tmp.unlink(missing_ok=True)
         raise OutputStateError(f"{source}: named by the bucket's manifest but missing; the "
                                "bucket's version is incomplete (pack to another prefix)") \
             from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if sha256 is not None and digest.hexdigest() != sha256:
-        tmp.unlink(missing_ok=True)
+    except CopyMismatch:
         raise OutputStateError(f"{source}: its sha256 is not the manifest's; the bucket's "
-                               "version is damaged (pack to another prefix)")
-    os.replace(tmp, final)
+                               "version is damaged (pack to another prefix)") from None
 
 
 def files_of_ours(bucket: ObjectPath) -> dict[str, str]:

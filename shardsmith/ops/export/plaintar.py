@@ -16,9 +16,9 @@ from typing import Any
 
 from ...dataset.formats.base import Member, Record
 from ...dataset.formats.webdataset import BLOCK, MEMBER_EXTENSIONS, check_member_name
+from ...door import chunks
 from ...errors import ShardFormatError
 
-CHUNK = 8 << 20  # a multiple of BLOCK: a header never straddles two chunks
 MAGIC = b"ustar\x0000"
 ZERO = bytes(BLOCK)
 REGULAR = (b"0", b"\x00")
@@ -38,17 +38,18 @@ def _padded(size: int) -> int:
 
 
 class _Chunks:
-    """The file read once from its start in chunks of ``CHUNK`` bytes, each fed to ``digest``
-    as it comes: the headers are sliced from the chunk in hand (a ``pread`` a header was
-    30,000 system calls in an export of 10,000 samples, on top of the shard's hashing)."""
+    """The file read once from its start in chunks (``door.chunks``: a multiple of BLOCK, so a
+    header never straddles two), each fed to ``digest`` as it comes: the headers are sliced
+    from the chunk in hand (a ``pread`` a header was 30,000 system calls in an export of
+    10,000 samples, on top of the shard's hashing)."""
 
     def __init__(self, fd: int, size: int, digest: Any):
-        self.fd, self.size, self.digest = fd, size, digest
+        self.reads, self.size, self.digest = chunks(fd, size), size, digest
         self.start, self.data = 0, b""
 
     def block(self, offset: int) -> bytes | None:
         """The 512 bytes at ``offset`` (never before the last asked for); None when the file
-        ends first or a read comes back short (the walk then gives up)."""
+        ends first or a header straddles a short read (the walk then gives up)."""
         while offset + BLOCK > self.start + len(self.data):
             if not self._next():
                 return None
@@ -56,23 +57,17 @@ class _Chunks:
         return self.data[at : at + BLOCK] if at >= 0 else None
 
     def _next(self) -> bool:
-        at = self.start + len(self.data)
-        wanted = min(CHUNK, self.size - at)
-        if wanted <= 0:
-            return False
-        data = os.pread(self.fd, wanted, at)
-        if len(data) != wanted:
-            return False
+        data = next(self.reads, b"")
         if self.digest is not None:
             self.digest.update(data)
-        self.start, self.data = at, data
-        return True
+        self.start, self.data = self.start + len(self.data), data
+        return bool(data)
 
     def finish(self) -> bool:
         """Read (and hash) the rest of the file; False when it ends before ``size``."""
         while self._next():
             pass
-        return self.start + len(self.data) == self.size
+        return self.start == self.size
 
 
 def plain_samples(fd: int, size: int,
