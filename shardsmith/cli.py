@@ -268,9 +268,10 @@ def setting_options(root: type = Config) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def _command(declaration: type) -> Callable[[Callable], click.Command]:
-    """A command of ``main`` made from its declaration (``config.commands``): a click
-    parameter per field, in their order, and the command called with one instance of it."""
+def declared_command(declaration: type, group: click.Group | None = None
+                     ) -> Callable[[Callable], click.Command]:
+    """A command of ``group`` (``main``) made from its declaration (``config.commands``): a
+    click parameter per field, in their order, and the command called with one instance."""
 
     def decorate(run: Callable) -> click.Command:
         @functools.wraps(run)
@@ -290,7 +291,7 @@ def _command(declaration: type) -> Callable[[Callable], click.Command]:
         command = _fail_cleanly(call)
         for entry in reversed(list(parameters(declaration))):  # click lists them in this order
             command = _click_parameter(entry)(command)
-        return main.command()(command)
+        return (group or main).command()(command)
 
     return decorate
 
@@ -327,7 +328,7 @@ def _click_parameter(entry: Declared) -> Callable[[Callable], Callable]:
                         show_default=declared.show_default, help=declared.help or None)
 
 
-@_command(PackCommand)
+@declared_command(PackCommand)
 def pack(command: PackCommand) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
@@ -390,7 +391,7 @@ def _say(line: str) -> None:
     _echo(f"shardsmith: {line} ...", err=True)
 
 
-@_command(ProbeCommand)
+@declared_command(ProbeCommand)
 def probe(command: ProbeCommand) -> None:
     """Measure the storage and this machine on a sample of SOURCE, and predict the pack.
 
@@ -440,7 +441,7 @@ def _report_to(path: str | None):
 
 
 
-@_command(InitConfigCommand)
+@declared_command(InitConfigCommand)
 def init_config(command: InitConfigCommand) -> None:
     """Print an example job file with every key and its default: edit its paths, then
     `shardsmith pack --config job.yaml`.
@@ -451,7 +452,7 @@ def init_config(command: InitConfigCommand) -> None:
     _echo(example_file(), nl=False)
 
 
-@_command(InspectCommand)
+@declared_command(InspectCommand)
 def inspect(command: InspectCommand) -> None:
     """Show what DATASET holds: samples per class and split, shards, image sizes, rejects,
     excluded files, duplicates (leakage across splits), groups and warnings."""
@@ -478,7 +479,7 @@ def inspect(command: InspectCommand) -> None:
         _echo(inspection_text(inspection, command.all_rejects, command.all_excluded))
 
 
-@_command(SheetCommand)
+@declared_command(SheetCommand)
 def sheet(command: SheetCommand) -> None:
     """Draw a contact sheet of DATASET as one PNG: seeded samples per class, class counts per
     split, and the rejected originals."""
@@ -502,7 +503,7 @@ def sheet(command: SheetCommand) -> None:
     _echo(drawn.summary(output, command.objects) + f" ({time.monotonic() - started:.1f}s)")
 
 
-@_command(ReportCommand)
+@declared_command(ReportCommand)
 def report(command: ReportCommand) -> None:
     """Write a self-contained HTML report of DATASET: versions, what changed, class balance,
     rejects with thumbnails, new samples, timings."""
@@ -554,7 +555,7 @@ def _refuse_output_inside(output: Path, dataset: Path, what: str = "the sheet") 
                                "outside it")
 
 
-@_command(LogCommand)
+@declared_command(LogCommand)
 def log(command: LogCommand) -> None:
     """List the versions of the dataset in DATASET, oldest first."""
     from .dataset.manifest import read_manifest
@@ -563,7 +564,7 @@ def log(command: LogCommand) -> None:
     _echo(version_log(read_manifest(place), place if isinstance(place, Path) else None))
 
 
-@_command(DiffCommand)
+@declared_command(DiffCommand)
 def diff(command: DiffCommand) -> None:
     """What changed between two versions of DATASET (default: the last two).
 
@@ -599,7 +600,7 @@ def _is_version(text: str) -> bool:
     return digits.isdigit() and digits.isascii() and len(digits) <= 9
 
 
-@_command(StageCommand)
+@declared_command(StageCommand)
 def stage(command: StageCommand) -> None:
     """Copy the packed DATASET (a directory with manifest.json, or s3://bucket/prefix) to
     local disk, verified.
@@ -617,7 +618,7 @@ def stage(command: StageCommand) -> None:
     _echo(stage_summary(result))
 
 
-@_command(VerifyCommand)
+@declared_command(VerifyCommand)
 def verify(command: VerifyCommand) -> None:
     """Check that DATASET holds exactly what its manifest lists; exit 0 only if all holds.
 
@@ -638,7 +639,7 @@ def verify(command: VerifyCommand) -> None:
         sys.exit(1)
 
 
-@_command(ExportCommand)
+@declared_command(ExportCommand)
 def export(command: ExportCommand) -> None:
     """Write the packed DATASET into DESTINATION as a trainer's folder layout: DEST/vN for
     the dataset's version N, DEST/current a link to it, switched when it is complete.
@@ -662,7 +663,7 @@ def export(command: ExportCommand) -> None:
     _echo(export_summary(result))
 
 
-@_command(BenchReadCommand)
+@declared_command(BenchReadCommand)
 def bench_read(command: BenchReadCommand) -> None:
     """Samples/s of the readers over SHARDS against the decode floor (and the originals)."""
     from .readers.bench import as_json, report
