@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..annotations.model import ObjectClasses, Objects
 from .manifest import SampleRecord
 
@@ -46,22 +44,11 @@ def cut_count(record: SampleRecord) -> int:
     return record.objects_dropped or 0
 
 
-def is_cut(record: SampleRecord) -> bool:
-    """The sample has no object but shows a defect cut below min_visible: not normal, and
-    not a sample with objects either."""
-    return not sum(record.objects or ()) and cut_count(record) > 0
-
-
 def objects_are_normal(objects: Objects | None) -> bool:
     """The rule for a sample's objects as the worker cuts them (the background draw)."""
     if objects is None:
         return True
     return is_normal(len(objects), objects.dropped, objects.marked)
-
-
-def mask_is_normal(class_mask: np.ndarray | None) -> bool:
-    """The class mask marks no pixel, neither of a class nor "ignore"."""
-    return class_mask is None or not class_mask.any()
 
 
 def cut_fields(objects: Objects, classes: ObjectClasses, height: int,

@@ -57,17 +57,6 @@ def previous_dataset(output: Path, config: Config) -> Manifest | None:
     return manifest
 
 
-def same_settings(manifest: Manifest, config: Config) -> bool:
-    """Whether a pack with ``config`` builds on ``manifest``'s dataset: the same settings,
-    or the same but for classes appended to ``source.annotations.classes``."""
-    if manifest.fingerprint == config.fingerprint():
-        return True
-    before = configured_classes(manifest)
-    now = config.source.annotations.classes
-    return before is not None and manifest.fingerprint == config.fingerprint(before) \
-        and tuple(now[: len(before)]) == before
-
-
 def configured_classes(manifest: Manifest) -> tuple[str, ...] | None:
     """The ``source.annotations.classes`` a dataset was packed with (its manifest's
     ``config``), or None when the settings it records hold no list of names there."""
