@@ -48,8 +48,6 @@ from .ops.report import (
     pack_summary,
     reject_budget_exceeded,
     reject_lines,
-    stage_summary,
-    verify_summary,
     version_log,
 )
 from .storage import ObjectPath, SecretFilter
@@ -615,7 +613,7 @@ def stage(command: StageCommand) -> None:
         raise ConfigError("stage.to: no destination given (--to or config)")
     result = run_stage(dataset, destination, split=command.split, prune=command.prune,
                        workers=command.workers, quiet=command.quiet, rehash=command.rehash)
-    _echo(stage_summary(result))
+    _echo(result.summary())
 
 
 @declared_command(VerifyCommand)
@@ -634,7 +632,7 @@ def verify(command: VerifyCommand) -> None:
         for note in report.notes:
             _echo(f"note: {note}")
     if not command.quiet or not report.ok:
-        _echo(verify_summary(report), err=not report.ok)
+        _echo(report.summary(), err=not report.ok)
     if not report.ok:
         sys.exit(1)
 

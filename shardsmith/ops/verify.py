@@ -57,7 +57,7 @@ from ..packing.changes import Tally, totals_found
 from ..packing.journal import JOURNAL_NAME
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
 from ..storage import ObjectPath, location
-from ..text import plural
+from ..text import human_bytes, plural
 
 CHUNK = 8 * 1024 * 1024
 DIGEST_MASK = (1 << 64) - 1
@@ -78,6 +78,12 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def summary(self) -> str:
+        """``DIR: OK: 3 shards, 120 samples, 4.1 MB`` (or the number of problems)."""
+        verdict = "OK" if self.ok else plural(len(self.problems), "problem")
+        return (f"{self.directory}: {verdict}: {plural(self.shards, 'shard')}, "
+                f"{plural(self.samples, 'sample')}, {human_bytes(self.bytes)}")
 
 
 def _sha256(handle: OpenFile, size: int) -> str:
