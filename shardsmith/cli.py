@@ -68,19 +68,27 @@ def _fail_cleanly(command: Callable) -> Callable:
         try:
             interrupts.release()  # held since the start: one that came meanwhile is raised here
             return command(*args, **kwargs)
-        except ShardsmithError as exc:
-            _fail(str(exc), exc.exit_code)
-        except KeyboardInterrupt as exc:
-            name = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-            _fail(f"{name}; finished work is kept, rerun the same command to resume",
-                  EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
-        except OSError as exc:  # the file system: full, read-only, permissions, gone
-            _fail(storage_error(exc), 1)
-        except MemoryError:  # a 43-line traceback before, for --draws under a memory limit
-            _fail("out of memory: ask for less (e.g. fewer --draws) or allow this process "
-                  "more memory", 1)
+        except (ShardsmithError, KeyboardInterrupt, OSError, MemoryError) as exc:
+            code, line = _ending(exc)
+            _fail(line, code)
 
     return wrapper
+
+
+def _ending(exc: BaseException) -> tuple[int, str]:
+    """The exit code and the one line of what ended a command: our errors, Ctrl-C or SIGTERM
+    (finished work kept), the file system (full, read-only, permissions, gone), memory."""
+    if isinstance(exc, ShardsmithError):
+        return exc.exit_code, str(exc)
+    resume = "finished work is kept, rerun the same command to resume"
+    if isinstance(exc, Terminated):
+        return EXIT_TERMINATED, f"terminated (SIGTERM); {resume}"
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED, f"interrupted; {resume}"
+    if isinstance(exc, OSError):
+        return 1, storage_error(exc)
+    # a 43-line traceback before, for --draws under a memory limit
+    return 1, "out of memory: ask for less (e.g. fewer --draws) or allow this process more memory"
 
 
 class _Dataset(click.Path):
@@ -416,27 +424,20 @@ def _report_to(path: str | None):
     try:
         yield report
         report.update(exit_code=0, error=None)
-    except ShardsmithError as exc:
-        report.update(exit_code=exc.exit_code, error=str(exc))
-        raise
-    except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated)
-        report.update(exit_code=EXIT_TERMINATED if terminated else EXIT_INTERRUPTED,
-                      error="terminated" if terminated else "interrupted")
-        raise
-    except OSError as exc:
-        report.update(exit_code=1, error=storage_error(exc))
+    except (ShardsmithError, KeyboardInterrupt, OSError) as exc:
+        code, line = _ending(exc)
+        report.update(exit_code=code, error={EXIT_INTERRUPTED: "interrupted",
+                                             EXIT_TERMINATED: "terminated"}.get(code, line))
         raise
     finally:
         if path is not None:
             try:
                 write_json_atomic(check_output_file(path), report)
-            except OutputStateError as exc:  # replaced by a link or a FIFO since the start
-                _echo(f"shardsmith: warning: cannot write the report: {exc}", err=True)
-            except OSError as exc:  # the report is a by-product: never fail a pack over it
-                _echo(f"shardsmith: warning: cannot write the report: "
-                      f"{storage_error(exc)}", err=True)
-
+            # replaced by a link or a FIFO since the start, or the file system: the report is a
+            # by-product, never fail a pack over it
+            except (OutputStateError, OSError) as exc:
+                _echo(f"shardsmith: warning: cannot write the report: {_ending(exc)[1]}",
+                      err=True)
 
 
 @declared_command(InitConfigCommand)
