@@ -287,11 +287,11 @@ def declared_command(declaration: type, group: click.Group | None = None
                 values["settings"] = overrides_of(
                     {name: values.pop(name) for name in list(values) if name not in names})
             for entry in parameters(declaration):
-                wanted = entry.parameter.needs
-                if wanted and values[entry.name] not in (None, False) and not values[wanted]:
+                needed = entry.parameter.needs and _declared(declaration, entry.parameter.needs)
+                if needed and values[entry.name] != entry.default \
+                        and values[needed.name] == needed.default:
                     raise click.UsageError(entry.parameter.needs_why or (
-                        f"{entry.parameter.flags[-1]} goes with "
-                        f"{_declared(declaration, wanted).parameter.flags[-1]}"))
+                        f"{entry.parameter.flags[-1]} goes with {needed.parameter.flags[-1]}"))
             return run(declaration(**values))
 
         command = _fail_cleanly(call)
