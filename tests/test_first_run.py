@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from shardsmith.cli import main
 from shardsmith.config import load_config
-from shardsmith.ops.report import stage_summary, verify_summary
 from shardsmith.ops.stage import StageResult
 from shardsmith.ops.verify import VerifyReport
 from shardsmith.progress import clock
@@ -116,14 +115,14 @@ def test_a_log_mode_eta_past_a_day_keeps_its_hours():
 def test_the_stage_rate_is_over_the_copies_as_its_progress_line():
     result = StageResult(Path("/nvme/x"), copied=1, present=0, removed=0, bytes_copied=10**9,
                          seconds=9.0, copy_seconds=4.0)
-    summary = stage_summary(result)
+    summary = result.summary()
     assert "copied 1 file (1.00 GB)" in summary and "copying 4.0s at 250.0 MB/s" in summary
 
 
 @pytest.mark.slow
 def test_counts_of_one_are_singular(mixed_source, tmp_path):
-    assert verify_summary(VerifyReport(Path("d"), shards=1, samples=1, bytes=5,
-                                       problems=["x"])) == "d: 1 problem: 1 shard, 1 sample, 5 B"
+    assert VerifyReport(Path("d"), shards=1, samples=1, bytes=5,
+                        problems=["x"]).summary() == "d: 1 problem: 1 shard, 1 sample, 5 B"
     source, _ = mixed_source
     summary = cli("pack", str(source), str(tmp_path / "o"), "--size", "32", "--workers", "1",
                   "--quiet", "--max-reject-fraction", "1")

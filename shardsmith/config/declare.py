@@ -70,3 +70,37 @@ def setting(
 def declaration_of(item: dataclasses.Field) -> Declaration:
     """The declaration of a field (an empty one for a field declared without ``setting``)."""
     return item.metadata.get(DECLARATION, Declaration())
+
+
+# A command's own parameters (not settings) are declared the same way, on the fields of one
+# frozen dataclass per command (``config.commands``); ``cli`` makes the click parameters.
+PARAMETER = "parameter"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """What a command's field declares: its flags (none for an argument), help and checks.
+    Its kind comes from the field's type (bool: a switch; a tuple: repeatable)."""
+
+    flags: tuple[str, ...] = ()  # ("-o", "--output"); () for an argument
+    help: str = ""
+    metavar: str = ""
+    bounds: tuple[Any, Any] | None = None  # a number's (min, max); None for an open end
+    above: bool = False  # the minimum itself excluded (x>0)
+    path: str = ""  # "dir", "file", "any"; "dataset": a directory or an s3:// URL
+    exists: bool = False  # a path that must exist
+    choices: tuple[str, ...] = ()
+    required: bool = False
+    show_default: bool = False
+    needs: str = ""  # the field of the option this one goes with
+    needs_why: str = ""  # the error when it is given without it (default: "X goes with Y")
+
+
+def option(default: Any, *flags: str, **declared: Any) -> Any:
+    """A command's option field: its default, its flags, then ``Parameter``'s keys."""
+    return field(default=default, metadata={PARAMETER: Parameter(flags=flags, **declared)})
+
+
+def argument(default: Any = None, **declared: Any) -> Any:
+    """A command's argument field (named after the field, upper case, unless a metavar)."""
+    return field(default=default, metadata={PARAMETER: Parameter(**declared)})

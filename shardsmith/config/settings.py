@@ -97,7 +97,7 @@ def flags(root: type = Config) -> list[Flag]:
         shown = _shown_default(entry.default)
         out.append(Flag(
             flag=declaration.flag, parameter=entry.parameter, path=entry.path,
-            kind=_flag_kind(entry.annotation),
+            kind=flag_kind(entry.annotation),
             choices=declaration.choices or _literal_words(entry.annotation),
             metavar=declaration.metavar,
             help=declaration.help + (f"  [default: {shown}]" if shown else ""),
@@ -116,7 +116,7 @@ def overrides_of(parameters: dict[str, Any], root: type = Config) -> dict[str, A
     return {paths[name]: value for name, value in parameters.items()}
 
 
-def _flag_kind(annotation: Any) -> type:
+def flag_kind(annotation: Any) -> type:
     """int, float, bool or str: a list (extensions, split fractions) is one comma-separated
     string on the command line, as the parser takes it."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):

@@ -236,40 +236,44 @@ def warnings_of(census: Census, imbalance: float | None = IMBALANCE_RATIO) -> li
     return found
 
 
-def pack_findings(directory: Path, manifest: Manifest) -> Census | None:
-    """The census behind the pack summary's findings; None (and a log warning) when the
-    version was replaced meanwhile by another pack, which holds the lock, not this one."""
+@dataclass(frozen=True)
+class PackFindings:
+    """What ``pack`` adds under its summary, and the same for its ``--report`` JSON."""
+
+    lines: tuple[str, ...]
+    report: dict[str, Any]
+
+
+def pack_findings(directory: Path, manifest: Manifest) -> PackFindings:
+    """The pack summary's findings: duplicates, groups per split, warnings (imbalance, which
+    defect data always has, is left to ``inspect``), then the objects.  The duplicates and
+    groups are left out (with a log warning) when the version was replaced meanwhile by
+    another pack, which holds the lock, not this one."""
+    lines: list[str] = []
+    report: dict[str, Any] = {}
     try:
-        return take_census(directory, manifest)
+        census = take_census(directory, manifest)
     except ManifestError as exc:
         log.warning("no duplicate or group summary: %s", exc)
-        return None
-
-
-def findings_lines(census: Census, directory: Path) -> list[str]:
-    """Lines for the pack summary: duplicates, groups per split, warnings (imbalance, which
-    defect data always has, is left to ``inspect``)."""
-    lines = []
-    if census.duplicates:
-        lines.append(f"  duplicates   {_duplicates_head(census.duplicates)}")
-    if census.group_pattern:
-        lines.append("  groups       " + ", ".join(
-            f"{name}: {census.groups.get(name, 0):,}" for name in census.splits))
-    warnings = warnings_of(census, imbalance=None)
-    lines += [f"  warning: {warning}" for warning in warnings]
-    if census.duplicates or warnings:
-        lines.append(f"  (shardsmith inspect {printable(str(directory))} shows the details)")
-    return lines
-
-
-def findings_report(census: Census) -> dict[str, Any]:
-    """The machine-readable part of ``findings_lines`` (for ``pack --report``)."""
-    return {
-        "duplicate_sets": len(census.duplicates),
-        "duplicate_sets_across_splits": len(census.leaks),
-        "groups": dict(census.groups),
-        "warnings": warnings_of(census, imbalance=None),
-    }
+        census = None
+    if census is not None:
+        if census.duplicates:
+            lines.append(f"  duplicates   {_duplicates_head(census.duplicates)}")
+        if census.group_pattern:
+            lines.append("  groups       " + ", ".join(
+                f"{name}: {census.groups.get(name, 0):,}" for name in census.splits))
+        warnings = warnings_of(census, imbalance=None)
+        lines += [f"  warning: {warning}" for warning in warnings]
+        if census.duplicates or warnings:
+            lines.append(f"  (shardsmith inspect {printable(str(directory))} shows the details)")
+        report["findings"] = {"duplicate_sets": len(census.duplicates),
+                              "duplicate_sets_across_splits": len(census.leaks),
+                              "groups": dict(census.groups), "warnings": warnings}
+    objects = count_objects(directory, manifest)
+    if objects is not None:
+        report["objects"] = object_json(objects, manifest)
+        lines += ["  " + line for line in object_lines(objects, manifest)]
+    return PackFindings(tuple(lines), report)
 
 
 def inspection_text(inspection: Inspection, all_rejects: bool = False,

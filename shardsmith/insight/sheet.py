@@ -36,7 +36,14 @@ from ..errors import BadImage, ConfigError
 from ..text import human_bytes, plural, printable
 from .census import Census, packed_config, require_split, take_census
 from .named_source import Originals, not_named
-from .objects_drawn import DrawnObject, PackedObjects, class_colour, draw_objects, read_objects
+from .objects_drawn import (
+    DrawnObject,
+    PackedObjects,
+    class_colour,
+    cut_drawn,
+    draw_objects,
+    read_objects,
+)
 from .picks import pick_per_class, pick_rejects, read_packed
 
 Box = tuple[int, int, int, int]
@@ -92,6 +99,16 @@ class Sheet:
     def save(self, path: Path) -> None:
         """Write the PNG atomically."""
         write_bytes_atomic(path, self.png())
+
+    def summary(self, output: str, objects: bool) -> str:
+        """``sheet.png: 1200x900 px, 3 class rows, 24 samples, 2 rejects``: what was drawn,
+        with the objects when they were asked for."""
+        return (f"{printable(output)}: {self.image.width}x{self.image.height} px, "
+                f"{plural(len(self.rows), 'class row')}, "
+                f"{plural(sum(len(row.thumbnails) for row in self.rows), 'sample')}, "
+                f"{plural(len(self.rejects), 'reject')}"
+                + (f", {plural(len(self.objects), 'object')} drawn" if objects else "")
+                + cut_drawn(self.objects))
 
 
 def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: int = 0,

@@ -12,8 +12,6 @@ from ..text import human_bytes, plural, printable
 if TYPE_CHECKING:
     from ..dataset.manifest import Manifest, RejectEntry
     from ..packing.pipeline import PackResult
-    from .stage import StageResult
-    from .verify import VerifyReport
 
 
 def pack_summary(result: PackResult) -> str:
@@ -188,27 +186,3 @@ def reject_lines(rejects: tuple[RejectEntry, ...], limit: int = 10) -> list[str]
     if len(rejects) > limit:
         lines.append(f"  ... and {len(rejects) - limit:,} more (see manifest.json)")
     return lines
-
-
-def stage_summary(result: StageResult) -> str:
-    """Files copied / already present / removed, bytes, time and throughput (over the copies
-    alone, as the progress line measures it)."""
-    rate = result.bytes_copied / result.copy_seconds if result.copy_seconds > 0 else 0.0
-    lines = [
-        f"{result.destination}: staged",
-        f"  copied {plural(result.copied, 'file')} ({human_bytes(result.bytes_copied)}), "
-        f"{result.present:,} already present and verified, {result.removed:,} removed",
-        f"  time   {result.seconds:.1f}s" + (
-            f", copying {result.copy_seconds:.1f}s at {human_bytes(rate)}/s" if result.copied
-            else " (nothing to copy)"),
-    ]
-    if result.stale:
-        lines.append(f"  {plural(len(result.stale), 'staged shard')} no longer listed "
-                     "(--prune removes them)")
-    return "\n".join(lines)
-
-
-def verify_summary(report: VerifyReport) -> str:
-    verdict = "OK" if report.ok else plural(len(report.problems), "problem")
-    return (f"{report.directory}: {verdict}: {plural(report.shards, 'shard')}, "
-            f"{plural(report.samples, 'sample')}, {human_bytes(report.bytes)}")

@@ -67,7 +67,7 @@ from ..door import STATE_CAP, Refused, open_file, sha256_of
 from ..errors import ConfigError, ManifestError, StageError
 from ..progress import Progress
 from ..storage import ObjectPath, location
-from ..text import human_bytes
+from ..text import human_bytes, plural
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,23 @@ class StageResult:
     seconds: float
     stale: tuple[str, ...] = ()
     copy_seconds: float = 0.0  # the copies alone, over which the progress line gives the rate
+
+    def summary(self) -> str:
+        """Files copied / already present / removed, bytes, time and throughput (over the
+        copies alone, as the progress line measures it)."""
+        rate = self.bytes_copied / self.copy_seconds if self.copy_seconds > 0 else 0.0
+        lines = [
+            f"{self.destination}: staged",
+            f"  copied {plural(self.copied, 'file')} ({human_bytes(self.bytes_copied)}), "
+            f"{self.present:,} already present and verified, {self.removed:,} removed",
+            f"  time   {self.seconds:.1f}s" + (
+                f", copying {self.copy_seconds:.1f}s at {human_bytes(rate)}/s" if self.copied
+                else " (nothing to copy)"),
+        ]
+        if self.stale:
+            lines.append(f"  {plural(len(self.stale), 'staged shard')} no longer listed "
+                         "(--prune removes them)")
+        return "\n".join(lines)
 
 
 def stage(

@@ -56,7 +56,7 @@ from ..errors import ManifestError, ShardFormatError
 from ..packing.changes import Tally, totals_found
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
 from ..storage import ObjectPath, location
-from ..text import plural
+from ..text import human_bytes, plural
 
 DIGEST_MASK = (1 << 64) - 1
 MAX_LABEL_PROBLEMS = 20  # label problems listed per shard (and for the sample index)
@@ -76,6 +76,12 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def summary(self) -> str:
+        """``DIR: OK: 3 shards, 120 samples, 4.1 MB`` (or the number of problems)."""
+        verdict = "OK" if self.ok else plural(len(self.problems), "problem")
+        return (f"{self.directory}: {verdict}: {plural(self.shards, 'shard')}, "
+                f"{plural(self.samples, 'sample')}, {human_bytes(self.bytes)}")
 
 
 def _key_digest(key: str) -> int:

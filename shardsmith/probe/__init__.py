@@ -71,10 +71,6 @@ def probe(config: Config, options: ProbeOptions, say: Say | None = None) -> Prob
 def probe_tree(config: Config, options: ProbeOptions, say: Say | None = None
                ) -> tuple[ProbeReport, ScanResult]:
     """``probe``, also returning the scan it made (``dry_run`` counts from it)."""
-    if options.sample < 1:
-        raise ConfigError(f"--sample: at least 1 original, got {options.sample}")
-    if options.gpu_demand is not None and options.gpu_demand <= 0:
-        raise ConfigError(f"--gpu-demand: images/s must be positive, got {options.gpu_demand}")
     root = source_root(config)
     note = None
     if config.image.tiles.enabled or config.source.annotations.has_objects:

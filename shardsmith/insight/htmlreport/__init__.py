@@ -33,6 +33,7 @@ from ...dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample
 from ...door import Refused
 from ...errors import ManifestError
 from ...storage import ObjectPath
+from ...text import human_bytes, plural, printable
 from ..census import packed_config
 from ..diff import diff_versions
 from ..named_source import Originals, not_named
@@ -75,6 +76,13 @@ class Report:
         """Write the page atomically; OutputStateError when ``path`` is not a file to replace
         (a link, a FIFO, a device, a folder) or its folder is missing."""
         write_bytes_atomic(check_output_file(path), self.html.encode("utf-8"))
+
+    def summary(self, where: str) -> str:
+        """``report.html: 1.2 MB, 3 rejects (3 pictured), 24 samples``: what ``where`` got."""
+        return (f"{printable(where)}: {human_bytes(len(self.html.encode()))}, "
+                f"{plural(self.rejects_shown, 'reject')} ({self.reject_pictures:,} pictured), "
+                f"{plural(self.samples_shown, 'sample')}"
+                + (f"; no diff: {printable(self.diff_note)}" if self.diff_note else ""))
 
 
 @dataclass(frozen=True)
