@@ -24,6 +24,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 
 from ..dataset.formats.example_check import feature_lists
+from ..dataset.formats.tfrecord import record_payload
 from ..dataset.manifest import Manifest, SampleRecord
 from ..errors import ShardFormatError
 from ..readers.targets import check_class_ids, detection_target
@@ -83,7 +84,7 @@ def _objects(fmt: str, packed, sample: SampleRecord,
              classes: tuple[str, ...]) -> PackedObjects | str:
     try:
         if fmt == "tfrecord":
-            return _tfrecord_objects(packed.data[12:-4], sample, classes)
+            return _tfrecord_objects(record_payload(packed.data), sample, classes)
         return _webdataset_objects(packed, sample, classes)
     except (ValueError, ShardFormatError, RecursionError) as exc:
         return str(exc)

@@ -248,16 +248,30 @@ def _checked_length(handle: OpenFile, offset: int, shard_bytes: int) -> int:
 
 
 def read_payload(handle: OpenFile, offset: int, size: int) -> bytes:
-    """The payload of the record at ``offset`` whose framing ``check_framing`` vouched for
-    (``size`` bytes with it), its CRC checked; raises ShardFormatError."""
+    """The payload of the record at ``offset`` (``size`` bytes with its framing), checked by
+    ``record_payload``; raises ShardFormatError."""
     data = os.pread(handle.fd, size, offset)
     if len(data) != size:
         raise ShardFormatError(f"the record at byte {offset} is cut short")
-    (length,) = struct.unpack("<Q", data[:8])
-    if length + RECORD_OVERHEAD != size:
-        raise ShardFormatError(f"the record at byte {offset} changed since it was checked")
-    payload = data[12:-4]
-    if struct.unpack("<I", data[-4:])[0] != masked_crc(payload):
+    return record_payload(data, offset)
+
+
+def record_payload(data: bytes | memoryview, offset: int = 0) -> bytes:
+    """The payload of one whole framed record ``data`` (at byte ``offset`` of its shard, for
+    messages): the one place that knows the 12-byte header and the 4-byte footer.  Its length
+    field must be ``data``'s length less the framing, and both CRCs must hold; raises
+    ShardFormatError otherwise."""
+    if len(data) < RECORD_OVERHEAD:
+        raise ShardFormatError(f"the record at byte {offset} is cut short")
+    header = bytes(data[:12])
+    if struct.unpack("<I", header[8:])[0] != masked_crc(header[:8]):
+        raise ShardFormatError(f"bad length CRC at byte {offset}")
+    (length,) = struct.unpack("<Q", header[:8])
+    if length + RECORD_OVERHEAD != len(data):
+        raise ShardFormatError(f"the record at byte {offset} says {length:,} bytes, its "
+                               f"index {len(data) - RECORD_OVERHEAD:,}")
+    payload = bytes(data[12:-4])
+    if struct.unpack("<I", bytes(data[-4:]))[0] != masked_crc(payload):
         raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
     return payload
 
@@ -553,7 +567,7 @@ class TFRecordFormat:
         last = self._last
         if last is not None and last[0] is record.data:
             return last[1]
-        features = feature_lists(record.data[12:-4])
+        features = feature_lists(record_payload(record.data))
         self._last = (record.data, features)
         return features
 
@@ -572,14 +586,14 @@ class TFRecordFormat:
 
     def jpeg(self, record: Record) -> bytes:
         """The image bytes of a framed record as ``records`` yields it."""
-        value = decode_example(record.data[12:-4]).get("image/encoded")
+        value = decode_example(record_payload(record.data)).get("image/encoded")
         if not isinstance(value, bytes):
             raise ShardFormatError(f"record {record.key} has no image/encoded")
         return value
 
     def label(self, record: Record) -> int:
         """The ``image/class/label`` of a framed record as ``records`` yields it."""
-        value = decode_example(record.data[12:-4]).get("image/class/label")
+        value = decode_example(record_payload(record.data)).get("image/class/label")
         if not isinstance(value, int):
             raise ShardFormatError(f"record {record.key} has no image/class/label")
         return value
