@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import crc32c
 
+from ...config import FORMATS
 from ...errors import ManifestError, ShardFormatError
 from ...text import shown
 from .base import Placed, Record, Row, Span, checked_index, class_name, not_the_shard, open_shard
@@ -622,7 +623,7 @@ def _single(features: dict[str, Values], name: str, kind: type, key: str) -> Any
 
 class TFRecordFormat:
     name = "tfrecord"
-    extension = ".tfrecord"
+    extension = FORMATS[name]
     # (the record's bytes, their features): the export asks for a record's metadata and then
     # its mask, a parse of the whole Example each (the test corpus's samples: 444 us a sample
     # for metadata, mask and JPEG, 308 us with one parse; one record's bytes held)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from ...config import FORMATS
 from ...errors import ManifestError, ShardFormatError
 from .base import (
     Member,
@@ -73,7 +74,7 @@ def check_member_name(name: str) -> tuple[str, str]:
 
 class WebDatasetFormat:
     name = "webdataset"
-    extension = ".tar"
+    extension = FORMATS[name]
 
     def encode(self, sample: Sample, classes: tuple[str, ...],
                object_classes: ObjectClasses | None = None) -> Record:
