@@ -71,9 +71,6 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
     shards = Path(shards)
     workers = workers or len(os.sched_getaffinity(0))
     manifest = read_manifest(shards)
-    if manifest.format != "webdataset":
-        raise ConfigError(f"{shards} holds TFRecord shards: give a WebDataset dataset as "
-                          "SHARDS and this one as --tfrecords (of the same images)")
     if tfrecords is not None:
         _check_same_images(manifest, read_manifest(Path(tfrecords)), tfrecords)
     originals = _original_jobs(shards, manifest, Path(source), split, cold) \

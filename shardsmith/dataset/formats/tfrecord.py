@@ -351,6 +351,8 @@ MAX_VARINT_BYTES = 10  # a 64-bit value takes at most ten 7-bit groups
 def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
     """(value, next position) of the varint at ``position``: at most ten bytes, so a record
     made of one endless varint costs ten steps, not a shift per byte of it."""
+    if position < len(data) and data[position] < 0x80:  # one byte: most tags and lengths
+        return data[position], position + 1
     value = 0
     for shift in range(0, 7 * MAX_VARINT_BYTES, 7):
         if position >= len(data):
