@@ -90,6 +90,25 @@ def test_reader_targets_meet_torchvision_detection_contract(tmp_path):
 
 
 @pytest.mark.slow
+def test_torch_targets_on_tfrecord_shards_equal_those_on_webdataset_shards(tmp_path):
+    source = tmp_path / "source"
+    coco_tree(source)
+    read = {}
+    for fmt in ("webdataset", "tfrecord"):
+        cli_pack(source, tmp_path / fmt, COCO_CONFIG, "--format", fmt, "--resize", "center_crop")
+        read[fmt] = list(dataset(tmp_path / fmt, targets=True, batch_size=3, seed=2))
+    assert len(read["tfrecord"]) == 2
+    for (batch, targets), (their_batch, theirs) in zip(read["tfrecord"], read["webdataset"],
+                                                       strict=True):
+        assert torch.equal(batch, their_batch)
+        for target, their in zip(targets, theirs, strict=True):
+            assert target.keys() == their.keys() and "masks" in target
+            assert torch.equal(target["labels"], their["labels"])
+            assert torch.equal(target["masks"], their["masks"])
+            # a TFRecord holds boxes as normalised float32: equal to a thousandth of a pixel
+            assert torch.allclose(target["boxes"], their["boxes"], atol=1e-3)
+
+
 def test_tfrecord_carries_the_object_detection_api_keys_and_a_label_map(tmp_path):
     tf = pytest.importorskip("tensorflow", reason="needs TensorFlow (the tf extra)")
 

@@ -154,14 +154,16 @@ def test_ultralytics_segment_over_an_earlier_releases_index_says_it_cannot_tell(
     assert "WARNING" in caplog.text and note in caplog.text
 
 
-def test_dali_refuses_tfrecord_shards_with_cut_samples_it_cannot_leave_out(tmp_path):
+def test_dali_leaves_the_cut_samples_of_tfrecord_shards_out_unless_keep_cut(tmp_path, caplog):
     pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
     pytest.importorskip("torch", reason="DALI's iterator gives torch tensors (the torch extra)")
-    from shardsmith.errors import ConfigError
     from shardsmith.readers.dali import loader
 
     records = tf_corpus(tmp_path)
-    with pytest.raises(ConfigError, match="2 samples have a defect cut below min_visible"):
-        loader(records, batch_size=1, device="cpu", shuffle=False)
-    kept = loader(records, batch_size=1, device="cpu", shuffle=False, keep_cut=True)
+    left = [images.numpy() for images, _ in loader(records, batch_size=1, device="cpu",
+                                                   shuffle=False, num_threads=1)]
+    assert "2 samples left out" in caplog.text
+    assert len(left) == 3 and not any(shows_a_cut_part(pixels[0]) for pixels in left)
+    kept = loader(records, batch_size=1, device="cpu", shuffle=False, keep_cut=True,
+                  num_threads=1)
     assert sum(len(labels) for _, labels in kept) == 5  # every tile, the cut ones too

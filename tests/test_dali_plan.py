@@ -55,9 +55,16 @@ def image_ids(batches: list[tuple]) -> list[str]:
             for images, _ in batches for pixels in images]
 
 
-@pytest.mark.parametrize("epoch", [0, 3])
-def test_an_epoch_holds_the_torch_readers_batches_in_its_order(crops, epoch):
-    ours, theirs = dali_batches(crops, epoch), torch_batches(crops, epoch)
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> Path:
+    return packed(tmp_path_factory.mktemp("dali-records"), "tfrecord", count=26)
+
+
+@pytest.mark.parametrize(("fmt", "epoch"), [("webdataset", 0), ("webdataset", 3),
+                                            ("tfrecord", 3)])
+def test_an_epoch_holds_the_torch_readers_batches_in_its_order(crops, records, fmt, epoch):
+    output = crops if fmt == "webdataset" else records
+    ours, theirs = dali_batches(output, epoch), torch_batches(output, epoch)
     assert len(ours) == len(theirs)
     for (images, labels), (jpegs, torch_labels) in zip(ours, theirs, strict=True):
         assert labels.tolist() == torch_labels.tolist()
@@ -66,6 +73,15 @@ def test_an_epoch_holds_the_torch_readers_batches_in_its_order(crops, epoch):
             # Two libjpeg-turbo builds may round an IDCT differently; another image differs
             # by tens of levels on average.
             assert np.abs(pixels.astype(int) - expected.astype(int)).mean() < 1.0
+
+
+def test_on_tfrecord_shards_set_epoch_and_resume_are_the_plans(records):
+    whole = dali_batches(records, 2)
+    resumed = loader(records, split="train", batch_size=BATCH, device="cpu", num_threads=1,
+                     seed=5)
+    resumed.load_state_dict({"epoch": 2, "start": 2})
+    assert image_ids([(images.numpy(), labels) for images, labels in resumed]) == \
+        image_ids(whole[2:])
 
 
 def test_every_sample_of_the_split_is_read_once_per_epoch(crops):

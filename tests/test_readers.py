@@ -357,9 +357,78 @@ def test_decode_false_gives_jpeg_bytes_for_gpu_decoding(crops):
     assert labels.shape == (4,)
 
 
-def test_torch_reader_refuses_tfrecord_datasets(tmp_path):
-    with pytest.raises(ConfigError, match="use shardsmith.readers.tf"):
-        dataset(packed(tmp_path, "tfrecord"))
+# --- TFRecord shards: the same plan, the same samples -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def both_formats(tmp_path_factory) -> dict[str, Path]:
+    """One tree packed as WebDataset and as TFRecord (the same keys in the same shards)."""
+    root = tmp_path_factory.mktemp("both")
+    return {fmt: packed(root, fmt) for fmt in ("webdataset", "tfrecord")}
+
+
+def _decoded(batches) -> list[tuple[str, int]]:
+    return [(sha1(image), int(label)) for images, labels in batches
+            for image, label in zip(images, labels, strict=True)]
+
+
+def test_torch_reads_tfrecord_shards_as_it_reads_the_same_tree_as_webdataset(both_formats):
+    read = {fmt: dataset(path, split="train", batch_size=3, seed=5)
+            for fmt, path in both_formats.items()}
+    for epoch in (0, 1):
+        for data in read.values():
+            data.set_epoch(epoch)
+        found = {fmt: _decoded(data) for fmt, data in read.items()}
+        assert found["tfrecord"] == found["webdataset"]
+        assert sorted(label for _, label in found["tfrecord"]) == \
+            sorted(s["label"] for s in samples(both_formats["tfrecord"]))
+    singles = {fmt: [(sha1(image), label) for image, label in dataset(path, seed=5)]
+               for fmt, path in both_formats.items()}
+    assert singles["tfrecord"] == singles["webdataset"]
+
+
+def test_torch_on_tfrecord_gives_every_rank_equal_batches_and_every_sample(both_formats):
+    shares = {fmt: [_decoded(dataset(path, split="train", batch_size=2, seed=1, rank=rank,
+                                     world_size=2)) for rank in (0, 1)]
+              for fmt, path in both_formats.items()}
+    assert shares["tfrecord"] == shares["webdataset"]
+    first, second = shares["tfrecord"]
+    assert len(first) == len(second)
+    assert {image for image, _ in first + second} == set(jpeg_pixels(both_formats["tfrecord"]))
+
+
+def jpeg_pixels(output: Path) -> list[str]:
+    """sha1 of every decoded train image, as the reader decodes them in evaluation mode."""
+    return [sha1(image) for image, _ in dataset(output, split="train", shuffle=False)]
+
+
+def test_torch_on_tfrecord_resumes_from_epoch_and_batch_position(both_formats):
+    path = both_formats["tfrecord"]
+    data = dataset(path, split="train", batch_size=2, decode=False, seed=3)
+    data.set_epoch(2)
+    whole = [_ids(batch) for batch in data]
+    resumed = dataset(path, split="train", batch_size=2, decode=False, seed=3)
+    resumed.load_state_dict({"epoch": 2, "start": 4})
+    loader = torch.utils.data.DataLoader(resumed, batch_size=None, num_workers=2)
+    assert [_ids(batch) for batch in loader] == whole[4:]
+
+
+def test_torch_on_tfrecord_weighs_its_draws_as_on_webdataset(both_formats):
+    drawn = {fmt: _decoded(dataset(path, split="train", batch_size=4, seed=2, draws=12,
+                                   weights="c03=10,*=1"))
+             for fmt, path in both_formats.items()}
+    assert drawn["tfrecord"] == drawn["webdataset"] and len(drawn["tfrecord"]) == 12
+
+
+def test_a_damaged_tfrecord_record_is_a_corrupt_sample_named_by_shard_and_key(tmp_path):
+    output = packed(tmp_path, "tfrecord")
+    shard = next(s for s in images.manifest_of(output)["shards"] if s["split"] == "train")
+    path = output / shard["name"]
+    data = bytearray(path.read_bytes())
+    data[300] ^= 0xFF  # inside the first record's JPEG: its key still reads, its CRC fails
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptSampleError, match=f"{shard['name']}: sample .*bad data CRC"):
+        list(dataset(output, split="train", shuffle=False, on_corrupt="raise"))
 
 
 # --- indexes and shard lists -------------------------------------------------------------

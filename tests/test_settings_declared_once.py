@@ -196,3 +196,11 @@ def test_a_bad_value_on_a_setting_flag_is_one_line_and_exit_2(tmp_path, argument
 def test_the_declarations_leave_the_fingerprint_of_the_default_settings_as_it_was():
     assert load_config().fingerprint() == \
         "e7d3da46b61ce05c4b43e375ade07fa1f33f43d2d4a65ff5fd9601866042ece7"
+
+
+def test_every_format_choice_has_a_format_object_that_names_its_files():
+    from shardsmith.config import FORMATS as choices
+    from shardsmith.dataset.formats import FORMATS, shard_format
+
+    assert {name: fmt.extension for name, fmt in FORMATS.items()} == choices
+    assert [shard_format(name).name for name in choices] == list(choices)

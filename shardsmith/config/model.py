@@ -22,7 +22,8 @@ from ..errors import ConfigError
 from ..storage import ObjectPath, is_url, locate
 from .declare import setting
 
-FORMATS = ("webdataset", "tfrecord")
+# The shard formats (``dataset.formats`` has an object for each) and their files' extension.
+FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
 COLOR_MODES = ("rgb", "gray", "keep")
 LABEL_MODES = ("folders", "none", "file")
@@ -210,7 +211,7 @@ class OutputConfig:
 
     path: str = setting("", example="/data/shards/line3")
     format: str = setting(
-        "webdataset", flag="--format", choices=FORMATS, help="Shard format.",
+        "webdataset", flag="--format", choices=tuple(FORMATS), help="Shard format.",
         comment="webdataset (SPLIT-NNNNNN.tar) | tfrecord (SPLIT-NNNNNN.tfrecord + .idx)")
     shard_size_mb: float = setting(
         256.0, flag="--shard-size", help="Target shard size in MB.", example="256",

@@ -291,7 +291,7 @@ def _validate(config: Config) -> Config:
     """Value checks that need more than a type (paths are checked by ``check_paths``)."""
     src, img, out, run = config.source, config.image, config.output, config.run
     _one_of("source.labels", src.labels, LABEL_MODES)
-    _one_of("output.format", out.format, FORMATS)
+    _one_of("output.format", out.format, tuple(FORMATS))
     _one_of("image.resize", img.resize, RESIZE_MODES)
     _one_of("image.color", img.color, COLOR_MODES)
     _one_of("image.subsampling", img.subsampling, SUBSAMPLING)

@@ -34,7 +34,7 @@ import msgspec
 from ..annotations.audit import SourceReport
 from ..annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS
 from ..atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
-from ..config import config_from_settings
+from ..config import FORMATS, config_from_settings
 from ..door import MANIFEST_CAP, Refused, open_file, sha256_of
 from ..errors import ConfigError, ManifestError
 from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse, to_json
@@ -50,7 +50,6 @@ READABLE_SCHEMAS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 LEGACY_SAMPLES_NAME = "samples.jsonl"
 OBJECTS_RECORD_CAP = 64 << 20  # two versions' names, ~100 bytes each: a million shards
-FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 # How this release derives a sample's objects and class mask from an original's annotations:
 # raised whenever that changes, so a dataset never mixes samples made by two sets of rules
 # (the next pack re-derives the annotated samples of an older dataset, as one new version).

@@ -27,7 +27,6 @@ from ..readers.weights import (
     WeightSpec,
     check_draws,
     class_weights,
-    require_webdataset,
     table_classes,
     weighted_draws,
 )
@@ -67,20 +66,18 @@ class ClassMix:
 def class_mix(directory: str | Path | ObjectPath, weights: WeightSpec,
               split: str | None = None, seed: int = 0, draws: int | None = None) -> ClassMix:
     """The mix ``weights`` give ``split`` of ``directory``, a folder or a location in a bucket
-    (WeightsError for a malformed SPEC, ConfigError for an unknown split or a TFRecord
-    dataset).  Weighted by object class, a row is an object class (the samples holding one of
-    its objects) or the samples without objects; a sample holding two classes counts in both
-    rows."""
+    (WeightsError for a malformed SPEC, ConfigError for an unknown split).  Weighted by
+    object class, a row is an object class (the samples holding one of its objects) or the
+    samples without objects; a sample holding two classes counts in both rows."""
     directory = location(directory)
     manifest = read_manifest(directory)
     require_split(manifest, split)
-    require_webdataset(directory, manifest)
     # the SPEC and the draws are checked before any shard or index is read
     chosen = class_weights(weights, manifest.classes, manifest.object_classes or ())
     if draws is not None:
         check_draws(draws)
     whole = load_table(directory, [shard for shard in manifest.shards
-                                   if split is None or shard.split == split])
+                                   if split is None or shard.split == split], manifest)
     table = without_cut(directory, manifest, whole)
     found = table_classes(directory, manifest, table)
     planned = weighted_draws(chosen, found, draws)

@@ -15,7 +15,6 @@ shown on its tile), never a failure of the sheet.
 from __future__ import annotations
 
 import io
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 
-from ..dataset.formats.example_check import feature_lists
+from ..dataset.formats import Record, ShardFormat, shard_format
 from ..dataset.manifest import Manifest, SampleRecord
 from ..errors import ShardFormatError
-from ..readers.targets import check_class_ids, detection_target
+from ..readers.targets import detection_target
 from .picks import read_each
 
 Colour = tuple[int, int, int]
@@ -35,7 +34,6 @@ OBJECT_COLOURS: tuple[Colour, ...] = (
     (230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
     (70, 240, 240), (240, 50, 230), (210, 245, 60), (255, 225, 25), (0, 128, 128),
     (170, 110, 40), (128, 0, 0))
-EDGES = ("xmin", "ymin", "xmax", "ymax")
 LABEL_TEXT = (255, 255, 255)
 
 
@@ -75,64 +73,28 @@ def read_objects(directory: Path, manifest: Manifest,
     """key -> the objects of each of ``records`` read from its shard, or why they do not
     read (``picks.read_each``)."""
     classes = tuple(manifest.object_classes or ())
+    fmt = shard_format(manifest.format)
     return read_each(directory, manifest, records,
-                     lambda packed, sample: _objects(manifest.format, packed, sample, classes))
+                     lambda packed, sample: _objects(fmt, packed, sample, classes))
 
 
-def _objects(fmt: str, packed, sample: SampleRecord,
+def _objects(fmt: ShardFormat, packed: Record, sample: SampleRecord,
              classes: tuple[str, ...]) -> PackedObjects | str:
+    """The objects of ``packed`` as its format reads its metadata and class mask, checked as
+    the readers check a target; or why they do not read."""
     try:
-        if fmt == "tfrecord":
-            return _tfrecord_objects(packed.data[12:-4], sample, classes)
-        return _webdataset_objects(packed, sample, classes)
+        target = detection_target(fmt.metadata(packed), sample.height, sample.width, False,
+                                  len(classes))
+        png = fmt.mask_png(packed)
+        mask = None if png is None else _class_mask(png, sample)
     except (ValueError, ShardFormatError, RecursionError) as exc:
         return str(exc)
-
-
-def _webdataset_objects(packed, sample: SampleRecord,
-                        classes: tuple[str, ...]) -> PackedObjects:
-    members = {member.extension: packed.data[member.data : member.data + member.size]
-               for member in packed.members}
-    if "json" not in members:
-        raise ValueError("no .json")
-    try:
-        meta = json.loads(members["json"])
-    except ValueError as exc:
-        raise ValueError(f"its .json does not parse ({exc})") from None
-    target = detection_target(meta, sample.height, sample.width, False, len(classes))
     boxes = tuple(tuple(float(edge) for edge in box) for box in target["boxes"].tolist())
     names = tuple(classes[int(label) - 1] for label in target["labels"])
-    mask = _class_mask(members["mask.png"], sample) if "mask.png" in members else None
     cut = tuple((tuple(float(edge) for edge in box), classes[int(label) - 1])
                 for box, label in zip(target.get("ignore_boxes", np.zeros((0, 4))).tolist(),
                                       target.get("ignore_labels", ()), strict=True))
     return PackedObjects(boxes, names, mask, cut)  # type: ignore[arg-type]
-
-
-def _tfrecord_objects(payload: bytes, sample: SampleRecord,
-                      classes: tuple[str, ...]) -> PackedObjects:
-    features = feature_lists(payload)
-    boxes, names = _tfrecord_boxes(features, "image/object", sample, classes)
-    encoded = features.get("image/segmentation/class/encoded", [])
-    mask = _class_mask(encoded[0], sample) if len(encoded) == 1 else None
-    cut = _tfrecord_boxes(features, "image/object/cut", sample, classes)
-    return PackedObjects(boxes, names, mask, tuple(zip(*cut, strict=True)))
-
-
-def _tfrecord_boxes(features: dict, prefix: str, sample: SampleRecord, classes: tuple[str, ...]
-                    ) -> tuple[tuple[tuple[float, float, float, float], ...], tuple[str, ...]]:
-    """The boxes (in the sample's pixels) and class names of the objects under ``prefix``."""
-    edges = [features.get(f"{prefix}/bbox/{edge}", []) for edge in EDGES]
-    ids = features.get(f"{prefix}/class/label", [])
-    if len({len(values) for values in (*edges, ids)}) != 1:
-        raise ValueError(f"the {prefix} boxes and class ids are not lists of one length")
-    check_class_ids(ids, len(classes))
-    scale = (sample.width, sample.height, sample.width, sample.height)
-    boxes = tuple(tuple(float(value) * size for value, size in zip(box, scale, strict=True))
-                  for box in zip(*edges, strict=True))
-    if not all(math.isfinite(edge) for box in boxes for edge in box):
-        raise ValueError("a box is not finite")
-    return boxes, tuple(classes[int(number) - 1] for number in ids)  # type: ignore[return-value]
 
 
 def _class_mask(png: bytes, sample: SampleRecord) -> np.ndarray:

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..dataset.agreement import IndexedObjects, disagreement, indexed_objects
 from ..dataset.formats import SHARD_CAP, Placed, index_bytes, shard_format
 from ..dataset.formats.example_check import example_problems
+from ..dataset.formats.tfrecord import record_payload
 from ..dataset.manifest import (
     LABEL_MAP_NAME,
     MANIFEST_NAME,
@@ -321,7 +322,7 @@ def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
                                 expected.objects if expected is not None else {})
                 if fmt_name == "tfrecord" and len(problems) < MAX_LABEL_PROBLEMS:
                     problems += [f"{shard.name}: sample {record.key}: {problem}" for problem in
-                                 example_problems(record.data[12:-4], (sizes or {}).get(
+                                 example_problems(record_payload(record.data), (sizes or {}).get(
                                      record.key), object_classes)]
     except ShardFormatError as exc:
         return problems + [f"{shard.name}: {exc}"]

@@ -22,12 +22,11 @@ from ..annotations.counts import object_counts
 from ..annotations.model import ObjectClasses, Vocabulary
 from ..annotations.prepare import Prepared, prepare
 from ..atomic import fsync_directory, remove_stale_tmp
-from ..config import Config, check_paths
+from ..config import FORMATS, Config, check_paths
 from ..dataset.formats import ShardLimits, ShardRoller, shard_format, write_index
 from ..dataset.lock import DirectoryLock
 from ..dataset.manifest import (
     ANNOTATION_RULES,
-    FORMATS,
     Manifest,
     RejectEntry,
     SampleRecord,

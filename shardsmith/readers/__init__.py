@@ -1,6 +1,6 @@
 """Training-side readers over a packed or staged dataset (its manifest).
 
-``shardsmith.readers.torch.dataset`` (WebDataset shards → PyTorch), ``shardsmith.readers.tf
+``shardsmith.readers.torch.dataset`` (either shard format → PyTorch), ``shardsmith.readers.tf
 .dataset`` (TFRecord shards → tf.data) and ``shardsmith.readers.dali.loader`` (either, decoded
 on the GPU).  Each imports its framework only when used; the rest of shardsmith never imports
 torch, tensorflow or DALI.
@@ -25,12 +25,8 @@ def select_shards(path: str | Path, split: str | None,
     directory = Path(path)
     manifest = read_manifest(directory)
     if fmt is not None and manifest.format != fmt:
-        other = "shardsmith.readers.tf" if manifest.format == "tfrecord" else \
-            "shardsmith.readers.torch"
-        raise ConfigError(
-            f"{directory} holds {manifest.format} shards; this reader reads {fmt} "
-            f"(use {other})"
-        )
+        raise ConfigError(f"{directory} holds {manifest.format} shards; this reader reads "
+                          f"{fmt} (shardsmith.readers.torch reads both)")
     if split is not None and split not in manifest.splits:
         known = ", ".join(manifest.splits) or "none"
         raise ConfigError(f"split {split!r} is not in {directory} (splits: {known})")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..dataset.manifest import Manifest, iter_sample_index, read_manifest
-from ..errors import ConfigError, ShardFormatError
+from ..errors import ConfigError
 
 
 @dataclass
@@ -71,9 +71,6 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
     shards = Path(shards)
     workers = workers or len(os.sched_getaffinity(0))
     manifest = read_manifest(shards)
-    if manifest.format != "webdataset":
-        raise ConfigError(f"{shards} holds TFRecord shards: give a WebDataset dataset as "
-                          "SHARDS and this one as --tfrecords (of the same images)")
     if tfrecords is not None:
         _check_same_images(manifest, read_manifest(Path(tfrecords)), tfrecords)
     originals = _original_jobs(shards, manifest, Path(source), split, cold) \
@@ -128,25 +125,16 @@ def _check_same_images(manifest: Manifest, other: Manifest, where: str | Path) -
 
 def _floor(data, seconds: float, per_sample: float) -> ReadResult:
     """Every JPEG of the selection decoded from memory through the readers' checked decode
-    (header first); a sample that does not decode is a ``CorruptSampleError`` naming it,
-    found before the timing starts."""
-    from .plan import ShardFiles
-    from .sample_jpeg import SampleJpegError, decode_sample
+    (header first); a sample that does not read or decode is a ``CorruptSampleError`` naming
+    it, found before the timing starts."""
+    from .sample_jpeg import decode_sample
 
-    table, files = data.table, ShardFiles(data.table)
     size = data.image_size
-    try:
-        jpegs = []
-        for index in range(len(table)):
-            try:
-                jpeg = files.read(int(table.shard[index]), int(table.image_offset[index]),
-                                  int(table.image_size[index]))
-                decode_sample(jpeg, expect=size)
-            except (OSError, ShardFormatError, SampleJpegError) as exc:
-                raise data.reader.named(index, str(exc)) from None
-            jpegs.append(jpeg)
-    finally:
-        files.close()
+    jpegs = []
+    for index in range(len(data.table)):
+        jpeg, _ = data.reader.read(index)
+        data.reader.decode(index, jpeg, "RGB", expect=size)
+        jpegs.append(jpeg)
 
     def epoch() -> Iterable[int]:
         for jpeg in jpegs:

@@ -78,4 +78,4 @@ def take(table: SampleTable, rows: np.ndarray) -> SampleTable:
                table.mask_size)
     return SampleTable(table.paths, *(column[rows] for column in columns),
                        first_members=table.first_members, keys="".join(keys),
-                       key_bounds=key_bounds)
+                       key_bounds=key_bounds, format=table.format)

@@ -7,7 +7,7 @@ has one) or on the CPU, with the same epochs as the torch reader.
         batches.set_epoch(epoch)
         for images, labels in batches: ...   # torch uint8 N×H×W×C on the GPU, int64 labels
 
-WebDataset shards: DALI takes the samples of our plan (docs/design.md, invariant 9).  An
+DALI takes the samples of our plan, on either shard format (docs/design.md, invariant 9).  An
 ``fn.external_source`` in batch mode is fed each batch's JPEG bytes and labels by our reader
 (``epochs.EpochPlan`` over ``plan.epoch_order`` and ``plan.rank_share``, read by offset through
 ``samples.SampleReader``, each JPEG header checked), and ``fn.decoders.image`` decodes them
@@ -19,11 +19,8 @@ reader's weighted epochs.  ``py_workers=N`` reads in N forked Python
 processes (DALI's parallel external source): worth it when reading, not decoding, is what
 waits.  A sample that fails our checks is replaced by another of its batch, counted in one
 warning per epoch; one whose header passes but whose data does not decode stops DALI's decoder
-with its error.
-
-TFRecord shards are read with DALI's own ``fn.readers.tfrecord`` and their ``.idx``: one shard
-of the samples per rank, padded so every rank yields the same number of batches, shuffled by
-DALI's buffer (not our plan: no ``set_epoch`` or resume there).
+with its error.  DALI's own readers (``fn.readers.webdataset`` and ``tfrecord``) read only
+for ``own_reader``, what ``bench-read`` compares the plan with.
 """
 
 from __future__ import annotations
@@ -55,7 +52,7 @@ import torch
 from ..errors import ConfigError
 from . import equal_image_size, select_shards
 from .batches import checked_jpegs
-from .cut import cut_keys_by_shard, without_cut
+from .cut import without_cut
 from .epochs import EpochPlan, EpochSettings
 from .plan import DEFAULT_BLOCK, check_shards, load_table
 from .samples import Corruptions, SampleReader
@@ -108,12 +105,11 @@ class PlanFeed:
 class DaliLoader:
     """Batches of (images, labels) over a dataset, one epoch per iteration; ``len()`` batches.
 
-    On WebDataset shards the epochs are the torch reader's (``set_epoch``, ``state_dict``,
+    The epochs are the torch reader's, on either shard format (``set_epoch``, ``state_dict``,
     ``load_state_dict``, ``drop_last``, ``block``, ``weights`` and ``draws`` as there; samples
-    with a defect cut below min_visible left out unless ``keep_cut``: ``readers.cut``);
-    ``shuffle_buffer`` applies to TFRecord shards only, which DALI reads and shuffles itself:
-    it cannot leave cut samples out, so a TFRecord dataset holding any is refused unless
-    ``keep_cut``.
+    with a defect cut below min_visible left out unless ``keep_cut``: ``readers.cut``).
+    ``shuffle_buffer`` is accepted and unused: DALI's own TFRecord reader, which took it,
+    no longer reads for the loader.
     """
 
     def __init__(self, path: str | Path, split: str | None = None, batch_size: int = 64,
@@ -130,45 +126,26 @@ class DaliLoader:
         directory = Path(path)
         manifest, selected = select_shards(directory, split, None)
         self.classes = list(manifest.classes)
-        self.format = manifest.format
         rank, world_size = distributed_rank(rank, world_size)
         settings = EpochSettings(seed, shuffle, block, rank, world_size, True, drop_last,
                                  batch_size)
         self.height, self.width = equal_image_size(directory, manifest, split)
         if device == "gpu" and device_id is None:
             device_id = _device_id(py_workers)
-        options = dict(batch_size=batch_size, num_threads=num_threads,
-                       device_id=device_id if device == "gpu" else None, seed=seed,
-                       prefetch_queue_depth=2)
-        self.feed: PlanFeed | None = None
-        if manifest.format == "webdataset":
-            table = load_table(directory, [shard for _, shard in selected])
-            check_shards(table)  # a shard swapped for another is refused now, not served
-            table = without_cut(directory, manifest, table, keep_cut)
-            self.plan = EpochPlan(table, settings,
-                                  reader_draws(directory, manifest, table, weights, draws))
-            reader = SampleReader(table, len(self.classes), largest=(self.height, self.width))
-            self.feed = PlanFeed(reader, self.plan, (self.height, self.width))
-            pipe = _planned(self.feed, device, py_workers > 0, **options,
-                            py_num_workers=max(1, py_workers), py_start_method="fork")
-            self._iterator = DALIGenericIterator([pipe], ["images", "labels"],
-                                                 prepare_first_batch=False)
-            self._batches = self.plan.batches(len(self.plan.share(0)))
-        else:
-            if weights is not None or draws is not None:
-                raise ConfigError("weights= and draws= need WebDataset shards; DALI reads "
-                                  "TFRecord shards in its own order")
-            cut = 0 if keep_cut else sum(map(len, cut_keys_by_shard(
-                directory, manifest, {shard.name for _, shard in selected}).values()))
-            if cut:  # its reader cannot leave them out: refused, never read as normal
-                raise ConfigError(
-                    f"{directory}: {cut:,} samples have a defect cut below min_visible, and "
-                    "DALI reads TFRecord shards in its own order, so it cannot leave them "
-                    "out: keep_cut=True reads them (their cut part unlabelled), or read the "
-                    "dataset with shardsmith.readers.tf or pack it as WebDataset")
-            self._iterator, self._batches = _own_reader(
-                directory, selected, manifest.format, device, shuffle, rank, world_size,
-                shuffle_buffer, options)
+        table = load_table(directory, [shard for _, shard in selected], manifest)
+        check_shards(table)  # a shard swapped for another is refused now, not served
+        table = without_cut(directory, manifest, table, keep_cut)
+        self.plan = EpochPlan(table, settings,
+                              reader_draws(directory, manifest, table, weights, draws))
+        reader = SampleReader(table, len(self.classes), largest=(self.height, self.width))
+        self.feed = PlanFeed(reader, self.plan, (self.height, self.width))
+        pipe = _planned(self.feed, device, py_workers > 0, batch_size=batch_size,
+                        num_threads=num_threads, device_id=device_id if device == "gpu"
+                        else None, seed=seed, prefetch_queue_depth=2,
+                        py_num_workers=max(1, py_workers), py_start_method="fork")
+        self._iterator = DALIGenericIterator([pipe], ["images", "labels"],
+                                             prepare_first_batch=False)
+        self._batches = self.plan.batches(len(self.plan.share(0)))
         self._started = self._open = False
         self._state = {"epoch": 0, "start": 0, "done": 0}
 
@@ -176,9 +153,9 @@ class DaliLoader:
         return self._batches
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration reads (WebDataset shards; without it, each iteration
-        advances the epoch by itself)."""
-        self._planned().set_epoch(epoch)
+        """The epoch the next iteration reads (without it, each iteration advances the epoch
+        by itself)."""
+        self.plan.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, int]:
         """Where the iteration stands: epoch, first batch, batches given since."""
@@ -190,19 +167,9 @@ class DaliLoader:
         if "done" in state:  # what was given counts as read
             state = {"epoch": state.get("epoch", 0),
                      "start": _count(state.get("start", 0)) + _count(state["done"])}
-        self._planned().resume(state)
-
-    def _planned(self) -> EpochPlan:
-        if self.feed is None:
-            raise ConfigError("set_epoch and resume need WebDataset shards; DALI reads "
-                              "TFRecord shards in its own order")
-        return self.plan
+        self.plan.resume(state)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if self.feed is None:
-            for (outputs,) in self._iterator:
-                yield outputs["images"], _labels(outputs["labels"], self.format)
-            return
         if self._open:  # a loop broke off: end that epoch before the next begins
             self.feed.position[STOP] = 1
             for _ in self._iterator:
@@ -285,19 +252,6 @@ def _planned(feed: PlanFeed, device: str, parallel: bool) -> Any:
     images = fn.decoders.image(jpegs, device="mixed" if device == "gpu" else "cpu",
                                output_type=types.RGB)
     return images, labels
-
-
-def _labels(raw: torch.Tensor, fmt: str) -> torch.Tensor:
-    """Labels as int64: TFRecords carry them as int64; tars as ASCII digits (``KEY.cls``),
-    padded with zeros to the longest in the batch."""
-    if fmt == "tfrecord":
-        return raw.reshape(-1).to(torch.int64)
-    digits = raw.cpu().numpy().reshape(len(raw), -1).astype(np.int64)
-    present = digits > 0
-    values = np.where(present, digits - ord("0"), 0)
-    lengths = present.sum(axis=1)
-    powers = 10 ** np.maximum(lengths[:, None] - 1 - np.arange(digits.shape[1]), 0)
-    return torch.from_numpy((values * powers * present).sum(axis=1))
 
 
 @pipeline_def(enable_conditionals=False)

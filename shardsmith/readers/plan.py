@@ -4,10 +4,11 @@ Framework-free (NumPy only), so the torch, DALI and tf readers and the tests sha
 definition of an epoch:
 
 * ``SampleTable`` holds, per sample, its shard and the offsets of its image, label and
-  metadata (and class mask, when it has one) in the shard, read from the per-tar index the
-  pack writes (DALI's ``wds2idx`` format).  An index is
-  untrusted like the manifest: a line whose names could escape a directory or whose offsets
-  leave the shard is skipped with a warning naming it.
+  metadata (and class mask, when it has one) in the shard, as its format reads them from the
+  per-shard index the pack writes (``ShardFormat.sample_rows``: tar members of DALI's
+  ``wds2idx`` index, or TFRecord records of DALI's TFRecord index).  An index is untrusted
+  like the manifest: a line whose names could escape a directory or whose offsets leave the
+  shard is skipped with a warning naming it.
 * ``epoch_order`` is one global order per (seed, epoch): each shard is cut into blocks of
   consecutive samples (at a phase that changes every epoch), the blocks are shuffled, and the
   samples inside each block are shuffled.  Reads stay within a block of one shard, and the
@@ -19,7 +20,6 @@ definition of an epoch:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -29,14 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dataset.formats import open_shard
-from ..dataset.formats.webdataset import BLOCK, INDEX_VERSION, check_member_name, iter_members
+from ..dataset.formats import ShardFormat, open_shard, shard_format
 from ..dataset.keys import KeyTally, duplicate_message, repeated_keys
-from ..dataset.manifest import ShardEntry
-from ..door import OpenFile, Refused, read_file
+from ..dataset.manifest import Manifest, ShardEntry
+from ..door import OpenFile
 from ..errors import ManifestError, ShardFormatError
-from ..storage import StoreError
-from ..text import shown
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +58,14 @@ class SampleTable:
     meta_size: np.ndarray  # int64
     mask_offset: np.ndarray  # int64
     mask_size: np.ndarray  # int64
-    # Per shard, the data offset and member name of its first sample's image ("" if none):
-    # what a shard opened later must hold there to be the shard the index describes.
+    # Per shard, the image offset and key of its first sample ("" if none): what a shard
+    # opened later must hold there to be the shard the index describes.
     first_members: tuple[tuple[int, str], ...] = ()
     # Each sample's key, for messages (a sample whose shard cannot be read is still named):
     # the keys end to end in one string, sample i's from key_bounds[i] to key_bounds[i + 1].
     keys: str = ""
     key_bounds: np.ndarray | None = None  # int64, one more than there are samples
+    format: str = "webdataset"  # the shards' format, which reads a sample's row
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -86,23 +84,25 @@ class SampleTable:
         return [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(self.paths))]
 
 
-def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
-    """The sample table of ``shards`` from their indexes (or, for tars packed before indexes
-    existed, from their headers, with a warning)."""
+def load_table(directory: Path, shards: Sequence[ShardEntry],
+               manifest: Manifest | None = None) -> SampleTable:
+    """The sample table of ``shards`` (of ``manifest``'s format; WebDataset without one) from
+    their indexes (or, for shards packed before indexes existed, from the shards, with a
+    warning)."""
+    fmt = shard_format(manifest.format if manifest is not None else "webdataset")
+    has_masks = bool(manifest is not None and manifest.has_masks)
     columns: list[list[int]] = [[] for _ in range(9)]
     paths, first_members, keys = [], [], []
     legacy = [shard.name for shard in shards if shard.index is None]
     if legacy:
         log.warning("%d shards have no index (packed by an older shardsmith): reading their "
-                    "tar headers instead; the next `shardsmith pack` adds the indexes",
-                    len(legacy))
+                    "shards instead; the next `shardsmith pack` adds the indexes", len(legacy))
     for number, shard in enumerate(shards):
-        path = directory / shard.name
-        paths.append(str(path))
-        rows = _index_rows(directory, shard) if shard.index else _scan_rows(path, shard)
+        paths.append(str(directory / shard.name))
+        rows = fmt.sample_rows(directory, shard, has_masks)
         first_members.append((rows[0][0][0], rows[0][1]) if rows else (-1, ""))
-        for row, name in rows:
-            keys.append(name.split(".", 1)[0])
+        for row, key in rows:
+            keys.append(key)
             columns[0].append(number)
             for column, value in zip(columns[1:], row, strict=True):
                 column.append(value)
@@ -120,81 +120,7 @@ def load_table(directory: Path, shards: Sequence[ShardEntry]) -> SampleTable:
     np.cumsum([len(key) for key in keys], out=key_bounds[1:])
     return SampleTable(tuple(paths), shard_of.astype(np.int32), *rest,
                        first_members=tuple(first_members), keys="".join(keys),
-                       key_bounds=key_bounds)
-
-
-Row = tuple[int, int, int, int, int, int, int, int]  # image, label, meta, mask: offset, size
-
-
-def _index_rows(directory: Path, shard: ShardEntry) -> list[tuple[Row, str]]:
-    """Rows of a wds2idx index with the name of each image member, each member checked; the
-    file (read through the door: no link, no FIFO) checked against the manifest."""
-    entry = shard.index
-    try:
-        data = read_file(directory / entry.name, entry.bytes)
-    except Refused as exc:
-        raise ManifestError(f"{entry.name}: the index is {exc.detail} (the manifest says "
-                            f"{entry.bytes:,} bytes); `shardsmith stage` or `pack` repairs "
-                            "it") from None
-    except StoreError:
-        raise  # the store failed, not the index: exit 1 (docs/storage.md)
-    except OSError as exc:
-        raise ManifestError(f"{entry.name}: cannot read the index: {exc.strerror}") from None
-    if len(data) != entry.bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
-        raise ManifestError(f"{entry.name}: the index differs from the manifest (size or "
-                            "sha256); `shardsmith stage` or `pack` repairs it")
-    lines = data.decode("ascii", "replace").splitlines()
-    header = lines[0].split() if lines else []
-    if len(header) != 2 or header[0] != INDEX_VERSION or not header[1].isdigit() \
-            or int(header[1]) != len(lines) - 1:
-        raise ManifestError(f"{entry.name}: not a {INDEX_VERSION} index of "
-                            f"{len(lines) - 1} samples")
-    rows = []
-    for number, line in enumerate(lines[1:], 2):
-        try:
-            rows.append(_members_row(line.split(), shard.bytes))
-        except (ValueError, ShardFormatError) as exc:
-            log.warning("%s line %d: skipped (%s)", entry.name, number, exc)
-    return rows
-
-
-def _members_row(fields: list[str], shard_bytes: int) -> tuple[Row, str]:
-    """(offset, size) of image, label, metadata and mask of one index line: EXT OFFSET SIZE
-    NAME ... (-1, 0 for a member the sample does not have), and the image member's name."""
-    if len(fields) % 4:
-        raise ValueError("fields do not come in fours")
-    found, names = {}, {}
-    for at in range(0, len(fields), 4):
-        extension, offset, size, name = fields[at : at + 4]
-        check_member_name(name)
-        if not offset.isdigit() or not size.isdigit():
-            raise ValueError(f"member {name}: offset and size are not whole numbers")
-        offset, size = int(offset), int(size)
-        if offset < BLOCK or offset + size > shard_bytes or offset % BLOCK:
-            raise ValueError(f"member {name} lies outside the shard")
-        found[extension], names[extension] = (offset, size), name
-    if "jpg" not in found or "cls" not in found:
-        raise ValueError("a sample without .jpg or .cls")
-    if found["cls"][0] < found["jpg"][0]:
-        raise ValueError(".cls before .jpg")
-    return _row(found), names["jpg"]
-
-
-def _row(found: dict[str, tuple[int, int]]) -> Row:
-    absent = (-1, 0)
-    return (*found["jpg"], *found["cls"], *found.get("json", absent),
-            *found.get("mask.png", absent))
-
-
-def _scan_rows(path: Path, shard: ShardEntry) -> list[tuple[Row, str]]:
-    rows = []
-    try:
-        for key, members in iter_members(path, shard.bytes):
-            rows.append((_row({member.extension: (member.data, member.size)
-                               for member in members}), f"{key}.jpg"))
-    except (ShardFormatError, OSError) as exc:
-        log.warning("%s: %s; its samples after that point are skipped", shard.name, exc)
-    return rows
+                       key_bounds=key_bounds, format=fmt.name)
 
 
 def epoch_order(table: SampleTable, seed: int, epoch: int, shuffle: bool = True,
@@ -270,15 +196,16 @@ class ShardFiles:
     """The shards of a sample table, each opened through the door on first use (no link, no
     FIFO, a regular file) and kept open, at most ``OPEN_SHARDS`` at once.
 
-    A shard opened is first checked to hold, where its index puts the first sample's image,
-    a member of that name: a shard swapped for another of the same size (a val shard copied
-    over a train shard) is refused, not served.  Every read lies within the size ``fstat``
-    gives, whatever offsets the index claims.  Failures are ShardFormatError or OSError, which
-    the readers turn into corrupt samples.
+    A shard opened is first checked to hold, where its index puts the first sample, a sample
+    of that key (``ShardFormat.check_first``): a shard swapped for another of the same size (a
+    val shard copied over a train shard) is refused, not served.  Every read lies within the
+    size ``fstat`` gives, whatever offsets the index claims.  Failures are ShardFormatError or
+    OSError, which the readers turn into corrupt samples.
     """
 
     def __init__(self, table: SampleTable):
         self.table = table
+        self.fmt = shard_format(table.format)
         self._open: dict[int, OpenFile] = {}
 
     def read(self, shard: int, offset: int, size: int) -> bytes:
@@ -293,14 +220,6 @@ class ShardFiles:
                                    f"{offset + len(data)}")
         return data
 
-    def member_name(self, shard: int, data_offset: int) -> str:
-        """The tar member name in the header just before ``data_offset`` (for messages)."""
-        try:
-            header = self.read(shard, data_offset - BLOCK, BLOCK)
-        except (OSError, ShardFormatError):
-            return "?"
-        return _header_name(header)
-
     def close(self) -> None:
         while self._open:
             self._open.popitem()[1].close()
@@ -313,8 +232,8 @@ class ShardFiles:
             self._open.pop(next(iter(self._open))).close()  # the least recently opened
         handle = open_shard(self.table.paths[shard])
         try:
-            check_first_member(handle, self.table.first_members[shard]
-                               if self.table.first_members else (-1, ""))
+            check_first(self.fmt, handle, self.table.first_members[shard]
+                        if self.table.first_members else (-1, ""))
         except BaseException:
             handle.close()
             raise
@@ -322,29 +241,18 @@ class ShardFiles:
         return handle
 
 
-def check_first_member(handle: OpenFile, first: tuple[int, str]) -> None:
-    """ShardFormatError unless the tar ``handle`` holds the member ``first`` names (data
-    offset, name) there."""
-    offset, name = first
-    if not name:
-        return
-    header = os.pread(handle.fd, BLOCK, offset - BLOCK) if offset >= BLOCK else b""
-    found = _header_name(header) if len(header) == BLOCK else ""
-    if found != name:
-        raise ShardFormatError(
-            f"{os.path.basename(handle.path)}: holds {shown(found) if found else 'no member'} "
-            f"where its index has {shown(name)}: not the shard the index describes (a shard "
-            "of another split or version copied over it?)")
-
-
-def _header_name(header: bytes) -> str:
-    return header[:100].split(b"\0", 1)[0].decode("ascii", "replace")
+def check_first(fmt: ShardFormat, handle: OpenFile, first: tuple[int, str]) -> None:
+    """ShardFormatError unless ``handle`` holds the sample ``first`` names (offset, key)."""
+    offset, key = first
+    if key:
+        fmt.check_first(handle, offset, key)
 
 
 def check_shards(table: SampleTable) -> None:
     """ManifestError when a shard of ``table`` that opens is not the one its index describes
-    (one read of a tar header per shard).  A shard that does not open is left to the reads,
-    which report its samples as corrupt."""
+    (one read of its first sample's header or key a shard).  A shard that does not open is left
+    to the reads, which report its samples as corrupt."""
+    fmt = shard_format(table.format)
     for shard, path in enumerate(table.paths):
         try:
             handle = open_shard(path)
@@ -352,6 +260,6 @@ def check_shards(table: SampleTable) -> None:
             continue
         with handle:
             try:
-                check_first_member(handle, table.first_members[shard])
+                check_first(fmt, handle, table.first_members[shard])
             except ShardFormatError as exc:
                 raise ManifestError(str(exc)) from None

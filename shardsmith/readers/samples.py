@@ -1,5 +1,5 @@
-"""One sample's members read by offset from its shard and checked: the shard access every
-reader of tars shares (torch per-sample and batch mode, DALI's external source).
+"""One sample read by offset from its shard and checked: the shard access every reader of a
+sample table shares (torch per-sample and batch mode, DALI's external source, Ultralytics).
 
 Framework-free (NumPy only).  Everything read is untrusted: a member that cannot be read, a
 label outside the classes, metadata that does not parse, a JPEG header that is not the size the
@@ -9,14 +9,13 @@ the caller replaces or raises (``Corruptions``).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..dataset.formats.webdataset import parse_label
+from ..dataset.formats import shard_format
 from ..errors import ConfigError, CorruptSampleError, ShardFormatError
 from .plan import SampleTable, ShardFiles
 from .sample_jpeg import SampleJpegError, check_header, decode_sample
@@ -27,53 +26,50 @@ log = logging.getLogger(__name__)
 
 class SampleReader:
     """Reads sample ``index`` of ``table``: its JPEG bytes and label in one ``pread``, and its
-    metadata (``KEY.json``) in the same read when asked.  Each process opens the shards anew
-    (``ShardFiles`` is not shared across a fork or a pickle)."""
+    metadata (``KEY.json``, or what a TFRecord's features hold of it) in the same read when
+    asked; the table's format takes the parts out of the bytes read.  Each process opens the
+    shards anew (``ShardFiles`` is not shared across a fork or a pickle)."""
 
     def __init__(self, table: SampleTable, classes: int, object_classes: int = 0,
                  largest: tuple[int, int] | None = None):
         self.table, self.classes, self.object_classes = table, classes, object_classes
         self.largest = largest  # no JPEG header may say more (12 GB from 16x16 pixels)
         self.with_masks = bool(len(table) and (table.mask_offset >= 0).any())
+        self.fmt = shard_format(table.format)
         self.files = ShardFiles(table)
 
     def read(self, index: int) -> tuple[memoryview, int]:
-        """The JPEG bytes and label of sample ``index``: one read covering both members."""
-        table = self.table
-        shard, offset = int(table.shard[index]), int(table.image_offset[index])
-        label_at = int(table.label_offset[index]) - offset
-        span = label_at + int(table.label_size[index])
-        try:
-            data = memoryview(self.files.read(shard, offset, span))
-            label = self.label(data[label_at:span])
-        except (OSError, ShardFormatError, ValueError) as exc:
-            raise self.named(index, f"unreadable ({exc})") from None
-        return data[: int(table.image_size[index])], label
+        """The JPEG bytes and label of sample ``index``: one read covering both."""
+        jpeg, label, _ = self._parts(index, False)
+        return jpeg, label
 
     def read_meta(self, index: int) -> tuple[memoryview, int, Any]:
         """The JPEG bytes, label and metadata (``KEY.json``) of sample ``index``: one read."""
+        return self._parts(index, True)
+
+    def _parts(self, index: int, with_meta: bool) -> tuple[Any, int, Any]:
         table = self.table
-        shard, offset = int(table.shard[index]), int(table.image_offset[index])
-        label_at, meta_at = (int(table.label_offset[index]) - offset,
-                             int(table.meta_offset[index]) - offset)
-        if meta_at < 0:
+        shard, start = int(table.shard[index]), int(table.image_offset[index])
+        spans = tuple((int(offset[index]) - start, int(size[index])) for offset, size in (
+            (table.image_offset, table.image_size), (table.label_offset, table.label_size),
+            (table.meta_offset, table.meta_size)))
+        if with_meta and int(table.meta_offset[index]) < 0:
             raise self.named(index, "has no .json")
-        span = meta_at + int(table.meta_size[index])
+        end = sum(spans[2 if with_meta else 1])
         try:
-            data = memoryview(self.files.read(shard, offset, span))
-            label = self.label(data[label_at : label_at + int(table.label_size[index])])
-            meta = json.loads(bytes(data[meta_at:span]))
+            data = memoryview(self.files.read(shard, start, end))
+            jpeg, label, meta = self.fmt.sample_parts(data, spans, table.key(index) or "",
+                                                      with_meta)
+            self.check_label(label)
         except (OSError, ShardFormatError, ValueError, RecursionError) as exc:
             raise self.named(index, f"unreadable ({exc})") from None
-        return data[: int(table.image_size[index])], label, meta
+        return jpeg, label, meta
 
-    def label(self, data: memoryview) -> int:
-        """The label of a ``.cls`` member: a class index (or -1, unlabelled); anything else
-        would index past a model's outputs, so it is a corrupt sample."""
-        label = parse_label(data)
+    def check_label(self, label: int) -> None:
+        """A label is a class index (or -1, unlabelled); anything else would index past a
+        model's outputs, so it is a corrupt sample."""
         if not -1 <= label < self.classes:
             raise ShardFormatError(f"label {label} is not one of the {self.classes} classes")
-        return label
 
     def target(self, index: int, meta: Any, height: int, width: int) -> dict[str, np.ndarray]:
         """torchvision's detection target of sample ``index`` (``targets.detection_target``)."""
@@ -106,10 +102,7 @@ class SampleReader:
         so a shard cut short, or one that is a FIFO or a link, still names its samples."""
         table = self.table
         shard = int(table.shard[index])
-        key = table.key(index)
-        if key is None:  # a table made without keys: from the member's tar header
-            key = self.files.member_name(shard, int(table.image_offset[index])).split(".", 1)[0]
-        return f"{Path(table.paths[shard]).name}: sample {key}"
+        return f"{Path(table.paths[shard]).name}: sample {table.key(index) or '?'}"
 
     def named(self, index: int, problem: str) -> CorruptSampleError:
         return CorruptSampleError(f"{self.where(index)}: {problem}")

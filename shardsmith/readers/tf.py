@@ -62,11 +62,11 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from PIL import Image, UnidentifiedImageError
 
-from ..dataset.formats.base import SHARD_CAP, open_shard
+from ..dataset.formats.base import SHARD_CAP, checked_index, open_shard
 from ..dataset.formats.metadata import box_problem
 from ..dataset.formats.tfrecord import check_framing, framed_spans, index_spans, read_payload
 from ..dataset.manifest import ShardEntry
-from ..door import Identity, OpenFile, Refused, open_file, read_file
+from ..door import Identity, OpenFile, Refused, open_file
 from ..errors import ConfigError, ManifestError, ShardFormatError
 from . import largest_image_size, select_shards
 from .cut import cut_keys_by_shard, log_left_out
@@ -120,15 +120,7 @@ def checked_shard(path: str, entry: ShardEntry) -> tuple[Identity, list[tuple[in
 def _index_spans(directory: str, entry: ShardEntry, handle: OpenFile) -> list[tuple[int, int]]:
     if entry.index is None:  # packed before indexes: the shard's own headers
         return framed_spans(handle, handle.size)
-    index = entry.index
-    try:
-        data = read_file(os.path.join(directory, index.name), index.bytes)
-    except Refused as exc:
-        raise ShardFormatError(f"its index {index.name} is {exc.detail}") from None
-    if len(data) != index.bytes:
-        raise ShardFormatError(f"its index {index.name} is not the manifest's "
-                               f"{index.bytes:,} bytes")
-    return index_spans(data, handle.size)
+    return index_spans(checked_index(Path(directory), entry), handle.size)
 
 
 class _Shards:

@@ -1,4 +1,5 @@
-"""PyTorch reader: an ``IterableDataset`` over a packed or staged dataset's WebDataset shards.
+"""PyTorch reader: an ``IterableDataset`` over a packed or staged dataset (WebDataset or TFRecord
+shards).
 
     from shardsmith.readers.torch import dataset
     data = dataset("/nvme/shards/line3", split="train", batch_size=256)   # batch mode
@@ -13,8 +14,8 @@ Exact, equal epochs (docs/design.md, invariant 9).  One global order per (seed, 
 mode the share is cut into batches and batch ``i`` goes to DataLoader worker ``i % workers``;
 the DataLoader collects worker results round-robin, so it yields batches in order, every rank
 the same number (``len(loader)``), whatever ``num_workers``, also with more workers than
-shards.  Reads go by offset (from the per-tar index) straight into a preallocated batch array:
-no tar parsing, no per-sample tensor, no collate.
+shards.  Reads go by offset (from the per-shard index) straight into a preallocated batch
+array: no per-sample tensor, no collate.
 
 Per-sample mode (no ``batch_size``; the DataLoader batches, ``transform`` per image) gives every
 rank the same number of samples.  Batch it with ``SampleLoader(data, batch_size=8,
@@ -117,14 +118,14 @@ class ShardDataset(IterableDataset):
         settings = EpochSettings(seed, shuffle, block, rank, world_size, pad, drop_last,
                                  batch_size)
         directory = Path(path)
-        self.manifest, selected = select_shards(directory, split, "webdataset")
+        self.manifest, selected = select_shards(directory, split, None)
         self.shards = selected
         self.classes: list[str] = list(self.manifest.classes)
         self.object_classes: list[str] = list(self.manifest.object_classes or ())
         if targets and self.manifest.object_classes is None:
             raise ConfigError(f"{directory} has no box or mask annotations (packed without "
                               "source.annotations): targets=True needs them")
-        self.table = load_table(directory, [shard for _, shard in selected])
+        self.table = load_table(directory, [shard for _, shard in selected], self.manifest)
         check_shards(self.table)  # a shard swapped for another is refused now, not served
         self.table = without_cut(directory, self.manifest, self.table, keep_cut)
         self.batch_size, self.decode, self.channels = batch_size, decode, channels

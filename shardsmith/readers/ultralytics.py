@@ -1,4 +1,4 @@
-"""Ultralytics YOLO training straight from a packed or staged dataset's WebDataset shards.
+"""Ultralytics YOLO training straight from a packed or staged dataset's shards (either format).
 
     from ultralytics import YOLO
     from shardsmith.readers.ultralytics import ShardDetectionTrainer
@@ -11,7 +11,7 @@ on Ultralytics' public extension points only, nothing of it patched:
 * ``ShardYOLODataset`` is a ``YOLODataset`` whose documented hooks read the shards:
   ``get_img_files`` lists the split's samples (a name per sample, ``DATASET/SPLIT/KEY.jpg``,
   not a file), ``get_labels`` builds each sample's labels from its metadata (``KEY.json``,
-  read alone by offset from the per-tar index), ``load_image`` reads its JPEG by offset and
+  read by offset from the per-shard index), ``load_image`` reads its JPEG by offset and
   decodes it after the header check every shardsmith reader makes.  Ultralytics'
   augmentation (mosaic, mixup, copy-paste, letterbox), its ``Format`` and ``collate_fn`` run
   unchanged.
@@ -74,7 +74,7 @@ COLORSPACE = {3: "BGR", 1: "GRAY"}  # what cv2.imread gives Ultralytics for 3 an
 
 
 class ShardYOLODataset(YOLODataset):
-    """The samples of one split of a WebDataset dataset as Ultralytics' ``YOLODataset``.
+    """The samples of one split of a dataset as Ultralytics' ``YOLODataset``.
 
     ``shards`` is the dataset folder and ``img_path`` the split's name; every other argument
     is ``YOLODataset``'s.  ``im_files`` are names (``DATASET/SPLIT/KEY.jpg``, whose stem is
@@ -90,12 +90,13 @@ class ShardYOLODataset(YOLODataset):
         if not isinstance(split, str):
             raise ConfigError(f"img_path: expected a split name of {self.shards_dir}, got "
                               f"{split!r}")
-        self.manifest, selected = select_shards(self.shards_dir, split, "webdataset")
+        self.manifest, selected = select_shards(self.shards_dir, split, None)
         if self.manifest.object_classes is None:
             raise ConfigError(f"{self.shards_dir} has no box or mask annotations (packed "
                               "without source.annotations): YOLO detect and segment need them")
         self.object_classes = list(self.manifest.object_classes)
-        self.table = load_table(self.shards_dir, [shard for _, shard in selected])
+        self.table = load_table(self.shards_dir, [shard for _, shard in selected],
+                                self.manifest)
         check_shards(self.table)  # a shard swapped for another is refused now, not served
         # a sample with a defect cut below min_visible would teach its defect as background
         self.table = without_cut(self.shards_dir, self.manifest, self.table)

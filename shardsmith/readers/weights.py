@@ -36,7 +36,7 @@ from .weight_spec import (
 
 __all__ = ["MAX_DRAWS", "NO_OBJECTS", "OBJECT", "OTHERS", "ClassWeights", "SampleClasses",
            "WeightSpec", "WeightedDraws", "WeightsError", "check_draws", "class_weights",
-           "reader_draws", "require_webdataset", "table_classes", "weighted_draws"]
+           "reader_draws", "table_classes", "weighted_draws"]
 
 log = logging.getLogger(__name__)
 
@@ -210,16 +210,7 @@ def reader_draws(directory: Path, manifest: Manifest, table: SampleTable,
             raise WeightsError("draws= sets the size of a weighted epoch: give weights= too "
                                "(weights='*=1' draws uniformly with replacement)")
         return None
-    require_webdataset(directory, manifest)
     chosen = class_weights(weights, manifest.classes, manifest.object_classes or ())
     if draws is not None:
         check_draws(draws)  # before the sample index is read
     return weighted_draws(chosen, table_classes(directory, manifest, table), draws)
-
-
-def require_webdataset(directory: Path, manifest: Manifest) -> None:
-    """WeightsError unless ``manifest`` has WebDataset shards (the torch and DALI readers'
-    plan; tf.data and DALI's TFRecord reader shuffle their own way)."""
-    if manifest.format != "webdataset":
-        raise WeightsError(f"weights: weighted sampling reads WebDataset shards (the torch "
-                           f"and DALI readers); {directory} holds {manifest.format} shards")

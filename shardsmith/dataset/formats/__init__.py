@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...atomic import HashingFile
-from ..manifest import FORMATS, FileEntry, ShardEntry, index_name, shard_name
+from ..manifest import FileEntry, ShardEntry, index_name, shard_name
 from .base import (  # the names every format shares, importable from the package too
     SHARD_CAP,
     Member,
@@ -27,23 +27,23 @@ from .base import (  # the names every format shares, importable from the packag
     open_shard,
     sample_metadata,
 )
+from .tfrecord import TFRecordFormat
+from .webdataset import WebDatasetFormat
 
-__all__ = ["SHARD_CAP", "Member", "Placed", "Record", "ShardFormat", "ShardLimits",
+__all__ = ["FORMATS", "SHARD_CAP", "Member", "Placed", "Record", "ShardFormat", "ShardLimits",
            "ShardRoller", "ShardWriter", "class_name", "index_bytes", "open_shard",
            "sample_metadata", "shard_format", "write_index"]
 
 
+# Every shard format, by the name the config and the manifest give it (``config.FORMATS``).
+FORMATS: dict[str, type[ShardFormat]] = {fmt.name: fmt for fmt in (WebDatasetFormat,
+                                                                   TFRecordFormat)}
+
+
 def shard_format(name: str) -> ShardFormat:
-    """The format called ``name`` in the config and manifest (webdataset or tfrecord)."""
-    if name == "webdataset":
-        from .webdataset import WebDatasetFormat
-
-        return WebDatasetFormat()
-    if name == "tfrecord":
-        from .tfrecord import TFRecordFormat
-
-        return TFRecordFormat()
-    raise ValueError(f"unknown shard format {name!r}")
+    """The format called ``name`` in the config and manifest (a new object: a format keeps
+    what it parsed last)."""
+    return FORMATS[name]()
 
 
 def write_index(fmt: ShardFormat, directory: Path, shard: ShardEntry) -> ShardEntry:
@@ -135,7 +135,7 @@ class ShardRoller:
         if self._writer is not None and (self._writer.split != split or self._full(record)):
             closed = self.close()
         if self._writer is None:
-            name = shard_name(split, self.numbers[split], FORMATS[self.fmt.name])
+            name = shard_name(split, self.numbers[split], self.fmt.extension)
             self.numbers[split] += 1
             self._writer = ShardWriter(self.fmt, self.directory, name, split)
         self._writer.append(record)

@@ -3,16 +3,21 @@ shard is opened, and the metadata stored beside each image."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ...door import OpenFile, Refused, open_file
-from ...errors import ShardFormatError
+from ...door import OpenFile, Refused, open_file, read_file
+from ...errors import ManifestError, ShardFormatError
+from ...storage import StoreError
+from ...text import shown
 
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
+    from ..manifest import ShardEntry
     from ..records import Sample
 
 
@@ -59,9 +64,34 @@ class Placed:
     members: tuple[Member, ...]
 
 
+# Where a sample lies in its shard, as a reader's sample table holds it: (offset, size) of
+# its image, label, metadata and class mask (-1, 0 without one).  A tar member each in a
+# WebDataset shard; in a TFRecord shard the whole record for each, since all are in it.
+Row = tuple[int, int, int, int, int, int, int, int]
+Span = tuple[int, int]
+
+
 class ShardFormat(Protocol):
     name: str
     extension: str
+
+    def sample_rows(self, directory: Path, shard: ShardEntry,
+                    has_masks: bool) -> list[tuple[Row, str]]:
+        """(row, key) of each sample of ``shard``, from its index (checked against the
+        manifest); what a reader plans its epochs from."""
+        ...
+
+    def check_first(self, handle: OpenFile, offset: int, key: str) -> None:
+        """ShardFormatError unless the shard ``handle`` holds sample ``key`` at ``offset``
+        (its first sample's row): a shard swapped for another is refused, not served."""
+        ...
+
+    def sample_parts(self, data: memoryview, spans: tuple[Span, Span, Span], key: str,
+                     with_meta: bool) -> tuple[Any, int, Any]:
+        """(JPEG bytes, label, metadata or None) of sample ``key`` from ``data``, the bytes
+        of its row's image through its label (``with_meta``: through its metadata) with the
+        three spans relative to them; ShardFormatError, ValueError when they do not read."""
+        ...
 
     def encode(self, sample: Sample, classes: tuple[str, ...],
                object_classes: ObjectClasses | None = None) -> Record: ...
@@ -86,6 +116,34 @@ class ShardFormat(Protocol):
     def index_header(self, count: int) -> bytes: ...
 
     def index_line(self, placed: Placed) -> bytes: ...
+
+
+def checked_index(directory: Path, shard: ShardEntry) -> bytes:
+    """The per-record index of ``shard``, read through the door and held to the manifest's
+    size and sha256; ManifestError otherwise."""
+    entry = shard.index
+    try:
+        data = read_file(directory / entry.name, entry.bytes)
+    except Refused as exc:
+        raise ManifestError(f"{entry.name}: the index is {exc.detail} (the manifest says "
+                            f"{entry.bytes:,} bytes); `shardsmith stage` or `pack` repairs "
+                            "it") from None
+    except StoreError:
+        raise  # the store failed, not the index: exit 1 (docs/storage.md)
+    except OSError as exc:
+        raise ManifestError(f"{entry.name}: cannot read the index: {exc.strerror}") from None
+    if len(data) != entry.bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise ManifestError(f"{entry.name}: the index differs from the manifest (size or "
+                            "sha256); `shardsmith stage` or `pack` repairs it")
+    return data
+
+
+def not_the_shard(handle: OpenFile, found: str, key: str) -> ShardFormatError:
+    """The error of a shard whose first sample is not the one its index names."""
+    return ShardFormatError(
+        f"{os.path.basename(handle.path)}: holds {shown(found) if found else 'no member'} "
+        f"where its index has {shown(key)}: not the shard the index describes (a shard "
+        "of another split or version copied over it?)")
 
 
 def index_bytes(fmt: ShardFormat, placed: list[Placed]) -> bytes:

@@ -9,6 +9,7 @@ payload.  Each shard ``X.tfrecord`` gets a DALI-compatible index ``X.idx``: one
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Iterator
@@ -17,14 +18,19 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import crc32c
 
-from ...errors import ShardFormatError
-from .base import Placed, Record, class_name, open_shard
+from ...config import FORMATS
+from ...errors import ManifestError, ShardFormatError
+from ...text import shown
+from .base import Placed, Record, Row, Span, checked_index, class_name, not_the_shard, open_shard
 from .metadata import checked_metadata, rle_counts, rle_string
 
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
     from ...door import OpenFile
+    from ..manifest import ShardEntry
     from ..records import Sample
+
+log = logging.getLogger(__name__)
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -236,7 +242,7 @@ def check_framing(handle: OpenFile, spans: list[tuple[int, int]]) -> None:
 
 
 def _checked_length(handle: OpenFile, offset: int, shard_bytes: int) -> int:
-    header = os.pread(handle.fd, 12, offset)
+    header = handle.pread(12, offset)
     if len(header) < 12:
         raise ShardFormatError(f"truncated record header at byte {offset}")
     if struct.unpack("<I", header[8:])[0] != masked_crc(header[:8]):
@@ -248,18 +254,95 @@ def _checked_length(handle: OpenFile, offset: int, shard_bytes: int) -> int:
 
 
 def read_payload(handle: OpenFile, offset: int, size: int) -> bytes:
-    """The payload of the record at ``offset`` whose framing ``check_framing`` vouched for
-    (``size`` bytes with it), its CRC checked; raises ShardFormatError."""
+    """The payload of the record at ``offset`` (``size`` bytes with its framing), checked by
+    ``record_payload``; raises ShardFormatError."""
     data = os.pread(handle.fd, size, offset)
     if len(data) != size:
         raise ShardFormatError(f"the record at byte {offset} is cut short")
-    (length,) = struct.unpack("<Q", data[:8])
-    if length + RECORD_OVERHEAD != size:
-        raise ShardFormatError(f"the record at byte {offset} changed since it was checked")
-    payload = data[12:-4]
-    if struct.unpack("<I", data[-4:])[0] != masked_crc(payload):
+    return record_payload(data, offset)
+
+
+def record_payload(data: bytes | memoryview, offset: int = 0) -> bytes:
+    """The payload of one whole framed record ``data`` (at byte ``offset`` of its shard, for
+    messages): the one place that knows the 12-byte header and the 4-byte footer.  Its length
+    field must be ``data``'s length less the framing, and both CRCs must hold; raises
+    ShardFormatError otherwise."""
+    if len(data) < RECORD_OVERHEAD:
+        raise ShardFormatError(f"the record at byte {offset} is cut short")
+    header = bytes(data[:12])
+    if struct.unpack("<I", header[8:])[0] != masked_crc(header[:8]):
+        raise ShardFormatError(f"bad length CRC at byte {offset}")
+    (length,) = struct.unpack("<Q", header[:8])
+    if length + RECORD_OVERHEAD != len(data):
+        raise ShardFormatError(f"the record at byte {offset} says {length:,} bytes, its "
+                               f"index {len(data) - RECORD_OVERHEAD:,}")
+    payload = bytes(data[12:-4])
+    if struct.unpack("<I", bytes(data[-4:]))[0] != masked_crc(payload):
         raise ShardFormatError(f"bad data CRC in the record at byte {offset}")
     return payload
+
+
+KEY_FEATURE = b"image/key"
+KEY_WINDOW = 4096  # bytes read at once around a record's image: its other features fit
+
+
+def record_key(handle: OpenFile, offset: int, size: int) -> str:
+    """The ``image/key`` of the record at ``offset`` (``size`` bytes with its framing), read
+    around its image: the features before and after ``image/encoded`` (our writer sorts them
+    by name), not the JPEG, in a read or two.  Its length field is checked, not the payload's
+    CRC: a reader checks that, and this key, when it reads the sample.  Raises
+    ShardFormatError."""
+    length = _checked_length(handle, offset, offset + size)
+    if length + RECORD_OVERHEAD != size:
+        raise ShardFormatError(f"the record at byte {offset} says {length:,} bytes, its "
+                               f"index {size - RECORD_OVERHEAD:,}")
+    window = _Window(handle, offset + 12 + length)
+    tag, position = window.varint(offset + 12)
+    features, position = window.varint(position)
+    end = position + features
+    if tag != 0x0A or end > window.end:
+        raise ShardFormatError(f"the record at byte {offset} is not a tf.train.Example")
+    while position < end:  # the entries of the feature map: name (field 1), feature (2)
+        tag, body = window.varint(position)
+        entry, body = window.varint(body)
+        name_tag, name_at = window.varint(body)
+        name_length, name_at = window.varint(name_at)
+        if tag != 0x0A or name_tag != 0x0A or body + entry > end \
+                or name_at + name_length > body + entry:
+            raise ShardFormatError(f"the record at byte {offset} is not a tf.train.Example")
+        name = window.read(name_at, min(name_length, len(KEY_FEATURE) + 1))
+        if name == KEY_FEATURE and name_length == len(KEY_FEATURE) and entry <= KEY_WINDOW:
+            key = decode_example(_field(1, _field(1, window.read(body, entry)))).get("image/key")
+            if isinstance(key, bytes):
+                return key.decode("ascii", "replace")
+        if name > KEY_FEATURE:
+            break
+        position = body + entry
+    raise ShardFormatError(f"the record at byte {offset} has no image/key")
+
+
+class _Window:
+    """Reads of one record's bytes up to ``end``, served from the last ``KEY_WINDOW`` read."""
+
+    def __init__(self, handle: OpenFile, end: int):
+        self.handle, self.end, self.start, self.data = handle, end, 0, b""
+
+    def read(self, position: int, count: int) -> bytes:
+        if position + count > self.end:
+            raise ShardFormatError("malformed tf.train.Example (a field runs past its record)")
+        if not self.start <= position <= position + count <= self.start + len(self.data):
+            self.start = position
+            self.data = self.handle.pread(max(count, min(KEY_WINDOW, self.end - position)),
+                                          position)
+            if len(self.data) < count:
+                raise ShardFormatError(f"the record is cut short at byte "
+                                       f"{position + len(self.data)}")
+        return self.data[position - self.start : position - self.start + count]
+
+    def varint(self, position: int) -> tuple[int, int]:
+        data = memoryview(self.read(position, min(MAX_VARINT_BYTES, self.end - position)))
+        value, used = _read_varint(data, 0)
+        return value, position + used
 
 
 MAX_VARINT_BYTES = 10  # a 64-bit value takes at most ten 7-bit groups
@@ -268,6 +351,8 @@ MAX_VARINT_BYTES = 10  # a 64-bit value takes at most ten 7-bit groups
 def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
     """(value, next position) of the varint at ``position``: at most ten bytes, so a record
     made of one endless varint costs ten steps, not a shift per byte of it."""
+    if position < len(data) and data[position] < 0x80:  # one byte: most tags and lengths
+        return data[position], position + 1
     value = 0
     for shift in range(0, 7 * MAX_VARINT_BYTES, 7):
         if position >= len(data):
@@ -540,7 +625,7 @@ def _single(features: dict[str, Values], name: str, kind: type, key: str) -> Any
 
 class TFRecordFormat:
     name = "tfrecord"
-    extension = ".tfrecord"
+    extension = FORMATS[name]
     # (the record's bytes, their features): the export asks for a record's metadata and then
     # its mask, a parse of the whole Example each (the test corpus's samples: 444 us a sample
     # for metadata, mask and JPEG, 308 us with one parse; one record's bytes held)
@@ -553,7 +638,7 @@ class TFRecordFormat:
         last = self._last
         if last is not None and last[0] is record.data:
             return last[1]
-        features = feature_lists(record.data[12:-4])
+        features = feature_lists(record_payload(record.data))
         self._last = (record.data, features)
         return features
 
@@ -572,14 +657,14 @@ class TFRecordFormat:
 
     def jpeg(self, record: Record) -> bytes:
         """The image bytes of a framed record as ``records`` yields it."""
-        value = decode_example(record.data[12:-4]).get("image/encoded")
+        value = decode_example(record_payload(record.data)).get("image/encoded")
         if not isinstance(value, bytes):
             raise ShardFormatError(f"record {record.key} has no image/encoded")
         return value
 
     def label(self, record: Record) -> int:
         """The ``image/class/label`` of a framed record as ``records`` yields it."""
-        value = decode_example(record.data[12:-4]).get("image/class/label")
+        value = decode_example(record_payload(record.data)).get("image/class/label")
         if not isinstance(value, int):
             raise ShardFormatError(f"record {record.key} has no image/class/label")
         return value
@@ -595,6 +680,56 @@ class TFRecordFormat:
         if MASK_PNG not in features:
             return None
         return _single(features, MASK_PNG, bytes, record.key)
+
+    def sample_rows(self, directory: Path, shard: ShardEntry,
+                    has_masks: bool) -> list[tuple[Row, str]]:
+        """(row, key) of each record: its span from the DALI index (or, packed before
+        indexes, the records' own headers), its key from around its image
+        (``record_key``).  A record whose key does not read is skipped with a warning, and
+        the records after it when the shard does not open or its framing breaks."""
+        spans = None
+        if shard.index is not None:
+            try:
+                spans = index_spans(checked_index(directory, shard), shard.bytes)
+            except ShardFormatError as exc:
+                raise ManifestError(f"{shard.index.name}: {exc}") from None
+        rows: list[tuple[Row, str]] = []
+        try:
+            with open_shard(directory / shard.name) as handle:
+                for offset, size in spans or framed_spans(handle, min(shard.bytes,
+                                                                     handle.size)):
+                    try:
+                        key = record_key(handle, offset, size)
+                    except ShardFormatError as exc:
+                        log.warning("%s: %s; skipped", shard.name, exc)
+                        continue
+                    mask = (offset, size) if has_masks else (-1, 0)
+                    rows.append(((offset, size) * 3 + mask, key))
+        except (ShardFormatError, OSError) as exc:
+            log.warning("%s: %s; its samples after that point are skipped", shard.name, exc)
+        return rows
+
+    def check_first(self, handle: OpenFile, offset: int, key: str) -> None:
+        """The record at ``offset`` holds ``image/key`` ``key``."""
+        try:
+            size = _checked_length(handle, offset, handle.size) + RECORD_OVERHEAD
+            found = record_key(handle, offset, size)
+        except ShardFormatError:
+            found = ""
+        if found != key:
+            raise not_the_shard(handle, found, key)
+
+    def sample_parts(self, data: memoryview, spans: tuple[Span, Span, Span], key: str,
+                     with_meta: bool) -> tuple[Any, int, Any]:
+        """The record's image, label and (``with_meta``) metadata (``example_metadata``),
+        its CRCs checked and its ``image/key`` the one its row was read with."""
+        features = feature_lists(record_payload(data))
+        found = _single(features, "image/key", bytes, key).decode("ascii", "replace")
+        if found != key:
+            raise ShardFormatError(f"the record holds sample {shown(found)}")
+        return (_single(features, "image/encoded", bytes, key),
+                _single(features, "image/class/label", int, key),
+                example_metadata(features, key) if with_meta else None)
 
     def trailer(self, size: int) -> bytes:
         return b""

@@ -10,19 +10,36 @@ own reader every sample's offsets.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ...errors import ShardFormatError
-from .base import Member, Placed, Record, class_name, open_shard, sample_metadata
+from ...config import FORMATS
+from ...errors import ManifestError, ShardFormatError
+from .base import (
+    Member,
+    Placed,
+    Record,
+    Row,
+    Span,
+    checked_index,
+    class_name,
+    not_the_shard,
+    open_shard,
+    sample_metadata,
+)
 from .metadata import checked_metadata
 
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
+    from ...door import OpenFile
+    from ..manifest import ShardEntry
     from ..records import Sample
+
+log = logging.getLogger(__name__)
 
 BLOCK = tarfile.BLOCKSIZE
 RECORD_SIZE = tarfile.RECORDSIZE
@@ -57,7 +74,7 @@ def check_member_name(name: str) -> tuple[str, str]:
 
 class WebDatasetFormat:
     name = "webdataset"
-    extension = ".tar"
+    extension = FORMATS[name]
 
     def encode(self, sample: Sample, classes: tuple[str, ...],
                object_classes: ObjectClasses | None = None) -> Record:
@@ -114,6 +131,43 @@ class WebDatasetFormat:
     def mask_png(self, record: Record) -> bytes | None:
         """The class mask PNG (``KEY.mask.png``), None without one."""
         return _member(record, "mask.png")
+
+    def sample_rows(self, directory: Path, shard: ShardEntry,
+                    has_masks: bool) -> list[tuple[Row, str]]:
+        """(row, key) of each sample: from the ``wds2idx`` index, each line checked (one that
+        could escape a directory or leaves the shard is skipped with a warning naming it), or,
+        for a tar packed before indexes existed, from its headers."""
+        if shard.index is None:
+            return _scan_rows(directory / shard.name, shard)
+        data = checked_index(directory, shard)
+        lines = data.decode("ascii", "replace").splitlines()
+        header = lines[0].split() if lines else []
+        if len(header) != 2 or header[0] != INDEX_VERSION or not header[1].isdigit() \
+                or int(header[1]) != len(lines) - 1:
+            raise ManifestError(f"{shard.index.name}: not a {INDEX_VERSION} index of "
+                                f"{len(lines) - 1} samples")
+        rows = []
+        for number, line in enumerate(lines[1:], 2):
+            try:
+                rows.append(_members_row(line.split(), shard.bytes))
+            except (ValueError, ShardFormatError) as exc:
+                log.warning("%s line %d: skipped (%s)", shard.index.name, number, exc)
+        return rows
+
+    def check_first(self, handle: OpenFile, offset: int, key: str) -> None:
+        """The tar header before ``offset`` names ``KEY.jpg``."""
+        header = os.pread(handle.fd, BLOCK, offset - BLOCK) if offset >= BLOCK else b""
+        found = _header_name(header) if len(header) == BLOCK else ""
+        if found != f"{key}.jpg":
+            raise not_the_shard(handle, found, f"{key}.jpg")
+
+    def sample_parts(self, data: memoryview, spans: tuple[Span, Span, Span], key: str,
+                     with_meta: bool) -> tuple[Any, int, Any]:
+        """The members ``KEY.jpg``, ``KEY.cls`` and (``with_meta``) ``KEY.json``, parsed."""
+        (image_at, image_size), (label_at, label_size), (meta_at, meta_size) = spans
+        label = parse_label(data[label_at : label_at + label_size])
+        meta = json.loads(bytes(data[meta_at : meta_at + meta_size])) if with_meta else None
+        return data[image_at : image_at + image_size], label, meta
 
     def trailer(self, size: int) -> bytes:
         """Two zero blocks, then zeros to a whole tar record, as ``tarfile`` ends an archive."""
@@ -198,3 +252,46 @@ def _complete(key: str, members: list[Member]) -> list[Member]:
     if missing:
         raise ShardFormatError(f"sample {key} lacks {', '.join('.' + m for m in missing)}")
     return members
+
+
+def _members_row(fields: list[str], shard_bytes: int) -> tuple[Row, str]:
+    """(offset, size) of image, label, metadata and mask of one index line: EXT OFFSET SIZE
+    NAME ... (-1, 0 for a member the sample does not have), and the sample's key."""
+    if len(fields) % 4:
+        raise ValueError("fields do not come in fours")
+    found, names = {}, {}
+    for at in range(0, len(fields), 4):
+        extension, offset, size, name = fields[at : at + 4]
+        check_member_name(name)
+        if not offset.isdigit() or not size.isdigit():
+            raise ValueError(f"member {name}: offset and size are not whole numbers")
+        offset, size = int(offset), int(size)
+        if offset < BLOCK or offset + size > shard_bytes or offset % BLOCK:
+            raise ValueError(f"member {name} lies outside the shard")
+        found[extension], names[extension] = (offset, size), name
+    if "jpg" not in found or "cls" not in found:
+        raise ValueError("a sample without .jpg or .cls")
+    if found["cls"][0] < found["jpg"][0]:
+        raise ValueError(".cls before .jpg")
+    return _row(found), names["jpg"].split(".", 1)[0]
+
+
+def _row(found: dict[str, tuple[int, int]]) -> Row:
+    absent = (-1, 0)
+    return (*found["jpg"], *found["cls"], *found.get("json", absent),
+            *found.get("mask.png", absent))
+
+
+def _scan_rows(path: Path, shard: ShardEntry) -> list[tuple[Row, str]]:
+    rows = []
+    try:
+        for key, members in iter_members(path, shard.bytes):
+            rows.append((_row({member.extension: (member.data, member.size)
+                               for member in members}), key))
+    except (ShardFormatError, OSError) as exc:
+        log.warning("%s: %s; its samples after that point are skipped", shard.name, exc)
+    return rows
+
+
+def _header_name(header: bytes) -> str:
+    return header[:100].split(b"\0", 1)[0].decode("ascii", "replace")
