@@ -204,3 +204,10 @@ def test_every_format_choice_has_a_format_object_that_names_its_files():
 
     assert {name: fmt.extension for name, fmt in FORMATS.items()} == choices
     assert [shard_format(name).name for name in choices] == list(choices)
+
+
+def test_every_annotation_file_choice_has_a_parser():
+    from shardsmith.annotations.parse import FILE_PARSERS
+    from shardsmith.config import ANNOTATION_FILES
+
+    assert set(FILE_PARSERS) == set(ANNOTATION_FILES)

@@ -24,13 +24,13 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ..config import AnnotationConfig
+from ..config import ANNOTATION_FILES, AnnotationConfig
 from ..errors import ConfigError, ManifestError
 from ..schema import Count
 from ..storage import ObjectPath
 from ..text import plural, shown
 from .model import AnnotationError
-from .sources import FILE_EXTENSIONS, Listing, Root, object_key, resolved
+from .sources import Listing, Root, object_key, resolved
 
 ORPHANS_KEPT = 20  # orphan paths a report names; the count is always complete
 CLASSES_SHOWN = 6  # image classes a warning names
@@ -125,7 +125,7 @@ def survey(relpaths: Sequence[str], root: Root, config: AnnotationConfig,
     count = 0
     sources = []
     if config.files:
-        extension = FILE_EXTENSIONS[config.files]
+        extension = ANNOTATION_FILES[config.files]
         key = "files_dir" if config.files_dir else "files"
         sources.append((key, config.files_dir or "", _files(relpaths, root, config.files_dir,
                                                              extension, listing)))

@@ -21,6 +21,7 @@ import json
 import math
 import posixpath
 import re
+from collections.abc import Callable
 from typing import Any
 from xml.etree.ElementTree import Element, ParseError, TreeBuilder
 
@@ -365,3 +366,14 @@ def read_mask(data: bytes, where: str, frame: Frame, values: str, names: tuple[s
         raise bad(where, f"pixel value {top} is not a class of source.annotations.classes "
                   f"({len(names)} names)")
     return pixels.astype(np.uint8), names
+
+
+# An image's own annotation file, read by the parser of its kind (``source.annotations.files``;
+# config.ANNOTATION_FILES names each kind's extension): the file's bytes, its path, the frame of
+# the image, the class names and how many folders up the file may name an image.
+FileParser = Callable[[bytes, str, Frame, tuple[str, ...], int], list[Shape]]
+FILE_PARSERS: dict[str, FileParser] = {
+    "yolo": lambda data, where, frame, names, depth: parse_yolo(data, where, frame, names),
+    "voc": lambda data, where, frame, names, depth: parse_voc(data, where, frame),
+    "labelme": lambda data, where, frame, names, depth: parse_labelme(data, where, frame, depth),
+}

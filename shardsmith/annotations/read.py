@@ -13,14 +13,7 @@ from ..door import ANNOTATION_CAP, Refused, open_file
 from ..errors import BadImage, ConfigError
 from ..storage import ObjectFile
 from .model import ImageAnnotations
-from .parse import (
-    Frame,
-    parse_labelme,
-    parse_voc,
-    parse_yolo,
-    read_mask,
-    shapes_from_record,
-)
+from .parse import FILE_PARSERS, Frame, read_mask, shapes_from_record
 from .sources import Root, annotation_digest, object_etag, own_files, resolved
 
 MISSING = (errno.ENOENT, errno.ENOTDIR)
@@ -77,11 +70,8 @@ def read_annotations(relpath: str, record: bytes | None, root: Root, config: Ann
             mask, mask_names = read_mask(data, path, frame, config.mask_values, config.classes,
                                          image_class, config.mask_class)
             mask_file = path
-        elif config.files == "yolo":
-            shapes += parse_yolo(data, path, frame, config.classes)
-        elif config.files == "voc":
-            shapes += parse_voc(data, path, frame)
         else:
-            shapes += parse_labelme(data, path, frame, _depth(relpath, path))
+            shapes += FILE_PARSERS[config.files](data, path, frame, config.classes,
+                                                 _depth(relpath, path))
     return ImageAnnotations(shapes, mask, mask_names, annotation_digest(record, stats),
                             mask_file)

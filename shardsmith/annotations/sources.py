@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..config import AnnotationConfig
+from ..config import ANNOTATION_FILES, AnnotationConfig
 from ..door import SHARED_ANNOTATION_CAP, Refused, read_file
 from ..errors import ConfigError
 from ..storage import ObjectPath
@@ -45,7 +45,6 @@ from .model import AnnotationError
 Listing = dict[str, tuple[int, str]]
 Root = str | ObjectPath
 
-FILE_EXTENSIONS = {"yolo": ".txt", "voc": ".xml", "labelme": ".json"}
 MVTEC_MASKS = "ground_truth"
 STAT_THREADS = 16
 STAT_BATCH = 256
@@ -75,7 +74,7 @@ def annotation_reason(relpath: str, is_dir: bool, config: AnnotationConfig) -> s
     if relpath in {_relative_dir(config.coco), _relative_dir(config.labels)}:
         return "annotation"
     stem, extension = posixpath.splitext(relpath)
-    if config.files and not config.files_dir and extension.lower() == FILE_EXTENSIONS[
+    if config.files and not config.files_dir and extension.lower() == ANNOTATION_FILES[
             config.files]:
         return "annotation"
     if config.mask_suffix and stem.endswith(config.mask_suffix) and extension.lower() == ".png":
@@ -91,8 +90,8 @@ def own_files(relpath: str, config: AnnotationConfig) -> list[tuple[str, str]]:
     found = []
     if config.files:
         base = config.files_dir
-        found.append(("files", posixpath.join(base, folder, stem + FILE_EXTENSIONS[config.files])
-                      if base else posixpath.join(folder, stem + FILE_EXTENSIONS[config.files])))
+        found.append(("files", posixpath.join(base, folder, stem + ANNOTATION_FILES[config.files])
+                      if base else posixpath.join(folder, stem + ANNOTATION_FILES[config.files])))
     if config.masks:
         mask_name = f"{stem}{config.mask_suffix}.png"
         found.append(("mask", posixpath.join(folder, mask_name) if config.masks == "beside"

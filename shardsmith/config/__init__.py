@@ -2,6 +2,7 @@
 overrides and validated once (``parse``)."""
 
 from .model import (
+    ANNOTATION_FILES,
     FORMATS,
     LABEL_MODES,
     LOCAL_WORKERS_PER_CORE,
@@ -21,7 +22,7 @@ from .model import (
 )
 from .parse import config_from_settings, load_config
 
-__all__ = ["FORMATS", "LABEL_MODES", "LOCAL_WORKERS_PER_CORE", "RESIZE_MODES",
+__all__ = ["ANNOTATION_FILES", "FORMATS", "LABEL_MODES", "LOCAL_WORKERS_PER_CORE", "RESIZE_MODES",
            "AnnotationConfig", "Config", "ImageConfig", "OutputConfig", "RunConfig",
            "SourceConfig", "StageConfig", "StorageConfig", "TileConfig", "check_paths",
            "check_workers", "config_from_settings", "load_config", "machine_cores"]

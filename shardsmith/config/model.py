@@ -27,7 +27,9 @@ FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
 RESIZE_MODES = ("fit", "shorter", "center_crop", "pad", "stretch")
 COLOR_MODES = ("rgb", "gray", "keep")
 LABEL_MODES = ("folders", "none", "file")
-ANNOTATION_FILES = ("", "yolo", "voc", "labelme")
+# The per-image annotation files (``annotations.parse.FILE_PARSERS`` reads each) and their
+# extension.
+ANNOTATION_FILES = {"yolo": ".txt", "voc": ".xml", "labelme": ".json"}
 ANNOTATION_PRESETS = ("", "mvtec")
 COORDINATES = ("stored", "upright")
 MASK_VALUES = ("binary", "index")

@@ -363,7 +363,7 @@ def _validate_annotations(config: Config) -> Config:
     src = config.source
     notes = src.annotations
     _one_of("source.annotations.preset", notes.preset, ANNOTATION_PRESETS)
-    _one_of("source.annotations.files", notes.files, ANNOTATION_FILES)
+    _one_of("source.annotations.files", notes.files, ("", *ANNOTATION_FILES))
     _one_of("source.annotations.coordinates", notes.coordinates, COORDINATES)
     _one_of("source.annotations.mask_values", notes.mask_values, MASK_VALUES)
     if not 0 <= notes.min_visible <= 1:
