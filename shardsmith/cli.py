@@ -43,11 +43,11 @@ from .config.commands import (
 from .config.declare import Parameter
 from .config.settings import example_file, flags, overrides_of
 from .errors import ConfigError, OutputStateError, ShardsmithError, Terminated, TooManyRejectsError
-from .ops.report import (
-    pack_report,
+from .ops.summary import (
     pack_summary,
     reject_budget_exceeded,
     reject_lines,
+    run_record,
     version_log,
 )
 from .storage import ObjectPath, SecretFilter
@@ -355,7 +355,7 @@ def pack(command: PackCommand) -> None:
             _dry_run(config, command.with_probe, report)
             return
         result = run_pack(config)
-        report.update(pack_report(result))
+        report.update(run_record(result))
         _echo(pack_summary(result))
         if not result.up_to_date:  # an unchanged dataset was summed up when it was packed
             findings = pack_findings(result.output, result.manifest)

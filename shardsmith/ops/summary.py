@@ -98,7 +98,7 @@ def reject_budget_exceeded(result: PackResult, allowed: float) -> str:
             f"--max-reject-fraction {needed:g} (run.max_reject_fraction in the config)")
 
 
-def pack_report(result: PackResult) -> dict:
+def run_record(result: PackResult) -> dict:
     """The machine-readable part of ``--report``: counts, rejects by reason, timing, version."""
     from ..schema import to_json
 
