@@ -55,7 +55,8 @@ def _outside() -> set[Path]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    session.config.stash[_BEFORE] = _outside()
+    if not hasattr(session.config, "workerinput"):  # under xdist, the controller checks alone
+        session.config.stash[_BEFORE] = _outside()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -80,6 +80,18 @@ def test_a_pack_from_a_bucket_through_several_workers_gives_the_same_bytes(tmp_p
     assert shards_and_indexes(tmp_path / "two") == shards_and_indexes(tmp_path / "one")
 
 
+def test_workers_started_before_the_stores_settings_changed_are_not_reused_for_it(
+        tmp_path, s3, monkeypatch):
+    url = s3.upload(originals(tmp_path / "source"), "originals")
+    with monkeypatch.context() as before:  # a first pack while the process knew no endpoint
+        before.delenv("AWS_ENDPOINT_URL")
+        first = pack(str(tmp_path / "source"), tmp_path / "local", "--workers", "2")
+        assert first.exit_code == 0, first.output
+    remote = pack(url, tmp_path / "remote", "--workers", "2")
+    assert remote.exit_code == 0, remote.output
+    assert shards_and_indexes(tmp_path / "remote") == shards_and_indexes(tmp_path / "local")
+
+
 def test_a_nightly_rerun_on_an_unchanged_bucket_lists_it_and_reads_no_original(
         tmp_path, s3, fault_proxy, monkeypatch):
     url = s3.upload(originals(tmp_path / "source"), "originals")

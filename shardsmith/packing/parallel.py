@@ -38,6 +38,7 @@ STOP_SECONDS = 5.0  # what loky gets to tidy its threads after an interrupt
 # How often a local worker checks that the driver still lives: a wake-up twice a second,
 # nothing per image.
 PARENT_CHECK_SECONDS = 0.5
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
 
 
 def _import_image_libraries() -> None:
@@ -50,7 +51,17 @@ def local_executor(workers: int) -> Any:
     from joblib.externals.loky import get_reusable_executor
 
     return get_reusable_executor(max_workers=workers, timeout=IDLE_WORKER_SECONDS,
-                                 initializer=_exit_with_parent, initargs=(os.getpid(),))
+                                 initializer=_exit_with_parent, initargs=(os.getpid(),),
+                                 env=_store_environment())
+
+
+def _store_environment() -> dict[str, str]:
+    """The variables a worker's store client reads (AWS_*, proxies).  A worker keeps the
+    environment it started with: given to loky, they make a pack whose process changed them
+    since (another endpoint or key, in a notebook or a test) start new workers instead of
+    reading the originals from the store the old ones know."""
+    return {name: value for name, value in os.environ.items()
+            if name.startswith("AWS_") or name.lower() in PROXY_VARIABLES}
 
 
 def _exit_with_parent(parent_pid: int) -> None:
