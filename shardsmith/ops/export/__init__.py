@@ -61,7 +61,7 @@ from ...errors import (
 from ...progress import Progress
 from ...storage import ObjectPath, location
 from ...text import cut, plural, shown
-from . import layouts, links, plaintar
+from . import layouts, plaintar
 from .record import (
     JOURNAL_NAME,
     RECORD_BYTES_PER_SAMPLE,
@@ -101,7 +101,6 @@ HASH_CHUNK = 8 << 20
 # waits in the kernel, the GIL released (a full COCO export of 10,000 samples: 2.7 to 7 s one
 # file after another, mostly that wait).
 WRITE_THREADS = 4
-LINK_CHUNK = 1024  # unchanged samples sent to be linked at a time
 
 __all__ = ["ExportOptions", "ExportResult", "export", "export_summary", "resolve_options"]
 
@@ -357,7 +356,7 @@ class _Run:
         if current is not None and self._same_export(self.destination.versions[current]):
             before = current_record(self.destination, self.cap)
         if current == self.number and before is not None and self._up_to_date(before):
-            records, _ = self._read_index({}, None)
+            records, _, _ = self._read_index({})
             removed = remove_older(self.destination, self.number, self.keep)
             return self._result(len(records), 0, 0, 0, 0, tuple(removed), True, started)
         partial = self.destination.partial(self.number)
@@ -367,30 +366,15 @@ class _Run:
         exported: dict[str, ExportedSample] = {}
         progress = Progress(sum(self.manifest.splits[name].samples for name in self.splits),
                             0, "samples", "export", self.quiet)
-        pending = None
         try:
-            if previous:  # linked (by workers) while the index is read and the new samples
-                # are exported from their shards
-                pending = links.start(tree, self.destination.folder(current),
-                                      previous.values(), progress)
-            records, digests = self._read_index(previous, pending)
-            sent = set() if pending is None else pending.keys
-            todo = [record for record in records if record.key not in sent]
+            records, digests, unchanged = self._read_index(previous)
+            linked = (tree.link(self.destination.folder(current), unchanged, progress)
+                      if unchanged else [])
+            exported.update((sample.key, sample) for sample in linked)
+            # the others, and those whose files were not linked after all: from their shards
+            todo = [record for record in records if record.key not in exported]
             kept, read = self._from_shards(todo, digests, tree, exported, progress)
-            linked: list[ExportedSample] = []
-            if pending is not None:
-                linked, failed = pending.finish()
-                exported.update((sample.key, sample) for sample in linked)
-                if failed:  # not linkable after all: from their shards too
-                    again = [record for record in records if record.key in failed]
-                    more_kept, more_read = self._from_shards(again, digests, tree, exported,
-                                                             progress)
-                    todo += again
-                    kept, read = kept + more_kept, read + more_read
-                tree.remove_empty(pending.folders)  # made for the workers, and nothing came
         finally:
-            if pending is not None:
-                pending.close()
             progress.close()
         samples = tuple(exported[record.key] for record in records)
         final = self.destination.folder(self.number)
@@ -472,16 +456,12 @@ class _Run:
                 and coco_fits(sample)}
 
     def _read_index(self, previous: dict[str, ExportedSample],
-                    pending: links.LinkWorkers | links.LinksHere | None,
-                    ) -> tuple[list[SampleRecord], dict[str, str]]:
-        """The samples to export and their digests, from the sample index; those unchanged
-        since the current export (``previous``: same digest and split) are sent to
-        ``pending`` as they are read, a chunk at a time, to be linked meanwhile.  Links made
-        before the index's sha256 is checked (after its last line) go into the partial
-        folder only: a damaged index stops the export before anything is switched."""
+                    ) -> tuple[list[SampleRecord], dict[str, str], list[ExportedSample]]:
+        """The samples to export, their digests, and the current export's record of those
+        unchanged since it (``previous``: same digest and split), whose files are linked."""
         records: list[SampleRecord] = []
         digests: dict[str, str] = {}
-        chunk: list[ExportedSample] = []
+        unchanged: list[ExportedSample] = []
         splits = self.options.splits
         self.left_out, unlocated, uncounted = 0, 0, False
         for record in iter_sample_index(self.source, self.manifest):
@@ -499,18 +479,13 @@ class _Run:
             digest = digests[record.key] = sample_digest(record)
             before = previous.get(record.key)
             if before is not None and before.digest == digest and before.split == record.split:
-                chunk.append(before)
-                if len(chunk) == LINK_CHUNK:
-                    pending.send(chunk)
-                    chunk = []
-        if chunk:
-            pending.send(chunk)
+                unchanged.append(before)
         self._warn_old_index(unlocated, uncounted)
         if self.options.layout == "coco":
             _check_image_ids(records)
         if self.options.task == "classify":
             _check_image_classes(records, self.manifest.classes)
-        return records, digests
+        return records, digests, unchanged
 
     def _warn_old_index(self, unlocated: int, uncounted: bool) -> None:
         """Say what an index of an earlier release cannot tell of cut defects."""
