@@ -417,7 +417,8 @@ class Layout:
         return ()
 
     def paths(self, scheme: int, sample: Sample, folder: str = "") -> tuple[str, ...]:
-        return _filled(self.schemes[scheme], sample.split, sample.key, folder)
+        return tuple(template.format(split=sample.split, key=sample.key, folder=folder)
+                     for template in self.schemes[scheme])
 
     def files(self, options: ExportOptions, sample: Sample
               ) -> tuple[list[tuple[str, bytes]], tuple[CocoObject, ...] | None]:
@@ -549,7 +550,10 @@ class AnomalibFolder(Layout):
         if not is_abnormal(options, sample):
             where = 0 if sample.split == "train" else 1
             return [(self.paths(where, sample)[0], self.image(sample))], None
-        mask = _mask_png(sample)
+        marked = sample.objects + sample.cut
+        mask = objects.png(objects.anomaly_mask(sample.class_mask, [item.box for item in marked],
+                                                [item.mask for item in marked], sample.height,
+                                                sample.width))
         paths = self.paths(2, sample, self.defect(options, sample))
         return list(zip(paths, (self.image(sample), mask), strict=True)), None
 
@@ -590,18 +594,6 @@ LAYOUTS: dict[tuple[str, str | None], Layout] = {
 def layout_of(options: ExportOptions) -> Layout:
     """The layout an export's options name."""
     return LAYOUTS[options.layout, options.task or options.anomalib_layout]
-
-
-def _mask_png(sample: Sample) -> bytes:
-    """anomalib's mask: 255 where a defect is (``objects.anomaly_mask``)."""
-    marked = sample.objects + sample.cut
-    return objects.png(objects.anomaly_mask(sample.class_mask, [item.box for item in marked],
-                                            [item.mask for item in marked], sample.height,
-                                            sample.width))
-
-
-def _filled(scheme: tuple[str, ...], split: str, key: str, folder: str = "") -> tuple[str, ...]:
-    return tuple(template.format(split=split, key=key, folder=folder) for template in scheme)
 
 
 def paths_fit(options: ExportOptions, classes: tuple[str, ...],
