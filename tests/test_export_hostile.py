@@ -15,7 +15,7 @@ import pytest
 from hostile_data import classified
 
 from shardsmith.errors import OutputStateError
-from shardsmith.ops.export import export, links
+from shardsmith.ops.export import export
 
 import defects
 import images
@@ -502,23 +502,16 @@ def swap_for_a_hard_link(victim: Path, outside: Path) -> None:
     os.link(outside, victim)
 
 
-@pytest.mark.parametrize("linked_by", ["LinkWorkers", "LinksHere"])
 def test_a_file_of_the_previous_version_swapped_for_a_hard_link_is_not_linked(
-        two_versions, tmp_path, monkeypatch, linked_by):
+        two_versions, tmp_path):
     """The new version would share the outside file (its bytes under a record naming ours):
-    its sample is made from its shard, by the link workers and by the export's own threads
-    (where no worker can start) alike."""
+    its sample is made from its shard."""
     first, second = two_versions
     export(first, tmp_path / "dest", "yolo", quiet=True)
     victim = sorted((tmp_path / "dest" / "v1" / "images" / "train").iterdir())[0]
     outside = tmp_path / "outside.jpg"
     swap_for_a_hard_link(victim, outside)
-    if linked_by == "LinksHere":
-        monkeypatch.setattr(sys, "frozen", True, raising=False)  # no worker program to run
-    used, start = [], links.start
-    monkeypatch.setattr(links, "start", lambda *args: used.append(start(*args)) or used[-1])
     result = export(second, tmp_path / "dest", "yolo", quiet=True)
-    assert [type(pending).__name__ for pending in used] == [linked_by]
     assert result.linked > 0
     export(second, tmp_path / "fresh", "yolo", quiet=True)
     assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
@@ -580,11 +573,9 @@ def test_a_record_folder_that_is_a_link_out_of_dest_is_not_read(two_versions, tm
     assert os.readlink(tmp_path / "dest" / "current") == "v1"
 
 
-@pytest.mark.parametrize("where", ["workers", "here"])
 @pytest.mark.slow
-def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path, where):
-    """Links fail as on a file system out of inodes: made by the link workers (their program
-    wrapped), or in the export's process (where no interpreter is known to start them)."""
+def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path):
+    """Links fail as on a file system out of inodes."""
     first, second = two_versions
     assert shardsmith(first, tmp_path / "dest", "--layout", "yolo").returncode == 0
     fail = ("import errno, os, sys\n"
@@ -594,12 +585,7 @@ def test_a_full_disk_while_linking_names_the_file_in_dest(two_versions, tmp_path
             "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), source)\n"
             "    return real(source, target, **where)\n"
             "os.link = link\n")
-    worker = tmp_path / "full_disk_worker.py"
-    worker.write_text(fail + f"import runpy\nrunpy.run_path({str(links.WORKER)!r}, "
-                      "run_name='__main__')\n")
-    full = ((f"import shardsmith.ops.export.links as links\nlinks.WORKER = {str(worker)!r}\n"
-             if where == "workers" else fail + "sys.executable = ''\n")
-            + "import sys\nfrom shardsmith.__main__ import run\n"
+    full = (fail + "import sys\nfrom shardsmith.__main__ import run\n"
             "sys.argv[0] = 'shardsmith'\n"
             "run()\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}

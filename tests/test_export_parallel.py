@@ -21,7 +21,7 @@ from shardsmith.dataset.manifest import read_manifest
 from shardsmith.errors import ConfigError
 from shardsmith.ops import export as package
 from shardsmith.ops.export import export, plaintar
-from shardsmith.ops.export.layouts import check_record_paths, layout_paths
+from shardsmith.ops.export.layouts import LAYOUTS, check_record_paths, layout_of
 from shardsmith.ops.export.record import ExportedFile, ExportedSample, ExportOptions
 
 SHA = "0" * 64
@@ -60,6 +60,16 @@ def record_less_inodes(folder) -> bytes:
 def sample(key: str, split: str, *paths: str) -> ExportedSample:
     return ExportedSample(key, split, SHA, 8, 8,
                           tuple(ExportedFile(path, 1, SHA) for path in paths))
+
+
+def layout_paths(options: ExportOptions, key: str, split: str, classes: tuple[str, ...],
+                 object_classes: tuple[str, ...] | None) -> list[tuple[str, ...]]:
+    """Every list of files the layout can give the sample ``key`` of ``split``, written out."""
+    layout = layout_of(options)
+    folders = dict.fromkeys(layout.folders(classes, object_classes, options.normal or ""))
+    return [tuple(template.format(split=split, key=key, folder=folder) for template in scheme)
+            for scheme in layout.schemes
+            for folder in (folders if "{folder}" in scheme[0] else [""])]
 
 
 @pytest.mark.parametrize("options", [ExportOptions("coco"), ExportOptions("yolo", "detect"),
@@ -131,6 +141,37 @@ def test_a_record_of_many_classes_is_checked_without_a_walk_of_the_classes_per_s
                for number in range(200)]
     assert check_record_paths(options, classes, None, samples) is None
     assert WalkedClasses.walks <= 1
+
+
+def test_the_command_lines_layout_choices_are_the_registrys():
+    from shardsmith.cli import main
+
+    choices = {param.name: tuple(param.type.choices) for param in main.commands["export"].params
+               if hasattr(param.type, "choices")}
+    assert choices["layout"] == tuple(dict.fromkeys(name for name, _ in LAYOUTS))
+    assert choices["task"] == ("auto", *(variant for name, variant in LAYOUTS if name == "yolo"))
+    assert choices["anomalib_layout"] == tuple(variant for name, variant in LAYOUTS
+                                               if name == "anomalib")
+
+
+@pytest.mark.parametrize("options, path, fits", [
+    (ExportOptions("yolo", "detect"), "data.yaml", True),
+    (ExportOptions("yolo", "segment"), "annotations/instances_train.json", False),
+    (ExportOptions("coco"), "annotations/instances_train.json", True),
+    (ExportOptions("coco"), "annotations/instances_.json", False),
+    (ExportOptions("coco"), "annotations/instances_../x.json", False),
+    (ExportOptions("coco"), "data.yaml", False),
+    (ExportOptions("yolo", "classify"), "data.yaml", False),
+    (ExportOptions("anomalib", normal="good", anomalib_layout="folder"), "", False),
+])
+def test_a_records_split_wide_files_are_the_layouts(options, path, fits):
+    assert (check_record_paths(options, ("a",), ("x",), [], [path]) is None) == fits
+
+
+def test_a_record_of_no_layout_of_this_release_is_refused():
+    found = check_record_paths(ExportOptions("coco", "detect"), ("a",), ("x",),
+                               [sample("k", "train", "images/train/k.jpg")])
+    assert found is not None and "not a layout" in found
 
 
 def test_a_split_that_is_no_folder_name_is_refused_in_every_sample():

@@ -41,8 +41,6 @@ from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse,
 from ..storage import NoSuchBucket, StoreError
 from ..text import shown
 from .keys import KeyTally, duplicate_message, repeated_keys
-from .statedir import LOCK_NAME as LOCK_NAME  # still imported from here by export
-from .statedir import STATE_DIR as STATE_DIR
 from .statedir import DatasetDir
 
 SCHEMA_VERSION = 2

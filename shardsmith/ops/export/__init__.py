@@ -25,7 +25,6 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -38,9 +37,7 @@ from ...dataset.formats import shard_format
 from ...dataset.formats.base import open_shard
 from ...dataset.lock import DirectoryLock, SharedLock
 from ...dataset.manifest import (
-    LOCK_NAME,
     MANIFEST_NAME,
-    STATE_DIR,
     Manifest,
     SampleRecord,
     ShardEntry,
@@ -49,6 +46,7 @@ from ...dataset.manifest import (
 )
 from ...dataset.normal import CUT_REASON, cut_count
 from ...dataset.remote import local_copy
+from ...dataset.statedir import DatasetDir
 from ...dataset.task import pixel_census, yolo_task
 from ...door import Refused, chunks
 from ...errors import (
@@ -61,7 +59,7 @@ from ...errors import (
 from ...progress import Progress
 from ...storage import ObjectPath, location
 from ...text import cut, plural, shown
-from . import layouts, links, plaintar
+from . import layouts, plaintar
 from .record import (
     JOURNAL_NAME,
     RECORD_BYTES_PER_SAMPLE,
@@ -94,13 +92,11 @@ from .versions import (
 
 log = logging.getLogger(__name__)
 
-LAYOUTS = ("yolo", "coco", "anomalib")
-TASKS = ("auto", "detect", "segment", "classify")
+LAYOUTS = tuple(dict.fromkeys(name for name, _ in layouts.LAYOUTS))
 # Threads creating and writing the files while the samples after them are parsed: a create
 # waits in the kernel, the GIL released (a full COCO export of 10,000 samples: 2.7 to 7 s one
 # file after another, mostly that wait).
 WRITE_THREADS = 4
-LINK_CHUNK = 1024  # unchanged samples sent to be linked at a time
 
 __all__ = ["ExportOptions", "ExportResult", "export", "export_summary", "resolve_options"]
 
@@ -132,9 +128,8 @@ class ExportResult:
 
 def export_summary(result: ExportResult) -> str:
     """The line the CLI prints after an export."""
-    what = result.options.layout + (f" ({result.options.task})" if result.options.task
-                                     else f" ({result.options.anomalib_layout})"
-                                     if result.options.anomalib_layout else "")
+    variant = result.options.task or result.options.anomalib_layout
+    what = result.options.layout + (f" ({variant})" if variant else "")
     removed = (f"; removed {', '.join(f'v{number}' for number in result.removed)}"
                if result.removed else "")
     left_out = (f"; {plural(result.left_out, 'sample')} left out: {CUT_REASON} (--keep-cut "
@@ -201,7 +196,7 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
     if boxes_as_polygons:
         raise ConfigError("--boxes-as-polygons: for --layout yolo (segment) or coco; the "
                           "anomalib layout's masks are its objects' pixels")
-    if anomalib_layout not in ("folder", "mvtec"):
+    if ("anomalib", anomalib_layout) not in layouts.LAYOUTS:
         raise ConfigError(f"--anomalib-layout: {anomalib_layout!r} is not folder or mvtec")
     if manifest.classes and normal not in manifest.classes:
         raise ConfigError(f"--normal {shown(normal)}: not an image class of the dataset "
@@ -239,7 +234,7 @@ def _export(source: Path | ObjectPath, root: Path, layout: str, task: str, norma
             started: float, keep_cut: bool = False,
             boxes_as_polygons: bool = False) -> ExportResult:
     shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
-        source / STATE_DIR / LOCK_NAME, "packed")
+        DatasetDir(source).lock, "packed")
     with shared:
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits,
@@ -333,21 +328,14 @@ class _Run:
         self.cap = cap  # the largest record and journal read back (``record_cap``)
         self.number = manifest.version
         self.fmt = shard_format(manifest.format)
+        self.layout = layouts.layout_of(options)
         self.fallback_warned = False
         # the dataset's splits this export writes, in the manifest's order
         self.splits = tuple(name for name in manifest.splits
                             if options.splits is None or name in options.splits)
         # a COCO sample's recorded objects are written into the new instances files when it
-        # is linked or kept: held to what this release can have made (any other layout
-        # writes them nowhere)
-        self.coco_fits: Callable[[ExportedSample], bool] = (
-            layouts.coco_fits(manifest.object_classes) if options.layout == "coco"
-            else lambda sample: True)
-        # yolo (detect, segment) and coco write a sample without objects as background: one
-        # showing a defect cut below min_visible is left out, unless asked for with its cut
-        # objects labelled (where the index says where they are)
-        self.leaves_out_cut = options.layout == "coco" or (options.layout == "yolo"
-                                                           and options.task != "classify")
+        # is linked or kept: held to what this release can have made
+        self.coco_fits = self.layout.recorded_fit(manifest.object_classes)
         self.left_out = 0
 
     def execute(self, started: float) -> ExportResult:
@@ -356,7 +344,7 @@ class _Run:
         if current is not None and self._same_export(self.destination.versions[current]):
             before = current_record(self.destination, self.cap)
         if current == self.number and before is not None and self._up_to_date(before):
-            records, _ = self._read_index({}, None)
+            records, _, _ = self._read_index({})
             removed = remove_older(self.destination, self.number, self.keep)
             return self._result(len(records), 0, 0, 0, 0, tuple(removed), True, started)
         partial = self.destination.partial(self.number)
@@ -366,36 +354,21 @@ class _Run:
         exported: dict[str, ExportedSample] = {}
         progress = Progress(sum(self.manifest.splits[name].samples for name in self.splits),
                             0, "samples", "export", self.quiet)
-        pending = None
         try:
-            if previous:  # linked (by workers) while the index is read and the new samples
-                # are exported from their shards
-                pending = links.start(tree, self.destination.folder(current),
-                                      previous.values(), progress)
-            records, digests = self._read_index(previous, pending)
-            sent = set() if pending is None else pending.keys
-            todo = [record for record in records if record.key not in sent]
+            records, digests, unchanged = self._read_index(previous)
+            linked = (tree.link(self.destination.folder(current), unchanged, progress)
+                      if unchanged else [])
+            exported.update((sample.key, sample) for sample in linked)
+            # the others, and those whose files were not linked after all: from their shards
+            todo = [record for record in records if record.key not in exported]
             kept, read = self._from_shards(todo, digests, tree, exported, progress)
-            linked: list[ExportedSample] = []
-            if pending is not None:
-                linked, failed = pending.finish()
-                exported.update((sample.key, sample) for sample in linked)
-                if failed:  # not linkable after all: from their shards too
-                    again = [record for record in records if record.key in failed]
-                    more_kept, more_read = self._from_shards(again, digests, tree, exported,
-                                                             progress)
-                    todo += again
-                    kept, read = kept + more_kept, read + more_read
-                tree.remove_empty(pending.folders)  # made for the workers, and nothing came
         finally:
-            if pending is not None:
-                pending.close()
             progress.close()
         samples = tuple(exported[record.key] for record in records)
         final = self.destination.folder(self.number)
-        shared = tuple(tree.write(relpath, data) for relpath, data in layouts.shared_files(
-            self.options, self.manifest.object_classes, list(self.splits), list(samples),
-            str(final), lambda message: log.warning("%s", message)))
+        shared = tuple(tree.write(relpath, data) for relpath, data in self.layout.shared_files(
+            self.manifest.object_classes, list(self.splits), list(samples), str(final),
+            lambda message: log.warning("%s", message)))
         record = ExportRecord(RECORD_FORMAT, self.options, self.manifest.content_fingerprint,
                               self.manifest.fingerprint, self.number, self.manifest.classes,
                               self.manifest.object_classes, samples, shared)
@@ -471,16 +444,12 @@ class _Run:
                 and coco_fits(sample)}
 
     def _read_index(self, previous: dict[str, ExportedSample],
-                    pending: links.LinkWorkers | links.LinksHere | None,
-                    ) -> tuple[list[SampleRecord], dict[str, str]]:
-        """The samples to export and their digests, from the sample index; those unchanged
-        since the current export (``previous``: same digest and split) are sent to
-        ``pending`` as they are read, a chunk at a time, to be linked meanwhile.  Links made
-        before the index's sha256 is checked (after its last line) go into the partial
-        folder only: a damaged index stops the export before anything is switched."""
+                    ) -> tuple[list[SampleRecord], dict[str, str], list[ExportedSample]]:
+        """The samples to export, their digests, and the current export's record of those
+        unchanged since it (``previous``: same digest and split), whose files are linked."""
         records: list[SampleRecord] = []
         digests: dict[str, str] = {}
-        chunk: list[ExportedSample] = []
+        unchanged: list[ExportedSample] = []
         splits = self.options.splits
         self.left_out, unlocated, uncounted = 0, 0, False
         for record in iter_sample_index(self.source, self.manifest):
@@ -488,7 +457,7 @@ class _Run:
                 continue
             if cut_count(record) and record.objects_cut is None:
                 unlocated += 1  # counted by an index of an earlier release, not located
-            if self.leaves_out_cut and cut_count(record):
+            if self.layout.leaves_out_cut and cut_count(record):
                 if not self.options.keep_cut or record.objects_cut is None:
                     self.left_out += 1
                     continue
@@ -498,18 +467,10 @@ class _Run:
             digest = digests[record.key] = sample_digest(record)
             before = previous.get(record.key)
             if before is not None and before.digest == digest and before.split == record.split:
-                chunk.append(before)
-                if len(chunk) == LINK_CHUNK:
-                    pending.send(chunk)
-                    chunk = []
-        if chunk:
-            pending.send(chunk)
+                unchanged.append(before)
         self._warn_old_index(unlocated, uncounted)
-        if self.options.layout == "coco":
-            _check_image_ids(records)
-        if self.options.task == "classify":
-            _check_image_classes(records, self.manifest.classes)
-        return records, digests
+        self.layout.check(records, self.manifest.classes)
+        return records, digests, unchanged
 
     def _warn_old_index(self, unlocated: int, uncounted: bool) -> None:
         """Say what an index of an earlier release cannot tell of cut defects."""
@@ -518,10 +479,10 @@ class _Run:
                         "their cut objects but does not say where they are (packed by an "
                         "earlier release; the next pack records them): %s", self.source,
                         plural(unlocated, "sample"),
-                        "left out, even with --keep-cut" if self.leaves_out_cut else
+                        "left out, even with --keep-cut" if self.layout.leaves_out_cut else
                         "their masks show a cut object by the 255 (\"ignore\") pixels of the "
                         "class mask; a box-only one cannot be told apart")
-        if uncounted and self.leaves_out_cut:
+        if uncounted and self.layout.leaves_out_cut:
             log.warning("%s: the sample index does not count the objects min_visible "
                         "dropped (packed by an earlier release): a sample showing only a "
                         "cut defect cannot be told from a background one; the next pack "
@@ -698,9 +659,8 @@ class _Run:
             problem = disagreement(indexed_objects(record), metadata)
             if problem is not None:
                 raise ShardFormatError(problem)
-            wants_mask = self.options.layout == "anomalib" or "rle" not in metadata
-            object_classes = (None if self.options.task == "classify"
-                              else self.manifest.object_classes)
+            wants_mask = self.layout.every_class_mask or "rle" not in metadata
+            object_classes = self.manifest.object_classes if self.layout.with_objects else None
             sample = layouts.parse_sample(
                 record.key, record.split, class_name, metadata, self.fmt.jpeg(packed),
                 self.fmt.mask_png(packed) if wants_mask else None, object_classes,
@@ -709,7 +669,7 @@ class _Run:
                 sample.cut_count = cut_count(record)
                 sample.cut = layouts.cut_objects(record.objects_cut or (), object_classes,
                                                  sample.height, sample.width)
-            files, coco = layouts.sample_files(self.options, sample)
+            files, coco = self.layout.files(self.options, sample)
         except (ValueError, TypeError, KeyError, ShardFormatError) as exc:
             # a format's own error may name the sample already
             why = str(exc).removeprefix(f"sample {record.key}: ")
@@ -741,32 +701,4 @@ class _Pending:
                               sample.height, tuple(write.result() for write in self.writes),
                               sample.coco)
 
-
-def _check_image_classes(records: list[SampleRecord], classes: tuple[str, ...]) -> None:
-    """Every sample of a classify export has an image class: its folder.  Checked before a
-    file is switched, as a sample outside every class folder was written loose in ``SPLIT/``
-    (ImageFolder drops it) under a record the next export refused as damaged."""
-    unlabelled = [record.key for record in records if record.label == -1]
-    if unlabelled:
-        raise ConfigError(f"--task classify: {plural(len(unlabelled), 'sample')} without an "
-                          f"image class (label -1; the first: {unlabelled[0]}): the layout "
-                          "puts each sample in its class's folder; export with --task detect, "
-                          "or pack them with a class")
-    for record in records:
-        if not 0 <= record.label < len(classes):
-            raise ManifestError(f"sample {record.key}: label {record.label} is not a class "
-                                f"of the dataset ({plural(len(classes), 'class', 'classes')}):"
-                                " the sample index is damaged (shardsmith verify)")
-
-
-def _check_image_ids(records: list[SampleRecord]) -> None:
-    seen: dict[int, str] = {}
-    for record in records:
-        image_id = layouts.coco_image_id(record.key)
-        if seen.get(image_id) == record.key:  # the sample index refuses it first
-            raise ManifestError(f"sample key {record.key} is in the sample index twice")
-        if image_id in seen:
-            raise ConfigError(f"samples {seen[image_id]} and {record.key} get the same COCO "
-                              f"image id {image_id} (53 bits of sha256 of the key collide)")
-        seen[image_id] = record.key
 

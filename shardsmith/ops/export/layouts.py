@@ -24,11 +24,11 @@ from pycocotools import mask as coco_mask
 
 from ...annotations import polygons
 from ...dataset.formats.metadata import MAX_SIDE, box_problem, rle_counts
-from ...dataset.manifest import CutRecord
+from ...dataset.manifest import CutRecord, SampleRecord
 from ...dataset.normal import IGNORE, is_normal
-from ...errors import ConfigError, ShardFormatError
+from ...errors import ConfigError, ManifestError, ShardFormatError
 from ...readers.sample_jpeg import SampleJpegError, check_header, decode_sample
-from ...text import shown
+from ...text import plural, shown
 from . import objects
 from .record import CocoObject, ExportedSample, ExportOptions
 
@@ -36,9 +36,6 @@ NORMAL_FOLDER = "good"  # MVTec's name for normal images, whatever --normal call
 # the mvtec folder of a sample whose only defect was cut below min_visible, where an index of
 # an earlier release does not say of which class
 UNKNOWN_DEFECT = "cut_defect"
-JPEG, LABEL, MASK = ".jpg", ".txt", ".png"
-# anomalib's MVTecAD reads ``.png`` images only (anomalib 2.7, datasets/image/mvtecad.py)
-MVTEC_IMAGE = ".png"
 
 
 def safe_folder_name(name: str) -> bool:
@@ -227,26 +224,10 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
                                            spare, height, width))
     # An instance mask is decoded when a layout asks for it (``SampleObject.mask``): its runs
     # were checked with the metadata (``checked_metadata``: sizes, counts covering the
-    # sample), and a mask that fails anyway fails inside ``sample_files``, named by its
+    # sample), and a mask that fails anyway fails inside ``Layout.files``, named by its
     # sample.  COCO takes an RLE from its counts: the mask of each object was decoded for
     # nothing (62 us for a 1024 x 1024 mask of 501 runs, timeit).
     return sample
-
-
-def sample_files(options: ExportOptions, sample: Sample) -> tuple[list[tuple[str, bytes]],
-                                                                 tuple[CocoObject, ...] | None]:
-    """The files of ``sample`` in the layout (relative path, bytes), and its COCO objects."""
-    key, split = sample.key, sample.split
-    if options.layout == "coco":
-        return [(f"images/{split}/{key}{JPEG}", sample.jpeg)], coco_objects(
-            sample, bool(options.box_polygons))
-    if options.layout == "anomalib":
-        return anomalib_files(options, sample), None
-    if options.task == "classify":
-        return [(f"{split}/{sample.class_name}/{key}{JPEG}", sample.jpeg)], None
-    lines = yolo_lines(sample, options.task == "segment")
-    return [(f"images/{split}/{key}{JPEG}", sample.jpeg),
-            (f"labels/{split}/{key}{LABEL}", "".join(lines).encode("ascii"))], None
 
 
 def _clip(value: float) -> float:
@@ -321,29 +302,6 @@ def defect_name(options: ExportOptions, sample: Sample) -> str:
     return found[0].name if found else UNKNOWN_DEFECT
 
 
-def anomalib_files(options: ExportOptions, sample: Sample) -> list[tuple[str, bytes]]:
-    key = sample.key
-    mvtec = options.anomalib_layout == "mvtec"
-    if not is_abnormal(options, sample):
-        if mvtec:
-            where = "train" if sample.split == "train" else "test"
-            return [(f"{where}/{NORMAL_FOLDER}/{key}{MVTEC_IMAGE}", png_image(sample))]
-        where = "normal" if sample.split == "train" else "normal_test"
-        return [(f"{where}/{key}{JPEG}", sample.jpeg)]
-    shown = sample.objects + sample.cut
-    boxes = [item.box for item in shown]
-    masks = [item.mask for item in shown]
-    mask = objects.png(objects.anomaly_mask(sample.class_mask, boxes, masks, sample.height,
-                                            sample.width))
-    if mvtec:
-        defect = defect_name(options, sample)
-        if not safe_folder_name(defect) or defect == NORMAL_FOLDER:
-            raise ValueError(f"its defect class {defect!r} cannot be an MVTec folder name")
-        return [(f"test/{defect}/{key}{MVTEC_IMAGE}", png_image(sample)),
-                (f"ground_truth/{defect}/{key}_mask{MASK}", mask)]
-    return [(f"abnormal/{key}{JPEG}", sample.jpeg), (f"mask/{key}{MASK}", mask)]
-
-
 def png_image(sample: Sample) -> bytes:
     """The sample's JPEG decoded and written lossless as PNG (gray stays one channel)."""
     try:
@@ -361,19 +319,6 @@ def png_image(sample: Sample) -> bytes:
 def coco_image_id(key: str) -> int:
     """The first 53 bits of sha256(key): stable across versions, exact as a JSON double."""
     return int(hashlib.sha256(key.encode("ascii")).hexdigest()[:14], 16) >> 3
-
-
-def shared_files(options: ExportOptions, object_classes: tuple[str, ...] | None,
-                 splits: list[str], samples: list[ExportedSample], folder: str,
-                 warn: Callable[[str], None]) -> list[tuple[str, bytes]]:
-    """The split-wide files: YOLO's ``data.yaml`` (detect, segment), COCO's instances files."""
-    if options.layout == "yolo" and options.task != "classify":
-        return [("data.yaml", data_yaml(object_classes or (), splits, folder, warn))]
-    if options.layout == "coco":
-        return [(f"annotations/instances_{split}.json",
-                 instances(object_classes or (), [s for s in samples if s.split == split]))
-                for split in splits]
-    return []
 
 
 def data_yaml(object_classes: tuple[str, ...], splits: list[str], folder: str,
@@ -423,7 +368,7 @@ def instances(object_classes: tuple[str, ...], samples: list[ExportedSample]) ->
     images, annotations = [], []
     for sample in sorted(samples, key=lambda s: s.key):
         image_id = coco_image_id(sample.key)
-        images.append(_Image(image_id, f"{sample.key}{JPEG}", sample.width, sample.height))
+        images.append(_Image(image_id, f"{sample.key}.jpg", sample.width, sample.height))
         for item in sample.coco or ():
             segmentation: object
             if item.polygons is not None:
@@ -447,103 +392,263 @@ def instances(object_classes: tuple[str, ...], samples: list[ExportedSample]) ->
 KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
-def layout_paths(options: ExportOptions, key: str, split: str, classes: tuple[str, ...],
-                 object_classes: tuple[str, ...] | None) -> list[tuple[str, ...]]:
-    """Every list of files the layout can give the sample ``key`` of ``split``: a record
-    naming others is not one this release wrote."""
-    if options.layout == "coco":
-        return [(f"images/{split}/{key}{JPEG}",)]
-    if options.layout == "yolo" and options.task == "classify":
-        return [(f"{split}/{name}/{key}{JPEG}",) for name in classes]
-    if options.layout == "yolo":
-        return [(f"images/{split}/{key}{JPEG}", f"labels/{split}/{key}{LABEL}")]
-    if options.anomalib_layout == "mvtec":
-        normal = [(f"{where}/{NORMAL_FOLDER}/{key}{MVTEC_IMAGE}",) for where in ("train", "test")]
-        return normal + [(f"test/{defect}/{key}{MVTEC_IMAGE}",
-                          f"ground_truth/{defect}/{key}_mask{MASK}")
-                         for defect in defect_names(classes, object_classes,
-                                                    options.normal or "")]
-    return [(f"normal/{key}{JPEG}",), (f"normal_test/{key}{JPEG}",),
-            (f"abnormal/{key}{JPEG}", f"mask/{key}{MASK}")]
+# A COCO box's corner and size, rounded to 3 decimals each, may pass its image's edge by this.
+COCO_ROUNDING = 0.002
+COCO_RLE = re.compile(r"[0-o]*")  # pycocotools' compressed counts: 6 bits a character from 48
+
+
+class Layout:
+    """An export layout: the files it gives a sample as ``schemes`` (each one way to write a
+    sample: its paths as templates of ``{split}``, ``{key}`` and, where a class names the
+    folder, ``{folder}``), its split-wide files (``shared``, a template of ``{split}``), and
+    what it takes of a sample.  ``LAYOUTS`` holds one of each, ``layout_of`` an export's."""
+
+    name: str = ""  # --layout
+    variant: str | None = None  # --task (yolo), --anomalib-layout (anomalib)
+    schemes: tuple[tuple[str, ...], ...] = ()
+    shared: str | None = None
+    with_objects = True  # its files show objects (classify follows image classes only)
+    every_class_mask = False  # it reads each sample's class mask (else: one without RLEs)
+    leaves_out_cut = True  # a sample with a cut defect is left out unless --keep-cut
+
+    def folders(self, classes: tuple[str, ...], object_classes: tuple[str, ...] | None,
+                normal: str) -> Iterable[str]:
+        """What ``{folder}`` may be."""
+        return ()
+
+    def paths(self, scheme: int, sample: Sample, folder: str = "") -> tuple[str, ...]:
+        return tuple(template.format(split=sample.split, key=sample.key, folder=folder)
+                     for template in self.schemes[scheme])
+
+    def files(self, options: ExportOptions, sample: Sample
+              ) -> tuple[list[tuple[str, bytes]], tuple[CocoObject, ...] | None]:
+        """The files of ``sample`` (relative path, bytes), and its COCO objects."""
+        raise NotImplementedError
+
+    def shared_files(self, object_classes: tuple[str, ...] | None, splits: list[str],
+                     samples: list[ExportedSample], folder: str,
+                     warn: Callable[[str], None]) -> list[tuple[str, bytes]]:
+        """The split-wide files (relative path, bytes)."""
+        return []
+
+    def recorded_fit(self, object_classes: tuple[str, ...] | None
+                     ) -> Callable[[ExportedSample], bool]:
+        """A test of what a sample's record gives the new version besides its files."""
+        return lambda sample: True
+
+    def check(self, records: list[SampleRecord], classes: tuple[str, ...]) -> None:
+        """Refuse, before a file is written, samples this layout cannot write."""
+
+
+class YoloDetect(Layout):
+    name, variant = "yolo", "detect"
+    schemes = (("images/{split}/{key}.jpg", "labels/{split}/{key}.txt"),)
+    shared = "data.yaml"
+
+    def files(self, options, sample):
+        labels = "".join(yolo_lines(sample, self.variant == "segment")).encode("ascii")
+        return list(zip(self.paths(0, sample), (sample.jpeg, labels), strict=True)), None
+
+    def shared_files(self, object_classes, splits, samples, folder, warn):
+        return [(self.shared, data_yaml(object_classes or (), splits, folder, warn))]
+
+
+class YoloSegment(YoloDetect):
+    variant = "segment"
+
+
+class YoloClassify(Layout):
+    name, variant = "yolo", "classify"
+    schemes = (("{split}/{folder}/{key}.jpg",),)
+    with_objects = leaves_out_cut = False
+
+    def folders(self, classes, object_classes, normal):
+        return classes
+
+    def files(self, options, sample):
+        return [(self.paths(0, sample, sample.class_name)[0], sample.jpeg)], None
+
+    def check(self, records, classes):
+        """Every sample has an image class: its folder.  A sample outside every class folder
+        was written loose in ``SPLIT/`` (ImageFolder drops it) under a record the next export
+        refused as damaged."""
+        unlabelled = [record.key for record in records if record.label == -1]
+        if unlabelled:
+            raise ConfigError(f"--task classify: {plural(len(unlabelled), 'sample')} without "
+                              f"an image class (label -1; the first: {unlabelled[0]}): the "
+                              "layout puts each sample in its class's folder; export with "
+                              "--task detect, or pack them with a class")
+        for record in records:
+            if not 0 <= record.label < len(classes):
+                raise ManifestError(f"sample {record.key}: label {record.label} is not a class "
+                                    f"of the dataset ({plural(len(classes), 'class', 'classes')}"
+                                    "): the sample index is damaged (shardsmith verify)")
+
+
+class Coco(Layout):
+    name = "coco"
+    schemes = (("images/{split}/{key}.jpg",),)
+    shared = "annotations/instances_{split}.json"
+
+    def files(self, options, sample):
+        return [(self.paths(0, sample)[0], sample.jpeg)], coco_objects(
+            sample, bool(options.box_polygons))
+
+    def shared_files(self, object_classes, splits, samples, folder, warn):
+        return [(self.shared.format(split=split),
+                 instances(object_classes or (), [s for s in samples if s.split == split]))
+                for split in splits]
+
+    def recorded_fit(self, object_classes):
+        """A test of a sample's recorded COCO objects (what a new version's instances files
+        take for a linked or kept sample, its shard unread): ``fits(sample)`` when they are
+        ones ``coco_objects`` can have made for an image of its recorded size, a category of
+        the dataset each, a box of positive size inside the image, its polygons or else its
+        RLE (or neither: a box only)."""
+        categories = len(object_classes or ())
+
+        def fits(sample: ExportedSample) -> bool:
+            width, height = sample.width, sample.height
+            if sample.coco is None or not (1 <= width <= MAX_SIDE and 1 <= height <= MAX_SIDE):
+                return False
+            for item in sample.coco:
+                x, y, w, h = item.bbox
+                if not (1 <= item.category_id <= categories and x >= 0 and y >= 0 and w > 0
+                        and h > 0 and x + w <= width + COCO_ROUNDING
+                        and y + h <= height + COCO_ROUNDING and 0 <= item.area <= width * height):
+                    return False
+                if item.polygons is None:
+                    if item.rle is not None and COCO_RLE.fullmatch(item.rle) is None:
+                        return False
+                elif item.rle is not None or not item.polygons or any(
+                        len(ring) < 6 or len(ring) % 2 for ring in item.polygons):
+                    return False
+            return True
+
+        return fits
+
+    def check(self, records, classes):
+        seen: dict[int, str] = {}
+        for record in records:
+            image_id = coco_image_id(record.key)
+            if seen.get(image_id) == record.key:  # the sample index refuses it first
+                raise ManifestError(f"sample key {record.key} is in the sample index twice")
+            if image_id in seen:
+                raise ConfigError(f"samples {seen[image_id]} and {record.key} get the same "
+                                  f"COCO image id {image_id} (53 bits of sha256 of the key "
+                                  "collide)")
+            seen[image_id] = record.key
+
+
+class AnomalibFolder(Layout):
+    name, variant = "anomalib", "folder"
+    schemes = (("normal/{key}.jpg",), ("normal_test/{key}.jpg",),
+               ("abnormal/{key}.jpg", "mask/{key}.png"))
+    every_class_mask, leaves_out_cut = True, False
+
+    def files(self, options, sample):
+        if not is_abnormal(options, sample):
+            where = 0 if sample.split == "train" else 1
+            return [(self.paths(where, sample)[0], self.image(sample))], None
+        marked = sample.objects + sample.cut
+        mask = objects.png(objects.anomaly_mask(sample.class_mask, [item.box for item in marked],
+                                                [item.mask for item in marked], sample.height,
+                                                sample.width))
+        paths = self.paths(2, sample, self.defect(options, sample))
+        return list(zip(paths, (self.image(sample), mask), strict=True)), None
+
+    def image(self, sample: Sample) -> bytes:
+        return sample.jpeg
+
+    def defect(self, options: ExportOptions, sample: Sample) -> str:
+        return ""
+
+
+class Mvtec(AnomalibFolder):
+    """anomalib's MVTecAD reads ``.png`` images only (anomalib 2.7, datasets/image/mvtecad.py):
+    the shard's JPEG decoded and written lossless."""
+
+    variant = "mvtec"
+    schemes = ((f"train/{NORMAL_FOLDER}/{{key}}.png",), (f"test/{NORMAL_FOLDER}/{{key}}.png",),
+               ("test/{folder}/{key}.png", "ground_truth/{folder}/{key}_mask.png"))
+
+    def folders(self, classes, object_classes, normal):
+        return defect_names(classes, object_classes, normal)
+
+    def image(self, sample):
+        return png_image(sample)
+
+    def defect(self, options, sample):
+        defect = defect_name(options, sample)
+        if not safe_folder_name(defect) or defect == NORMAL_FOLDER:
+            raise ValueError(f"its defect class {defect!r} cannot be an MVTec folder name")
+        return defect
+
+
+LAYOUTS: dict[tuple[str, str | None], Layout] = {
+    (layout.name, layout.variant): layout
+    for layout in (YoloDetect(), YoloSegment(), YoloClassify(), Coco(), AnomalibFolder(),
+                   Mvtec())}
+
+
+def layout_of(options: ExportOptions) -> Layout:
+    """The layout an export's options name."""
+    return LAYOUTS[options.layout, options.task or options.anomalib_layout]
 
 
 def paths_fit(options: ExportOptions, classes: tuple[str, ...],
               object_classes: tuple[str, ...] | None) -> Callable[[str, str, tuple[str, ...]],
                                                                   bool]:
     """A test of a sample's recorded paths: ``fits(key, split, paths)`` when ``paths`` are
-    files the layout gives the sample ``key`` of ``split`` (a sound key and split), as
-    ``layout_paths`` lists them.  The detect, segment and coco layouts give a sample one list
-    of files, compared whole without building the lists; the classify and mvtec layouts a
-    list per class, whose folder is read off the path and looked up in the classes' set,
-    made once (a list per sample made an up-to-date classify re-export of 8,000 samples in
-    10,000 classes take 10 to 12 s instead of 0.4 s: docs/performance.md, "Export")."""
-    if options.layout == "coco":
-        return lambda key, split, paths: paths == (f"images/{split}/{key}{JPEG}",)
-    if options.layout == "yolo" and options.task != "classify":
-        return lambda key, split, paths: paths == (f"images/{split}/{key}{JPEG}",
-                                                   f"labels/{split}/{key}{LABEL}")
-    if options.layout == "yolo":
-        names = frozenset(classes)
-        return lambda key, split, paths: len(paths) == 1 and _folder_between(
-            paths[0], f"{split}/", f"/{key}{JPEG}") in names
-    if options.anomalib_layout == "mvtec":
-        defects = frozenset(defect_names(classes, object_classes, options.normal or ""))
+    files the layout gives the sample ``key`` of ``split`` (one of its ``schemes``), without
+    building a list per class: a class's folder is read off the path and looked up in the
+    set of the folders, made once (a list per sample made an up-to-date classify re-export of
+    8,000 samples in 10,000 classes take 10 to 12 s instead of 0.4 s: docs/performance.md,
+    "Export")."""
+    layout = layout_of(options)
+    folders = frozenset(layout.folders(classes, object_classes, options.normal or ""))
+    by_class = ["{folder}" in scheme[0] for scheme in layout.schemes]
+    by_split: dict[str, list[list[tuple[str, str, str]]]] = {}  # the schemes' pieces
 
-        def fits(key: str, split: str, paths: tuple[str, ...]) -> bool:
-            if len(paths) == 1:
-                return paths[0] in (f"train/{NORMAL_FOLDER}/{key}{MVTEC_IMAGE}",
-                                    f"test/{NORMAL_FOLDER}/{key}{MVTEC_IMAGE}")
-            if len(paths) != 2:
-                return False
-            defect = _folder_between(paths[0], "test/", f"/{key}{MVTEC_IMAGE}")
-            return defect in defects and paths[1] == f"ground_truth/{defect}/{key}_mask{MASK}"
+    def fits(key: str, split: str, paths: tuple[str, ...]) -> bool:
+        schemes = by_split.get(split)
+        if schemes is None:  # split in once (a format a path made the check 25 times slower)
+            schemes = by_split[split] = [[_pieces(template, split) for template in scheme]
+                                         for scheme in layout.schemes]
+        for scheme, with_folder in zip(schemes, by_class, strict=True):
+            if len(scheme) != len(paths):
+                continue
+            folder = ""
+            if with_folder:
+                head, middle, tail = scheme[0]
+                folder = _between(paths[0], head, middle + key + tail)
+                if folder not in folders:
+                    continue
+            for path, (head, middle, tail) in zip(paths, scheme, strict=True):
+                if path != head + folder + middle + key + tail:
+                    break
+            else:
+                return True
+        return False
 
-        return fits
-    return lambda key, split, paths: paths in layout_paths(options, key, split, classes,
-                                                           object_classes)
+    return fits
 
 
-def _folder_between(path: str, head: str, tail: str) -> str | None:
+def _pieces(template: str, split: str) -> tuple[str, str, str]:
+    """``template`` of ``split`` in three: before ``{folder}`` (empty where it has none),
+    from there to ``{key}``, after ``{key}``."""
+    head, _, tail = template.partition("{key}")
+    before, _, middle = head.rpartition("{folder}")
+    return tuple(piece.replace("{split}", split) for piece in (before, middle, tail))
+
+
+def _between(path: str, head: str, tail: str) -> str | None:
     """What lies between ``head`` and ``tail`` in ``path`` (a class's folder), None where
     ``path`` does not begin with the one and end with the other."""
     if len(path) < len(head) + len(tail) or not (path.startswith(head)
                                                   and path.endswith(tail)):
         return None
     return path[len(head):len(path) - len(tail)]
-
-
-# A COCO box's corner and size, rounded to 3 decimals each, may pass its image's edge by this.
-COCO_ROUNDING = 0.002
-COCO_RLE = re.compile(r"[0-o]*")  # pycocotools' compressed counts: 6 bits a character from 48
-
-
-def coco_fits(object_classes: tuple[str, ...] | None) -> Callable[[ExportedSample], bool]:
-    """A test of a sample's recorded COCO objects (what a new version's instances files take
-    for a linked or kept sample, its shard unread): ``fits(sample)`` when they are ones
-    ``coco_objects`` can have made for an image of its recorded size, a category of the
-    dataset each, a box of positive size inside the image, its polygons or else its RLE (or
-    neither: a box only)."""
-    categories = len(object_classes or ())
-
-    def fits(sample: ExportedSample) -> bool:
-        width, height = sample.width, sample.height
-        if sample.coco is None or not (1 <= width <= MAX_SIDE and 1 <= height <= MAX_SIDE):
-            return False
-        for item in sample.coco:
-            x, y, w, h = item.bbox
-            if not (1 <= item.category_id <= categories and x >= 0 and y >= 0 and w > 0
-                    and h > 0 and x + w <= width + COCO_ROUNDING
-                    and y + h <= height + COCO_ROUNDING and 0 <= item.area <= width * height):
-                return False
-            if item.polygons is None:
-                if item.rle is not None and COCO_RLE.fullmatch(item.rle) is None:
-                    return False
-            elif item.rle is not None or not item.polygons or any(
-                    len(ring) < 6 or len(ring) % 2 for ring in item.polygons):
-                return False
-        return True
-
-    return fits
 
 
 def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
@@ -558,6 +663,8 @@ def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
     # A split is a folder name or not whatever the sample (a handful of splits, 10,000
     # samples: the check a sample was a third of this walk).
     splits: dict[str, bool] = {}
+    if (options.layout, options.task or options.anomalib_layout) not in LAYOUTS:
+        return f"{options.layout} is not a layout of this release"
     fits = paths_fit(options, classes, object_classes)
     for sample in samples:
         key, split = sample.key, sample.split
@@ -575,15 +682,13 @@ def check_record_paths(options: ExportOptions, classes: tuple[str, ...],
             return f"sample {sample.key}: named twice"
         seen.update(paths)
         keys.add(sample.key)
+    template = layout_of(options).shared or ""
+    by_split = "{split}" in template
+    head, _, tail = template.partition("{split}")
     for path in shared:
-        if options.layout == "yolo" and options.task != "classify":
-            fits = path == "data.yaml"
-        elif options.layout == "coco":
-            split = path.removeprefix("annotations/instances_").removesuffix(".json")
-            fits = path == f"annotations/instances_{split}.json" and safe_folder_name(split)
-        else:
-            fits = False
-        if not fits or path in seen:
+        split = _between(path, head, tail) if by_split else ""
+        if not template or split is None or (by_split and not safe_folder_name(split)) \
+                or path != template.format(split=split) or path in seen:
             return f"{shown(path)} is not a file of the {options.layout} layout"
         seen.add(path)
     return None

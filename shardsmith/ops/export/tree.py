@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import hashlib
 import os
 import stat
@@ -18,7 +19,7 @@ from pathlib import Path
 from ...atomic import fsync_directory, naming
 from ...door import FOLDER_FLAGS, Refused, kind_of, open_file, sha256_of, walk_folders
 from ...errors import ManifestError, OutputStateError
-from .linkworker import NOT_A_FILE, as_written
+from ...progress import Progress
 from .record import ExportedFile, ExportedSample
 
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -27,6 +28,13 @@ CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_C
 # from 32 threads (0.55 s from 64), on a 2-core machine.
 SYNC_THREADS = 32
 WRITE_AHEAD = 64 << 20  # bytes given to ``write_later``'s threads and not yet written, at most
+# ``link``: threads, and samples a thread is given at a time.  A link waits in the kernel
+# with the GIL released (~10 us); threads link side by side, each into both of YOLO's folders.
+LINK_THREADS, LINK_CHUNK = 4, 1024
+# Not linked, the sample made from its shard instead: the name is gone or is a folder there
+# (EPERM, EISDIR), or is on another file system (a version folder someone mounted: every run
+# would fail alike).
+NOT_A_FILE = frozenset((errno.ENOENT, errno.EPERM, errno.EACCES, errno.EISDIR, errno.EXDEV))
 
 
 def _load_syncfs():
@@ -144,21 +152,39 @@ class ExportTree:
         self._ahead_bytes += len(data)
         return future
 
-    def link_samples(self, source_root: Path,
-                     samples: list[ExportedSample]) -> list[ExportedSample]:
-        """Hard-link the files of ``samples`` from the export folder ``source_root``; returns
-        the samples all of whose files are now here as ``write`` made them (regular, their
-        recorded size and inode and a mode a create gives: ``as_written``).  A file that is
-        not so in the previous version (a link, a fifo, a file cut short or made executable
-        there, a hard link to another file) is not linked, and its sample not returned.
-        Threads may call this side by side once ``link_folder`` has opened every folder of
-        the samples."""
-        # linkat and fstatat by name relative to an open descriptor of each folder (one pair
-        # a folder, ``close`` ends them): 9,000 links of one folder took 0.13 to 0.14 s so,
-        # 0.16 to 0.18 s by full paths with an lstat each; this loop, a sample at a time,
-        # 0.20 to 0.22 s for yolo's 20,000 links from 4 threads, a call a file 0.27 to 0.29 s.
-        # The look after the link stays (~2 us): a link made without following a symbolic
-        # link is whatever the source name is.
+    def link(self, source_root: Path, samples: list[ExportedSample],
+             progress: Progress) -> list[ExportedSample]:
+        """Hard-link the files of ``samples`` from the export folder ``source_root``, by a
+        few threads; returns the samples all of whose files are now here as ``write`` made
+        them (``as_written``).  A file that is not so in the previous version (a link, a fifo,
+        a file cut short or made executable there, a hard link to another file) is not
+        linked, and its sample is not returned: it is made from its shard."""
+        try:
+            for parent in {file.path.rpartition("/")[0] for sample in samples
+                           for file in sample.files}:
+                self._link_folder(source_root, parent)  # before the threads link
+
+            def link_chunk(chunk: list[ExportedSample]) -> list[ExportedSample]:
+                done = self._link_samples(source_root, chunk)
+                progress.update(len(done))
+                return done
+
+            with ThreadPoolExecutor(LINK_THREADS, thread_name_prefix="shardsmith-link") as pool:
+                return [sample for done in pool.map(link_chunk, [
+                    samples[start:start + LINK_CHUNK]
+                    for start in range(0, len(samples), LINK_CHUNK)]) for sample in done]
+        finally:
+            self._close_links()
+
+    def _link_samples(self, source_root: Path,
+                      samples: list[ExportedSample]) -> list[ExportedSample]:
+        """``link`` of a chunk, on one thread: the samples all of whose files are linked."""
+        # linkat and fstatat by name relative to an open descriptor of each folder: 9,000
+        # links of one folder took 0.13 to 0.14 s so, 0.16 to 0.18 s by full paths with an
+        # lstat each; this loop, a sample at a time, 0.20 to 0.22 s for yolo's 20,000 links
+        # from 4 threads, a call a file 0.27 to 0.29 s.  The look after the link stays
+        # (~2 us): a link made without following a symbolic link is whatever the source
+        # name is.
         folders, look = self._link_folders, os.stat
         done = []
         for sample in samples:
@@ -169,7 +195,7 @@ class ExportTree:
                     break  # no such folder in the previous version: nothing to link
                 try:
                     _linkat(source_fd, target_fd, name, self.root, file.path)
-                except FileExistsError:
+                except FileExistsError:  # an earlier try's file
                     if self._link_over(source_fd, target_fd, name, file):
                         continue
                     break
@@ -185,9 +211,9 @@ class ExportTree:
                 done.append(sample)
         return done
 
-    def link_folder(self, source_root: Path, parent: str) -> tuple[int, int]:
+    def _link_folder(self, source_root: Path, parent: str) -> tuple[int, int]:
         """Descriptors of ``source_root/parent`` (-1 where it is no folder) and of our own
-        ``parent``, made a real folder where missing; kept until ``close``."""
+        ``parent``, made a real folder where missing; kept until ``link`` ends."""
         folders = self._link_folders.get((source_root, parent))
         if folders is not None:
             return folders
@@ -209,8 +235,8 @@ class ExportTree:
         self._link_folders[(source_root, parent)] = folders
         return folders
 
-    def close(self) -> None:
-        """Close the folder descriptors ``link_folder`` opened."""
+    def _close_links(self) -> None:
+        """Close the folder descriptors ``_link_folder`` opened."""
         folders, self._link_folders = self._link_folders, {}
         for pair in folders.values():
             for fd in pair:
@@ -281,17 +307,6 @@ class ExportTree:
         finally:
             os.close(fd)
 
-    def remove_empty(self, relpaths: list[str]) -> None:
-        """Remove each of these folders (and the folders above it) that holds nothing: made
-        ahead for files that did not come (an export makes no empty folder)."""
-        above = {parent for relpath in relpaths for parent in _and_above(relpath)}
-        for relpath in sorted(above, key=lambda relpath: -relpath.count("/")):
-            try:
-                os.rmdir(self.root / relpath)
-            except OSError:  # not empty (or not a folder of ours to remove)
-                continue
-            self._folders.discard(relpath)
-
     def remove_unnamed(self, named: set[str]) -> None:
         """Remove files an earlier try with other samples left that this export does not
         name (regular files only, the export's own leftovers; anything else stays)."""
@@ -327,6 +342,20 @@ def real_folders(root: Path, relpaths: set[str]) -> bool:
         except FileNotFoundError:
             return False
     return True
+
+
+def as_written(info: os.stat_result, size: int, inode: int | None) -> bool:
+    """``info`` is of the file an export wrote as ``size`` bytes in inode ``inode`` (its
+    record's): regular, that size, that inode, and the permissions a create with 0o644 gives
+    under some umask (0o600 to 0o644).  A file made unreadable (``chmod 000``) or executable
+    in the previous version is not linked: the new version would share its mode, as a fresh
+    export would not.  Nor is one swapped for a hard link to another file (the same size and
+    mode, another inode): the new version would hold a file it did not write, shared with a
+    name outside DEST.  The inode is compared, not the link count: a file unchanged through
+    several kept versions has a link in each, so no count tells such a link from ours."""
+    mode = info.st_mode
+    return (info.st_ino == inode and mode & 0o170000 == stat.S_IFREG and info.st_size == size
+            and mode & 0o600 == 0o600 and not mode & 0o7133)  # 0o7133: the bits 0o644 lacks
 
 
 def _linkat(source_fd: int, target_fd: int, name: str, root: Path, relpath: str) -> None:
