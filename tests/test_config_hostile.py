@@ -83,7 +83,7 @@ def test_a_huge_integer_in_recorded_settings_is_a_config_error_naming_the_key():
 
 def test_a_huge_split_fraction_is_one_short_line(tmp_path):
     line = pack_with_config(tmp_path, "splits:\n  train: 0x" + "f" * 400 + "\n")
-    assert "job.yaml: line 2:" in line and len(line) < 200, line
+    assert "job.yaml: line 2:" in line and len(line.replace(str(tmp_path), "")) < 200, line
 
 
 def test_a_whole_float_past_any_integer_setting_is_one_line(tmp_path):
