@@ -422,3 +422,20 @@ def test_a_corrupt_sample_of_a_damaged_shard_is_named_by_shard_and_key(tmp_path,
     message = first_corrupt(output, reader)
     assert "sample ?" not in message, message
     assert any(f"{name}: sample {key}: unreadable" in message for key in keys), message
+
+
+def test_a_tf_record_whose_features_are_in_another_order_keeps_its_sample(tmp_path):
+    """Another writer (TensorFlow's own) orders an Example's features as it likes: the key
+    after a later name is still found, the sample read, not skipped as keyless."""
+    pytest.importorskip("torch", reason="the torch reader needs PyTorch")
+    from shardsmith.dataset.formats.tfrecord import _field, _fields
+    from shardsmith.readers.torch import dataset
+
+    def reversed_features(payload: bytes) -> bytes:
+        (_, _, features), = _fields(memoryview(payload))
+        entries = [_field(1, bytes(entry)) for _, _, entry in _fields(features)]
+        return _field(1, b"".join(reversed(entries)))
+
+    output = small_dataset(tmp_path, "tfrecord")
+    edit_first_record(output, reversed_features)
+    assert len(list(dataset(output, split="train", shuffle=False, decode=False))) == 3

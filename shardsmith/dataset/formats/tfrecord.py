@@ -315,8 +315,6 @@ def record_key(handle: OpenFile, offset: int, size: int) -> str:
             key = decode_example(_field(1, _field(1, window.read(body, entry)))).get("image/key")
             if isinstance(key, bytes):
                 return key.decode("ascii", "replace")
-        if name > KEY_FEATURE:
-            break
         position = body + entry
     raise ShardFormatError(f"the record at byte {offset} has no image/key")
 
