@@ -439,3 +439,19 @@ def test_a_tf_record_whose_features_are_in_another_order_keeps_its_sample(tmp_pa
     output = small_dataset(tmp_path, "tfrecord")
     edit_first_record(output, reversed_features)
     assert len(list(dataset(output, split="train", shuffle=False, decode=False))) == 3
+
+
+@pytest.mark.parametrize("how", ["truncated", "fifo", "symlink"])
+def test_a_damaged_tf_shard_keeps_its_samples_places_in_the_torch_epoch(tmp_path, how):
+    """A TFRecord shard cut short, or a FIFO or a link in its place, keeps its samples'
+    places: read as corrupt samples and replaced, as a WebDataset shard's are, so that a node
+    whose copy is damaged draws as many samples as the others (DDP waits on the shortest)."""
+    pytest.importorskip("torch", reason="the torch reader needs PyTorch")
+    from shardsmith.readers.torch import dataset
+
+    output = small_dataset(tmp_path, "tfrecord")
+    name = first_shard(output)["name"]
+    damage(output, name, how)
+    read = dataset(output, shuffle=False, decode=False)
+    assert len(read) == 6 and len(list(read)) == 6
+    assert f"{name}: sample " in first_corrupt(output, "torch")

@@ -100,7 +100,7 @@ def load_table(directory: Path, shards: Sequence[ShardEntry],
     for number, shard in enumerate(shards):
         paths.append(str(directory / shard.name))
         rows = fmt.sample_rows(directory, shard, has_masks)
-        first_members.append((rows[0][0][0], rows[0][1]) if rows else (-1, ""))
+        first_members.append(next(((row[0], key) for row, key in rows if key), (-1, "")))
         for row, key in rows:
             keys.append(key)
             columns[0].append(number)
@@ -108,7 +108,8 @@ def load_table(directory: Path, shards: Sequence[ShardEntry],
                 column.append(value)
     tally = KeyTally()  # a key twice: across the selected shards (two splits read together)
     for key in keys:
-        tally.add(key)
+        if key:  # a record whose key did not read (a TFRecord shard cut short) is no repeat
+            tally.add(key)
     hashes = tally.repeated()
     repeated = hashes and repeated_keys(
         ((key, Path(paths[shard]).name) for key, shard in zip(keys, columns[0], strict=True)),
