@@ -613,6 +613,7 @@ def _single(features: dict[str, Values], name: str, kind: type, key: str) -> Any
 class TFRecordFormat:
     name = "tfrecord"
     extension = FORMATS[name]
+    keys_in_shard = True
     # (the record's bytes, their features): the export asks for a record's metadata and then
     # its mask, a parse of the whole Example each (the test corpus's samples: 444 us a sample
     # for metadata, mask and JPEG, 308 us with one parse; one record's bytes held)
