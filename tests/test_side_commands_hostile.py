@@ -6,6 +6,7 @@ TFRecord of one endless varint is one clean answer, not minutes of work."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hostile_data import cli, mixed_annotated, one_error_line, sha256, small_dataset
@@ -55,6 +56,17 @@ def test_bench_read_refuses_an_original_that_leads_out_of_the_source(tmp_path):
     line = one_error_line(cli("bench-read", output, "--source", source, "--seconds", "0.05",
                               "--workers", "1"))
     assert "leads out of the source" in line
+
+
+def test_bench_read_refuses_a_fifo_as_its_json_file_before_timing_not_a_hang(tmp_path):
+    """--json names a FIFO (or a link): refused in one line, as sheet -o and report -o
+    refuse one, before anything is timed; writing into it would wait for a reader forever."""
+    output = small_dataset(tmp_path)
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    line = one_error_line(cli("bench-read", output, "--json", fifo, "--seconds", "0.05",
+                              "--workers", "0", timeout=60))
+    assert "a FIFO where the output file belongs" in line
 
 
 @pytest.mark.slow
