@@ -101,3 +101,13 @@ def test_sheet_answers_at_once_for_a_record_of_one_endless_varint(tmp_path):
     save_manifest(output, manifest)
     line = one_error_line(cli("sheet", output, "-o", tmp_path / "sheet.png", timeout=60), 1)
     assert "varint" in line
+
+
+@pytest.mark.parametrize("option", [("--workers", "-1"), ("--batch-size", str(10**30)),
+                                    ("--seconds", "nan"), ("--seconds", "inf")])
+def test_bench_read_refuses_a_value_out_of_bounds_in_one_line(tmp_path, option):
+    """-1 workers and a batch of 10**30 were torch's tracebacks, --seconds inf a run that
+    never ends, nan one that times nothing."""
+    output = small_dataset(tmp_path)
+    line = one_error_line(cli("bench-read", output, *option, timeout=60))
+    assert line.startswith(f"shardsmith: error: {option[0]}: expected"), line
