@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import __version__, interrupts
-from .atomic import check_output_file, write_json_atomic
+from .atomic import check_output_file, write_bytes_atomic, write_json_atomic
 from .config import Config, load_config
 from .config.commands import (
     BenchReadCommand,
@@ -668,12 +668,13 @@ def bench_read(command: BenchReadCommand) -> None:
     from .readers.bench import as_json, report
     from .readers.bench import bench_read as run
 
+    json_file = None if command.json_file is None else check_output_file(command.json_file)
     results = run(command.shards, source=command.source, tfrecords=command.tfrecords,
                   workers=command.workers, seconds=command.seconds, split=command.split,
                   batch_size=command.batch_size, cold=command.cold)
     _echo(report(results))
-    if command.json_file:
-        Path(command.json_file).write_text(as_json(results) + "\n")
+    if json_file is not None:  # checked again: what is there may have changed meanwhile
+        write_bytes_atomic(check_output_file(json_file), (as_json(results) + "\n").encode())
 
 
 if __name__ == "__main__":  # pragma: no cover

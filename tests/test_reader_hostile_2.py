@@ -422,3 +422,36 @@ def test_a_corrupt_sample_of_a_damaged_shard_is_named_by_shard_and_key(tmp_path,
     message = first_corrupt(output, reader)
     assert "sample ?" not in message, message
     assert any(f"{name}: sample {key}: unreadable" in message for key in keys), message
+
+
+def test_a_tf_record_whose_features_are_in_another_order_keeps_its_sample(tmp_path):
+    """Another writer (TensorFlow's own) orders an Example's features as it likes: the key
+    after a later name is still found, the sample read, not skipped as keyless."""
+    pytest.importorskip("torch", reason="the torch reader needs PyTorch")
+    from shardsmith.dataset.formats.tfrecord import _field, _fields
+    from shardsmith.readers.torch import dataset
+
+    def reversed_features(payload: bytes) -> bytes:
+        (_, _, features), = _fields(memoryview(payload))
+        entries = [_field(1, bytes(entry)) for _, _, entry in _fields(features)]
+        return _field(1, b"".join(reversed(entries)))
+
+    output = small_dataset(tmp_path, "tfrecord")
+    edit_first_record(output, reversed_features)
+    assert len(list(dataset(output, split="train", shuffle=False, decode=False))) == 3
+
+
+@pytest.mark.parametrize("how", ["truncated", "fifo", "symlink"])
+def test_a_damaged_tf_shard_keeps_its_samples_places_in_the_torch_epoch(tmp_path, how):
+    """A TFRecord shard cut short, or a FIFO or a link in its place, keeps its samples'
+    places: read as corrupt samples and replaced, as a WebDataset shard's are, so that a node
+    whose copy is damaged draws as many samples as the others (DDP waits on the shortest)."""
+    pytest.importorskip("torch", reason="the torch reader needs PyTorch")
+    from shardsmith.readers.torch import dataset
+
+    output = small_dataset(tmp_path, "tfrecord")
+    name = first_shard(output)["name"]
+    damage(output, name, how)
+    read = dataset(output, shuffle=False, decode=False)
+    assert len(read) == 6 and len(list(read)) == 6
+    assert f"{name}: sample " in first_corrupt(output, "torch")

@@ -6,6 +6,7 @@ TFRecord of one endless varint is one clean answer, not minutes of work."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hostile_data import cli, mixed_annotated, one_error_line, sha256, small_dataset
@@ -57,6 +58,17 @@ def test_bench_read_refuses_an_original_that_leads_out_of_the_source(tmp_path):
     assert "leads out of the source" in line
 
 
+def test_bench_read_refuses_a_fifo_as_its_json_file_before_timing_not_a_hang(tmp_path):
+    """--json names a FIFO (or a link): refused in one line, as sheet -o and report -o
+    refuse one, before anything is timed; writing into it would wait for a reader forever."""
+    output = small_dataset(tmp_path)
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    line = one_error_line(cli("bench-read", output, "--json", fifo, "--seconds", "0.05",
+                              "--workers", "0", timeout=60))
+    assert "a FIFO where the output file belongs" in line
+
+
 @pytest.mark.slow
 def test_a_sheet_of_600_classes_is_bounded_and_says_what_it_left_out(tmp_path):
     output = small_dataset(tmp_path)
@@ -89,3 +101,13 @@ def test_sheet_answers_at_once_for_a_record_of_one_endless_varint(tmp_path):
     save_manifest(output, manifest)
     line = one_error_line(cli("sheet", output, "-o", tmp_path / "sheet.png", timeout=60), 1)
     assert "varint" in line
+
+
+@pytest.mark.parametrize("option", [("--workers", "-1"), ("--batch-size", str(10**30)),
+                                    ("--seconds", "nan"), ("--seconds", "inf")])
+def test_bench_read_refuses_a_value_out_of_bounds_in_one_line(tmp_path, option):
+    """-1 workers and a batch of 10**30 were torch's tracebacks, --seconds inf a run that
+    never ends, nan one that times nothing."""
+    output = small_dataset(tmp_path)
+    line = one_error_line(cli("bench-read", output, *option, timeout=60))
+    assert line.startswith(f"shardsmith: error: {option[0]}: expected"), line

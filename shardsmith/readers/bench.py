@@ -68,6 +68,11 @@ def bench_read(shards: str | Path, source: str | Path | None = None,
                seconds: float = 10.0, split: str | None = None, batch_size: int = 64,
                cold: bool = False, progress: TextIO | None = sys.stderr) -> list[ReadResult]:
     """Measure every row that applies; returns them, the floor first."""
+    for name, value, low, high in (("workers", workers or 0, 0, 4096),
+                                   ("batch-size", batch_size, 1, 1 << 16),
+                                   ("seconds", seconds, 0.001, 86400.0)):
+        if not low <= value <= high:  # NaN too; a batch of 10**30 or -1 workers reached torch
+            raise ConfigError(f"--{name}: expected {low} to {high:g}, got {value}")
     shards = Path(shards)
     workers = workers or len(os.sched_getaffinity(0))
     manifest = read_manifest(shards)

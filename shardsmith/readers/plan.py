@@ -31,9 +31,10 @@ import numpy as np
 
 from ..dataset.formats import ShardFormat, open_shard, shard_format
 from ..dataset.keys import KeyTally, duplicate_message, repeated_keys
-from ..dataset.manifest import Manifest, ShardEntry
+from ..dataset.manifest import Manifest, ShardEntry, iter_sample_index
 from ..door import OpenFile
 from ..errors import ManifestError, ShardFormatError
+from ..text import shown
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def load_table(directory: Path, shards: Sequence[ShardEntry],
     for number, shard in enumerate(shards):
         paths.append(str(directory / shard.name))
         rows = fmt.sample_rows(directory, shard, has_masks)
-        first_members.append((rows[0][0][0], rows[0][1]) if rows else (-1, ""))
+        first_members.append(next(((row[0], key) for row, key in rows if key), (-1, "")))
         for row, key in rows:
             keys.append(key)
             columns[0].append(number)
@@ -108,19 +109,41 @@ def load_table(directory: Path, shards: Sequence[ShardEntry],
                 column.append(value)
     tally = KeyTally()  # a key twice: across the selected shards (two splits read together)
     for key in keys:
-        tally.add(key)
+        if key:  # a record whose key did not read (a TFRecord shard cut short) is no repeat
+            tally.add(key)
     hashes = tally.repeated()
     repeated = hashes and repeated_keys(
         ((key, Path(paths[shard]).name) for key, shard in zip(keys, columns[0], strict=True)),
         hashes)
     if repeated:
         raise ManifestError(f"{directory}: {duplicate_message(repeated, 'the shards read')}")
+    if fmt.keys_in_shard and manifest is not None:
+        _check_listed(directory, manifest, paths, columns[0], keys)
     shard_of, *rest = (np.asarray(column, np.int64) for column in columns)
     key_bounds = np.zeros(len(keys) + 1, np.int64)
     np.cumsum([len(key) for key in keys], out=key_bounds[1:])
     return SampleTable(tuple(paths), shard_of.astype(np.int32), *rest,
                        first_members=tuple(first_members), keys="".join(keys),
                        key_bounds=key_bounds, format=fmt.name)
+
+
+def _check_listed(directory: Path, manifest: Manifest, paths: list[str], shard_of: list[int],
+                  keys: list[str]) -> None:
+    """ManifestError unless each key read from a shard is one the sample index puts in that
+    shard: a TFRecord index holds offsets alone, so a shard of another split copied over one
+    of the same layout would be served (one pass over the sample index, 8 bytes a sample)."""
+    number = {Path(path).name: at for at, path in enumerate(paths)}
+    listed = np.fromiter((hash((record.key, number[record.shard]))
+                          for record in iter_sample_index(directory, manifest)
+                          if record.shard in number), np.int64)
+    found = np.fromiter((hash((key, shard)) for key, shard in zip(keys, shard_of, strict=True)),
+                        np.int64, len(keys))
+    for at in np.flatnonzero(~np.isin(found, listed)):
+        if keys[at]:  # a record whose key did not read is a corrupt sample already
+            raise ManifestError(f"{Path(paths[shard_of[at]]).name}: holds sample "
+                                f"{shown(keys[at])}, which the sample index does not put "
+                                "there: not the shard the manifest describes (a shard of "
+                                "another split or version copied over it?)")
 
 
 def epoch_order(table: SampleTable, seed: int, epoch: int, shuffle: bool = True,

@@ -64,7 +64,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ..dataset.formats.base import SHARD_CAP, checked_index, open_shard
 from ..dataset.formats.metadata import box_problem
-from ..dataset.formats.tfrecord import check_framing, framed_spans, index_spans, read_payload
+from ..dataset.formats.tfrecord import check_framing, index_spans, read_payload
 from ..dataset.manifest import ShardEntry
 from ..door import Identity, OpenFile, Refused, open_file
 from ..errors import ConfigError, ManifestError, ShardFormatError
@@ -103,7 +103,8 @@ def checked_shard(path: str, entry: ShardEntry) -> tuple[Identity, list[tuple[in
             if handle.size != entry.bytes:
                 raise ShardFormatError(f"{handle.size:,} bytes, the manifest says "
                                        f"{entry.bytes:,}")
-            spans = _index_spans(os.path.dirname(path), entry, handle)
+            spans = index_spans(checked_index(Path(os.path.dirname(path)), entry),
+                                handle.size)
             if len(spans) != entry.samples:
                 raise ShardFormatError(f"{len(spans)} records, the manifest says "
                                        f"{entry.samples}")
@@ -115,12 +116,6 @@ def checked_shard(path: str, entry: ShardEntry) -> tuple[Identity, list[tuple[in
     except OSError as exc:
         raise ManifestError(f"{name}: cannot read the shard: {exc.strerror or exc}") from None
     return identity, spans
-
-
-def _index_spans(directory: str, entry: ShardEntry, handle: OpenFile) -> list[tuple[int, int]]:
-    if entry.index is None:  # packed before indexes: the shard's own headers
-        return framed_spans(handle, handle.size)
-    return index_spans(checked_index(Path(directory), entry), handle.size)
 
 
 class _Shards:

@@ -74,6 +74,7 @@ Span = tuple[int, int]
 class ShardFormat(Protocol):
     name: str
     extension: str
+    keys_in_shard: bool  # its index holds no keys: a reader holds the shards' to the sample index
 
     def sample_rows(self, directory: Path, shard: ShardEntry,
                     has_masks: bool) -> list[tuple[Row, str]]:

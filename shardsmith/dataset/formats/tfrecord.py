@@ -219,17 +219,6 @@ def index_spans(data: bytes, shard_bytes: int) -> list[tuple[int, int]]:
     return spans
 
 
-def framed_spans(handle: OpenFile, shard_bytes: int) -> list[tuple[int, int]]:
-    """(offset, size) of each record, from the shard's own 12-byte headers (a shard without an
-    index), each length's CRC checked and each record within ``shard_bytes``."""
-    spans, offset = [], 0
-    while offset < shard_bytes:
-        length = _checked_length(handle, offset, shard_bytes)
-        spans.append((offset, length + RECORD_OVERHEAD))
-        offset += length + RECORD_OVERHEAD
-    return spans
-
-
 def check_framing(handle: OpenFile, spans: list[tuple[int, int]]) -> None:
     """ShardFormatError unless each record's length field is its span's size (less the
     framing) with a valid CRC: one 12-byte read a record, so that nothing downstream ever
@@ -315,8 +304,6 @@ def record_key(handle: OpenFile, offset: int, size: int) -> str:
             key = decode_example(_field(1, _field(1, window.read(body, entry)))).get("image/key")
             if isinstance(key, bytes):
                 return key.decode("ascii", "replace")
-        if name > KEY_FEATURE:
-            break
         position = body + entry
     raise ShardFormatError(f"the record at byte {offset} has no image/key")
 
@@ -626,6 +613,7 @@ def _single(features: dict[str, Values], name: str, kind: type, key: str) -> Any
 class TFRecordFormat:
     name = "tfrecord"
     extension = FORMATS[name]
+    keys_in_shard = True
     # (the record's bytes, their features): the export asks for a record's metadata and then
     # its mask, a parse of the whole Example each (the test corpus's samples: 444 us a sample
     # for metadata, mask and JPEG, 308 us with one parse; one record's bytes held)
@@ -683,31 +671,29 @@ class TFRecordFormat:
 
     def sample_rows(self, directory: Path, shard: ShardEntry,
                     has_masks: bool) -> list[tuple[Row, str]]:
-        """(row, key) of each record: its span from the DALI index (or, packed before
-        indexes, the records' own headers), its key from around its image
-        (``record_key``).  A record whose key does not read is skipped with a warning, and
-        the records after it when the shard does not open or its framing breaks."""
-        spans = None
-        if shard.index is not None:
-            try:
-                spans = index_spans(checked_index(directory, shard), shard.bytes)
-            except ShardFormatError as exc:
-                raise ManifestError(f"{shard.index.name}: {exc}") from None
-        rows: list[tuple[Row, str]] = []
+        """(row, key) of each record: its span from the DALI index, its key from around its
+        image (``record_key``).  A record whose key does not read (the shard cut short, not
+        a file, damaged) keeps its row without a key: a corrupt sample when read, replaced as
+        any other, so that every copy of the dataset has the same epochs; one warning."""
+        try:
+            spans = index_spans(checked_index(directory, shard), shard.bytes)
+        except ShardFormatError as exc:
+            raise ManifestError(f"{shard.index.name}: {exc}") from None
+        keys, unread = [""] * len(spans), []
         try:
             with open_shard(directory / shard.name) as handle:
-                for offset, size in spans or framed_spans(handle, min(shard.bytes,
-                                                                     handle.size)):
+                for number, (offset, size) in enumerate(spans):
                     try:
-                        key = record_key(handle, offset, size)
-                    except ShardFormatError as exc:
-                        log.warning("%s: %s; skipped", shard.name, exc)
-                        continue
-                    mask = (offset, size) if has_masks else (-1, 0)
-                    rows.append(((offset, size) * 3 + mask, key))
+                        keys[number] = record_key(handle, offset, size)
+                    except (ShardFormatError, OSError) as exc:
+                        unread.append(exc)
         except (ShardFormatError, OSError) as exc:
-            log.warning("%s: %s; its samples after that point are skipped", shard.name, exc)
-        return rows
+            unread.append(exc)
+        if unread:
+            log.warning("%s: %s; its %d records without a key are read as corrupt samples",
+                        shard.name, unread[0], keys.count(""))
+        return [((offset, size) * 3 + ((offset, size) if has_masks else (-1, 0)), key)
+                for (offset, size), key in zip(spans, keys, strict=True)]
 
     def check_first(self, handle: OpenFile, offset: int, key: str) -> None:
         """The record at ``offset`` holds ``image/key`` ``key``."""

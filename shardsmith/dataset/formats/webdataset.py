@@ -75,6 +75,7 @@ def check_member_name(name: str) -> tuple[str, str]:
 class WebDatasetFormat:
     name = "webdataset"
     extension = FORMATS[name]
+    keys_in_shard = False
 
     def encode(self, sample: Sample, classes: tuple[str, ...],
                object_classes: ObjectClasses | None = None) -> Record:
