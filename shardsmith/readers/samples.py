@@ -50,9 +50,9 @@ class SampleReader:
     def _parts(self, index: int, with_meta: bool) -> tuple[Any, int, Any]:
         table = self.table
         shard, start = int(table.shard[index]), int(table.image_offset[index])
-        spans = tuple((int(offset[index]) - start, int(size[index])) for offset, size in (
-            (table.image_offset, table.image_size), (table.label_offset, table.label_size),
-            (table.meta_offset, table.meta_size)))
+        spans = ((0, int(table.image_size[index])),
+                 (int(table.label_offset[index]) - start, int(table.label_size[index])),
+                 (int(table.meta_offset[index]) - start, int(table.meta_size[index])))
         if with_meta and int(table.meta_offset[index]) < 0:
             raise self.named(index, "has no .json")
         end = sum(spans[2 if with_meta else 1])
