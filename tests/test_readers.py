@@ -288,14 +288,18 @@ def test_stateful_dataloader_resumes_mid_epoch_in_a_new_process(crops, tmp_path,
     assert head + json.loads(rest.splitlines()[-1]) == whole
 
 
-def test_a_plain_loader_resumes_from_epoch_and_batch_position(crops):
-    data = dataset(crops, split="train", batch_size=2, decode=False, seed=3)
+def _resumed_batches_equal_the_rest_of_the_epoch(path: Path) -> None:
+    data = dataset(path, split="train", batch_size=2, decode=False, seed=3)
     data.set_epoch(2)
     whole = [_ids(batch) for batch in data]
-    resumed = dataset(crops, split="train", batch_size=2, decode=False, seed=3)
+    resumed = dataset(path, split="train", batch_size=2, decode=False, seed=3)
     resumed.load_state_dict({"epoch": 2, "start": 4})
     loader = torch.utils.data.DataLoader(resumed, batch_size=None, num_workers=2)
     assert [_ids(batch) for batch in loader] == whole[4:]
+
+
+def test_a_plain_loader_resumes_from_epoch_and_batch_position(crops):
+    _resumed_batches_equal_the_rest_of_the_epoch(crops)
 
 
 # --- damage ------------------------------------------------------------------------------
@@ -403,14 +407,7 @@ def jpeg_pixels(output: Path) -> list[str]:
 
 
 def test_torch_on_tfrecord_resumes_from_epoch_and_batch_position(both_formats):
-    path = both_formats["tfrecord"]
-    data = dataset(path, split="train", batch_size=2, decode=False, seed=3)
-    data.set_epoch(2)
-    whole = [_ids(batch) for batch in data]
-    resumed = dataset(path, split="train", batch_size=2, decode=False, seed=3)
-    resumed.load_state_dict({"epoch": 2, "start": 4})
-    loader = torch.utils.data.DataLoader(resumed, batch_size=None, num_workers=2)
-    assert [_ids(batch) for batch in loader] == whole[4:]
+    _resumed_batches_equal_the_rest_of_the_epoch(both_formats["tfrecord"])
 
 
 def test_torch_on_tfrecord_weighs_its_draws_as_on_webdataset(both_formats):
