@@ -106,6 +106,25 @@ def test_inspect_shows_objects_and_orphans_in_text_and_json(tmp_path):
     assert document["annotation_sources"]["orphans"] == 1
 
 
+def test_inspect_counts_objects_in_the_one_pass_over_the_sample_index(tmp_path, monkeypatch):
+    from shardsmith.insight import census, inspection
+
+    config = yolo_job(tmp_path)
+    assert run("pack", tmp_path / "source", tmp_path / "out", "--config", config,
+               *YOLO).exit_code == 0
+    passes, walk = [], census.iter_sample_index
+
+    def counted(*args, **kwargs):
+        passes.append(args)
+        return walk(*args, **kwargs)
+
+    for module in (census, inspection):  # wherever the index is walked from
+        monkeypatch.setattr(module, "iter_sample_index", counted, raising=False)
+    document = json.loads(run("inspect", tmp_path / "out", "--json").output)
+    assert document["objects"]["objects"] == 3
+    assert len(passes) == 1
+
+
 def test_a_dataset_without_annotations_has_no_object_report(tmp_path):
     images.write(tmp_path / "source" / "dent" / "a.jpg", images.jpeg(160, 120, 1))
     assert run("pack", tmp_path / "source", tmp_path / "out", *YOLO).exit_code == 0
