@@ -11,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
+import io
 import os
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from PIL import Image
 
 from ..dataset.formats import shard_format
 from ..dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
@@ -72,6 +75,23 @@ def read_packed(directory: Path, manifest: Manifest,
     """key -> packed JPEG bytes of ``records``, read from their shards (``read_each``)."""
     fmt = shard_format(manifest.format)
     return read_each(directory, manifest, records, lambda packed, _: fmt.jpeg(packed))
+
+
+def sample_picture(jpeg: bytes | None, record: SampleRecord, thumb: int) -> Image.Image | None:
+    """A packed sample in RGB, decoded at the smallest scale that still covers ``thumb`` x
+    ``thumb`` (the caller fits it); None when there is none, it does not decode, or its header
+    claims another size than the sample index records (a sample of ours is that size: a
+    header claiming 65500 x 65500 is not decoded at all)."""
+    if jpeg is None:
+        return None
+    try:
+        with Image.open(io.BytesIO(jpeg)) as image:
+            if image.size != (record.width, record.height):
+                return None
+            image.draft("RGB", (thumb, thumb))
+            return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
+        return None
 
 
 def read_each(directory: Path, manifest: Manifest, records: list[SampleRecord],

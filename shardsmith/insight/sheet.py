@@ -44,7 +44,7 @@ from .objects_drawn import (
     draw_objects,
     read_objects,
 )
-from .picks import pick_per_class, pick_rejects, read_packed
+from .picks import pick_per_class, pick_rejects, read_packed, sample_picture
 
 Box = tuple[int, int, int, int]
 
@@ -306,8 +306,8 @@ class _Canvas:
         for record in records:
             box = (x, top, x + thumb, top + thumb)
             jpeg = packed.get(record.key)
-            image = _decoded(jpeg, thumb, (record.width, record.height)) \
-                if jpeg is not None else None
+            image = sample_picture(jpeg, record, thumb)
+            image = None if image is None else _fitted_picture(image, thumb)
             message = "not found in its shard (shardsmith verify)" if jpeg is None \
                 else f"{record.key}: unreadable, or not the size the index records " \
                 "(shardsmith verify --decode)"
@@ -437,21 +437,6 @@ def _fitted(draw: ImageDraw.ImageDraw, text: str, font, width: int, keep_end: bo
         else:
             high = middle - 1
     return ("..." + text[len(text) - low:]) if keep_end else (text[:low] + "...")
-
-
-def _decoded(jpeg: bytes, thumb: int, size: tuple[int, int]) -> Image.Image | None:
-    """A packed sample as a thumbnail that fits ``thumb`` x ``thumb``; None if it does not
-    decode, or if its header claims another size than the sample index records (a sample of
-    ours is that size: a header claiming 65500 x 65500 is not decoded at all)."""
-    try:
-        with Image.open(io.BytesIO(jpeg)) as image:
-            if image.size != size:
-                return None
-            image.draft("RGB", (thumb, thumb))
-            picture = image.convert("RGB")
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
-        return None
-    return _fitted_picture(picture, thumb)
 
 
 def _reject_images(originals: Originals, rejects: list[RejectEntry], limits: ImageConfig,
