@@ -26,6 +26,7 @@ from ..dataset.normal import record_is_normal
 from ..dataset.records import CONTENT_PREFIX
 from ..errors import ConfigError, ManifestError
 from ..text import printable
+from .picks import SeededPicks
 
 COMMON_SIZES = 5
 
@@ -126,6 +127,7 @@ class Census:
     ungrouped: dict[str, int] = field(default_factory=dict)
     groups_in_several_splits: tuple[str, ...] = ()
     objects: ObjectCensus | None = None  # a dataset with objects
+    picks: dict[int, list[SampleRecord]] = field(default_factory=dict)  # label -> seeded picks
 
     @property
     def labels(self) -> tuple[int, ...]:
@@ -166,9 +168,10 @@ def packed_config(manifest: Manifest) -> Config:
 
 
 def take_census(directory: Path, manifest: Manifest, split: str | None = None,
-                duplicates: bool = True) -> Census:
+                duplicates: bool = True, per_class: int = 0, seed: int = 0) -> Census:
     """Stream the sample index of ``directory`` once (twice when duplicates are possible;
-    ``duplicates=False`` leaves them out)."""
+    ``duplicates=False`` leaves them out); with ``per_class``, pick that many samples of
+    each label in the order of ``seed`` on the way (``picks.SeededPicks``)."""
     counts: Counter = Counter()
     widths, heights, jpeg_bytes = array("I"), array("I"), array("Q")
     prefixes = array("Q")
@@ -179,6 +182,7 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None,
     ungrouped: Counter = Counter()
     previous_path = None
     objects = ObjectCensus() if manifest.object_classes is not None else None
+    picks = SeededPicks(per_class, seed)
     for record in iter_sample_index(directory, manifest):
         prefix = _digest_prefix(record)
         if prefix is None:
@@ -203,6 +207,8 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None,
             groups[record.split].add(record.group)
         if objects is not None:
             objects.add(record)
+        if per_class:
+            picks.add(record)
     try:
         group_pattern = packed_config(manifest).split_group
     except ManifestError:  # settings this version cannot read: counts are still worth seeing
@@ -225,6 +231,7 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None,
         ungrouped={name: ungrouped.get(name, 0) for name in names} if group_pattern else {},
         groups_in_several_splits=tuple(sorted(several)),
         objects=objects,
+        picks=picks.picks(),
     )
 
 

@@ -31,6 +31,7 @@ from .census import (
     take_census,
 )
 from .named_source import Originals
+from .picks import interleave
 from .quality import QualityFigure, measure_quality, quality_json, quality_lines
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,12 @@ def inspect_dataset(directory: str | Path, split: str | None = None,
                           f"{directory} first and inspect the copy")
     manifest = read_manifest(directory)
     require_split(manifest, split)
-    census = take_census(directory, manifest, split)
+    census = take_census(directory, manifest, split, per_class=quality, seed=seed)
     try:
         configured = dict(packed_config(manifest).splits)
     except ManifestError:
         configured = {}
-    figure = measure_quality(directory, manifest, quality, seed, split, quiet,
+    figure = measure_quality(directory, manifest, interleave(census.picks, quality), quiet,
                              originals) if quality else None
     return Inspection(directory, manifest, census, tuple(warnings_of(census, imbalance)),
                       configured, figure)

@@ -44,7 +44,7 @@ from .objects_drawn import (
     draw_objects,
     read_objects,
 )
-from .picks import pick_per_class, pick_rejects, read_packed, sample_picture
+from .picks import pick_rejects, read_packed, sample_picture
 
 Box = tuple[int, int, int, int]
 
@@ -122,8 +122,8 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     if objects and manifest.object_classes is None:
         raise ConfigError(f"{directory} has no box or mask annotations (packed without "
                           "source.annotations): --objects needs them")
-    census = take_census(directory, manifest, split, duplicates=False)
-    picks = pick_per_class(directory, manifest, per_class, seed, split)
+    census = take_census(directory, manifest, split, duplicates=False, per_class=per_class,
+                         seed=seed)
     notes: list[str] = []
     canvas = _Canvas(manifest, census, per_class, thumb)
     labels = census.labels[: _rows_that_fit(canvas.width, thumb)]
@@ -132,7 +132,7 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
         notes.append(f"{plural(left_out, 'class', 'classes')} of {len(census.labels):,} not "
                      f"drawn (a sheet shows at most {len(labels):,} at this size; "
                      "shardsmith inspect lists them all)")
-    shown = [record for label in labels for record in picks.get(label, [])]
+    shown = [record for label in labels for record in census.picks.get(label, [])]
     packed = read_packed(directory, manifest, shown)
     canvas.objects = read_objects(directory, manifest, shown) if objects else None
     rejects = pick_rejects(manifest.rejects, per_class, seed)
@@ -142,7 +142,7 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     canvas.labels = labels
     canvas.title(directory, seed, split)
     canvas.chart()
-    rows = tuple(canvas.class_row(label, picks.get(label, []), packed) for label in labels)
+    rows = tuple(canvas.class_row(label, census.picks.get(label, []), packed) for label in labels)
     if left_out:
         canvas.left_out(left_out)
     tiles = canvas.reject_strip(rejects, originals, texts) if manifest.rejects else ()
