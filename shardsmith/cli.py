@@ -648,7 +648,6 @@ def export(command: ExportCommand) -> None:
     output.path the dataset.
     """
     from .ops.export import export as run_export
-    from .ops.export import export_summary
 
     if command.destination is None:
         if command.config_file is None or command.dataset is None:
@@ -659,7 +658,7 @@ def export(command: ExportCommand) -> None:
                         anomalib_layout=command.anomalib_layout,
                         splits=command.splits or None, quiet=command.quiet, keep=command.keep,
                         keep_cut=command.keep_cut, boxes_as_polygons=command.boxes_as_polygons)
-    _echo(export_summary(result))
+    _echo(result.summary())
 
 
 @declared_command(BenchReadCommand)
