@@ -170,10 +170,6 @@ def _rows_that_fit(width: int, thumb: int) -> int:
     return max(1, min(MAX_CLASS_ROWS, (MAX_SHEET_PIXELS // width - fixed) // per_class))
 
 
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    return ImageFont.load_default(size=size)
-
-
 class _Canvas:
     """Lays the sheet out top to bottom on a canvas that grows as sections are added."""
 
@@ -187,7 +183,7 @@ class _Canvas:
         self.colours = {name: SPLIT_COLOURS[i % len(SPLIT_COLOURS)]
                         for i, name in enumerate(dict.fromkeys((*manifest.splits,
                                                                 *census.splits)))}
-        self.fonts = {size: _font(size) for size in (11, 12, 13, 15, 17, 24)}
+        self.fonts = {size: ImageFont.load_default(size=size) for size in (11, 12, 13, 15, 17, 24)}
         self.objects: dict[str, PackedObjects | str] | None = None  # key -> objects or why not
         self.drawn: list[DrawnObject] = []
         self.headline = ""
