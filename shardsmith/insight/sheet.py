@@ -35,7 +35,7 @@ from ..dataset.manifest import Manifest, RejectEntry, SampleRecord
 from ..errors import BadImage, ConfigError
 from ..text import human_bytes, plural, printable
 from .census import Census, packed_config, require_split, take_census
-from .named_source import Originals, not_named
+from .named_source import MAX_ORIGINAL_BYTES, NOT_READ, Originals, not_named
 from .objects_drawn import (
     DrawnObject,
     PackedObjects,
@@ -53,7 +53,6 @@ GAP = 10
 LABEL_WIDTH = 250
 CAPTION = 30
 BAR_HEIGHT = 18
-MAX_ORIGINAL_BYTES = 512 * 1024 * 1024  # a reject larger than this is shown by its reason
 # The sheet stays one image a viewer opens (and under Pillow's decompression-bomb limit of
 # 89 M pixels): at most this many pixels and class rows; classes past them are named in a
 # note and on the sheet, not drawn (``inspect`` lists them all).
@@ -452,7 +451,7 @@ def _reject_images(originals: Originals, rejects: list[RejectEntry], limits: Ima
 
 def _reject_image(originals: Originals, reject: RejectEntry, thumb: int, limits: ImageConfig,
                   texts: dict[str, str]) -> Image.Image | None:
-    if reject.reason in ("empty", "too_large", "unreadable", "not_a_file"):
+    if reject.reason in NOT_READ:
         return None  # nothing to see, or too much to decode
     try:
         data = originals.read(reject.path, MAX_ORIGINAL_BYTES)

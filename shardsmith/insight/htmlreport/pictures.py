@@ -30,16 +30,13 @@ from ...decoders import decode_peak_bytes, decode_pixels, open_header
 from ...door import MIB
 from ...errors import BadImage, CorruptSampleError, ManifestError
 from ...packing.originals import original_cap
-from ..named_source import Originals
+from ..named_source import MAX_ORIGINAL_BYTES, NOT_READ, Originals
 from ..objects_drawn import PackedObjects, draw_objects, read_objects
 from ..picks import read_packed, sample_picture
 
 THUMB = 160  # pixels: the longer side of a picture in the page
 JPEG_QUALITY = 80  # a 160 px thumbnail is about 6 kB at 80 (base64: 8 kB)
-MAX_ORIGINAL_BYTES = 512 * MIB  # a reject larger than this is shown by its reason
-# Nothing to see (an empty file, a folder, a link), or too much to decode.
-NOT_READ = {"empty": "an empty file", "too_large": "too large to show",
-            "unreadable": "unreadable", "not_a_file": "not a regular file"}
+
 
 
 @dataclass(frozen=True)
