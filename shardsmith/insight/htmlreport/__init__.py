@@ -52,11 +52,10 @@ from .sections import (
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """How much the page shows: rejects and new samples pictured, diff examples listed."""
+    """How much the page shows: rejects and new samples pictured."""
 
     rejects_shown: int = 48
     samples_shown: int = 24
-    examples: int = 50
     originals: Originals | None = None  # where rejected originals are read (None: nowhere)
 
 
@@ -93,11 +92,11 @@ class IndexFacts:
     newest: bool  # True: ``chosen`` are the newest by source time, not the diff's added
 
 
-def load_diff(directory: Path | ObjectPath, examples: int) -> VersionDiff | str:
+def load_diff(directory: Path | ObjectPath) -> VersionDiff | str:
     """The diff of the last two versions, or why there is none (of a bucket:
     ``diff_versions`` copies the manifest and the changes file it reads)."""
     try:
-        return diff_versions(directory, examples=examples)
+        return diff_versions(directory)
     except (ManifestError, ValueError, Refused) as exc:  # a damaged changes file: a note
         return str(exc)
 
@@ -108,7 +107,7 @@ def render_report(directory: Path | ObjectPath, manifest: Manifest,
     """The report page of the dataset in ``directory``; ``diff``: the diff of its last two
     versions or why there is none (default: ``load_diff``)."""
     if diff is None:
-        diff = load_diff(directory, options.examples)
+        diff = load_diff(directory)
     added = [entry["key"] for entry in diff.added if entry["key"] is not None] \
         if isinstance(diff, VersionDiff) else []  # an earlier release's line: no key
     facts = _index_facts(directory, manifest, added, options.samples_shown)
