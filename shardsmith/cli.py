@@ -286,8 +286,9 @@ def declared_command(declaration: type, group: click.Group | None = None
             if "settings" in names:  # pack's setting flags, as dotted-key overrides
                 values["settings"] = overrides_of(
                     {name: values.pop(name) for name in list(values) if name not in names})
-            for entry in parameters(declaration):
-                needed = entry.parameter.needs and _declared(declaration, entry.parameter.needs)
+            declared = {entry.name: entry for entry in parameters(declaration)}
+            for entry in declared.values():
+                needed = entry.parameter.needs and declared[entry.parameter.needs]
                 if needed and values[entry.name] != entry.default \
                         and values[needed.name] == needed.default:
                     raise click.UsageError(entry.parameter.needs_why or (
@@ -300,10 +301,6 @@ def declared_command(declaration: type, group: click.Group | None = None
         return (group or main).command()(command)
 
     return decorate
-
-
-def _declared(declaration: type, name: str) -> Declared:
-    return next(entry for entry in parameters(declaration) if entry.name == name)
 
 
 def _click_parameter(entry: Declared) -> Callable[[Callable], Callable]:
@@ -648,7 +645,6 @@ def export(command: ExportCommand) -> None:
     output.path the dataset.
     """
     from .ops.export import export as run_export
-    from .ops.export import export_summary
 
     if command.destination is None:
         if command.config_file is None or command.dataset is None:
@@ -659,7 +655,7 @@ def export(command: ExportCommand) -> None:
                         anomalib_layout=command.anomalib_layout,
                         splits=command.splits or None, quiet=command.quiet, keep=command.keep,
                         keep_cut=command.keep_cut, boxes_as_polygons=command.boxes_as_polygons)
-    _echo(export_summary(result))
+    _echo(result.summary())
 
 
 @declared_command(BenchReadCommand)

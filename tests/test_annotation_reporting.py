@@ -106,6 +106,25 @@ def test_inspect_shows_objects_and_orphans_in_text_and_json(tmp_path):
     assert document["annotation_sources"]["orphans"] == 1
 
 
+def test_inspect_counts_objects_in_the_one_pass_over_the_sample_index(tmp_path, monkeypatch):
+    from shardsmith.insight import census, inspection
+
+    config = yolo_job(tmp_path)
+    assert run("pack", tmp_path / "source", tmp_path / "out", "--config", config,
+               *YOLO).exit_code == 0
+    passes, walk = [], census.iter_sample_index
+
+    def counted(*args, **kwargs):
+        passes.append(args)
+        return walk(*args, **kwargs)
+
+    for module in (census, inspection):  # wherever the index is walked from
+        monkeypatch.setattr(module, "iter_sample_index", counted, raising=False)
+    document = json.loads(run("inspect", tmp_path / "out", "--json").output)
+    assert document["objects"]["objects"] == 3
+    assert len(passes) == 1
+
+
 def test_a_dataset_without_annotations_has_no_object_report(tmp_path):
     images.write(tmp_path / "source" / "dent" / "a.jpg", images.jpeg(160, 120, 1))
     assert run("pack", tmp_path / "source", tmp_path / "out", *YOLO).exit_code == 0
@@ -256,6 +275,23 @@ def test_the_dry_run_compares_the_size_a_voc_file_records_with_the_header(tmp_pa
     problems = document["annotations"]["problems"]
     assert len(problems) == 1 and problems[0].startswith("dent/b.jpg")
     assert "made for a 4000x3000 image, this one is 160x120" in problems[0]
+
+
+def test_the_dry_run_reads_a_turned_tiffs_mask_in_the_frame_the_pack_does(tmp_path):
+    import defects
+
+    turned = tmp_path / "source" / "parts" / "turned.tif"
+    images.write(turned, defects.corpus_original("tiff16", 6))  # Pillow: 240x320 upright
+    defects.write_corpus_annotations(turned.with_suffix(""))  # a mask of 320x240, as stored
+    config = tmp_path / "job.yaml"
+    config.write_text("source:\n  annotations:\n" + "".join(
+        f"    {key.rsplit('.', 1)[1]}: {json.dumps(value)}\n"
+        for key, value in defects.CORPUS_ANNOTATIONS.items()))
+    result, document = dry_run(tmp_path, config)
+    assert result.exit_code == 0, result.output
+    assert document["annotations"]["problem_count"] == 0
+    assert run("pack", tmp_path / "source", tmp_path / "out", "--config", config,
+               *YOLO).exit_code == 0  # as the pack packs it
 
 
 def test_the_dry_run_of_a_job_with_a_missing_masks_folder_fails_naming_it(tmp_path):

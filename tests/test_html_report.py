@@ -17,7 +17,9 @@ from click.testing import CliRunner
 from PIL import Image
 
 from shardsmith.cli import main
+from shardsmith.dataset.changes import VersionTotals
 from shardsmith.dataset.manifest import read_manifest
+from shardsmith.insight.diff import VersionDiff
 from shardsmith.insight.htmlreport import ReportOptions, render_report
 from shardsmith.insight.named_source import named_originals
 
@@ -66,25 +68,23 @@ def named(dataset: Path) -> ReportOptions:
     return ReportOptions(originals=named_originals(str(dataset.parent / "source")))
 
 
-def contract_diff(added_key: str) -> dict:
-    """A diff as ``diff_versions(...).to_json()`` gives it (docs: plan of issue 20)."""
-    return {
-        "old": 1, "new": 2,
-        "originals": {"added": 1, "removed": 2, "changed": 3, "relabelled": 4,
-                      "reannotated": 0},
-        "samples": {"added": 1, "removed": 2, "changed": 3, "relabelled": 4, "reannotated": 0},
-        "classes_added": ["<script>alert(1)</script>"], "object_classes_added": ["</svg>"],
-        "counts": {"old": {"train": {"ok": 4, "dent": 1}, "val": {"ok": 2}},
-                   "new": {"train": {"ok": 4, "dent": 2}, "val": {"ok": 2}}},
-        "objects": {"old": {"</svg>": 0}, "new": {"</svg>": 7}},
-        "rejects": {"new": [{"path": HOSTILE_PATH, "reason": "empty", "detail": "zero-byte"}],
-                    "fixed": ["ok/fixed.jpg"], "new_count": 1, "fixed_count": 1},
-        "added": [{"path": "dent/new.jpg", "key": added_key, "split": "train",
-                   "class": "dent"}],
-        "removed": [{"path": "gone/x.jpg", "key": "gone_x", "split": "val", "class": "gone"}],
-        "changed": [], "relabelled": [{"path": "ok/a1.jpg", "key": "k", "from": "ok",
-                                       "to": HOSTILE_CLASS}],
-    }
+def contract_diff(added_key: str) -> VersionDiff:
+    """A diff as ``diff_versions`` gives it."""
+    return VersionDiff(
+        old=1, new=2,
+        before=VersionTotals(classes=("dent", "ok"), object_classes=(),
+                             counts={"train": {"ok": 4, "dent": 1}, "val": {"ok": 2}},
+                             objects={"</svg>": 0}),
+        after=VersionTotals(classes=("dent", "ok", "<script>alert(1)</script>"),
+                            object_classes=("</svg>",),
+                            counts={"train": {"ok": 4, "dent": 2}, "val": {"ok": 2}},
+                            objects={"</svg>": 7}),
+        counts={"added": 1, "removed": 2, "changed": 3, "relabelled": 4, "reannotated": 0},
+        rejects_new=[{"path": HOSTILE_PATH, "reason": "empty", "detail": "zero-byte"}],
+        rejects_new_count=1, rejects_fixed=["ok/fixed.jpg"], rejects_fixed_count=1,
+        added=[{"path": "dent/new.jpg", "key": added_key, "split": "train", "class": "dent"}],
+        removed=[{"path": "gone/x.jpg", "key": "gone_x", "split": "val", "class": "gone"}],
+        relabelled=[{"path": "ok/a1.jpg", "key": "k", "from": "ok", "to": HOSTILE_CLASS}])
 
 
 def key_of(dataset: Path, path: str) -> str:

@@ -126,6 +126,24 @@ def test_the_same_seed_measures_the_same_samples(packed):
     assert [s["key"] for s in first] == [s["key"] for s in again]
 
 
+def test_the_samples_measured_are_picked_in_the_census_pass_over_the_index(packed,
+                                                                           monkeypatch):
+    from shardsmith.insight import census, picks
+
+    passes, walk = [], census.iter_sample_index
+
+    def counted(*args, **kwargs):
+        passes.append(args)
+        return walk(*args, **kwargs)
+
+    for module in (census, picks):  # wherever the index is walked from
+        monkeypatch.setattr(module, "iter_sample_index", counted, raising=False)
+    CliRunner().invoke(main, ["inspect", str(packed), "--json"])
+    without_quality = len(passes)  # the census's own (identical originals take a second)
+    assert len(json.loads(inspect_quality(packed, "--json"))["quality"]["samples"]) == 4
+    assert len(passes) == 2 * without_quality
+
+
 def test_without_the_source_quality_is_one_clear_line(packed):
     source = packed.parent / "source"
     source.rename(packed.parent / "elsewhere")

@@ -48,6 +48,22 @@ def sheet_cli(dataset: Path, png: Path, *args: str, expect: int = 0) -> str:
     return result.output
 
 
+def test_the_sheet_reads_the_sample_index_once(dataset, monkeypatch):
+    from shardsmith.insight import census, picks
+
+    passes, walk = [], census.iter_sample_index
+
+    def counted(*args, **kwargs):
+        passes.append(args)
+        return walk(*args, **kwargs)
+
+    for module in (census, picks):  # wherever the index is walked from
+        monkeypatch.setattr(module, "iter_sample_index", counted, raising=False)
+    sheet = render_sheet(dataset, read_manifest(dataset), per_class=PER_CLASS, seed=0)
+    assert [len(row.thumbnails) for row in sheet.rows] == [1, PER_CLASS, PER_CLASS]
+    assert len(passes) == 1
+
+
 def busy(image: Image.Image, box: tuple[int, int, int, int]) -> bool:
     """The box holds a picture, not a flat fill."""
     return float(np.asarray(image.crop(box).convert("L"), np.float32).std()) > 4.0
@@ -180,10 +196,10 @@ def annotated(tmp_path_factory) -> dict[str, Path]:
 
 def tiles_by_path(output: Path, sheet) -> dict[str, tuple[int, int, int, int]]:
     """The original's path of each drawn thumbnail -> its tile on the sheet."""
-    from shardsmith.insight.picks import pick_per_class
+    from shardsmith.insight.census import take_census
 
     (row,) = sheet.rows
-    (records,) = pick_per_class(output, read_manifest(output), 8, 0).values()
+    (records,) = take_census(output, read_manifest(output), per_class=8, seed=0).picks.values()
     return {record.path: box for record, box in zip(records, row.thumbnails, strict=True)}
 
 

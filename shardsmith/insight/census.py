@@ -3,10 +3,11 @@
 One streamed pass over the sample index (a second one only when two samples may share their
 content) gives the samples per class and split, the distribution of output sizes and bytes,
 the sets of identical originals (same XXH3-128 of every byte, which the pack computes for
-each sample) and, with ``splits.group``, the groups of each split.  ``inspect`` shows it all;
-the pack summary shows duplicates and groups.  Memory: 24 bytes per sample (sizes and a 64-bit
-digest prefix in flat arrays), plus one entry per group when the dataset is grouped; time:
-about 30 us per sample and pass (the validating index reader).
+each sample), with ``splits.group`` the groups of each split, and the objects of an annotated
+dataset.  ``inspect`` shows it all; the pack summary shows duplicates, groups and objects.
+Memory: 24 bytes per sample (sizes and a 64-bit digest prefix in flat arrays), plus one entry
+per group when the dataset is grouped; time: about 30 us per sample and pass (the validating
+index reader).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import numpy as np
 
 from ..config import Config, config_from_settings
 from ..dataset.manifest import Manifest, SampleRecord, iter_sample_index
+from ..dataset.normal import record_is_normal
 from ..dataset.records import CONTENT_PREFIX
 from ..errors import ConfigError, ManifestError
 from ..text import printable
+from .picks import SeededPicks
 
 COMMON_SIZES = 5
 
@@ -65,6 +68,44 @@ class DuplicateSet:
         return len(self.splits) > 1
 
 
+@dataclass
+class ObjectCensus:
+    """The objects of an annotated dataset, from its sample index: samples with objects,
+    without any defect (``dataset.normal``) and with only a defect cut below ``min_visible``
+    per split, objects per class id and split, objects dropped by ``min_visible`` and
+    masks merged with their box (None when no sample records them), and samples packed before
+    objects were counted."""
+
+    with_objects: Counter = field(default_factory=Counter)
+    without_objects: Counter = field(default_factory=Counter)
+    per_class: Counter = field(default_factory=Counter)  # by (class id, split)
+    dropped: int | None = None
+    merged: int | None = None
+    uncounted: int = 0
+    only_cut: Counter = field(default_factory=Counter)
+    cut_per_class: Counter = field(default_factory=Counter)  # objects_cut, by class id
+
+    @property
+    def objects(self) -> int:
+        return sum(self.per_class.values())
+
+    def add(self, record: SampleRecord) -> None:
+        """Count the objects of one sample index line."""
+        if record.objects is None:
+            self.uncounted += 1
+            return
+        (self.with_objects if any(record.objects) else self.without_objects
+         if record_is_normal(record) else self.only_cut)[record.split] += 1
+        for number, count in enumerate(record.objects, 1):
+            if count:
+                self.per_class[(number, record.split)] += count
+        self.cut_per_class.update(item.label for item in record.objects_cut or ())
+        if record.objects_dropped is not None:
+            self.dropped = (self.dropped or 0) + record.objects_dropped
+        if record.objects_merged is not None:
+            self.merged = (self.merged or 0) + record.objects_merged
+
+
 @dataclass(frozen=True)
 class Census:
     """The facts ``inspect`` shows; restricted to ``split`` when it is set (duplicates are
@@ -85,6 +126,8 @@ class Census:
     groups: dict[str, int] = field(default_factory=dict)
     ungrouped: dict[str, int] = field(default_factory=dict)
     groups_in_several_splits: tuple[str, ...] = ()
+    objects: ObjectCensus | None = None  # a dataset with objects
+    picks: dict[int, list[SampleRecord]] = field(default_factory=dict)  # label -> seeded picks
 
     @property
     def labels(self) -> tuple[int, ...]:
@@ -125,9 +168,10 @@ def packed_config(manifest: Manifest) -> Config:
 
 
 def take_census(directory: Path, manifest: Manifest, split: str | None = None,
-                duplicates: bool = True) -> Census:
+                duplicates: bool = True, per_class: int = 0, seed: int = 0) -> Census:
     """Stream the sample index of ``directory`` once (twice when duplicates are possible;
-    ``duplicates=False`` leaves them out)."""
+    ``duplicates=False`` leaves them out); with ``per_class``, pick that many samples of
+    each label in the order of ``seed`` on the way (``picks.SeededPicks``)."""
     counts: Counter = Counter()
     widths, heights, jpeg_bytes = array("I"), array("I"), array("Q")
     prefixes = array("Q")
@@ -137,6 +181,8 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None,
     groups: dict[str, set[str]] = defaultdict(set)
     ungrouped: Counter = Counter()
     previous_path = None
+    objects = ObjectCensus() if manifest.object_classes is not None else None
+    picks = SeededPicks(per_class, seed)
     for record in iter_sample_index(directory, manifest):
         prefix = _digest_prefix(record)
         if prefix is None:
@@ -159,6 +205,10 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None,
             ungrouped[record.split] += 1
         else:
             groups[record.split].add(record.group)
+        if objects is not None:
+            objects.add(record)
+        if per_class:
+            picks.add(record)
     try:
         group_pattern = packed_config(manifest).split_group
     except ManifestError:  # settings this version cannot read: counts are still worth seeing
@@ -180,6 +230,8 @@ def take_census(directory: Path, manifest: Manifest, split: str | None = None,
         groups={name: len(groups.get(name, ())) for name in names} if group_pattern else {},
         ungrouped={name: ungrouped.get(name, 0) for name in names} if group_pattern else {},
         groups_in_several_splits=tuple(sorted(several)),
+        objects=objects,
+        picks=picks.picks(),
     )
 
 

@@ -10,19 +10,28 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..dataset.changes import change_line
-from ..dataset.manifest import Manifest, iter_sample_index, read_manifest
-from ..dataset.normal import CUT_REASON, record_is_normal
+from ..dataset.manifest import Manifest, read_manifest
+from ..dataset.normal import CUT_REASON
 from ..errors import ConfigError, ManifestError
 from ..schema import to_json
 from ..storage import is_url, location
 from ..text import human_bytes, plural, printable
-from .census import Census, DuplicateSet, Spread, packed_config, require_split, take_census
+from .census import (
+    Census,
+    DuplicateSet,
+    ObjectCensus,
+    Spread,
+    packed_config,
+    require_split,
+    take_census,
+)
 from .named_source import Originals
+from .picks import interleave
 from .quality import QualityFigure, measure_quality, quality_json, quality_lines
 
 log = logging.getLogger(__name__)
@@ -30,28 +39,6 @@ log = logging.getLogger(__name__)
 IMBALANCE_RATIO = 10.0  # largest class over smallest, beyond which inspect warns
 SHOWN = 20  # rejects, excluded paths and duplicate sets listed without --rejects/--excluded
 COPIES_SHOWN = 6  # paths of one duplicate set in the text report (--json has all)
-
-
-@dataclass(frozen=True)
-class ObjectCensus:
-    """The objects of an annotated dataset, from its sample index: samples with objects,
-    without any defect (``dataset.normal``) and with only a defect cut below ``min_visible``
-    per split, objects per class id and split, objects dropped by ``min_visible`` and
-    masks merged with their box (None when no sample records them), and samples packed before
-    objects were counted."""
-
-    with_objects: dict[str, int]
-    without_objects: dict[str, int]
-    per_class: dict[tuple[int, str], int]
-    dropped: int | None
-    merged: int | None
-    uncounted: int
-    only_cut: dict[str, int] = field(default_factory=dict)
-    cut_per_class: dict[int, int] = field(default_factory=dict)  # objects_cut, by class id
-
-    @property
-    def objects(self) -> int:
-        return sum(self.per_class.values())
 
 
 @dataclass(frozen=True)
@@ -64,7 +51,6 @@ class Inspection:
     warnings: tuple[str, ...]
     configured: dict[str, float]
     quality: QualityFigure | None = None
-    objects: ObjectCensus | None = None
 
 
 def inspect_dataset(directory: str | Path, split: str | None = None,
@@ -81,48 +67,15 @@ def inspect_dataset(directory: str | Path, split: str | None = None,
                           f"{directory} first and inspect the copy")
     manifest = read_manifest(directory)
     require_split(manifest, split)
-    census = take_census(directory, manifest, split)
+    census = take_census(directory, manifest, split, per_class=quality, seed=seed)
     try:
         configured = dict(packed_config(manifest).splits)
     except ManifestError:
         configured = {}
-    figure = measure_quality(directory, manifest, quality, seed, split, quiet,
+    figure = measure_quality(directory, manifest, interleave(census.picks, quality), quiet,
                              originals) if quality else None
     return Inspection(directory, manifest, census, tuple(warnings_of(census, imbalance)),
-                      configured, figure, count_objects(directory, manifest, split))
-
-
-def count_objects(directory: Path, manifest: Manifest,
-                  split: str | None = None) -> ObjectCensus | None:
-    """The ``ObjectCensus`` of a dataset with objects (one streamed pass over its sample
-    index, a few counters); None for a dataset without them."""
-    if manifest.object_classes is None:
-        return None
-    with_objects: Counter = Counter()
-    without_objects: Counter = Counter()
-    only_cut: Counter = Counter()
-    per_class: Counter = Counter()
-    cut_per_class: Counter = Counter()
-    dropped = merged = None
-    uncounted = 0
-    for record in iter_sample_index(directory, manifest):
-        if split is not None and record.split != split:
-            continue
-        if record.objects is None:
-            uncounted += 1
-            continue
-        (with_objects if any(record.objects) else without_objects if record_is_normal(record)
-         else only_cut)[record.split] += 1
-        for number, count in enumerate(record.objects, 1):
-            if count:
-                per_class[(number, record.split)] += count
-        cut_per_class.update(item.label for item in record.objects_cut or ())
-        if record.objects_dropped is not None:
-            dropped = (dropped or 0) + record.objects_dropped
-        if record.objects_merged is not None:
-            merged = (merged or 0) + record.objects_merged
-    return ObjectCensus(dict(with_objects), dict(without_objects), dict(per_class), dropped,
-                        merged, uncounted, dict(only_cut), dict(cut_per_class))
+                      configured, figure)
 
 
 def object_lines(objects: ObjectCensus, manifest: Manifest, indent: str = "  ") -> list[str]:
@@ -246,33 +199,31 @@ class PackFindings:
 
 def pack_findings(directory: Path, manifest: Manifest) -> PackFindings:
     """The pack summary's findings: duplicates, groups per split, warnings (imbalance, which
-    defect data always has, is left to ``inspect``), then the objects.  The duplicates and
-    groups are left out (with a log warning) when the version was replaced meanwhile by
-    another pack, which holds the lock, not this one."""
-    lines: list[str] = []
-    report: dict[str, Any] = {}
+    defect data always has, is left to ``inspect``), then the objects.  They are left out
+    (with a log warning) when the version was replaced meanwhile by another pack, which holds
+    the lock, not this one."""
     try:
         census = take_census(directory, manifest)
     except ManifestError as exc:
-        log.warning("no duplicate or group summary: %s", exc)
-        census = None
-    if census is not None:
-        if census.duplicates:
-            lines.append(f"  duplicates   {_duplicates_head(census.duplicates)}")
-        if census.group_pattern:
-            lines.append("  groups       " + ", ".join(
-                f"{name}: {census.groups.get(name, 0):,}" for name in census.splits))
-        warnings = warnings_of(census, imbalance=None)
-        lines += [f"  warning: {warning}" for warning in warnings]
-        if census.duplicates or warnings:
-            lines.append(f"  (shardsmith inspect {printable(str(directory))} shows the details)")
-        report["findings"] = {"duplicate_sets": len(census.duplicates),
-                              "duplicate_sets_across_splits": len(census.leaks),
-                              "groups": dict(census.groups), "warnings": warnings}
-    objects = count_objects(directory, manifest)
-    if objects is not None:
-        report["objects"] = object_json(objects, manifest)
-        lines += ["  " + line for line in object_lines(objects, manifest)]
+        log.warning("no duplicate, group or object summary: %s", exc)
+        return PackFindings((), {})
+    lines: list[str] = []
+    if census.duplicates:
+        lines.append(f"  duplicates   {_duplicates_head(census.duplicates)}")
+    if census.group_pattern:
+        lines.append("  groups       " + ", ".join(
+            f"{name}: {census.groups.get(name, 0):,}" for name in census.splits))
+    warnings = warnings_of(census, imbalance=None)
+    lines += [f"  warning: {warning}" for warning in warnings]
+    if census.duplicates or warnings:
+        lines.append(f"  (shardsmith inspect {printable(str(directory))} shows the details)")
+    report: dict[str, Any] = {"findings": {
+        "duplicate_sets": len(census.duplicates),
+        "duplicate_sets_across_splits": len(census.leaks),
+        "groups": dict(census.groups), "warnings": warnings}}
+    if census.objects is not None:
+        report["objects"] = object_json(census.objects, manifest)
+        lines += ["  " + line for line in object_lines(census.objects, manifest)]
     return PackFindings(tuple(lines), report)
 
 
@@ -303,8 +254,8 @@ def inspection_text(inspection: Inspection, all_rejects: bool = False,
             f"{name}: {plural(census.groups.get(name, 0), 'group')}" for name in census.splits)]
         for group in census.groups_in_several_splits[:SHOWN]:
             lines.append(f"  in more than one split: {printable(group)}")
-    if inspection.objects is not None:
-        lines += ["", *object_lines(inspection.objects, manifest)]
+    if inspection.census.objects is not None:
+        lines += ["", *object_lines(inspection.census.objects, manifest)]
     if manifest.annotation_sources is not None:
         lines += ["", *_annotation_source_lines(manifest)]
     lines += ["", *_duplicate_lines(census)]
@@ -517,8 +468,8 @@ def inspection_json(inspection: Inspection) -> dict[str, Any]:
                    if census.group_pattern else None),
         "warnings": list(inspection.warnings),
     }
-    if inspection.objects is not None:
-        document["objects"] = object_json(inspection.objects, manifest)
+    if inspection.census.objects is not None:
+        document["objects"] = object_json(inspection.census.objects, manifest)
     if manifest.annotation_sources is not None:
         document["annotation_sources"] = annotation_sources_json(manifest)
     last = manifest.history[-1] if manifest.history else None

@@ -22,11 +22,17 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..door import Refused, open_file
+from ..door import MIB, Refused, open_file
 from ..errors import BadImage, ConfigError, ManifestError, SourceUnavailableError
 from ..packing.originals import check_relpath, original_path, read_under_root
 from ..storage import ObjectPath, is_url, locate
 from ..text import shown
+
+MAX_ORIGINAL_BYTES = 512 * MIB  # a reject larger than this is shown by its reason
+# Rejects whose original the sheet and the report do not read, and what the report says
+# instead: nothing to see (an empty file, a folder, a link), or too much to decode.
+NOT_READ = {"empty": "an empty file", "too_large": "too large to show",
+            "unreadable": "unreadable", "not_a_file": "not a regular file"}
 
 
 @dataclass(frozen=True)

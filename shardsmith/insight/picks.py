@@ -11,14 +11,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
+import io
 import os
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from PIL import Image
+
 from ..dataset.formats import shard_format
-from ..dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
+from ..dataset.manifest import Manifest, RejectEntry, SampleRecord
 from ..dataset.remote import local_copy
 from ..door import Refused
 from ..errors import CorruptSampleError, ManifestError, ShardFormatError
@@ -32,21 +35,26 @@ def seeded_rank(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def pick_per_class(directory: Path, manifest: Manifest, per_class: int, seed: int,
-                   split: str | None = None) -> dict[int, list[SampleRecord]]:
-    """Up to ``per_class`` samples of each label (of ``split``), in seeded order."""
-    kept: dict[int, list[tuple[int, str, SampleRecord]]] = defaultdict(list)
-    for record in iter_sample_index(directory, manifest):
-        if split is not None and record.split != split:
-            continue
-        heap = kept[record.label]
-        entry = (-seeded_rank(seed, record.key), record.key, record)  # a max-heap of ranks
-        if len(heap) < per_class:
+class SeededPicks:
+    """Up to ``per_class`` samples of each label in seeded order, chosen as the sample index
+    streams by (``add``; ``census.take_census`` feeds it)."""
+
+    def __init__(self, per_class: int, seed: int):
+        self.per_class, self.seed = per_class, seed
+        self.kept: dict[int, list[tuple[int, str, SampleRecord]]] = defaultdict(list)
+
+    def add(self, record: SampleRecord) -> None:
+        heap = self.kept[record.label]
+        entry = (-seeded_rank(self.seed, record.key), record.key, record)  # a max-heap of ranks
+        if len(heap) < self.per_class:
             heapq.heappush(heap, entry)
-        elif per_class and entry[:2] > heap[0][:2]:
+        elif self.per_class and entry[:2] > heap[0][:2]:
             heapq.heapreplace(heap, entry)
-    return {label: [record for _, _, record in sorted(heap, key=lambda e: (-e[0], e[1]))]
-            for label, heap in sorted(kept.items())}
+
+    def picks(self) -> dict[int, list[SampleRecord]]:
+        """label -> its samples, in seeded order."""
+        return {label: [record for _, _, record in sorted(heap, key=lambda e: (-e[0], e[1]))]
+                for label, heap in sorted(self.kept.items())}
 
 
 def interleave(picks: dict[int, list[SampleRecord]], count: int) -> list[SampleRecord]:
@@ -72,6 +80,23 @@ def read_packed(directory: Path, manifest: Manifest,
     """key -> packed JPEG bytes of ``records``, read from their shards (``read_each``)."""
     fmt = shard_format(manifest.format)
     return read_each(directory, manifest, records, lambda packed, _: fmt.jpeg(packed))
+
+
+def sample_picture(jpeg: bytes | None, record: SampleRecord, thumb: int) -> Image.Image | None:
+    """A packed sample in RGB, decoded at the smallest scale that still covers ``thumb`` x
+    ``thumb`` (the caller fits it); None when there is none, it does not decode, or its header
+    claims another size than the sample index records (a sample of ours is that size: a
+    header claiming 65500 x 65500 is not decoded at all)."""
+    if jpeg is None:
+        return None
+    try:
+        with Image.open(io.BytesIO(jpeg)) as image:
+            if image.size != (record.width, record.height):
+                return None
+            image.draft("RGB", (thumb, thumb))
+            return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
+        return None
 
 
 def read_each(directory: Path, manifest: Manifest, records: list[SampleRecord],

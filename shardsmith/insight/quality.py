@@ -44,7 +44,7 @@ from ..readers.sample_jpeg import SampleJpegError, decode_sample
 from ..text import plural, printable
 from .census import packed_config
 from .named_source import Originals, not_named
-from .picks import interleave, pick_per_class, read_packed
+from .picks import read_packed
 
 MAX_REFERENCE_PIXELS = 120_000_000
 TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
@@ -105,11 +105,10 @@ class QualityFigure:
         return _summarise(ALL, list(self.samples)) if self.samples else None
 
 
-def measure_quality(directory: Path, manifest: Manifest, count: int, seed: int,
-                    split: str | None = None, quiet: bool = True,
-                    originals: Originals | None = None) -> QualityFigure:
-    """Figures for ``count`` seeded samples (classes in turn) of ``directory``, their
-    originals read under the source the user named (``named_source``).
+def measure_quality(directory: Path, manifest: Manifest, chosen: list[SampleRecord],
+                    quiet: bool = True, originals: Originals | None = None) -> QualityFigure:
+    """Figures for the ``chosen`` samples of ``directory`` (seeded, classes in turn: the
+    census's picks), their originals read under the source the user named (``named_source``).
 
     Raises ConfigError when no source is named, SourceUnavailableError when the named one is
     not reachable; a sample whose original is gone, changed since the pack or too large is
@@ -125,7 +124,6 @@ def measure_quality(directory: Path, manifest: Manifest, count: int, seed: int,
         raise ConfigError(f"--quality: {not_named(manifest.source).why_not}")
     if originals.root is None:
         raise SourceUnavailableError(originals.why_not)
-    chosen = interleave(pick_per_class(directory, manifest, count, seed, split), count)
     packed = read_packed(directory, manifest, chosen)
     measured: list[SampleQuality] = []
     skipped: list[tuple[str, str]] = []

@@ -35,7 +35,7 @@ from ..dataset.manifest import Manifest, RejectEntry, SampleRecord
 from ..errors import BadImage, ConfigError
 from ..text import human_bytes, plural, printable
 from .census import Census, packed_config, require_split, take_census
-from .named_source import Originals, not_named
+from .named_source import MAX_ORIGINAL_BYTES, NOT_READ, Originals, not_named
 from .objects_drawn import (
     DrawnObject,
     PackedObjects,
@@ -44,7 +44,7 @@ from .objects_drawn import (
     draw_objects,
     read_objects,
 )
-from .picks import pick_per_class, pick_rejects, read_packed
+from .picks import pick_rejects, read_packed, sample_picture
 
 Box = tuple[int, int, int, int]
 
@@ -53,7 +53,6 @@ GAP = 10
 LABEL_WIDTH = 250
 CAPTION = 30
 BAR_HEIGHT = 18
-MAX_ORIGINAL_BYTES = 512 * 1024 * 1024  # a reject larger than this is shown by its reason
 # The sheet stays one image a viewer opens (and under Pillow's decompression-bomb limit of
 # 89 M pixels): at most this many pixels and class rows; classes past them are named in a
 # note and on the sheet, not drawn (``inspect`` lists them all).
@@ -122,8 +121,8 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     if objects and manifest.object_classes is None:
         raise ConfigError(f"{directory} has no box or mask annotations (packed without "
                           "source.annotations): --objects needs them")
-    census = take_census(directory, manifest, split, duplicates=False)
-    picks = pick_per_class(directory, manifest, per_class, seed, split)
+    census = take_census(directory, manifest, split, duplicates=False, per_class=per_class,
+                         seed=seed)
     notes: list[str] = []
     canvas = _Canvas(manifest, census, per_class, thumb)
     labels = census.labels[: _rows_that_fit(canvas.width, thumb)]
@@ -132,7 +131,7 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
         notes.append(f"{plural(left_out, 'class', 'classes')} of {len(census.labels):,} not "
                      f"drawn (a sheet shows at most {len(labels):,} at this size; "
                      "shardsmith inspect lists them all)")
-    shown = [record for label in labels for record in picks.get(label, [])]
+    shown = [record for label in labels for record in census.picks.get(label, [])]
     packed = read_packed(directory, manifest, shown)
     canvas.objects = read_objects(directory, manifest, shown) if objects else None
     rejects = pick_rejects(manifest.rejects, per_class, seed)
@@ -142,7 +141,7 @@ def render_sheet(directory: Path, manifest: Manifest, per_class: int = 8, seed: 
     canvas.labels = labels
     canvas.title(directory, seed, split)
     canvas.chart()
-    rows = tuple(canvas.class_row(label, picks.get(label, []), packed) for label in labels)
+    rows = tuple(canvas.class_row(label, census.picks.get(label, []), packed) for label in labels)
     if left_out:
         canvas.left_out(left_out)
     tiles = canvas.reject_strip(rejects, originals, texts) if manifest.rejects else ()
@@ -170,10 +169,6 @@ def _rows_that_fit(width: int, thumb: int) -> int:
     return max(1, min(MAX_CLASS_ROWS, (MAX_SHEET_PIXELS // width - fixed) // per_class))
 
 
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    return ImageFont.load_default(size=size)
-
-
 class _Canvas:
     """Lays the sheet out top to bottom on a canvas that grows as sections are added."""
 
@@ -187,7 +182,7 @@ class _Canvas:
         self.colours = {name: SPLIT_COLOURS[i % len(SPLIT_COLOURS)]
                         for i, name in enumerate(dict.fromkeys((*manifest.splits,
                                                                 *census.splits)))}
-        self.fonts = {size: _font(size) for size in (11, 12, 13, 15, 17, 24)}
+        self.fonts = {size: ImageFont.load_default(size=size) for size in (11, 12, 13, 15, 17, 24)}
         self.objects: dict[str, PackedObjects | str] | None = None  # key -> objects or why not
         self.drawn: list[DrawnObject] = []
         self.headline = ""
@@ -306,8 +301,8 @@ class _Canvas:
         for record in records:
             box = (x, top, x + thumb, top + thumb)
             jpeg = packed.get(record.key)
-            image = _decoded(jpeg, thumb, (record.width, record.height)) \
-                if jpeg is not None else None
+            image = sample_picture(jpeg, record, thumb)
+            image = None if image is None else _fitted_picture(image, thumb)
             message = "not found in its shard (shardsmith verify)" if jpeg is None \
                 else f"{record.key}: unreadable, or not the size the index records " \
                 "(shardsmith verify --decode)"
@@ -439,21 +434,6 @@ def _fitted(draw: ImageDraw.ImageDraw, text: str, font, width: int, keep_end: bo
     return ("..." + text[len(text) - low:]) if keep_end else (text[:low] + "...")
 
 
-def _decoded(jpeg: bytes, thumb: int, size: tuple[int, int]) -> Image.Image | None:
-    """A packed sample as a thumbnail that fits ``thumb`` x ``thumb``; None if it does not
-    decode, or if its header claims another size than the sample index records (a sample of
-    ours is that size: a header claiming 65500 x 65500 is not decoded at all)."""
-    try:
-        with Image.open(io.BytesIO(jpeg)) as image:
-            if image.size != size:
-                return None
-            image.draft("RGB", (thumb, thumb))
-            picture = image.convert("RGB")
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
-        return None
-    return _fitted_picture(picture, thumb)
-
-
 def _reject_images(originals: Originals, rejects: list[RejectEntry], limits: ImageConfig,
                    thumb: int, notes: list[str],
                    texts: dict[str, str]) -> list[Image.Image | None]:
@@ -471,7 +451,7 @@ def _reject_images(originals: Originals, rejects: list[RejectEntry], limits: Ima
 
 def _reject_image(originals: Originals, reject: RejectEntry, thumb: int, limits: ImageConfig,
                   texts: dict[str, str]) -> Image.Image | None:
-    if reject.reason in ("empty", "too_large", "unreadable", "not_a_file"):
+    if reject.reason in NOT_READ:
         return None  # nothing to see, or too much to decode
     try:
         data = originals.read(reject.path, MAX_ORIGINAL_BYTES)

@@ -1,6 +1,7 @@
 """The result of ``shardsmith diff`` (``insight.diff``): what changed from one version of a
-dataset to another, as JSON (``diff --json``, the nightly report's diff section) and as the
-summary people read; every count of a change in its unit, originals and samples."""
+dataset to another, as JSON (``diff --json``) and as the summary people read (the nightly
+report draws its diff section from the values); every count of a change in its unit,
+originals and samples."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class VersionDiff:
         return [name for name in self.after.object_classes or () if name not in known]
 
     def to_json(self) -> dict[str, Any]:
-        """The diff as plain JSON (``diff --json``; the nightly report's diff section)."""
+        """The diff as plain JSON (``diff --json``)."""
         return {
             "old": self.old, "new": self.new,
             "originals": dict(self.counts),

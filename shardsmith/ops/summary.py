@@ -67,16 +67,16 @@ def pack_summary(result: PackResult) -> str:
 ORPHANS_NAMED = 3  # orphan annotation files the pack summary names (inspect names more)
 
 
-def annotation_source_lines(manifest: Manifest, named: int = ORPHANS_NAMED) -> list[str]:
+def annotation_source_lines(manifest: Manifest) -> list[str]:
     """Orphan annotation files (a few named, then "and N more") and the warnings about the
     annotation sources, as the pack recorded them; nothing for a dataset without objects."""
     report = manifest.annotation_sources
     if report is None:
         return []
+    named = min(ORPHANS_NAMED, len(report.orphan_paths))
     lines = [f"  orphans      {report.orphans:>9,}   annotation files that match no image"
              + (": " + ", ".join(printable(path) for path in report.orphan_paths[:named])
-                + (f" and {report.orphans - min(named, len(report.orphan_paths)):,} more"
-                   if report.orphans > min(named, len(report.orphan_paths)) else "")
+                + (f" and {report.orphans - named:,} more" if report.orphans > named else "")
                 if report.orphan_paths else "")]
     lines += [f"  warning: {printable(warning)}" for warning in report.warnings]
     return lines

@@ -29,16 +29,16 @@ from .predict import Prediction, TrainingFeed, TreeCounts, count_tree, predict, 
 from .storage import ColdReads, Listing, drop_all, measure_listing, measure_reads, reader_levels
 
 Say = Callable[[str], None]
+SERIAL_LISTING_SECONDS = 10.0  # the serial walk's time budget on a big tree
 
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    """How much to measure: ``sample`` originals, the serial walk's time budget, and the
-    images/s the training GPU consumes (for the utilisation estimate)."""
+    """How much to measure: ``sample`` originals, and the images/s the training GPU consumes
+    (for the utilisation estimate)."""
 
     sample: int = 32
     gpu_demand: float | None = None
-    serial_listing_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ def probe_tree(config: Config, options: ProbeOptions, say: Say | None = None
                 + " not included (pack --dry-run checks the annotations)")
     if say is not None:
         say(f"listing {root} (parallel scan, then a serial walk of at most "
-            f"{options.serial_listing_seconds:g} s)")
-    listing, scanned = measure_listing(root, config, options.serial_listing_seconds)
+            f"{SERIAL_LISTING_SECONDS:g} s)")
+    listing, scanned = measure_listing(root, config, SERIAL_LISTING_SECONDS)
     if not scanned.files:
         raise ShardsmithError(f"no image files under {root} (extensions: "
                               f"{', '.join(config.source.extensions)})")

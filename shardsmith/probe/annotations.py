@@ -3,9 +3,10 @@
 ``pack --dry-run`` of a job with boxes, polygons or masks runs what the pack's driver runs
 first (``annotations.prepare``: a missing folder or file is an error naming its setting; the
 COCO file read; orphan annotation files counted), then reads the annotations of a seeded
-sample of originals as a worker would, against each original's header (its size and EXIF
-orientation, read from the first ``HEADER_BYTES``): unknown YOLO ids, malformed files, and the
-image sizes that VOC, LabelMe and COCO files record, which must be the original's.
+sample of originals as a worker would, against each original's header as the header survey
+read it (``headers.survey_headers``: its stored size and EXIF orientation, the worker's
+frame): unknown YOLO ids, malformed files, and the image sizes that VOC, LabelMe and COCO
+files record, which must be the original's.
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ from ..annotations.geometry import upright_size
 from ..annotations.prepare import prepare
 from ..annotations.read import read_annotations
 from ..config import Config
-from ..decoders import orientation
 from ..errors import BadImage
-from ..packing.originals import use_storage
 from ..packing.scan import ScanResult
 from ..storage import ObjectPath
-from .headers import SAMPLE, read_header, seeded_sample
+from .headers import HeaderSurvey, seeded_sample
 
 PROBLEMS_KEPT = 20
 
@@ -46,27 +45,29 @@ class AnnotationCheck:
 
 
 def check_annotations(scanned: ScanResult, config: Config, source: Path | ObjectPath,
-                      sample: int = SAMPLE) -> AnnotationCheck | None:
-    """The annotation check of a dry run; None for a job without box, polygon or mask
-    annotations.  Raises AnnotationError (exit 2) for a source that is not there."""
+                      survey: HeaderSurvey) -> AnnotationCheck | None:
+    """The annotation check of a dry run, in the frames of the seeded sample's headers that
+    ``survey`` read; None for a job without box, polygon or mask annotations.  Raises
+    AnnotationError (exit 2) for a source that is not there."""
     notes = config.source.annotations
     if not notes.has_objects:
         return None
     files = scanned.files
     root = source if isinstance(source, ObjectPath) else str(source)
-    if isinstance(source, ObjectPath):
-        use_storage(config.storage.options())  # the originals' headers: as a worker reads
     prepared = prepare(files.relpaths, scanned.classes, root, config, None,
                        scanned.annotation_objects)
     problems = [f"{path}: {detail}" for path, detail in prepared.problems]
-    chosen = seeded_sample(len(files), config.seed, sample)
+    chosen = seeded_sample(len(files), config.seed)
     checked, rejected = 0, []
     for index in chosen:
         item = files[index]
         label = item.label
         image_class = scanned.classes[label] if 0 <= label < len(scanned.classes) else ""
         try:
-            stored, rotation = _header(str(source), item.relpath, config, item.identity)
+            header = survey.frames[item.relpath]
+            if isinstance(header, Exception):  # as reading it again would
+                raise header
+            stored, rotation = header
             frame = stored if notes.coordinates == "stored" else upright_size(*stored, rotation)
             read_annotations(item.relpath, prepared.records.get(item.relpath), root, notes,
                              config.source.follow_symlinks, frame, image_class, notes.coco)
@@ -83,9 +84,3 @@ def check_annotations(scanned: ScanResult, config: Config, source: Path | Object
     return AnnotationCheck(len(files), checked, config.seed, tuple(problems[:PROBLEMS_KEPT]),
                            len(problems), prepared.report, tuple(rejected))
 
-
-def _header(root: str, relpath: str, config: Config, identity) -> tuple[tuple[int, int], int]:
-    """(stored width and height, EXIF orientation) of an original from its header (never
-    decoded)."""
-    with read_header(root, relpath, config, identity) as (header, _, _):
-        return header.size, orientation(header)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import Config, ImageConfig
+from ..config import Config, ImageConfig, machine_cores
 from ..dataset.formats import ShardLimits, ShardRoller, shard_format
 from ..dataset.records import Sample, content_digest
 from ..errors import BadImage
@@ -118,7 +118,7 @@ def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
     """Read the sampled originals one at a time (as one worker does) while worker processes
     convert them, all cores busy as in a pack; reads and conversions are timed separately.
     The caller drops the files from the page cache first."""
-    processes = max(1, min(config.run.worker_count, available_cores()))
+    processes = max(1, min(config.run.worker_count, machine_cores()))
     if say is not None:
         say(f"reading {len(sample)} originals cold with 1 reader while "
             f"{plural(processes, 'process', 'processes')} convert them "
@@ -221,14 +221,6 @@ def convert_timed(data: bytes, image: ImageConfig, with_naive: bool) -> Converte
     naive = _naive_load(data, image.size) if with_naive and not isinstance(outcome, str) \
         else None
     return Converted(seconds, outcome, len(data), digest, naive)
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _image_path(costs: dict[str, list[float]], rejected: Counter, reads: list,

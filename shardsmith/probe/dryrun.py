@@ -109,8 +109,8 @@ def dry_run(config: Config, probe_options: ProbeOptions | None = None,
             shards = estimate_shards(tree, config, assumed_bytes_per_sample(config),
                                      assumption(config))
     delta = changes(scanned, config, source, output)  # first: it raises what a pack would
-    notes = check_annotations(scanned, config, source)
     survey = survey_headers(scanned, config, source)
+    notes = check_annotations(scanned, config, source, survey)
     coco = _coco_bytes(source, config, scanned)
     memory = pack_memory(config, tree.files, tree.bytes, coco, predicted_conversion(survey))
     worst = worst_case_memory(config, tree.files, tree.bytes, coco)

@@ -16,7 +16,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +94,10 @@ class HeaderSurvey:
     other_rejects: dict[str, int]
     sample_refused: frozenset[str]  # the originals of the seeded sample a pack would reject
     examples: tuple[str, ...]  # "path: reason (detail)", the first few refusals
+    # the seeded sample's headers: relpath -> (stored size, EXIF orientation), or what
+    # reading the header raised (the annotation check reads its annotations in that frame)
+    frames: dict[str, tuple[tuple[int, int], int] | BadImage | OSError] = field(
+        default_factory=dict)
 
     @property
     def read(self) -> int:
@@ -133,37 +137,43 @@ def survey_headers(scanned: ScanResult, config: Config, source: Path | ObjectPat
     refused: tuple[Counter, Counter] = (Counter(), Counter())
     examples: list[str] = []
     sample_refused: set[str] = set()
+    frames: dict[str, tuple[tuple[int, int], int] | BadImage | OSError] = {}
     for in_sample, indexes in ((True, sample), (False, largest)):
         for index in indexes:
             item = files[index]
             try:
-                costs.append(original_cost(str(source), item.relpath, config, item.identity))
+                costs.append(original_cost(str(source), item.relpath, config, item.identity,
+                                           frames if in_sample else None))
             except BadImage as exc:
-                reason, detail = exc.reason, exc.detail
+                reason, detail, error = exc.reason, exc.detail, exc
             except OSError as exc:
-                reason, detail = "unreadable", str(exc.strerror or exc)
+                reason, detail, error = "unreadable", str(exc.strerror or exc), exc
             else:
                 continue
             refused[0 if in_sample else 1][reason] += 1
             examples.append(f"{item.relpath}: {reason} ({detail})")
             if in_sample:
                 sample_refused.add(item.relpath)
+                frames.setdefault(item.relpath, error)  # its header read: refused after
     return HeaderSurvey(len(files), len(sample), len(largest), config.seed, tuple(costs),
                         dict(refused[0].most_common()), dict(refused[1].most_common()),
                         frozenset(sample_refused),
-                        tuple(examples[:EXAMPLES_KEPT]))
+                        tuple(examples[:EXAMPLES_KEPT]), frames)
 
 
-def original_cost(root: str, relpath: str, config: Config, identity=None) -> Cost:
+def original_cost(root: str, relpath: str, config: Config, identity=None,
+                  frames: dict | None = None) -> Cost:
     """What converting one original takes, from its header, as a pack's worker checks it
-    before decoding; raises BadImage where the worker would reject it, or OSError."""
+    before decoding; raises BadImage where the worker would reject it, or OSError.  The
+    header's (stored size, EXIF orientation) go into ``frames`` under ``relpath``."""
     image = config.image
     tiles = image.tiles if image.tiles.enabled else None
     with read_header(root, relpath, config, identity) as (header, data, size):
-        stored = stored_size(header)
+        stored, rotation = stored_size(header), orientation(header)
+        if frames is not None:
+            frames[relpath] = (stored, rotation)
         if stored[0] * stored[1] > image.max_pixels:
             raise BadImage("too_large", f"{stored[0]}x{stored[1]} is over image.max_pixels")
-        rotation = orientation(header)
         upright = upright_size(*stored, rotation)
         samples = 1
         if tiles is not None:

@@ -88,7 +88,7 @@ class Conversion:
 
 
 def worst_case_memory(config: Config, files: int, bytes_in: int,
-                      coco_bytes: int = 0) -> MemoryEstimate:
+                      coco_bytes: int) -> MemoryEstimate:
     """The most memory the pack of ``files`` originals (``bytes_in`` together) can take.
 
     Per worker: its baseline (measured), the decode budget (``image.max_decoded_mb``: the

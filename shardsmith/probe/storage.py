@@ -265,14 +265,6 @@ def read_whole(root: str, relpath: str, follow_symlinks: bool, buffer: bytearray
         return total
 
 
-def timed_read(root: str, relpath: str, follow_symlinks: bool, buffer: bytearray,
-               cap: int) -> tuple[int, float]:
-    """(bytes, seconds) of reading one file whole, open to close: what a worker waits."""
-    started = time.perf_counter()
-    count = read_whole(root, relpath, follow_symlinks, buffer, cap)
-    return count, time.perf_counter() - started
-
-
 def level_of(readers: int, reads: Sequence[tuple[int, float]], seconds: float) -> ReadLevel:
     """A ``ReadLevel`` from per-file (bytes, seconds) and the wall time of the whole round."""
     latencies = sorted(latency for _, latency in reads)
@@ -285,11 +277,14 @@ def _read_all(root: str, relpaths: Sequence[str], readers: int, follow_symlinks:
     local = threading.local()
 
     def one(relpath: str) -> tuple[int, float] | str | None:
+        """(bytes, seconds) of reading one file whole, open to close: what a worker waits;
+        or why it is not read."""
         if not hasattr(local, "buffer"):
             local.buffer = bytearray(READ_CHUNK)
-        buffer = local.buffer
+        started = time.perf_counter()
         try:
-            return timed_read(root, relpath, follow_symlinks, buffer, cap)
+            count = read_whole(root, relpath, follow_symlinks, local.buffer, cap)
+            return count, time.perf_counter() - started
         except BadImage as exc:
             if exc.reason == "too_large":  # a pack never reads it: neither a read nor a failure
                 return None

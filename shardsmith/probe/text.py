@@ -323,11 +323,11 @@ def header_lines(result: DryRun) -> list[str]:
     return lines
 
 
-def memory_lines(memory: MemoryEstimate, kind: str = "worst case", basis: str = "") -> list[str]:
+def memory_lines(memory: MemoryEstimate, kind: str, basis: str) -> list[str]:
     """The memory of the pack (``kind``: predicted or worst case): the total, then each
     process and its terms."""
-    lines = [f"  memory, {kind}: {human_bytes(memory.total_bytes)} for the process tree"
-             + (f" ({basis})" if basis else "")]
+    lines = [f"  memory, {kind}: {human_bytes(memory.total_bytes)} for the process tree "
+             f"({basis})"]
     parts = [("driver", memory.driver_bytes, memory.driver)]
     if memory.workers:
         parts.append((f"each of {plural(memory.workers, 'worker')}", memory.worker_bytes,

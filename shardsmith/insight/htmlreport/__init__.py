@@ -24,7 +24,6 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ... import __version__
 from ...atomic import check_output_file, write_bytes_atomic
@@ -35,7 +34,7 @@ from ...errors import ManifestError
 from ...storage import ObjectPath
 from ...text import human_bytes, plural, printable
 from ..census import packed_config
-from ..diff import diff_versions
+from ..diff import VersionDiff, diff_versions
 from ..named_source import Originals, not_named
 from . import page
 from .pictures import reject_pictures, sample_pictures
@@ -53,11 +52,10 @@ from .sections import (
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """How much the page shows: rejects and new samples pictured, diff examples listed."""
+    """How much the page shows: rejects and new samples pictured."""
 
     rejects_shown: int = 48
     samples_shown: int = 24
-    examples: int = 50
     originals: Originals | None = None  # where rejected originals are read (None: nowhere)
 
 
@@ -94,26 +92,25 @@ class IndexFacts:
     newest: bool  # True: ``chosen`` are the newest by source time, not the diff's added
 
 
-def load_diff(directory: Path | ObjectPath, examples: int) -> dict[str, Any] | str:
-    """The diff of the last two versions as ``DiffReport.to_json()``, or why there is none
-    (of a bucket: ``diff_versions`` copies the manifest and the changes file it reads)."""
+def load_diff(directory: Path | ObjectPath) -> VersionDiff | str:
+    """The diff of the last two versions, or why there is none (of a bucket:
+    ``diff_versions`` copies the manifest and the changes file it reads)."""
     try:
-        return diff_versions(directory, examples=examples).to_json()
+        return diff_versions(directory)
     except (ManifestError, ValueError, Refused) as exc:  # a damaged changes file: a note
         return str(exc)
 
 
 def render_report(directory: Path | ObjectPath, manifest: Manifest,
                   options: ReportOptions = ReportOptions(),
-                  diff: dict[str, Any] | str | None = None) -> Report:
-    """The report page of the dataset in ``directory``; ``diff``: the diff's ``to_json()``
-    or why there is none (default: ``load_diff``)."""
+                  diff: VersionDiff | str | None = None) -> Report:
+    """The report page of the dataset in ``directory``; ``diff``: the diff of its last two
+    versions or why there is none (default: ``load_diff``)."""
     if diff is None:
-        diff = load_diff(directory, options.examples)
-    added = [entry.get("key") for entry in diff.get("added", ())
-             if isinstance(entry, dict)] if isinstance(diff, dict) else []
-    facts = _index_facts(directory, manifest, [key for key in added if isinstance(key, str)],
-                         options.samples_shown)
+        diff = load_diff(directory)
+    added = [entry["key"] for entry in diff.added if entry["key"] is not None] \
+        if isinstance(diff, VersionDiff) else []  # an earlier release's line: no key
+    facts = _index_facts(directory, manifest, added, options.samples_shown)
     rejects = _rejects_in_order(manifest.rejects, diff, options.rejects_shown)
     reject_shots, reject_note = reject_pictures(options.originals or not_named(manifest.source),
                                                 rejects, packed_config(manifest).image)
@@ -163,13 +160,11 @@ def _index_facts(directory: Path, manifest: Manifest, added: list[str],
     return IndexFacts(dict(counts), chosen, True)
 
 
-def _rejects_in_order(rejects: tuple[RejectEntry, ...], diff: dict[str, Any] | str,
+def _rejects_in_order(rejects: tuple[RejectEntry, ...], diff: VersionDiff | str,
                       count: int) -> list[RejectEntry]:
     """The first ``count`` rejects: those new in this version first, then by path."""
-    new = set()
-    if isinstance(diff, dict) and isinstance(diff.get("rejects"), dict):
-        new = {entry.get("path") for entry in diff["rejects"].get("new", ())
-               if isinstance(entry, dict)}
+    new = {entry["path"] for entry in diff.rejects_new} if isinstance(diff, VersionDiff) \
+        else set()
     return sorted(rejects, key=lambda reject: (reject.path not in new, reject.path))[:count]
 
 

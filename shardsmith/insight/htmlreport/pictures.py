@@ -30,16 +30,13 @@ from ...decoders import decode_peak_bytes, decode_pixels, open_header
 from ...door import MIB
 from ...errors import BadImage, CorruptSampleError, ManifestError
 from ...packing.originals import original_cap
-from ..named_source import Originals
+from ..named_source import MAX_ORIGINAL_BYTES, NOT_READ, Originals
 from ..objects_drawn import PackedObjects, draw_objects, read_objects
-from ..picks import read_packed
+from ..picks import read_packed, sample_picture
 
 THUMB = 160  # pixels: the longer side of a picture in the page
 JPEG_QUALITY = 80  # a 160 px thumbnail is about 6 kB at 80 (base64: 8 kB)
-MAX_ORIGINAL_BYTES = 512 * MIB  # a reject larger than this is shown by its reason
-# Nothing to see (an empty file, a folder, a link), or too much to decode.
-NOT_READ = {"empty": "an empty file", "too_large": "too large to show",
-            "unreadable": "unreadable", "not_a_file": "not a regular file"}
+
 
 
 @dataclass(frozen=True)
@@ -125,11 +122,12 @@ def sample_pictures(directory: Path, manifest: Manifest,
     pictures = []
     for record in records:
         jpeg = packed.get(record.key)
-        picture = _decoded_sample(jpeg, record) if jpeg is not None else None
+        picture = sample_picture(jpeg, record, THUMB)
         if picture is None:
             pictures.append(Picture(None, "not readable from its shard (shardsmith verify)"
                                     if jpeg is not None or not note else "shard unreadable"))
             continue
+        picture.thumbnail((THUMB, THUMB), Image.Resampling.LANCZOS)
         found = objects.get(record.key) if objects is not None else None
         if isinstance(found, PackedObjects):
             draw_objects(picture, found, record.key, (record.width, record.height), classes,
@@ -137,18 +135,3 @@ def sample_pictures(directory: Path, manifest: Manifest,
         pictures.append(Picture(data_uri(picture),
                                 found if isinstance(found, str) else ""))
     return pictures, note
-
-
-def _decoded_sample(jpeg: bytes, record: SampleRecord) -> Image.Image | None:
-    """A packed sample at thumbnail size; None when it does not decode or its header claims
-    another size than the sample index records (nothing that size is decoded)."""
-    try:
-        with Image.open(io.BytesIO(jpeg)) as image:
-            if image.size != (record.width, record.height):
-                return None
-            image.draft("RGB", (THUMB, THUMB))
-            picture = image.convert("RGB")
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
-        return None
-    picture.thumbnail((THUMB, THUMB), Image.Resampling.LANCZOS)
-    return picture

@@ -10,6 +10,7 @@ from typing import Any
 from ...dataset.changes import as_recorded
 from ...dataset.manifest import ChangeCounts, Manifest, RejectEntry, SampleRecord
 from ...text import human_bytes
+from ..versiondiff import VersionDiff
 from . import page
 from .pictures import Picture
 
@@ -85,54 +86,47 @@ def history_section(manifest: Manifest,
     return page.section("history", "Version history", parts)
 
 
-def diff_section(diff: dict[str, Any] | str, manifest: Manifest) -> str:
+def diff_section(diff: VersionDiff | str, manifest: Manifest) -> str:
     """What changed since the previous version, or why that is not known."""
     if isinstance(diff, str):
         return page.section("diff", "Changes since the previous version",
                             [page.paragraph(f"No diff: {page.text(diff)}", muted=True)])
-    originals, samples = _mapping(diff.get("originals")), _mapping(diff.get("samples"))
-    rejects = _mapping(diff.get("rejects"))
-    parts = [page.paragraph(f"Version {page.number(diff.get('old'))} to "
-                            f"{page.number(diff.get('new'))}; counts of originals, in "
-                            "brackets the samples where an original made several",
-                            muted=True),
+    originals, samples = diff.counts, diff.sample_counts or diff.counts
+    parts = [page.paragraph(f"Version {page.number(diff.old)} to {page.number(diff.new)}; "
+                            "counts of originals, in brackets the samples where an original "
+                            "made several", muted=True),
              page.cards([(_KIND_NAMES[name], _both(originals.get(name, 0),
                                                    samples.get(name, 0)))
                          for name in KINDS if name != "reannotated"
                          or originals.get(name)]
-                        + [("rejects new", page.number(rejects.get("new_count", 0))),
-                           ("rejects fixed", page.number(rejects.get("fixed_count", 0))),
-                           ("rejects removed",
-                            page.number(rejects.get("removed_count", 0)))])]
-    for key, label in (("classes_added", "Classes added"),
-                       ("object_classes_added", "Object classes added")):
-        names = _sequence(diff.get(key))
+                        + [("rejects new", page.number(diff.rejects_new_count)),
+                           ("rejects fixed", page.number(diff.rejects_fixed_count)),
+                           ("rejects removed", page.number(diff.rejects_removed_count))])]
+    for names, label in ((diff.classes_added, "Classes added"),
+                         (diff.object_classes_added, "Object classes added")):
         if names:
             parts.append(page.paragraph(f"{label}: " + ", ".join(
                 f"<b>{page.text(name)}</b>" for name in names)))
-    parts += _count_changes(_mapping(diff.get("counts")), list(manifest.splits))
-    parts += _object_changes(_mapping(diff.get("objects")))
-    new_rejects = [_mapping(entry) for entry in _sequence(rejects.get("new"))]
+    parts += _count_changes(diff.before.counts, diff.after.counts, list(manifest.splits))
+    parts += _object_changes(diff.before.objects, diff.after.objects)
     parts.append(_listed("New rejects", ["path", "reason", "detail"],
                          [[page.text(entry.get("path", "")), page.text(entry.get("reason", "")),
-                           page.text(entry.get("detail", ""))] for entry in new_rejects]))
+                           page.text(entry.get("detail", ""))] for entry in diff.rejects_new]))
     parts.append(_listed("Fixed rejects", ["path"],
-                         [[page.text(path)] for path in _sequence(rejects.get("fixed"))]))
+                         [[page.text(path)] for path in diff.rejects_fixed]))
     parts.append(_listed("Rejects removed (source gone)", ["path"],
-                         [[page.text(path)] for path in _sequence(rejects.get("removed"))]))
+                         [[page.text(path)] for path in diff.rejects_removed]))
     for key in ("added", "removed", "changed", "reannotated"):
-        entries = [_mapping(entry) for entry in _sequence(diff.get(key))]
         parts.append(_listed(f"Originals {_KIND_NAMES[key]}",
                              ["path", "split", "class", "samples", "objects", "key"], [
             [page.text(entry.get("path", "")), page.text(entry.get("split", "")),
              page.text(_class(entry.get("class"))), page.number(entry.get("samples", 1)),
              _objects(entry), page.text(entry.get("key", ""))]
-            for entry in entries], originals.get(key)))
-    relabelled = [_mapping(entry) for entry in _sequence(diff.get("relabelled"))]
+            for entry in getattr(diff, key)], originals.get(key)))
     parts.append(_listed("Originals relabelled", ["path", "from", "to", "objects", "key"], [
         [page.text(entry.get("path", "")), page.text(_class(entry.get("from"))),
          page.text(_class(entry.get("to"))), _objects(entry), page.text(entry.get("key", ""))]
-        for entry in relabelled], originals.get("relabelled")))
+        for entry in diff.relabelled], originals.get("relabelled")))
     return page.section("diff", "Changes since the previous version",
                         [part for part in parts if part])
 
@@ -141,9 +135,9 @@ _KIND_NAMES = {"added": "added", "changed": "changed", "relabelled": "relabelled
                "reannotated": "re-annotated", "removed": "removed"}
 
 
-def _both(originals: Any, samples: Any) -> str:
+def _both(originals: int, samples: int) -> str:
     """A count of originals, and in brackets its samples when they differ (tiles)."""
-    if samples == originals or not isinstance(samples, int):
+    if samples == originals:
         return page.number(originals)
     return f"{page.number(originals)} ({page.number(samples)})"
 
@@ -156,9 +150,10 @@ def _class(name: Any) -> str:
 def _objects(entry: dict) -> str:
     """A change's objects per object class, "scratch 3 → 0, crack 0 → 3" for the classes
     whose counts moved; "" when the change has none recorded."""
-    before, after = _mapping(entry.get("objects_before")), _mapping(entry.get("objects_after"))
-    if "objects_before" not in entry and "objects_after" not in entry:
+    before, after = entry.get("objects_before"), entry.get("objects_after")
+    if before is None and after is None:
         return ""
+    before, after = before or {}, after or {}
     moved = [f"{page.text(name)} {page.number(before.get(name, 0))} → "
              f"{page.number(after.get(name, 0))}" for name in dict.fromkeys([*before, *after])
              if before.get(name, 0) != after.get(name, 0)]
@@ -186,24 +181,16 @@ def orphans_section(manifest: Manifest) -> str:
                         f"({report.orphans:,})", parts)
 
 
-def _mapping(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _sequence(value: Any) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
-def _count_changes(counts: dict, known_splits: list[str]) -> list[str]:
+def _count_changes(old: dict[str, dict[str, int]], new: dict[str, dict[str, int]],
+                   known_splits: list[str]) -> list[str]:
     """Samples per class and split before and after, for the classes whose counts moved."""
-    old, new = _mapping(counts.get("old")), _mapping(counts.get("new"))
     splits = list(dict.fromkeys([*known_splits, *old, *new]))
     classes = list(dict.fromkeys(name for side in (old, new) for split in splits
-                                 for name in _mapping(side.get(split))))
+                                 for name in side.get(split, {})))
     rows, unchanged = [], 0
     for name in classes:
-        before = [_mapping(old.get(split)).get(name, 0) for split in splits]
-        after = [_mapping(new.get(split)).get(name, 0) for split in splits]
+        before = [old.get(split, {}).get(name, 0) for split in splits]
+        after = [new.get(split, {}).get(name, 0) for split in splits]
         if before == after:
             unchanged += 1
             continue
@@ -218,8 +205,7 @@ def _count_changes(counts: dict, known_splits: list[str]) -> list[str]:
     return parts
 
 
-def _object_changes(objects: dict) -> list[str]:
-    old, new = _mapping(objects.get("old")), _mapping(objects.get("new"))
+def _object_changes(old: dict[str, int], new: dict[str, int]) -> list[str]:
     names = list(dict.fromkeys([*old, *new]))
     if not names:
         return []

@@ -98,7 +98,7 @@ LAYOUTS = tuple(dict.fromkeys(name for name, _ in layouts.LAYOUTS))
 # file after another, mostly that wait).
 WRITE_THREADS = 4
 
-__all__ = ["ExportOptions", "ExportResult", "export", "export_summary", "resolve_options"]
+__all__ = ["ExportOptions", "ExportResult", "export", "resolve_options"]
 
 
 class DamagedShardError(CorruptSampleError):
@@ -125,27 +125,26 @@ class ExportResult:
     left_out: int = 0  # samples with a defect cut below min_visible, not exported
     note: str = ""  # why the yolo task is the one exported (``task.yolo_task``)
 
-
-def export_summary(result: ExportResult) -> str:
-    """The line the CLI prints after an export."""
-    variant = result.options.task or result.options.anomalib_layout
-    what = result.options.layout + (f" ({variant})" if variant else "")
-    removed = (f"; removed {', '.join(f'v{number}' for number in result.removed)}"
-               if result.removed else "")
-    left_out = (f"; {plural(result.left_out, 'sample')} left out: {CUT_REASON} (--keep-cut "
-                "exports them, the cut part labelled)" if result.left_out else "")
-    note = f"task: {result.note}\n" if result.note else ""
-    if result.up_to_date:
-        return (f"{note}{result.folder}: up to date ({plural(result.samples, 'sample')}, {what})"
+    def summary(self) -> str:
+        """The line the CLI prints after an export."""
+        variant = self.options.task or self.options.anomalib_layout
+        what = self.options.layout + (f" ({variant})" if variant else "")
+        removed = (f"; removed {', '.join(f'v{number}' for number in self.removed)}"
+                   if self.removed else "")
+        left_out = (f"; {plural(self.left_out, 'sample')} left out: {CUT_REASON} (--keep-cut "
+                    "exports them, the cut part labelled)" if self.left_out else "")
+        note = f"task: {self.note}\n" if self.note else ""
+        if self.up_to_date:
+            return (f"{note}{self.folder}: up to date ({plural(self.samples, 'sample')}, {what})"
+                    f"{left_out}{removed}")
+        parts = [f"{self.written} from {plural(self.shards_read, 'shard')}"]
+        if self.linked:
+            parts.append(f"{self.linked} hard-linked from the previous export")
+        if self.kept:
+            parts.append(f"{self.kept} kept from an interrupted export")
+        return (f"{note}{self.folder}: {plural(self.samples, 'sample')} exported as {what} "
+                f"({', '.join(parts)}) in {self.seconds:.1f}s; current -> v{self.version}"
                 f"{left_out}{removed}")
-    parts = [f"{result.written} from {plural(result.shards_read, 'shard')}"]
-    if result.linked:
-        parts.append(f"{result.linked} hard-linked from the previous export")
-    if result.kept:
-        parts.append(f"{result.kept} kept from an interrupted export")
-    return (f"{note}{result.folder}: {plural(result.samples, 'sample')} exported as {what} "
-            f"({', '.join(parts)}) in {result.seconds:.1f}s; current -> v{result.version}"
-            f"{left_out}{removed}")
 
 
 def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal: str = "good",

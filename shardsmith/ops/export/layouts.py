@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
@@ -171,12 +170,11 @@ def cut_objects(cut: Iterable[CutRecord], object_classes: tuple[str, ...] | None
 def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: bytes,
                  mask_png: bytes | None, object_classes: tuple[str, ...] | None,
                  on_fallback: Callable[[], None]) -> Sample:
-    """A packed sample's metadata checked and turned into objects; ValueError saying what
-    does not fit."""
-    width, height = metadata.get("width"), metadata.get("height")
-    if not (isinstance(width, int) and isinstance(height, int) and 0 < width <= 1 << 20
-            and 0 < height <= 1 << 20):
-        raise ValueError("its width and height are not positive integers")
+    """A packed sample's metadata, as its format checked it (``checked_metadata``: sizes,
+    boxes, polygons, RLEs, one entry each per object), turned into objects; ValueError for
+    what does not fit the sample (its JPEG's size, its class mask's) or the dataset (an object
+    class id it does not have)."""
+    width, height = metadata["width"], metadata["height"]
     try:
         check_header(jpeg, expect=(height, width))
     except SampleJpegError as exc:
@@ -190,34 +188,15 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
         return sample
     boxes, labels = metadata.get("boxes", []), metadata.get("labels", [])
     polygons = metadata.get("polygons") or [[] for _ in boxes]
-    if not (isinstance(boxes, list) and isinstance(labels, list) and isinstance(polygons, list)
-            and len(boxes) == len(labels) == len(polygons)):
-        raise ValueError("its boxes, labels and polygons do not pair up")
-    has_rle = "rle" in metadata
-    rles = metadata["rle"] if has_rle else [None] * len(boxes)
-    if not isinstance(rles, list) or len(rles) != len(boxes):
-        raise ValueError("its instance masks do not pair up with its boxes")
+    rles = metadata.get("rle", [None] * len(boxes))
     fallback: list[np.ndarray | None] = [None] * len(boxes)
-    if not has_rle and boxes:
+    if "rle" not in metadata and boxes:
         on_fallback()
         fallback = objects.fallback_masks(boxes, labels, sample.class_mask, height, width)
     for box, label, rings, rle, spare in zip(boxes, labels, polygons, rles, fallback,
                                              strict=True):
-        if not (isinstance(box, list) and len(box) == 4 and all(
-                isinstance(value, (int, float)) and math.isfinite(value) for value in box)):
-            raise ValueError(f"box {str(box)[:40]} is not four numbers")
-        problem = box_problem(box, width, height)
-        if problem is not None:
-            raise ValueError(problem)
-        if not (isinstance(label, int) and 1 <= label <= len(object_classes)):
-            raise ValueError(f"object class id {str(label)[:20]} is not one of the dataset's")
-        if not (isinstance(rings, list) and all(isinstance(ring, list) and len(ring) % 2 == 0
-                                                and all(isinstance(v, (int, float))
-                                                        and math.isfinite(v) for v in ring)
-                                                for ring in rings)):
-            raise ValueError("a polygon is not a list of x, y numbers")
-        if rle is not None and not isinstance(rle, dict):
-            raise ValueError("an instance mask is not an RLE")
+        if not 1 <= label <= len(object_classes):
+            raise ValueError(f"object class id {label} is not one of the dataset's")
         sample.objects.append(SampleObject([float(v) for v in box], label,
                                            object_classes[label - 1],
                                            [[float(v) for v in ring] for ring in rings], rle,

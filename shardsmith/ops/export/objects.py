@@ -39,14 +39,6 @@ def box_mask(box: list[float], height: int, width: int) -> np.ndarray:
     return mask
 
 
-
-
-
-
-
-
-
-
 def class_pixels(mask_png: bytes) -> np.ndarray:
     """The class mask (one byte a pixel) of a sample; ValueError when it does not decode."""
     pixels = cv2.imdecode(np.frombuffer(mask_png, np.uint8), cv2.IMREAD_UNCHANGED)
