@@ -163,11 +163,10 @@ class DaliLoader:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume from ``state_dict()`` or ``{"epoch": e, "start": k}``: batch k of epoch e."""
-        state = dict(state)
+        self.plan.resume(state)  # checked: whole numbers, a position of the epoch
         if "done" in state:  # what was given counts as read
-            state = {"epoch": state.get("epoch", 0),
-                     "start": _count(state.get("start", 0)) + _count(state["done"])}
-        self.plan.resume(state)
+            self.plan.resume({"epoch": state.get("epoch", 0),
+                              "start": state.get("start", 0) + state["done"]})
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._open:  # a loop broke off: end that epoch before the next begins
@@ -236,12 +235,6 @@ def _device_id(py_workers: int) -> int:
         local = os.environ.get("LOCAL_RANK", "0")
         return int(local) if local.isdigit() else 0
     return torch.cuda.current_device() if torch.cuda.is_available() else 0
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"resume state: expected whole numbers >= 0, got {value!r}")
-    return value
 
 
 @pipeline_def(enable_conditionals=False)
