@@ -265,7 +265,9 @@ def test_a_bad_data_crc_is_a_skipped_sample_not_a_data_loss_error(tmp_path, capl
     with caplog.at_level(logging.WARNING, logger="shardsmith.readers.tf"):
         samples = tf_samples(output)
     assert len(samples) == 3  # the epoch stays whole: a fresh pass fills the skipped place
-    assert any("bad data CRC" in r.getMessage() for r in caplog.records)
+    # named by shard and key (the key the sample table read), though its record does not read
+    assert any(f"{shard['name']}: sample " in r.getMessage() and "bad data CRC" in r.getMessage()
+               for r in caplog.records)
 
 
 def tf_script(output: Path, *options: str) -> str:

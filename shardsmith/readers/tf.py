@@ -153,7 +153,7 @@ class _Records:
     def __init__(self, table: SampleTable, identities: list[Identity], classes: int,
                  object_classes: int, channels: int, largest: tuple[int, int], with_mask: bool,
                  left_out: frozenset[str] = frozenset(), with_ignored: bool = False):
-        self.shards = _Shards(list(table.paths), identities)
+        self.table, self.shards = table, _Shards(list(table.paths), identities)
         self.names = [os.path.basename(path) for path in table.paths]
         self.shard = table.shard.astype(np.int64)
         self.spans = np.stack([table.image_offset, table.image_size], axis=1)  # a record each
@@ -169,24 +169,24 @@ class _Records:
         ends."""
         return np.searchsorted(self.shard, np.arange(len(self.names) + 1)).astype(np.int64)
 
-    def example(self, number: int) -> tuple[str, Any]:
-        """(where, tf.train.Example) of record ``number``; ``where`` names shard and key."""
-        shard = int(self.shard[number])
+    def where(self, number: int) -> str:
+        """``SHARD: sample KEY`` of record ``number`` for messages, by the key the table read
+        (the record's byte offset where none read)."""
+        key = self.table.key(number)
+        return f"{self.names[int(self.shard[number])]}: " + (
+            f"sample {key[:200]}" if key else f"the record at byte {int(self.spans[number, 0])}")
+
+    def example(self, number: int) -> Any:
+        """The tf.train.Example of record ``number``; ``LeftOut``, unread, for a sample left
+        out."""
+        if self.table.key(number) in self.left_out:
+            raise LeftOut
         offset, size = (int(value) for value in self.spans[number])
-        where = f"{self.names[shard]}: the record at byte {offset}"
-        payload = self.shards.read(shard, offset, size)
+        payload = self.shards.read(int(self.shard[number]), offset, size)
         try:
-            example = tf.train.Example.FromString(payload)
+            return tf.train.Example.FromString(payload)
         except (DecodeError, ValueError) as exc:  # upb's DecodeError, or a RuntimeWarning's
-            raise ShardFormatError(f"{where}: not a tf.train.Example ({exc})") from None
-        keys = example.features.feature["image/key"].bytes_list.value \
-            if "image/key" in example.features.feature else []
-        if len(keys) == 1:
-            key = keys[0].decode("ascii", "replace")
-            if key in self.left_out:
-                raise LeftOut
-            where = f"{self.names[shard]}: sample {key[:200]}"
-        return where, example
+            raise ShardFormatError(f"not a tf.train.Example ({exc})") from None
 
     def checked_jpegs(self, numbers: Any) -> list[Any]:
         """(JPEG bytes, labels, ok flags) of the records ``numbers``, each checked by
@@ -199,29 +199,25 @@ class _Records:
     def checked_jpeg(self, number: int) -> tuple[bytes, int, bool]:
         """(JPEG bytes, label, ok) of record ``number``: read, CRC, parse, label and JPEG
         header checked here; the decode is left to TensorFlow's kernel."""
-        where = f"record {number}"
         try:
-            where, example = self.example(number)
-            jpeg, label = self._jpeg_and_label(example.features.feature)
+            jpeg, label = self._jpeg_and_label(self.example(number).features.feature)
             check_header(jpeg, None, self.largest)
             return jpeg, label, True
         except LeftOut:
             pass
         except SKIPPED as exc:
-            _skipped(where, exc)
+            _skipped(self.where(number), exc)
         return b"", -1, False
 
     def read_targets(self, number: Any) -> list[Any]:
         """Image, label, boxes, class ids and names, mask and ok of record ``number``, checked
         and decoded here (a record that fails is logged and marked, never raised)."""
-        where = f"record {int(number)}"
         try:
-            where, example = self.example(int(number))
-            return [*self._targets(example.features.feature), True]
+            return [*self._targets(self.example(int(number)).features.feature), True]
         except LeftOut:
             pass
         except SKIPPED as exc:
-            _skipped(where, exc)
+            _skipped(self.where(int(number)), exc)
         return [*self._placeholder(), False]
 
     def _jpeg_and_label(self, feature: Any) -> tuple[bytes, int]:
