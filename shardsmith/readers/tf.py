@@ -24,8 +24,9 @@ background).
 The shards are untrusted (docs/readers.md, "What the tf.data reader guarantees").  TensorFlow
 never opens one: when the dataset is made, every shard is opened through the door (a regular
 file, no link, the manifest's size) and its framing checked against its index (each record's
-length field, with its CRC, is the index's size, and the records tile the file), else a
-``ManifestError`` names it.  Records are then read by offset from those checked descriptors
+length field, with its CRC, is the index's size, and the records tile the file) and the keys
+its records hold against the sample index (``plan.load_table``), else a ``ManifestError``
+names it.  Records are then read by offset from those checked descriptors
 (a shard swapped since is refused), their CRC checked and parsed in Python, 64 records a
 call, the JPEG header first (never larger than the largest recorded sample); then TensorFlow's
 kernel decodes (with ``targets``, Python does: ``sample_jpeg.decode_sample``).
