@@ -397,8 +397,9 @@ class _Writer:
             self.journal.add_sample(line, part == 0)
 
     def reject(self, item: PlanItem, result: Reject) -> None:
-        self.pending_rejects.append(_reject_record(
-            result, item, self.annotation_digest(item.source.relpath)))
+        self.pending_rejects.append(RejectEntry(
+            result.relpath, result.reason, result.detail, item.source.size,
+            item.source.mtime_ns, self.annotation_digest(item.source.relpath)))
 
     def unchanged(self, result: Unchanged) -> None:
         self.pending_unchanged[result.relpath] = [result.source_digest, result.source_size,
@@ -484,12 +485,6 @@ def _sample_record(sample: Sample, shard: str, group: str | None) -> dict[str, A
     if sample.annotation_digest is not None:
         record["annotation_digest"] = sample.annotation_digest
     return record
-
-
-def _reject_record(reject: Reject, item: PlanItem, annotation_digest: str | None
-                   ) -> RejectEntry:
-    return RejectEntry(reject.relpath, reject.reason, reject.detail, item.source.size,
-                       item.source.mtime_ns, annotation_digest)
 
 
 def _annotation_digests(job: Job) -> Callable[[str], str | None]:
