@@ -265,7 +265,9 @@ def test_a_bad_data_crc_is_a_skipped_sample_not_a_data_loss_error(tmp_path, capl
     with caplog.at_level(logging.WARNING, logger="shardsmith.readers.tf"):
         samples = tf_samples(output)
     assert len(samples) == 3  # the epoch stays whole: a fresh pass fills the skipped place
-    assert any("bad data CRC" in r.getMessage() for r in caplog.records)
+    # named by shard and key (the key the sample table read), though its record does not read
+    assert any(f"{shard['name']}: sample " in r.getMessage() and "bad data CRC" in r.getMessage()
+               for r in caplog.records)
 
 
 def tf_script(output: Path, *options: str) -> str:
@@ -330,6 +332,22 @@ def test_a_truncated_tf_shard_is_refused(tmp_path):
     result = python(tf_script(output))
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("refused:") and shard["name"] in result.stdout
+
+
+def test_a_tf_shard_of_another_split_copied_over_one_of_the_same_layout_is_refused(tmp_path):
+    """Its framing agrees with the index it took the place of (the same layout), but the keys
+    it holds are not those the sample index puts there: refused, as the torch reader refuses
+    it, not read as train samples."""
+    pytest.importorskip("tensorflow", reason="the tf.data reader needs TensorFlow")
+    from shardsmith.errors import ManifestError
+
+    output = small_dataset(tmp_path, "tfrecord", same_content=True)
+    train, val = first_shard(output, "train"), first_shard(output, "val")
+    assert train["bytes"] == val["bytes"]
+    (output / train["name"]).write_bytes((output / val["name"]).read_bytes())
+    with pytest.raises(ManifestError, match=f"{train['name']}: holds sample .*which the "
+                                            "sample index does not put there"):
+        tf_samples(output)
 
 
 # --- targets in the tf.data reader --------------------------------------------------------

@@ -172,7 +172,7 @@ def _files(relpaths: Sequence[str], root: Root, folder: str, ending: str,
         names = _walk(resolved(root, folder), ending) if folder else \
             _beside(relpaths, root, ending)
     for relpath in names:
-        if not folder and _is_image(relpaths, relpath):
+        if not folder and is_image(relpaths, relpath):
             continue  # an image that happens to end like an annotation file (x_mask.png)
         found.files += 1
         if _has_image(relpaths, relpath[: len(relpath) - len(ending)]):
@@ -245,6 +245,7 @@ def _has_image(relpaths: Sequence[str], stem: str) -> bool:
     return False
 
 
-def _is_image(relpaths: Sequence[str], relpath: str) -> bool:
+def is_image(relpaths: Sequence[str], relpath: str) -> bool:
+    """Whether the sorted ``relpaths`` hold ``relpath`` (a binary search)."""
     at = bisect.bisect_left(relpaths, relpath)
     return at < len(relpaths) and relpaths[at] == relpath

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import Config
-from .audit import SourceReport, check_sources, survey
+from .audit import SourceReport, check_sources, is_image, survey
 from .coco import read_coco
 from .limits import COCO_CAP
 from .model import ObjectClasses
@@ -50,7 +49,7 @@ def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: Root,
         data = read_shared(root, notes.coco, COCO_CAP, config.source.follow_symlinks)
         coco = read_coco(data, notes.coco,
                          posixpath.normpath(notes.coco_root) if notes.coco_root else "",
-                         lambda relpath: _listed(relpaths, relpath),
+                         lambda relpath: is_image(relpaths, relpath),
                          min(config.image.max_pixels, config.image.max_decoded_mb * 2**20))
         del data  # the parsed records are all that is kept
         prepared.records = coco.records
@@ -67,9 +66,3 @@ def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: Root,
     prepared.digests = digests(relpaths, prepared.records, root, notes,
                                config.source.follow_symlinks, listing)
     return prepared
-
-
-def _listed(relpaths: Sequence[str], relpath: str) -> bool:
-    """Whether the sorted ``relpaths`` hold ``relpath`` (a binary search)."""
-    index = bisect.bisect_left(relpaths, relpath)
-    return index < len(relpaths) and relpaths[index] == relpath

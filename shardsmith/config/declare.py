@@ -72,6 +72,13 @@ def declaration_of(item: dataclasses.Field) -> Declaration:
     return item.metadata.get(DECLARATION, Declaration())
 
 
+def default_of(item: dataclasses.Field) -> Any:
+    """A field's default value (a fresh section for a field with a factory)."""
+    if item.default_factory is not dataclasses.MISSING:
+        return item.default_factory()
+    return item.default
+
+
 # A command's own parameters (not settings) are declared the same way, on the fields of one
 # frozen dataclass per command (``config.commands``); ``cli`` makes the click parameters.
 PARAMETER = "parameter"

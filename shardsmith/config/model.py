@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..storage import ObjectPath, is_url, locate
-from .declare import setting
+from .declare import default_of, setting
 
 # The shard formats (``dataset.formats`` has an object for each) and their files' extension.
 FORMATS = {"webdataset": ".tar", "tfrecord": ".tfrecord"}
@@ -418,19 +418,13 @@ def _settings(section: Any, skip: str | tuple[str, ...] = ()) -> dict[str, Any]:
         value = getattr(section, item.name)
         if item.name in ((skip,) if isinstance(skip, str) else skip):
             continue
-        if item.metadata.get("fingerprint") == "unless_default" and value == _default(item):
+        if item.metadata.get("fingerprint") == "unless_default" and value == default_of(item):
             continue
         if dataclasses.is_dataclass(value):
             out[item.name] = _settings(value)
             continue
         out[item.name] = _plain(value)
     return out
-
-
-def _default(item: dataclasses.Field) -> Any:
-    if item.default_factory is not dataclasses.MISSING:
-        return item.default_factory()
-    return item.default
 
 
 def _plain(obj: Any) -> Any:

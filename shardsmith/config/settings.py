@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .declare import Declaration, declaration_of
+from .declare import Declaration, declaration_of, default_of
 from .model import Config
 
 EXAMPLE_HEADER = """\
@@ -57,18 +57,12 @@ def declared(root: type = Config, prefix: str = "") -> Iterator[Declared]:
     """Every field of the tree under ``root``, sections before their settings, in order."""
     hints = typing.get_type_hints(root)
     for item in dataclasses.fields(root):
-        default = _default(item)
+        default = default_of(item)
         path = item.metadata.get("yaml", f"{prefix}{item.name}")
         entry = Declared(path, item, hints[item.name], default, declaration_of(item))
         yield entry
         if entry.is_section:
             yield from declared(type(default), f"{path}.")
-
-
-def _default(item: dataclasses.Field) -> Any:
-    if item.default_factory is not dataclasses.MISSING:
-        return item.default_factory()
-    return item.default
 
 
 # The command line ---------------------------------------------------------------------------

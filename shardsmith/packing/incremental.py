@@ -28,7 +28,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ..dataset.formats import ShardLimits, ShardRoller
-from ..dataset.manifest import SampleRecord, ShardEntry, VersionEntry, iter_sample_index
+from ..dataset.manifest import SampleRecord, ShardEntry, iter_sample_index
 from .delta import Outcome
 from .scan import SourceTable
 
@@ -109,25 +109,6 @@ def kept_samples(output: Path, outcome: Outcome, moved: Mapping[str, str],
             record = replace(record, source_digest=digest, source_size=size,
                              source_mtime_ns=mtime_ns)
         yield record
-
-
-def history_entry(outcome: Outcome, version: int, created: str,
-                  shards: Sequence[ShardEntry],
-                  note: str | None = None) -> VersionEntry:
-    """What one version changed, for the manifest's history and ``shardsmith log``."""
-    previous = outcome.delta.previous
-    before = {shard.name for shard in previous.shards} if previous else set()
-    now = {shard.name for shard in shards}
-    changes = outcome.changes
-    return VersionEntry(
-        version=version, created=created, added=changes.get("added", 0),
-        changed=changes.get("changed", 0), removed=changes.get("removed", 0),
-        rejected=changes.get("rejected", 0), touched=changes.get("touched", 0),
-        repaired=changes.get("repaired", 0),
-        shards_added=tuple(sorted(now - before)), shards_removed=tuple(sorted(before - now)),
-        previous_content_fingerprint=previous.content_fingerprint if previous else None,
-        note=note,
-    )
 
 
 def append_classes(files: SourceTable, before: tuple[str, ...],

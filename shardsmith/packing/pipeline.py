@@ -218,7 +218,6 @@ def find_delta(job: Job, previous: Manifest | None) -> Delta:
     sample index streamed (twice in rare cases, see ``diff``)."""
     if previous is None:
         return diff(None, (), job.plan, job.facts())
-    _check_classes(job.output, previous.classes, job.scanned.classes)
     damaged = frozenset(shard.name for shard in previous.shards
                         if not files_intact(job.output, shard.files()))
     return diff(previous, SampleIndex(job.output, previous), job.plan,
@@ -235,13 +234,6 @@ class SampleIndex:
 
     def __iter__(self) -> Iterator[SampleRecord]:
         return iter_sample_index(self.output, self.manifest)
-
-
-def _check_classes(output: Path, before: tuple[str, ...], now: tuple[str, ...]) -> None:
-    """Labels are indices into the class list: existing ones must keep their meaning."""
-    if tuple(now[: len(before)]) != tuple(before):
-        raise OutputStateError(f"{output}: the class list of this version does not begin "
-                               "with the previous one's; pass --overwrite to rebuild")
 
 
 def _rewrite(job: Job, outcome: Outcome, execution: Execution) -> Rewritten:
@@ -267,15 +259,11 @@ def _source_entries(table: SourceTable, notes: Prepared, config: Config,
     the annotation digest and the label (a labels file can change one without the other).
     ``objects`` (an ``s3://`` source): also the ETag (``scan.object_tag``), so an object
     rewritten at its size within the second of its ``LastModified`` is a change too."""
-    if notes.digests is None and config.source.labels != "file":
-        if objects:
-            return zip(table.relpaths, table.sizes, table.mtimes, table.inodes, strict=True)
-        return zip(table.relpaths, table.sizes, table.mtimes, strict=True)
-    digests = notes.digests if notes.digests is not None else np.zeros(len(table), np.uint64)
-    if objects:
-        return zip(table.relpaths, table.sizes, table.mtimes, table.inodes, digests,
-                   table.labels, strict=True)
-    return zip(table.relpaths, table.sizes, table.mtimes, digests, table.labels, strict=True)
+    columns = [table.relpaths, table.sizes, table.mtimes] + ([table.inodes] if objects else [])
+    if notes.digests is not None or config.source.labels == "file":
+        columns += [notes.digests if notes.digests is not None
+                    else np.zeros(len(table), np.uint64), table.labels]
+    return zip(*columns, strict=True)
 
 
 def up_to_date(output: Path, previous: Manifest, job: Job) -> bool:
@@ -409,8 +397,9 @@ class _Writer:
             self.journal.add_sample(line, part == 0)
 
     def reject(self, item: PlanItem, result: Reject) -> None:
-        self.pending_rejects.append(_reject_record(
-            result, item, self.annotation_digest(item.source.relpath)))
+        self.pending_rejects.append(RejectEntry(
+            result.relpath, result.reason, result.detail, item.source.size,
+            item.source.mtime_ns, self.annotation_digest(item.source.relpath)))
 
     def unchanged(self, result: Unchanged) -> None:
         self.pending_unchanged[result.relpath] = [result.source_digest, result.source_size,
@@ -496,12 +485,6 @@ def _sample_record(sample: Sample, shard: str, group: str | None) -> dict[str, A
     if sample.annotation_digest is not None:
         record["annotation_digest"] = sample.annotation_digest
     return record
-
-
-def _reject_record(reject: Reject, item: PlanItem, annotation_digest: str | None
-                   ) -> RejectEntry:
-    return RejectEntry(reject.relpath, reject.reason, reject.detail, item.source.size,
-                       item.source.mtime_ns, annotation_digest)
 
 
 def _annotation_digests(job: Job) -> Callable[[str], str | None]:

@@ -583,7 +583,7 @@ def object_mtime(entry: dict) -> int:
 def object_tag(entry: dict) -> int:
     """63 bits of an object's ETag (the same for a listing and a HEAD of one version):
     the ``inodes`` column of an object, its identity for the worker.  -1 without one."""
-    etag = str(entry.get("ETag") or "").strip('"')
+    etag = object_etag(entry)
     if not etag:
         return -1
     return int.from_bytes(hashlib.blake2b(etag.encode(), digest_size=8).digest()) >> 1

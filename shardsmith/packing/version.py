@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -16,15 +16,15 @@ from ..dataset.manifest import (
     Manifest,
     RejectEntry,
     SampleIndexEntry,
+    ShardEntry,
     SplitTotals,
     Totals,
+    VersionEntry,
     shard_list_names,
 )
 from ..errors import OutputStateError
 from .delta import Execution, Job, Outcome
-from .incremental import Rewritten, history_entry
-
-PLACEHOLDER = "0" * 64
+from .incremental import Rewritten
 
 
 def version_manifest(job: Job, outcome: Outcome, execution: Execution,
@@ -73,7 +73,7 @@ def version_manifest(job: Job, outcome: Outcome, execution: Execution,
         classes=scanned.classes,
         splits=splits,
         shards=shards,
-        samples_index=_placeholder_index(),
+        samples_index=SampleIndexEntry("samples.jsonl", 0, "0" * 64),  # replaced before commit
         rejects=tuple(rejects),
         excluded=dict(sorted(scanned.excluded.items())),
         excluded_paths={reason: tuple(paths) for reason, paths in scanned.excluded_paths.items()},
@@ -90,9 +90,7 @@ def version_manifest(job: Job, outcome: Outcome, execution: Execution,
             sources=sources,
         ),
         history=(*(previous.history if previous else ()),
-                 replace(history_entry(outcome, version, created, shards,
-                                       "; ".join(notes) or None),
-                         reannotated=reannotated or None)),
+                 _history_entry(outcome, version, created, shards, "; ".join(notes) or None)),
         run={
             "seconds": round(seconds, 3),
             "images_per_second": round(decoded / max(seconds, 1e-9), 2),
@@ -122,8 +120,22 @@ def _check_numbers(version: int, numbers: Mapping[str, int]) -> None:
                                    "to number its shards afresh")
 
 
-def _placeholder_index() -> SampleIndexEntry:
-    return SampleIndexEntry("samples.jsonl", 0, PLACEHOLDER)  # replaced before the commit
+def _history_entry(outcome: Outcome, version: int, created: str,
+                   shards: Sequence[ShardEntry], note: str | None) -> VersionEntry:
+    """What one version changed, for the manifest's history and ``shardsmith log``."""
+    previous = outcome.delta.previous
+    before = {shard.name for shard in previous.shards} if previous else set()
+    now = {shard.name for shard in shards}
+    changes = outcome.changes
+    return VersionEntry(
+        version=version, created=created, added=changes.get("added", 0),
+        changed=changes.get("changed", 0), removed=changes.get("removed", 0),
+        rejected=changes.get("rejected", 0), touched=changes.get("touched", 0),
+        repaired=changes.get("repaired", 0), reannotated=changes.get("reannotated") or None,
+        shards_added=tuple(sorted(now - before)), shards_removed=tuple(sorted(before - now)),
+        previous_content_fingerprint=previous.content_fingerprint if previous else None,
+        note=note,
+    )
 
 
 def _library_versions() -> dict[str, str]:

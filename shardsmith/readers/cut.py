@@ -5,15 +5,14 @@ defect is: a detector would learn the crack's tip as background.  The readers (t
 plan, Ultralytics' dataset) leave them out of the table before the epoch plan is made, so an
 epoch still yields every sample of the table exactly once (docs/design.md, invariant 9), and
 say how many; ``keep_cut=True`` keeps them, their cut objects marked "ignore" in ``targets``
-(``ignore_boxes``, ``ignore_labels``; the class mask's 255 pixels already are).  tf.data
-has no table: its reader leaves their records out of its record stream, and counts its epoch
-without them (``readers.tf``).
+(``ignore_boxes``, ``ignore_labels``; the class mask's 255 pixels already are).  The tf.data
+reader reads its records' keys from the same table and leaves those records out of its record
+stream, counting its epoch without them (``readers.tf``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -27,23 +26,13 @@ log = logging.getLogger(__name__)
 
 def cut_keys(directory: Path, manifest: Manifest, table: SampleTable) -> set[str]:
     """The keys of ``table``'s samples whose index line says min_visible dropped an object
-    (one pass over the sample index; none for a dataset without objects)."""
-    by_shard = cut_keys_by_shard(directory, manifest, {Path(path).name for path in table.paths})
-    return set().union(*by_shard.values())
-
-
-def cut_keys_by_shard(directory: Path, manifest: Manifest,
-                      shard_names: Collection[str]) -> dict[str, set[str]]:
-    """Shard name -> the keys of its samples whose index line says min_visible dropped an
-    object (``dataset.normal.cut_count``: the objects listed, or counted by an index of an
-    earlier release), for the shards ``shard_names``; one pass over the sample index."""
-    found: dict[str, set[str]] = {}
+    (``dataset.normal.cut_count``: the objects listed, or counted by an index of an earlier
+    release); one pass over the sample index, none for a dataset without objects."""
     if manifest.object_classes is None:
-        return found
-    for record in iter_sample_index(directory, manifest):
-        if record.shard in shard_names and cut_count(record):
-            found.setdefault(record.shard, set()).add(record.key)
-    return found
+        return set()
+    shard_names = {Path(path).name for path in table.paths}
+    return {record.key for record in iter_sample_index(directory, manifest)
+            if record.shard in shard_names and cut_count(record)}
 
 
 def log_left_out(directory: Path | str, count: int) -> None:

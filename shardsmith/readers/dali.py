@@ -163,11 +163,10 @@ class DaliLoader:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume from ``state_dict()`` or ``{"epoch": e, "start": k}``: batch k of epoch e."""
-        state = dict(state)
+        self.plan.resume(state)  # checked: whole numbers, a position of the epoch
         if "done" in state:  # what was given counts as read
-            state = {"epoch": state.get("epoch", 0),
-                     "start": _count(state.get("start", 0)) + _count(state["done"])}
-        self.plan.resume(state)
+            self.plan.resume({"epoch": state.get("epoch", 0),
+                              "start": state.get("start", 0) + state["done"]})
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._open:  # a loop broke off: end that epoch before the next begins
@@ -194,11 +193,16 @@ def own_reader(path: str | Path, split: str | None = None, batch_size: int = 64,
     compares the plan's external source with."""
     directory = Path(path)
     manifest, selected = select_shards(directory, split, None)
-    options = dict(batch_size=batch_size, num_threads=num_threads, device_id=None
-                   if device == "cpu" else 0, seed=0, prefetch_queue_depth=2)
-    iterator, _ = _own_reader(directory, selected, manifest.format, device, True, 0, 1, 4096,
-                              options)
-    return _Epochs(iterator)
+    if any(shard.index is None for _, shard in selected):
+        raise ConfigError(f"{directory}: shards without an index (an older pack): run "
+                          "`shardsmith pack` (or stage a packed copy) to add them")
+    pipe = _pipeline(manifest.format, [str(directory / shard.name) for _, shard in selected],
+                     [str(directory / shard.index.name) for _, shard in selected], device,
+                     batch_size=batch_size, num_threads=num_threads,
+                     device_id=None if device == "cpu" else 0, seed=0, prefetch_queue_depth=2)
+    pipe.build()
+    return _Epochs(DALIGenericIterator([pipe], ["images", "labels"], reader_name=READER,
+                                       last_batch_policy=LastBatchPolicy.FILL, auto_reset=True))
 
 
 class _Epochs:
@@ -212,22 +216,6 @@ class _Epochs:
             yield outputs["images"], outputs["labels"]
 
 
-def _own_reader(directory: Path, selected: list[Any], fmt: str, device: str, shuffle: bool,
-                rank: int, world_size: int, shuffle_buffer: int,
-                options: dict[str, Any]) -> tuple[Any, int]:
-    if any(shard.index is None for _, shard in selected):
-        raise ConfigError(f"{directory}: shards without an index (an older pack): run "
-                          "`shardsmith pack` (or stage a packed copy) to add them")
-    paths = [str(directory / shard.name) for _, shard in selected]
-    indexes = [str(directory / shard.index.name) for _, shard in selected]
-    pipe = _pipeline(fmt, paths, indexes, device, shuffle, rank, world_size, shuffle_buffer,
-                     **options)
-    pipe.build()
-    iterator = DALIGenericIterator([pipe], ["images", "labels"], reader_name=READER,
-                                   last_batch_policy=LastBatchPolicy.FILL, auto_reset=True)
-    return iterator, len(iterator)
-
-
 def _device_id(py_workers: int) -> int:
     """The GPU this process uses.  DALI forks its Python workers, which CUDA forbids once
     started here: with workers, CUDA is not started to ask (``LOCAL_RANK``, as torchrun sets
@@ -236,12 +224,6 @@ def _device_id(py_workers: int) -> int:
         local = os.environ.get("LOCAL_RANK", "0")
         return int(local) if local.isdigit() else 0
     return torch.cuda.current_device() if torch.cuda.is_available() else 0
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"resume state: expected whole numbers >= 0, got {value!r}")
-    return value
 
 
 @pipeline_def(enable_conditionals=False)
@@ -255,11 +237,10 @@ def _planned(feed: PlanFeed, device: str, parallel: bool) -> Any:
 
 
 @pipeline_def(enable_conditionals=False)
-def _pipeline(fmt: str, paths: list[str], indexes: list[str], device: str, shuffle: bool,
-              shard_id: int, num_shards: int, shuffle_buffer: int) -> Any:
-    common = dict(shard_id=shard_id, num_shards=num_shards, random_shuffle=shuffle,
-                  initial_fill=shuffle_buffer, pad_last_batch=True, stick_to_shard=True,
-                  name=READER)
+def _pipeline(fmt: str, paths: list[str], indexes: list[str], device: str) -> Any:
+    """DALI's own reader of the shards (``own_reader``), shuffled its way."""
+    common = dict(random_shuffle=True, initial_fill=4096, pad_last_batch=True,
+                  stick_to_shard=True, name=READER)
     if fmt == "webdataset":
         jpegs, labels = fn.readers.webdataset(
             paths=paths, index_paths=indexes, ext=["jpg", "cls"],

@@ -24,8 +24,9 @@ background).
 The shards are untrusted (docs/readers.md, "What the tf.data reader guarantees").  TensorFlow
 never opens one: when the dataset is made, every shard is opened through the door (a regular
 file, no link, the manifest's size) and its framing checked against its index (each record's
-length field, with its CRC, is the index's size, and the records tile the file), else a
-``ManifestError`` names it.  Records are then read by offset from those checked descriptors
+length field, with its CRC, is the index's size, and the records tile the file) and the keys
+its records hold against the sample index (``plan.load_table``), else a ``ManifestError``
+names it.  Records are then read by offset from those checked descriptors
 (a shard swapped since is refused), their CRC checked and parsed in Python, 64 records a
 call, the JPEG header first (never larger than the largest recorded sample); then TensorFlow's
 kernel decodes (with ``targets``, Python does: ``sample_jpeg.decode_sample``).
@@ -69,8 +70,8 @@ from ..dataset.manifest import ShardEntry
 from ..door import Identity, OpenFile, Refused, open_file
 from ..errors import ConfigError, ManifestError, ShardFormatError
 from . import largest_image_size, select_shards
-from .cut import cut_keys_by_shard, log_left_out
-from .plan import OPEN_SHARDS
+from .cut import cut_keys, log_left_out
+from .plan import OPEN_SHARDS, SampleTable, load_table
 from .sample_jpeg import SampleJpegError, check_header, decode_sample
 from .targets import check_class_ids
 
@@ -93,10 +94,9 @@ def classes(path: str | Path) -> list[str]:
     return list(manifest.classes)
 
 
-def checked_shard(path: str, entry: ShardEntry) -> tuple[Identity, list[tuple[int, int]]]:
-    """The identity and the (offset, size) of each record of a shard, once it is checked
-    through the door and its framing against its index; ``ManifestError`` naming it
-    otherwise."""
+def checked_shard(path: str, entry: ShardEntry) -> Identity:
+    """The identity of a shard, once it is checked through the door and its framing against
+    its index; ``ManifestError`` naming it otherwise."""
     name = os.path.basename(path)
     try:
         with open_shard(path) as handle:
@@ -109,13 +109,12 @@ def checked_shard(path: str, entry: ShardEntry) -> tuple[Identity, list[tuple[in
                 raise ShardFormatError(f"{len(spans)} records, the manifest says "
                                        f"{entry.samples}")
             check_framing(handle, spans)
-            identity = Identity(handle.info.st_ino, handle.size)
+            return Identity(handle.info.st_ino, handle.size)
     except ShardFormatError as exc:
         raise ManifestError(f"{name}: {exc}; `shardsmith verify` names what is wrong, "
                             "`shardsmith stage` repairs a copy") from None
     except OSError as exc:
         raise ManifestError(f"{name}: cannot read the shard: {exc.strerror or exc}") from None
-    return identity, spans
 
 
 class _Shards:
@@ -152,17 +151,13 @@ class _Records:
     """Reads, checks, parses and decodes record ``number`` of the selection (in Python, called
     through ``tf.py_function``); a record that fails is logged and marked, never raised."""
 
-    def __init__(self, paths: list[str], checked: list[tuple[Identity, list[tuple[int, int]]]],
-                 classes: int, object_classes: int, channels: int,
-                 largest: tuple[int, int], with_mask: bool,
+    def __init__(self, table: SampleTable, identities: list[Identity], classes: int,
+                 object_classes: int, channels: int, largest: tuple[int, int], with_mask: bool,
                  left_out: frozenset[str] = frozenset(), with_ignored: bool = False):
-        self.shards = _Shards(paths, [identity for identity, _ in checked])
-        self.names = [os.path.basename(path) for path in paths]
-        self.shard = np.concatenate([np.full(len(spans), number, np.int64)
-                                     for number, (_, spans) in enumerate(checked)]
-                                    or [np.empty(0, np.int64)])
-        self.spans = np.asarray([span for _, spans in checked for span in spans],
-                                np.int64).reshape(-1, 2)
+        self.table, self.shards = table, _Shards(list(table.paths), identities)
+        self.names = [os.path.basename(path) for path in table.paths]
+        self.shard = table.shard.astype(np.int64)
+        self.spans = np.stack([table.image_offset, table.image_size], axis=1)  # a record each
         self.classes, self.object_classes = classes, object_classes
         self.colorspace, self.largest, self.with_mask = COLORSPACES[channels], largest, \
             with_mask
@@ -175,39 +170,24 @@ class _Records:
         ends."""
         return np.searchsorted(self.shard, np.arange(len(self.names) + 1)).astype(np.int64)
 
-    def example(self, number: int) -> tuple[str, Any]:
-        """(where, tf.train.Example) of record ``number``; ``where`` names shard and key."""
-        shard = int(self.shard[number])
-        offset, size = (int(value) for value in self.spans[number])
-        where = f"{self.names[shard]}: the record at byte {offset}"
-        payload = self.shards.read(shard, offset, size)
-        try:
-            example = tf.train.Example.FromString(payload)
-        except (DecodeError, ValueError) as exc:  # upb's DecodeError, or a RuntimeWarning's
-            raise ShardFormatError(f"{where}: not a tf.train.Example ({exc})") from None
-        keys = example.features.feature["image/key"].bytes_list.value \
-            if "image/key" in example.features.feature else []
-        if len(keys) == 1:
-            key = keys[0].decode("ascii", "replace")
-            if key in self.left_out:
-                raise LeftOut
-            where = f"{self.names[shard]}: sample {key[:200]}"
-        return where, example
+    def where(self, number: int) -> str:
+        """``SHARD: sample KEY`` of record ``number`` for messages, by the key the table read
+        (the record's byte offset where none read)."""
+        key = self.table.key(number)
+        return f"{self.names[int(self.shard[number])]}: " + (
+            f"sample {key[:200]}" if key else f"the record at byte {int(self.spans[number, 0])}")
 
-    def left_out_numbers(self, numbers: range) -> np.ndarray:
-        """Which of the records ``numbers`` hold a sample left out (a bool per record), each
-        record read for its key: only for parts by record, where the stream must lose them
-        before it is cut into parts.  A record that does not read is kept, to be skipped as
-        corrupt when its turn comes."""
-        found = np.zeros(len(numbers), bool)
-        for at, number in enumerate(numbers):
-            try:
-                self.example(number)
-            except LeftOut:
-                found[at] = True
-            except SKIPPED:
-                pass
-        return found
+    def example(self, number: int) -> Any:
+        """The tf.train.Example of record ``number``; ``LeftOut``, unread, for a sample left
+        out."""
+        if self.table.key(number) in self.left_out:
+            raise LeftOut
+        offset, size = (int(value) for value in self.spans[number])
+        payload = self.shards.read(int(self.shard[number]), offset, size)
+        try:
+            return tf.train.Example.FromString(payload)
+        except (DecodeError, ValueError) as exc:  # upb's DecodeError, or a RuntimeWarning's
+            raise ShardFormatError(f"not a tf.train.Example ({exc})") from None
 
     def checked_jpegs(self, numbers: Any) -> list[Any]:
         """(JPEG bytes, labels, ok flags) of the records ``numbers``, each checked by
@@ -220,29 +200,25 @@ class _Records:
     def checked_jpeg(self, number: int) -> tuple[bytes, int, bool]:
         """(JPEG bytes, label, ok) of record ``number``: read, CRC, parse, label and JPEG
         header checked here; the decode is left to TensorFlow's kernel."""
-        where = f"record {number}"
         try:
-            where, example = self.example(number)
-            jpeg, label = self._jpeg_and_label(example.features.feature)
+            jpeg, label = self._jpeg_and_label(self.example(number).features.feature)
             check_header(jpeg, None, self.largest)
             return jpeg, label, True
         except LeftOut:
             pass
         except SKIPPED as exc:
-            _skipped(where, exc)
+            _skipped(self.where(number), exc)
         return b"", -1, False
 
     def read_targets(self, number: Any) -> list[Any]:
         """Image, label, boxes, class ids and names, mask and ok of record ``number``, checked
         and decoded here (a record that fails is logged and marked, never raised)."""
-        where = f"record {int(number)}"
         try:
-            where, example = self.example(int(number))
-            return [*self._targets(example.features.feature), True]
+            return [*self._targets(self.example(int(number)).features.feature), True]
         except LeftOut:
             pass
         except SKIPPED as exc:
-            _skipped(where, exc)
+            _skipped(self.where(int(number)), exc)
         return [*self._placeholder(), False]
 
     def _jpeg_and_label(self, feature: Any) -> tuple[bytes, int]:
@@ -379,17 +355,20 @@ def dataset(
                           "source.annotations): targets=True needs them")
     with_mask = targets and manifest.has_masks
     paths = [file for file, _ in shards]
-    checked = [checked_shard(file, entry) for file, entry in shards]
-    cut = {} if keep_cut else cut_keys_by_shard(Path(path), manifest,
-                                                 {entry.name for _, entry in shards})
-    reader = _Records(paths, checked, len(manifest.classes),
+    identities = [checked_shard(file, entry) for file, entry in shards]
+    # each record's span and key, the keys held to the sample index's (a shard of another
+    # split copied over one of the same layout is refused)
+    table = load_table(Path(path), [entry for _, entry in shards], manifest)
+    left_out = frozenset() if keep_cut else frozenset(cut_keys(Path(path), manifest, table))
+    reader = _Records(table, identities, len(manifest.classes),
                       len(manifest.object_classes or ()), channels,
                       largest_image_size(Path(path), manifest, split), with_mask,
-                      frozenset().union(*cut.values()), targets and keep_cut)
+                      left_out, targets and keep_cut)
     starts = tf.constant(reader.starts())
     by_file = len(paths) >= num_shards
-    kept, epoch = _kept(reader, [len(cut.get(entry.name, ())) for _, entry in shards],
-                        by_file, num_shards, index)
+    keep = np.fromiter((table.key(number) not in left_out for number in range(len(table))),
+                       bool, len(table))
+    kept, epoch = _kept(reader.starts(), keep, by_file, num_shards, index)
     if reader.left_out:
         log_left_out(path, len(reader.left_out))
     files = tf.data.Dataset.range(len(paths))
@@ -430,22 +409,16 @@ def dataset(
     return good.repeat().take(epoch).prefetch(tf.data.AUTOTUNE)
 
 
-def _kept(reader: _Records, cut: list[int], by_file: bool, num_shards: int,
+def _kept(starts: np.ndarray, keep: np.ndarray, by_file: bool, num_shards: int,
           index: int) -> tuple[tf.Tensor | None, int]:
     """Which records the stream keeps (None: every record, those left out dropped as they are
-    read) and how many samples this part's epoch holds: its records less the samples left
-    out, per shard from the sample index; for parts by record, which are cut from the one
-    stream, the records themselves say which are left out (a selection of fewer files than
-    parts, read once for its keys when some sample is left out)."""
-    starts = reader.starts()
-    if not reader.left_out or by_file or num_shards == 1:
-        kept_starts = starts - np.concatenate(([0], np.cumsum(cut, dtype=np.int64)))
-        return None, part_samples(kept_starts, num_shards, index)
-    # ~0.11 ms a record (1,000 records of 256 px tiles: 297 ms to make the dataset, 187 ms
-    # without this read), once per pipeline, on a selection of fewer files than parts
-    keep = ~reader.left_out_numbers(range(int(starts[-1])))
-    return tf.constant(keep), part_samples(np.asarray([0, int(keep.sum())]), num_shards,
-                                           index)
+    read) and how many samples this part's epoch holds: its records less those ``keep`` (a
+    bool per record, from the keys the sample table read) leaves out.  Parts by record are
+    cut from the one stream, which loses the records left out before it is cut."""
+    counted = np.concatenate(([0], np.cumsum(keep, dtype=np.int64)))  # kept before each
+    if keep.all() or by_file or num_shards == 1:
+        return None, part_samples(counted[starts], num_shards, index)
+    return tf.constant(keep), part_samples(counted[[0, -1]], num_shards, index)
 
 
 def part_samples(starts: np.ndarray, num_shards: int, index: int) -> int:
