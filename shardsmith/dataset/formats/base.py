@@ -17,7 +17,7 @@ from ...text import shown
 
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
-    from ..manifest import ShardEntry
+    from ..entries import ShardEntry
     from ..records import Sample
 
 
@@ -75,6 +75,9 @@ class ShardFormat(Protocol):
     name: str
     extension: str
     keys_in_shard: bool  # its index holds no keys: a reader holds the shards' to the sample index
+    shard_lists: tuple[str, ...]  # the extensions of a split's shard lists, ``txt`` first
+    index_required: bool  # a manifest naming a shard without its index is refused
+    label_map: bool  # a dataset with objects has ``label_map.pbtxt`` beside its manifest
 
     def sample_rows(self, directory: Path, shard: ShardEntry,
                     has_masks: bool) -> list[tuple[Row, str]]:

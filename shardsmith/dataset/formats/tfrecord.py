@@ -27,7 +27,7 @@ from .metadata import checked_metadata, rle_counts, rle_string
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
     from ...door import OpenFile
-    from ..manifest import ShardEntry
+    from ..entries import ShardEntry
     from ..records import Sample
 
 log = logging.getLogger(__name__)
@@ -614,6 +614,9 @@ class TFRecordFormat:
     name = "tfrecord"
     extension = FORMATS[name]
     keys_in_shard = True
+    shard_lists = ("txt",)
+    index_required = True
+    label_map = True  # with objects, the Object Detection API's ``label_map.pbtxt``
     # (the record's bytes, their features): the export asks for a record's metadata and then
     # its mask, a parse of the whole Example each (the test corpus's samples: 444 us a sample
     # for metadata, mask and JPEG, 308 us with one parse; one record's bytes held)

@@ -36,7 +36,7 @@ from .metadata import checked_metadata
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
     from ...door import OpenFile
-    from ..manifest import ShardEntry
+    from ..entries import ShardEntry
     from ..records import Sample
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,9 @@ class WebDatasetFormat:
     name = "webdataset"
     extension = FORMATS[name]
     keys_in_shard = False
+    shard_lists = ("txt", "json")  # and the index webdataset's ``wids`` reads
+    index_required = False  # shards packed before indexes existed have none
+    label_map = False
 
     def encode(self, sample: Sample, classes: tuple[str, ...],
                object_classes: ObjectClasses | None = None) -> Record:
