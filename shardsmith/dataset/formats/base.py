@@ -115,6 +115,18 @@ class ShardFormat(Protocol):
         """The sample's class mask PNG, None when it has none."""
         ...
 
+    def dali_samples(self, paths: list[str], indexes: list[str], **options: Any) -> tuple:
+        """(JPEGs, labels) as DALI's own reader of the format gives them, with ``options``
+        (nvidia.dali imported here: only a DALI pipeline calls this)."""
+        ...
+
+    def record_problems(self, record: Record, size: tuple[int, int] | None,
+                        object_classes: int) -> list[str]:
+        """What a consumer's own parser of the format trips on in ``record`` beyond its JPEG
+        and metadata (``verify --decode``), a phrase each; ``size`` is the sample's (width,
+        height) in the sample index."""
+        ...
+
     def trailer(self, size: int) -> bytes: ...
 
     def index_header(self, count: int) -> bytes: ...

@@ -84,6 +84,20 @@ class WebDatasetFormat:
     index_required = False  # shards packed before indexes existed have none
     label_map = False
 
+    def dali_samples(self, paths: list[str], indexes: list[str], **options: Any) -> tuple:
+        """(JPEGs, labels) from DALI's own reader of these shards (``readers.dali``)."""
+        import nvidia.dali.fn as fn
+
+        jpegs, labels = fn.readers.webdataset(paths=paths, index_paths=indexes,
+                                              ext=["jpg", "cls"],
+                                              missing_component_behavior="error", **options)
+        return jpegs, fn.pad(labels, fill_value=0)  # ASCII digits, dense for the batch
+
+    def record_problems(self, record: Record, size: tuple[int, int] | None,
+                        object_classes: int) -> list[str]:
+        """None: a sample's members are its JPEG, label and metadata, each checked alone."""
+        return []
+
     def encode(self, sample: Sample, classes: tuple[str, ...],
                object_classes: ObjectClasses | None = None) -> Record:
         metadata = sample_metadata(sample, class_name(classes, sample.label), object_classes)
