@@ -1,7 +1,7 @@
-"""The export's fast paths give what the slow ones give: its own walk of a WebDataset shard
-(``ops/export/plaintar``) the same samples, bytes and members as the format's reader for a
-shard shardsmith wrote, and None (the format's reader then reads it) for anything else; a
-version made durable by fsyncs where ``syncfs`` is missing or fails."""
+"""The export's fast paths give what the slow ones give: the WebDataset format's own walk of a
+tar the same samples, bytes and members as ``tarfile`` reads in a shard shardsmith wrote, and
+one clear error for anything else; a version made durable by fsyncs where ``syncfs`` is
+missing or fails."""
 
 from __future__ import annotations
 
@@ -17,37 +17,36 @@ from test_export import pack_corpus, write_corpus
 
 from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
-from shardsmith.errors import OutputStateError
-from shardsmith.ops.export import export, layouts, plaintar, record, tree
+from shardsmith.errors import OutputStateError, ShardFormatError
+from shardsmith.ops.export import export, layouts, record, tree
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("plaintar")
+    root = tmp_path_factory.mktemp("tarwalk")
     write_corpus(root / "source")
     pack_corpus(root / "source", root / "dataset", "webdataset")
     return root / "dataset"
 
 
-def walked(path: Path) -> list | None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        samples = plaintar.plain_samples(fd, os.fstat(fd).st_size)
-        if samples is None:
-            return None
-        return list(plaintar.read_samples(fd, samples, {key for key, _ in samples}))
-    finally:
-        os.close(fd)
+def walked(path: Path) -> list:
+    return list(shard_format("webdataset").records(path, path.stat().st_size))
 
 
-def test_a_shard_shardsmith_wrote_reads_as_the_format_reads_it(dataset):
-    fmt = shard_format("webdataset")
+def test_a_shard_shardsmith_wrote_reads_as_tarfile_reads_it(dataset):
     shards = read_manifest(dataset).shards
     assert shards
     for shard in shards:
-        expected = list(fmt.records(dataset / shard.name, shard.bytes))
-        assert walked(dataset / shard.name) == expected
-        assert any(len(record.members) == 4 for _, record in expected)  # with mask.png
+        path = dataset / shard.name
+        with tarfile.open(path) as tar:
+            expected = [(info.name, info.offset, info.offset_data, info.size) for info in tar]
+        records = walked(path)
+        assert [(f"{packed.key}.{m.extension}", offset + m.header, offset + m.data, m.size)
+                for offset, packed in records for m in packed.members] == expected
+        data = path.read_bytes()
+        assert all(packed.data == data[offset : offset + len(packed.data)]
+                   for offset, packed in records)
+        assert any(len(packed.members) == 4 for _, packed in records)  # with mask.png
 
 
 def tar_of(members: list[tuple[str, bytes]], pax: bool = False) -> bytes:
@@ -75,10 +74,11 @@ SAMPLE = [("k.jpg", b"\xff\xd8"), ("k.cls", b"1"), ("k.json", b"{}")]
     tar_of(SAMPLE)[:1000],  # cut short
     bytes(511) + b"\x01" + tar_of(SAMPLE)[512:],  # a header whose checksum does not add up
 ], ids=["pax", "incomplete", "key twice", "unsafe name", "cut short", "checksum"])
-def test_anything_else_is_left_to_the_format_reader(tmp_path, data):
+def test_anything_else_is_refused_by_the_format_reader(tmp_path, data):
     path = tmp_path / "shard.tar"
     path.write_bytes(data)
-    assert walked(path) is None
+    with pytest.raises(ShardFormatError):
+        walked(path)
 
 
 def test_a_plain_tar_of_shardsmith_members_is_walked(tmp_path):

@@ -6,7 +6,6 @@ garbage collector comes back as it was."""
 from __future__ import annotations
 
 import gc
-import hashlib
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +17,9 @@ from test_export_fastpaths import SAMPLE, tar_of
 from shardsmith import door
 from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
-from shardsmith.errors import ConfigError
+from shardsmith.errors import ConfigError, ShardFormatError
 from shardsmith.ops import export as package
-from shardsmith.ops.export import export, plaintar
+from shardsmith.ops.export import export
 from shardsmith.ops.export.layouts import LAYOUTS, check_record_paths, layout_of
 from shardsmith.ops.export.record import ExportedFile, ExportedSample, ExportOptions
 
@@ -201,36 +200,29 @@ def test_the_garbage_collector_is_as_it_was_after_an_export(tmp_path, enabled):
 
 @pytest.mark.parametrize("chunk", [512, 1536, door.CHUNK], ids=["a block", "3 blocks",
                                                                      "8 MiB"])
-def test_the_header_walk_hashes_every_byte_of_the_shard_once(tmp_path, monkeypatch, chunk):
+def test_the_tar_walk_gives_every_byte_of_the_samples_once(tmp_path, monkeypatch, chunk):
     write_corpus(tmp_path / "source")
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
     monkeypatch.setattr(door, "CHUNK", chunk)
+    fmt = shard_format("webdataset")
     for shard in read_manifest(tmp_path / "dataset").shards:
         path = tmp_path / "dataset" / shard.name
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            digest = hashlib.sha256()
-            samples = plaintar.plain_samples(fd, shard.bytes, digest)
-            assert samples == plaintar.plain_samples(fd, shard.bytes) is not None
-        finally:
-            os.close(fd)
-        assert digest.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+        records = list(fmt.records(path, shard.bytes))
+        data = b"".join(packed.data for _, packed in records)
+        assert records[0][0] == 0 and len(data) == records[-1][0] + len(records[-1][1].data)
+        assert data == path.read_bytes()[: len(data)]
 
 
-def test_a_shard_longer_than_its_listed_size_is_hashed_to_that_size_only(tmp_path):
+def test_a_shard_longer_than_its_listed_size_is_read_to_that_size_only(tmp_path):
     path = tmp_path / "shard.tar"
     path.write_bytes(tar_of(SAMPLE))
     size = path.stat().st_size
     with path.open("ab") as handle:
         handle.write(b"trailing bytes")
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        digest = hashlib.sha256()
-        assert plaintar.plain_samples(fd, size, digest) is not None
-        assert plaintar.plain_samples(fd, size + 1024) is None  # past the end: cut short
-    finally:
-        os.close(fd)
-    assert digest.hexdigest() == hashlib.sha256(path.read_bytes()[:size]).hexdigest()
+    fmt = shard_format("webdataset")
+    assert [packed.key for _, packed in fmt.records(path, size)] == ["k"]
+    with pytest.raises(ShardFormatError, match="cut short"):
+        list(fmt.records(path, 1000))
 
 
 def test_a_tfrecord_record_is_parsed_once_for_its_metadata_and_its_mask(tmp_path, monkeypatch):

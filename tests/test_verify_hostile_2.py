@@ -14,13 +14,13 @@ from hostile_data import cli, mixed_annotated, one_error_line, sha256, small_dat
 from hostile_data import write_manifest as save_manifest
 
 from shardsmith.dataset.formats import Placed, index_bytes
-from shardsmith.dataset.formats.example_check import feature_lists
 from shardsmith.dataset.formats.tfrecord import (
     ByteStrings,
     Floats,
     Ints,
     TFRecordFormat,
     encode_example,
+    feature_lists,
     frame_record,
 )
 
@@ -268,5 +268,5 @@ def test_object_labels_that_are_not_integers_are_a_problem_not_a_traceback():
     from shardsmith.dataset.formats.tfrecord import ByteStrings, encode_example
 
     payload = encode_example({"image/object/class/label": ByteStrings([b"x"])})
-    assert example_problems(payload, None, 2) == [
+    assert example_problems(feature_lists(payload), None, 2) == [
         "image/object/class/label holds other values than integers"]

@@ -166,12 +166,3 @@ def rle_encode(binary: np.ndarray) -> tuple[int, ...]:
     bounds = np.concatenate(([0], changes, [flat.size]))
     runs = np.diff(bounds).tolist()
     return tuple(runs if flat[0] == 0 else [0, *runs])
-
-
-def rle_decode(counts: list[int] | tuple[int, ...], height: int, width: int) -> np.ndarray:
-    """Inverse of ``rle_encode``: a uint8 height x width mask."""
-    counts = np.asarray(counts, np.int64)
-    if counts.sum() != height * width or (counts < 0).any():
-        raise ValueError(f"RLE counts add up to {int(counts.sum())}, not {height}x{width}")
-    values = np.arange(len(counts)) % 2
-    return np.repeat(values.astype(np.uint8), counts).reshape(width, height).T.copy()

@@ -63,21 +63,25 @@ def _from_string(text: str, budget: int) -> list[int]:
 
 
 def checked(runs: list[int], height: int, width: int) -> np.ndarray:
-    """``runs`` as int64, after checking that they are non-negative and cover the
-    ``height x width`` pixels exactly."""
+    """``runs`` as int64, after ``check_counts``."""
+    return np.asarray(check_counts(runs, height, width), np.int64)
+
+
+def check_counts(runs: list[int], height: int, width: int) -> list[int]:
+    """``runs`` (as ``counts_of`` gives them) once they are non-negative and cover the
+    ``height x width`` pixels exactly: the one check of an RLE's counts, in annotation files,
+    shard metadata and readers' targets."""
     pixels = height * width
-    # Each count on its own first, in Python's integers: no count past the pixels means the
-    # int64 sum below cannot wrap (four counts of 2**62 add up to 4 in int64).
+    # Each count on its own first, in Python's integers: no count past the pixels means an
+    # int64 sum of them cannot wrap (four counts of 2**62 add up to 4 in int64).
     if any(count < 0 for count in runs):
         raise RleError("RLE counts must not be negative")
     if any(count > pixels for count in runs):
-        raise RleError(f"an RLE count is more than the {pixels:,} pixels of the image")
-    array = np.asarray(runs, np.int64) if runs else np.zeros(0, np.int64)
-    total = int(array.sum())
-    if total != height * width:
-        raise RleError(f"RLE counts add up to {total:,}, not {height} x {width} = "
-                       f"{height * width:,}")
-    return array
+        raise RleError(f"RLE counts: one is more than the {pixels:,} pixels of the image")
+    total = sum(runs)
+    if total != pixels:
+        raise RleError(f"RLE counts add up to {total:,}, not {height} x {width} = {pixels:,}")
+    return runs
 
 
 def box_of(runs: np.ndarray, height: int, width: int) -> tuple[float, float, float, float]:

@@ -34,12 +34,17 @@ import msgspec
 from ..annotations.audit import SourceReport
 from ..annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS
 from ..atomic import HashingFile, check_replaceable, fsync_directory, write_bytes_atomic
-from ..config import FORMATS, config_from_settings
+from ..config import config_from_settings
 from ..door import MANIFEST_CAP, Refused, open_file, sha256_of
 from ..errors import ConfigError, ManifestError
 from ..schema import INT64, LINE_CAP, Bounds, Count, decode, line_reader, parse, to_json
 from ..storage import NoSuchBucket, StoreError
 from ..text import shown
+from .entries import MAX_SHARD_NUMBER, SHARD_NAME, FileEntry, ShardEntry, plain_name
+from .entries import index_name as index_name  # the names of shards, importable from here too
+from .entries import shard_name as shard_name
+from .entries import shard_number as shard_number
+from .formats import FORMATS
 from .keys import KeyTally, duplicate_message, repeated_keys
 from .statedir import DatasetDir
 
@@ -60,19 +65,16 @@ ANNOTATION_RULES = 3
 MAX_ANNOTATION_RULES = 10**6  # far past any release; a larger number is damage
 
 SPLIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
-SHARD_NAME = re.compile(r"(?P<split>[a-z][a-z0-9_]{0,63})-(?P<number>\d{6,9})"
-                        r"\.(?P<ext>tar|tfrecord|idx)")
 SAMPLES_INDEX_NAME = re.compile(r"samples(-v\d{1,9}(-[a-z][a-z0-9_]{0,63})?)?\.jsonl")
 CHANGES_NAME = re.compile(r"changes-v(?P<version>\d{1,9})\.jsonl")
 SHARD_LIST_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}-shards\.(txt|json)")
 LABEL_MAP_NAME = "label_map.pbtxt"  # TFRecord datasets with objects: the OD API's class ids
 SAMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
-SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # The numbers our own writer produces, and so all a manifest may hold: shard numbers fit the
-# six digits of ``SPLIT-NNNNNN`` (a split's next number too: the writer never goes past it),
-# a version's sample index name ``samples-vN`` its nine, a label is a class index or -1.
-MAX_SHARD_NUMBER = 999_999
+# six digits of ``SPLIT-NNNNNN`` (``MAX_SHARD_NUMBER``; a split's next number too: the writer
+# never goes past it), a version's sample index name ``samples-vN`` its nine, a label is a class
+# index or -1.
 ShardNumber = Annotated[int, Bounds(0, MAX_SHARD_NUMBER)]
 MAX_VERSION = 10**9 - 1
 Version = Annotated[int, Bounds(0, MAX_VERSION)]
@@ -82,15 +84,6 @@ MtimeNs = Annotated[int, INT64]
 ObjectCounts = Annotated[tuple[Annotated[int, Bounds(0, MAX_OBJECTS)], ...],
                          msgspec.Meta(max_length=MAX_OBJECT_CLASSES)]
 AnnotationRules = Annotated[int, Bounds(1, MAX_ANNOTATION_RULES)]
-
-
-def shard_name(split: str, number: int, extension: str) -> str:
-    return f"{split}-{number:06d}{extension}"
-
-
-def index_name(shard: str) -> str:
-    """The per-record index beside a shard: ``train-000003.tar`` -> ``train-000003.idx``."""
-    return shard.rsplit(".", 1)[0] + ".idx"
 
 
 def samples_index_name(version: int, split: str | None = None) -> str:
@@ -125,28 +118,10 @@ def is_derived_file(name: str) -> bool:
 
 
 def shard_list_names(split: str, fmt: str) -> tuple[str, ...]:
-    """``SPLIT-shards.txt`` (one shard per line), and for tars ``SPLIT-shards.json``, the
-    index webdataset's ``wids.ShardListDataset`` reads."""
-    txt = f"{split}-shards.txt"
-    return (txt, f"{split}-shards.json") if fmt == "webdataset" else (txt,)
-
-
-def shard_number(name: str) -> int:
-    return int(SHARD_NAME.fullmatch(name)["number"])
-
-
-def _plain_name(name: str, pattern: re.Pattern, where: str, what: str) -> None:
-    if pattern.fullmatch(name) is None:
-        raise ManifestError(f"{where}: {shown(name)} is not a {what} name shardsmith writes "
-                            "(refused: names must be plain file names of the dataset)")
-    if pattern is SHARD_NAME and shard_number(name) > MAX_SHARD_NUMBER:
-        raise ManifestError(f"{where}: {shown(name)} has a shard number past "
-                            f"{MAX_SHARD_NUMBER}, which shardsmith never writes (refused)")
-
-
-def _size(value: int, where: str) -> None:
-    if not 0 <= value < 1 << 50:
-        raise ManifestError(f"{where}: {value} is not a possible size")
+    """The shard lists of ``split`` in format ``fmt``: ``SPLIT-shards.txt`` (one shard per
+    line), and those the format adds (``SPLIT-shards.json``, which webdataset's
+    ``wids.ShardListDataset`` reads)."""
+    return tuple(f"{split}-shards.{ext}" for ext in FORMATS[fmt].shard_lists)
 
 
 def settings_facts(settings: dict[str, Any]) -> dict[str, Any]:
@@ -170,55 +145,6 @@ def _fact_text(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class FileEntry:
-    """A file of the dataset: plain name, exact size, sha256."""
-
-    name: str
-    bytes: Count
-    sha256: str
-
-    def check(self, where: str) -> None:
-        _size(self.bytes, f"{where}.bytes")
-        if SHA256.fullmatch(self.sha256) is None:
-            raise ManifestError(f"{where}.sha256: not a sha256 hex digest: {shown(self.sha256)}")
-
-
-@dataclass(frozen=True)
-class ShardEntry:
-    """A shard: its file, split, sample count, and its per-record index."""
-
-    name: str
-    split: str
-    samples: Count
-    bytes: Count
-    sha256: str
-    index: FileEntry | None = None
-
-    def check(self, where: str) -> None:
-        _plain_name(self.name, SHARD_NAME, f"{where}.name", "shard")
-        match = SHARD_NAME.fullmatch(self.name)
-        if match["ext"] == "idx":
-            raise ManifestError(f"{where}.name: {self.name} is an index, not a shard")
-        if match["split"] != self.split:
-            raise ManifestError(f"{where}: shard {self.name} is listed under split "
-                                f"{shown(self.split)}")
-        FileEntry.check(self, where)  # same size and digest rules
-        if self.samples < 0:
-            raise ManifestError(f"{where}.samples: {self.samples} is negative")
-        if self.index is not None and self.index.name != index_name(self.name):
-            raise ManifestError(f"{where}.index.name: {shown(self.index.name)} is not the "
-                                f"index of {self.name}")
-
-    @property
-    def file(self) -> FileEntry:
-        return FileEntry(self.name, self.bytes, self.sha256)
-
-    def files(self) -> tuple[FileEntry, ...]:
-        """The files of this shard: the shard, then its index if it has one."""
-        return (self.file,) if self.index is None else (self.file, self.index)
-
-
-@dataclass(frozen=True)
 class SampleIndexEntry:
     """The per-sample index file and how many lines it holds."""
 
@@ -228,7 +154,7 @@ class SampleIndexEntry:
     samples: Count = 0
 
     def check(self, where: str) -> None:
-        _plain_name(self.name, SAMPLES_INDEX_NAME, f"{where}.name", "sample index")
+        plain_name(self.name, SAMPLES_INDEX_NAME, f"{where}.name", "sample index")
         FileEntry.check(self, where)
 
     @property
@@ -393,19 +319,21 @@ class Manifest:
             raise ManifestError(f"format: {shown(self.format)} is not one of "
                                 f"{', '.join(FORMATS)}")
         for split in self.splits:
-            _plain_name(split, SPLIT_NAME, "splits", "split")
+            plain_name(split, SPLIT_NAME, "splits", "split")
         for split in self.next_shard_numbers:
-            _plain_name(split, SPLIT_NAME, "next_shard_numbers", "split")
+            plain_name(split, SPLIT_NAME, "next_shard_numbers", "split")
         for name in self.shard_lists:
-            _plain_name(name, SHARD_LIST_NAME, "shard_lists", "shard list")
+            plain_name(name, SHARD_LIST_NAME, "shard_lists", "shard list")
         names: set[str] = set()
+        fmt = FORMATS[self.format]
         for number, shard in enumerate(self.shards):
             where_shard = f"shards[{number}]"
-            if not shard.name.endswith(FORMATS[self.format]):
+            if not shard.name.endswith(fmt.extension):
                 raise ManifestError(f"{where_shard}.name: {shard.name} is not a "
                                     f"{self.format} shard")
-            if self.format == "tfrecord" and shard.index is None:
-                raise ManifestError(f"{where_shard}.index: missing (TFRecord shards have one)")
+            if fmt.index_required and shard.index is None:
+                raise ManifestError(f"{where_shard}.index: missing ({self.format} shards "
+                                    "have one)")
             if shard.split not in self.splits:
                 raise ManifestError(f"{where_shard}: split {shard.split} is not in splits")
             for entry in shard.files():
@@ -550,8 +478,8 @@ class SampleRecord:
             return  # every line of a sound index: two matches, not five
         if SAMPLE_KEY.fullmatch(self.key) is None:
             raise ManifestError(f"{where}.key: {shown(self.key)} is not a sample key")
-        _plain_name(self.split, SPLIT_NAME, f"{where}.split", "split")
-        _plain_name(self.shard, SHARD_NAME, f"{where}.shard", "shard")
+        plain_name(self.split, SPLIT_NAME, f"{where}.split", "split")
+        plain_name(self.shard, SHARD_NAME, f"{where}.shard", "shard")
         if SHARD_NAME.fullmatch(self.shard)["split"] != self.split:
             raise ManifestError(f"{where}: sample {self.key} of split {self.split} is in "
                                 f"{self.shard}, a shard of another split")
@@ -764,9 +692,9 @@ def _text_string(text: str) -> str:
 
 def derived_contents(manifest: Manifest) -> dict[str, bytes]:
     """Every file derived from ``manifest`` under a stable name: its shard lists, and for
-    TFRecord datasets with objects the label map."""
+    datasets with objects in a format that has one (TFRecord) the label map."""
     contents = shard_list_contents(manifest)
-    if manifest.format == "tfrecord" and manifest.object_classes is not None:
+    if FORMATS[manifest.format].label_map and manifest.object_classes is not None:
         contents[LABEL_MAP_NAME] = label_map(manifest.object_classes)
     return contents
 

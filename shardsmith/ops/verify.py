@@ -27,8 +27,6 @@ from pathlib import Path
 
 from ..dataset.agreement import IndexedObjects, disagreement, indexed_objects
 from ..dataset.formats import SHARD_CAP, Placed, index_bytes, shard_format
-from ..dataset.formats.example_check import example_problems
-from ..dataset.formats.tfrecord import record_payload
 from ..dataset.manifest import (
     LABEL_MAP_NAME,
     MANIFEST_NAME,
@@ -298,13 +296,13 @@ def _check_objects(directory: ObjectPath, shard: ShardEntry) -> list[str]:
 
 def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
                  expected: _Expected | None, decode: bool) -> list[str]:
-    fmt_name, classes = manifest.format, len(manifest.classes)
+    classes = len(manifest.classes)
     object_classes = len(manifest.object_classes or ())
     problem = _check_file(directory, shard.file)
     if problem is not None and not problem.endswith("(corrupt)"):
         return [problem]
     problems = [problem] if problem else []
-    fmt = shard_format(fmt_name)
+    fmt = shard_format(manifest.format)
     placed = []
     keys = 0
     try:
@@ -320,10 +318,10 @@ def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,
                 _check_image(shard.name, record.key, fmt.jpeg(record), sizes, problems)
                 _check_metadata(fmt, shard.name, record, problems,
                                 expected.objects if expected is not None else {})
-                if fmt_name == "tfrecord" and len(problems) < MAX_LABEL_PROBLEMS:
+                if len(problems) < MAX_LABEL_PROBLEMS:
                     problems += [f"{shard.name}: sample {record.key}: {problem}" for problem in
-                                 example_problems(record_payload(record.data), (sizes or {}).get(
-                                     record.key), object_classes)]
+                                 fmt.record_problems(record, (sizes or {}).get(record.key),
+                                                     object_classes)]
     except ShardFormatError as exc:
         return problems + [f"{shard.name}: {exc}"]
     if len(placed) != shard.samples:

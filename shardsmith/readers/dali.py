@@ -31,7 +31,6 @@ from typing import Any
 
 try:
     import nvidia.dali.fn as fn
-    import nvidia.dali.tfrecord as tfrec
     import nvidia.dali.types as types
     from nvidia.dali import pipeline_def
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
@@ -49,6 +48,7 @@ import os
 import numpy as np
 import torch
 
+from ..dataset.formats import shard_format
 from ..errors import ConfigError
 from . import equal_image_size, select_shards
 from .batches import checked_jpegs
@@ -239,20 +239,9 @@ def _planned(feed: PlanFeed, device: str, parallel: bool) -> Any:
 @pipeline_def(enable_conditionals=False)
 def _pipeline(fmt: str, paths: list[str], indexes: list[str], device: str) -> Any:
     """DALI's own reader of the shards (``own_reader``), shuffled its way."""
-    common = dict(random_shuffle=True, initial_fill=4096, pad_last_batch=True,
-                  stick_to_shard=True, name=READER)
-    if fmt == "webdataset":
-        jpegs, labels = fn.readers.webdataset(
-            paths=paths, index_paths=indexes, ext=["jpg", "cls"],
-            missing_component_behavior="error", **common)
-        labels = fn.pad(labels, fill_value=0)  # ASCII digits, dense for the batch
-    else:
-        features = fn.readers.tfrecord(
-            path=paths, index_path=indexes,
-            features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
-                      "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)},
-            **common)
-        jpegs, labels = features["image/encoded"], features["image/class/label"]
+    jpegs, labels = shard_format(fmt).dali_samples(
+        paths, indexes, random_shuffle=True, initial_fill=4096, pad_last_batch=True,
+        stick_to_shard=True, name=READER)
     images = fn.decoders.image(jpegs, device="mixed" if device == "gpu" else "cpu",
                                output_type=types.RGB)
     return images, labels

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..annotations.masks import rle_decode
+from ..annotations import rle as coco_rle
 from ..dataset.formats.metadata import box_problem
 
 
@@ -87,22 +87,13 @@ def _instance_masks(rles: Any, boxes: np.ndarray, height: int, width: int) -> np
         if not isinstance(rle, dict) or rle.get("size") != [height, width] or \
                 not isinstance(rle.get("counts"), list):
             raise ValueError(f"object {number}: an RLE not of this {width}x{height} image")
-        masks[number] = rle_decode(_checked_counts(rle["counts"], number, height * width),
-                                   height, width)
+        try:
+            runs = coco_rle.checked(coco_rle.counts_of(rle["counts"], height * width), height,
+                                    width)
+        except coco_rle.RleError as exc:
+            raise ValueError(f"object {number}: {exc}") from None
+        masks[number] = coco_rle.decode(runs, height, width)
     return masks
-
-
-def _checked_counts(counts: list[Any], number: int, pixels: int) -> list[int]:
-    """RLE counts that are whole numbers from 0 to ``pixels`` adding up to ``pixels``, checked
-    in Python's unbounded integers: counts that wrap int64 to the right sum would make NumPy
-    repeat past any memory."""
-    if len(counts) > pixels + 1 or not all(type(count) is int and 0 <= count <= pixels
-                                           for count in counts):
-        raise ValueError(f"object {number}: RLE counts are not whole numbers within the image")
-    if sum(counts) != pixels:
-        raise ValueError(f"object {number}: RLE counts add up to {sum(counts):,}, not "
-                         f"{pixels:,} pixels")
-    return counts
 
 
 def check_class_ids(labels: Any, object_classes: int) -> None:

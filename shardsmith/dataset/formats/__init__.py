@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...atomic import HashingFile
-from ..manifest import FileEntry, ShardEntry, index_name, shard_name
+from ..entries import FileEntry, ShardEntry, index_name, shard_name
 from .base import (  # the names every format shares, importable from the package too
     SHARD_CAP,
     Member,

@@ -17,7 +17,7 @@ from ...text import shown
 
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
-    from ..manifest import ShardEntry
+    from ..entries import ShardEntry
     from ..records import Sample
 
 
@@ -75,6 +75,9 @@ class ShardFormat(Protocol):
     name: str
     extension: str
     keys_in_shard: bool  # its index holds no keys: a reader holds the shards' to the sample index
+    shard_lists: tuple[str, ...]  # the extensions of a split's shard lists, ``txt`` first
+    index_required: bool  # a manifest naming a shard without its index is refused
+    label_map: bool  # a dataset with objects has ``label_map.pbtxt`` beside its manifest
 
     def sample_rows(self, directory: Path, shard: ShardEntry,
                     has_masks: bool) -> list[tuple[Row, str]]:
@@ -110,6 +113,18 @@ class ShardFormat(Protocol):
 
     def mask_png(self, record: Record) -> bytes | None:
         """The sample's class mask PNG, None when it has none."""
+        ...
+
+    def dali_samples(self, paths: list[str], indexes: list[str], **options: Any) -> tuple:
+        """(JPEGs, labels) as DALI's own reader of the format gives them, with ``options``
+        (nvidia.dali imported here: only a DALI pipeline calls this)."""
+        ...
+
+    def record_problems(self, record: Record, size: tuple[int, int] | None,
+                        object_classes: int) -> list[str]:
+        """What a consumer's own parser of the format trips on in ``record`` beyond its JPEG
+        and metadata (``verify --decode``), a phrase each; ``size`` is the sample's (width,
+        height) in the sample index."""
         ...
 
     def trailer(self, size: int) -> bytes: ...

@@ -13,11 +13,6 @@ import io
 
 from PIL import Image
 
-from ...errors import ShardFormatError
-from .tfrecord import feature_lists
-
-__all__ = ["example_problems", "feature_lists"]
-
 # Features our writer gives exactly one value, and that every reader parses as a scalar.
 SINGLE = ("image/encoded", "image/format", "image/class/label", "image/class/text",
           "image/height", "image/width", "image/channels", "image/filename", "image/key",
@@ -34,15 +29,12 @@ INTEGERS = ("image/class/label", "image/height", "image/width", "image/channels"
             "image/object/class/label", "image/tile/row", "image/tile/column", "image/tile/x",
             "image/tile/y")
 
-def example_problems(payload: bytes, size: tuple[int, int] | None,
+def example_problems(features: dict, size: tuple[int, int] | None,
                      object_classes: int) -> list[str]:
-    """What is wrong with the features of one record, a phrase each (the caller names the
+    """What is wrong with the features of one record (``tfrecord.feature_lists`` of its
+    payload), a phrase each (the caller names the
     shard and sample): ``size`` is the sample's (width, height) in the sample index,
     ``object_classes`` how many object classes the manifest names."""
-    try:
-        features = feature_lists(payload)
-    except ShardFormatError as exc:
-        return [str(exc)]
     problems = []
     for name in INTEGERS:
         if any(not isinstance(value, int) for value in features.get(name, ())):

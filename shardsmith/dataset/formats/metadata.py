@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...annotations.limits import MAX_OBJECT_CLASSES, MAX_OBJECTS, MAX_POINTS
-from ...annotations.rle import RleError, counts_of
+from ...annotations.rle import RleError, check_counts, counts_of
 from ...errors import ShardFormatError
 
 MAX_SIDE = 65_535  # a JPEG's largest side: no sample is larger
@@ -83,11 +83,9 @@ def rle_counts(text: bytes, height: int, width: int) -> list[int]:
     to counts covering the pixels exactly.  260 us for the 503 runs of a 256 x 256 polygon mask
     (``timeit``): a reader's cost, once a sample, not the packing workers'."""
     try:
-        counts = counts_of(text.decode("ascii"), height * width)
+        return check_counts(counts_of(text.decode("ascii"), height * width), height, width)
     except (UnicodeDecodeError, RleError) as exc:
         raise ShardFormatError(f"a compressed RLE that does not decode ({exc})") from None
-    _check_counts(counts, height * width)
-    return counts
 
 
 def checked_metadata(meta: Any, key: str) -> dict:
@@ -155,8 +153,7 @@ def _check_objects(meta: dict, height: int, width: int) -> None:
         if not isinstance(rle, dict) or rle.get("size") != [height, width]:
             raise ShardFormatError(f"object {number}: an RLE not over this {width}x{height} "
                                    "sample")
-        counts = counts_of(rle.get("counts"), height * width)
-        _check_counts(counts, height * width)
+        check_counts(counts_of(rle.get("counts"), height * width), height, width)
 
 
 def _check_cut(cut: Any, height: int, width: int) -> None:
@@ -182,17 +179,7 @@ def _check_cut(cut: Any, height: int, width: int) -> None:
             if not isinstance(rle, dict) or rle.get("size") != [height, width]:
                 raise ShardFormatError(f"a cut object's RLE is not over this {width}x{height} "
                                        "sample")
-            _check_counts(counts_of(rle.get("counts"), height * width), height * width)
-
-
-def _check_counts(counts: list[int], pixels: int) -> None:
-    """Counts from 0 to ``pixels`` adding up to ``pixels``, each checked in Python's integers
-    first (four counts of 2**62 wrap int64 to a small sum)."""
-    if not all(0 <= count <= pixels for count in counts):
-        raise ShardFormatError(f"RLE counts are not whole numbers from 0 to {pixels:,}")
-    if sum(counts) != pixels:
-        raise ShardFormatError(f"RLE counts add up to {sum(counts):,}, not the sample's "
-                               f"{pixels:,} pixels")
+            check_counts(counts_of(rle.get("counts"), height * width), height, width)
 
 
 def _typed(meta: dict, name: str, kind: type) -> Any:

@@ -22,12 +22,13 @@ from ...config import FORMATS
 from ...errors import ManifestError, ShardFormatError
 from ...text import shown
 from .base import Placed, Record, Row, Span, checked_index, class_name, not_the_shard, open_shard
+from .example_check import example_problems
 from .metadata import checked_metadata, rle_counts, rle_string
 
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
     from ...door import OpenFile
-    from ..manifest import ShardEntry
+    from ..entries import ShardEntry
     from ..records import Sample
 
 log = logging.getLogger(__name__)
@@ -614,10 +615,35 @@ class TFRecordFormat:
     name = "tfrecord"
     extension = FORMATS[name]
     keys_in_shard = True
+    shard_lists = ("txt",)
+    index_required = True
+    label_map = True  # with objects, the Object Detection API's ``label_map.pbtxt``
     # (the record's bytes, their features): the export asks for a record's metadata and then
     # its mask, a parse of the whole Example each (the test corpus's samples: 444 us a sample
     # for metadata, mask and JPEG, 308 us with one parse; one record's bytes held)
     _last: tuple[bytes, dict[str, Values]] | None = None
+
+    def dali_samples(self, paths: list[str], indexes: list[str], **options: Any) -> tuple:
+        """(JPEGs, labels) from DALI's own reader of these shards (``readers.dali``)."""
+        import nvidia.dali.fn as fn
+        import nvidia.dali.tfrecord as tfrec
+
+        features = fn.readers.tfrecord(
+            path=paths, index_path=indexes,
+            features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                      "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)},
+            **options)
+        return features["image/encoded"], features["image/class/label"]
+
+    def record_problems(self, record: Record, size: tuple[int, int] | None,
+                        object_classes: int) -> list[str]:
+        """What a reader of the ``tf.train.Example`` trips on in ``record`` beyond its JPEG
+        and metadata (``example_check``), a phrase each."""
+        try:
+            features = feature_lists(record_payload(record.data))
+        except ShardFormatError as exc:
+            return [str(exc)]
+        return example_problems(features, size, object_classes)
 
     def _features(self, record: Record) -> dict[str, Values]:
         """``feature_lists`` of a framed record, parsed once for the record last asked about

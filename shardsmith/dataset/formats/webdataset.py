@@ -15,9 +15,10 @@ import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from ...config import FORMATS
+from ...door import chunks
 from ...errors import ManifestError, ShardFormatError
 from .base import (
     Member,
@@ -36,7 +37,7 @@ from .metadata import checked_metadata
 if TYPE_CHECKING:
     from ...annotations.model import ObjectClasses
     from ...door import OpenFile
-    from ..manifest import ShardEntry
+    from ..entries import ShardEntry
     from ..records import Sample
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ RECORD_SIZE = tarfile.RECORDSIZE
 MEMBER_EXTENSIONS = ("jpg", "cls", "json")  # every sample has these, in this order
 OPTIONAL_EXTENSIONS = ("mask.png",)  # after them, when the sample has one
 INDEX_VERSION = "v1.2"
+MAGIC = b"ustar\0"  # a USTAR header's, as ``member_header`` writes it
+ZERO = bytes(BLOCK)
+REGULAR = (b"0", b"\0")
 
 
 def _padded(size: int) -> int:
@@ -76,6 +80,23 @@ class WebDatasetFormat:
     name = "webdataset"
     extension = FORMATS[name]
     keys_in_shard = False
+    shard_lists = ("txt", "json")  # and the index webdataset's ``wids`` reads
+    index_required = False  # shards packed before indexes existed have none
+    label_map = False
+
+    def dali_samples(self, paths: list[str], indexes: list[str], **options: Any) -> tuple:
+        """(JPEGs, labels) from DALI's own reader of these shards (``readers.dali``)."""
+        import nvidia.dali.fn as fn
+
+        jpegs, labels = fn.readers.webdataset(paths=paths, index_paths=indexes,
+                                              ext=["jpg", "cls"],
+                                              missing_component_behavior="error", **options)
+        return jpegs, fn.pad(labels, fill_value=0)  # ASCII digits, dense for the batch
+
+    def record_problems(self, record: Record, size: tuple[int, int] | None,
+                        object_classes: int) -> list[str]:
+        """None: a sample's members are its JPEG, label and metadata, each checked alone."""
+        return []
 
     def encode(self, sample: Sample, classes: tuple[str, ...],
                object_classes: ObjectClasses | None = None) -> Record:
@@ -91,13 +112,9 @@ class WebDatasetFormat:
 
     def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]:
         """(offset, sample) of each sample of a tar, as raw bytes (headers and padded data)."""
-        with open_shard(path) as shard, os.fdopen(os.dup(shard.fd), "rb") as handle:
-            for key, members in _members(handle, min(size, shard.size)):
+        with open_shard(path) as shard:
+            for key, members, data in _walk(shard, min(size, shard.size)):
                 start = members[0].header
-                end = members[-1].data + _padded(members[-1].size)
-                data = os.pread(shard.fd, end - start, start)
-                if len(data) != end - start:
-                    raise ShardFormatError(f"sample {key} is cut short")
                 yield start, Record(key, data, tuple(
                     Member(m.extension, m.header - start, m.data - start, m.size)
                     for m in members))
@@ -205,34 +222,82 @@ def _record(key: str, payloads: dict[str, bytes]) -> Record:
 
 
 def iter_members(path: Path, size: int | None = None) -> Iterator[tuple[str, list[Member]]]:
-    """Per sample: (key, its members with absolute offsets), checking every member.
+    """Per sample: (key, its members with absolute offsets), checking every member (``_walk``).
 
-    The tar is opened through the door (no link, no FIFO).  Raises ShardFormatError for
-    truncation, unsafe or foreign names, non-regular members and incomplete samples.
+    The tar is opened through the door (no link, no FIFO).
     """
-    with open_shard(path) as shard, os.fdopen(os.dup(shard.fd), "rb") as handle:
-        yield from _members(handle, shard.size if size is None else min(size, shard.size))
+    with open_shard(path) as shard:
+        for key, members, _ in _walk(shard, shard.size if size is None
+                                     else min(size, shard.size)):
+            yield key, members
 
 
-def _members(handle: BinaryIO, size: int) -> Iterator[tuple[str, list[Member]]]:
-    try:
-        with tarfile.open(fileobj=handle, mode="r:") as tar:
-            key, members = None, []
-            for info in tar:
-                if not info.isfile():
-                    raise ShardFormatError(f"member {info.name!r} is not a regular file")
-                member_key, extension = check_member_name(info.name)
-                if info.offset_data + info.size > size:
-                    raise ShardFormatError(f"member {info.name} is cut short (truncated file)")
-                if member_key != key:
-                    if key is not None:
-                        yield key, _complete(key, members)
-                    key, members = member_key, []
-                members.append(Member(extension, info.offset, info.offset_data, info.size))
+def _octal(field: bytes) -> int | None:
+    text = field.split(b"\0", 1)[0].strip()
+    # what is left once the octal digits are taken out: 1 us a field, 2.8 us a byte at a
+    # time (timeit; six fields a sample, 60,000 in an export of 10,000 samples)
+    if not text or text.translate(None, b"01234567"):
+        return None
+    return int(text, 8)
+
+
+def _member_of(header: bytes, offset: int) -> tuple[str, int]:
+    """(name, data size) of the plain USTAR header of a regular file at ``offset``, as our
+    writer makes them; ShardFormatError for anything else."""
+    checksum, size = _octal(header[148:156]), _octal(header[124:136])
+    if header[257:263] != MAGIC or checksum is None or size is None \
+            or checksum != sum(header) - sum(header[148:156]) + 8 * 32:
+        raise ShardFormatError(f"unreadable tar: no USTAR header at byte {offset:,}")
+    name = header[:100].split(b"\0", 1)[0].decode("ascii", "replace")
+    if header[156:157] not in REGULAR:
+        raise ShardFormatError(f"member {name!r} is not a regular file")
+    if header[345:500].strip(b"\0"):  # a name prefix: a folder, or another writer's long name
+        raise ShardFormatError(f"unsafe or foreign member name {name!r} (with a prefix)")
+    return name, size
+
+
+def _walk(shard: OpenFile, size: int) -> Iterator[tuple[str, list[Member], bytes]]:
+    """(key, its members with absolute offsets, its bytes from its first header to its last
+    member's padding) of each sample of the tar ``shard``'s first ``size`` bytes, checking
+    every member.  Raises ShardFormatError for a header that does not read, a member that is
+    not a regular file or has an unsafe or foreign name, one cut short, and a sample that is
+    incomplete or in two runs.
+
+    The tar is read once, in order, in ``door.chunks`` (a multiple of BLOCK: a header never
+    straddles two), and a header is a slice of the bytes in hand (``tarfile`` builds an object
+    a member and checks its fields in Python: 0.45 ms a sample, the largest cost of an export
+    after creating its files)."""
+    reads = chunks(shard, size)
+    held, start = bytearray(), 0  # the bytes read and not yet given, from ``start`` on
+    key, members, seen, offset = None, [], set(), 0
+    while True:
+        while offset + BLOCK > start + len(held) and (data := next(reads, b"")):
+            held += data
+        header = bytes(held[offset - start : offset - start + BLOCK])
+        if header == ZERO or not header:  # the trailer, or the end of a tar without one
+            break
+        if len(header) < BLOCK:
+            raise ShardFormatError(f"cut short in a header at byte {offset:,}")
+        name, length = _member_of(header, offset)
+        member_key, extension = check_member_name(name)
+        if offset + BLOCK + length > size:
+            raise ShardFormatError(f"member {name} is cut short (truncated file)")
+        if member_key != key:
             if key is not None:
-                yield key, _complete(key, members)
-    except (tarfile.TarError, EOFError) as exc:
-        raise ShardFormatError(f"unreadable tar: {exc}") from None
+                yield key, _complete(key, members), bytes(held[: offset - start])
+                del held[: offset - start]
+                start = offset
+            if member_key in seen:
+                raise ShardFormatError(f"sample {member_key} is in two runs of members")
+            key, members = member_key, []
+            seen.add(key)
+        members.append(Member(extension, offset, offset + BLOCK, length))
+        offset += BLOCK + _padded(length)
+    if key is not None:
+        data = bytes(held[: offset - start])
+        if len(data) != offset - start:
+            raise ShardFormatError(f"sample {key} is cut short")
+        yield key, _complete(key, members), data
 
 
 MAX_LABEL_DIGITS = 18  # fits int64 with room: a label is a class index, a few digits at most

@@ -59,7 +59,7 @@ from ...errors import (
 from ...progress import Progress
 from ...storage import ObjectPath, location
 from ...text import cut, plural, shown
-from . import layouts, plaintar
+from . import layouts
 from .record import (
     JOURNAL_NAME,
     RECORD_BYTES_PER_SAMPLE,
@@ -565,10 +565,6 @@ class _Run:
         switched.  Its files are written by ``pool``'s threads, all of them finished before
         this returns (then the shard is journalled as done)."""
         path = self.source / shard.name  # what messages name; ``copy`` is what is read
-        if self.fmt.name == "webdataset" and isinstance(path, Path):
-            made = self._read_plain_tar(path, shard, wanted, digests, tree, pool, progress)
-            if made is not None:
-                return [pending.result() for pending in made]
         digest = hashlib.sha256()
         position = 0
         made = []
@@ -607,40 +603,6 @@ class _Run:
             raise DamagedShardError(f"{path}: does not hold sample {missing[0]} the sample "
                                      "index places there (shardsmith verify shows more)")
         return [pending.result() for pending in made]
-
-    def _read_plain_tar(self, path: Path, shard: ShardEntry, wanted: dict[str, SampleRecord],
-                        digests: dict[str, str], tree: ExportTree, pool: Executor,
-                        progress: Progress) -> list[_Pending] | None:
-        """``_read_shard`` of a sound WebDataset shard: hashed whole by the reads that walk its
-        headers (``plaintar``, one sequential pass), then only the wanted samples read.  None,
-        nothing exported, for a shard that is not plainly sound: the format's reader then
-        reads it and says what is wrong."""
-        try:
-            opened = open_shard(path)
-        except (OSError, ShardFormatError):
-            return None
-        with opened:
-            try:
-                if opened.size != shard.bytes:
-                    return None
-                digest = hashlib.sha256()
-                samples = plaintar.plain_samples(opened.fd, shard.bytes, digest)
-                if digest.hexdigest() != shard.sha256:
-                    return None
-            except OSError:
-                return None
-            if samples is None or not set(wanted) <= {key for key, _ in samples}:
-                return None
-            made = []
-            try:
-                for _, packed in plaintar.read_samples(opened.fd, samples, wanted):
-                    made.append(self._export_sample(shard, wanted[packed.key], packed,
-                                                    digests, tree, pool))
-                    progress.update()
-            except ShardFormatError as exc:
-                raise DamagedShardError(f"{path}: {exc} (shardsmith verify checks the whole "
-                                         "dataset); nothing was switched") from None
-            return made
 
     def _mismatch(self, path: Path | ObjectPath, why: str) -> str:
         return (f"{path}: {why}: the shard changed or is damaged since it was packed "

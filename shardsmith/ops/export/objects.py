@@ -11,17 +11,17 @@ import cv2
 import numpy as np
 from pycocotools import mask as coco_mask
 
+from ...annotations import rle as coco_rle
+
 
 def rle_mask(rle: dict, height: int, width: int) -> np.ndarray:
-    """The bool mask (height x width) of an uncompressed COCO RLE ``{"size", "counts"}``;
-    ValueError when its runs do not cover the sample exactly."""
-    counts = rle.get("counts")
-    if rle.get("size") != [height, width] or not isinstance(counts, list) \
-            or not all(isinstance(run, int) and run >= 0 for run in counts) \
-            or sum(counts) != height * width:
-        raise ValueError(f"an object's RLE does not cover the {width}x{height} sample")
-    values = np.arange(len(counts)) % 2
-    return np.repeat(values.astype(bool), counts).reshape(width, height).T
+    """The bool mask (height x width) of a COCO RLE ``{"size", "counts"}``; ValueError when
+    its runs do not cover the sample exactly."""
+    if rle.get("size") != [height, width]:
+        raise ValueError(f"an object's RLE is not over the {width}x{height} sample")
+    runs = coco_rle.checked(coco_rle.counts_of(rle.get("counts"), height * width), height,
+                            width)
+    return coco_rle.decode(runs, height, width).view(bool)
 
 
 def compressed(mask: np.ndarray) -> str:
