@@ -228,6 +228,34 @@ def check_yolo(export: Path, truth: dict[str, Any], task: str, work: Path) -> di
     return found
 
 
+def check_shard_reader(packs: dict[str, Path], work: Path) -> dict[str, Any]:
+    """shardsmith's own Ultralytics dataset read straight from the shards of both formats:
+    the same data dict, and per split the same labels and pixels for every sample."""
+    import numpy as np
+    from ultralytics.cfg import get_cfg
+
+    from shardsmith.readers.ultralytics import shard_data, shard_yolo_dataset
+
+    datas = {fmt: shard_data(dataset) for fmt, dataset in packs.items()}
+    wds, tfr = ({**data, "path": None} for data in datas.values())
+    expect("shard_data of the TFRecord pack", tfr, wds)
+    cfg = get_cfg(overrides={"task": "segment", "imgsz": SIZE, "project": str(work),
+                             "plots": False})
+    found: dict[str, Any] = {}
+    for split in ("train", "val"):
+        seen = {}
+        for fmt, dataset in packs.items():
+            loaded = shard_yolo_dataset(cfg, dataset, split, 8, datas[fmt], mode="val")
+            seen[fmt] = {Path(label["im_file"]).name: (
+                label["cls"].tobytes(), np.round(label["bboxes"], 4).tobytes(),
+                len(label["segments"]), loaded.load_image(i)[0].tobytes())
+                for i, label in enumerate(loaded.labels)}
+        expect(f"{split}: labels and pixels read from the TFRecord shards",
+               seen["tfrecord"], seen["webdataset"])
+        found[split] = len(seen["webdataset"])
+    return found
+
+
 def check_yolo_classify(export: Path, truth: dict[str, Any]) -> dict[str, Any]:
     """Ultralytics' classification check and torchvision's ImageFolder on ``SPLIT/CLASS/``."""
     from torchvision.datasets import ImageFolder
@@ -696,6 +724,8 @@ def main() -> int:
                     "--layout", "anomalib", "--anomalib-layout", layout)
                 return check_anomalib(exports[f"anomalib-{layout}-{tag}"], truth, layout)
             run.step("anomalib", f"{fmt}: {layout} datamodule", anomalib)
+    run.step("ultralytics", "shardsmith's dataset reads both formats alike",
+             lambda: check_shard_reader(packs, work))
     make_tiled_corpus(work / "tiled-source", originals=18)
     for fmt in ("webdataset", "tfrecord"):
         tag = "wds" if fmt == "webdataset" else "tfr"

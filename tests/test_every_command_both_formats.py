@@ -192,11 +192,3 @@ def test_dali_reads_the_same_batches_by_our_plan_and_its_own_reader(packs):
     tars, records = own(packs["webdataset"]), own(packs["tfrecord"])
     assert tars == records and len(tars) > 30
 
-
-def test_ultralytics_names_the_same_data(packs):
-    pytest.importorskip("ultralytics", reason="the Ultralytics reader")
-    from shardsmith.readers.ultralytics import shard_data
-
-    found = [shard_data(packs[fmt]) for fmt in FORMATS]
-    assert [{**data, "path": None} for data in found][0] == \
-        [{**data, "path": None} for data in found][1]
