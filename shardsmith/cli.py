@@ -137,8 +137,7 @@ def _originals(command: Any, config: Config | None, recorded: str = "") -> Origi
 
     named_source, storage = command.named_source, _options(command.storage_options)
     if not named_source and config is not None:  # the job file names the source packed from
-        named_source = config.source.path
-        storage = {**config.storage.options(), **(storage or {})} or None
+        named_source, storage = config.source.path, config.storage.options()  # --storage in it
     return named_originals(named_source, recorded, storage)
 
 

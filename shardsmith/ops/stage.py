@@ -113,16 +113,14 @@ def stage(
     quiet: bool = False,
     rehash: bool = False,
     free_space: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
-    storage_options: dict[str, str] | None = None,
 ) -> StageResult:
     """Copy the dataset in ``source`` (its manifest) to ``destination``, verified.
 
     ``split`` stages one split only; ``prune`` removes shards the manifest no longer lists;
-    ``rehash`` re-reads already staged files instead of trusting their size and mtime;
-    ``storage_options`` configure the client of an ``s3://`` source.
+    ``rehash`` re-reads already staged files instead of trusting their size and mtime.
     """
     started = time.monotonic()
-    source, destination = _check_locations(location(source, storage_options),
+    source, destination = _check_locations(location(source),
                                            Path(destination))
     shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
         DatasetDir(source).lock, "packed")

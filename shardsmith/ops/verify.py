@@ -102,14 +102,14 @@ class _Expected:
     objects: dict[str, IndexedObjects] = field(default_factory=dict)
 
 
-def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: int = 4,
-           storage_options: dict[str, str] | None = None) -> VerifyReport:
-    """Check ``directory`` against its manifest; the report lists every problem found.
+def verify(directory: str | Path | ObjectPath, decode: bool = False,
+           workers: int = 4) -> VerifyReport:
+    """Check ``directory`` (a folder, an ``s3://`` URL or a location) against its manifest;
+    the report lists every problem found.
 
-    Raises ManifestError when there is no readable, valid manifest.  ``storage_options``
-    configure the client of an ``s3://`` dataset.
+    Raises ManifestError when there is no readable, valid manifest.
     """
-    directory = location(directory, storage_options)
+    directory = location(directory)
     manifest = read_manifest(directory)
     report = VerifyReport(directory)
     expected, index_problems = _read_sample_index(directory, manifest, decode)

@@ -89,21 +89,30 @@ class PackResult:
         return totals.rejected / candidates if candidates else 0.0
 
 
-def pack(config: Config, mirror: JournalMirror | None = None) -> PackResult:
+def pack(config: Config) -> PackResult:
     """Pack the source tree into shards and a manifest, as ``config`` says.
 
     Re-running on a finished output with the same config and unchanged sources does nothing;
     with changed sources (or a damaged or older-schema output) it adds a dataset version
     (only new or changed sources decoded); after an interruption it resumes from the last
-    published shard.  ``mirror``: where the journal's checkpoints are copied as they are
-    written (a pack to a bucket, through its spool).
+    published shard.  An ``s3://`` output is packed in a local spool whose journal and
+    shards are mirrored to the bucket, and published there when the pack is done.
     """
-    if is_url(config.output.path):
-        from .s3output import pack_to_bucket
-
-        return pack_to_bucket(config, pack)
     started = time.monotonic()
     source, output = check_paths(config)
+    if isinstance(output, ObjectPath):
+        from .s3output import bucket_output
+
+        with bucket_output(config, output) as (spooled, mirror):
+            result = _pack_in(spooled, *check_paths(spooled), started, mirror)
+        return replace(result, published=str(output))
+    return _pack_in(config, source, output, started)
+
+
+def _pack_in(config: Config, source: Path | ObjectPath, output: Path, started: float,
+             mirror: JournalMirror | None = None) -> PackResult:
+    """Pack into the folder ``output``; ``mirror``: where the journal's checkpoints are
+    copied as they are written (a pack to a bucket, through its spool)."""
     with DirectoryLock(DatasetDir(output).lock, "packed"):
         with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
             split_folders = tuple(name for name, _ in config.splits) \

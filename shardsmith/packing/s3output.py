@@ -27,11 +27,11 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ..atomic import publish_object, remove_stale_tmp, write_json_atomic
 from ..config import Config
@@ -46,7 +46,7 @@ from ..dataset.manifest import (
 from ..dataset.statedir import STATE_DIR, DatasetDir
 from ..door import MANIFEST_CAP
 from ..errors import ManifestError, OutputStateError
-from ..storage import ObjectPath, locate
+from ..storage import ObjectPath
 from ..text import cut
 from .s3journal import BucketJournal, clear, clear_committed, journal_objects, restore
 from .spool import (
@@ -72,25 +72,21 @@ def spool_for(bucket: ObjectPath) -> Path:
     return root.resolve() / f"{bucket.bucket}-{digest}"
 
 
-def pack_to_bucket(config: Config, pack_local: Callable[..., Any]) -> Any:
-    """Pack ``config`` (its ``output.path`` an ``s3://`` URL) through a local spool with
-    ``pack_local`` (``pipeline.pack`` of a local output, its journal mirrored in the bucket),
-    then publish the spool's version to the bucket.  Returns what ``pack_local`` returned
-    (its ``output``: the spool), with ``published``: the URL."""
-    bucket = locate(config.output.path, config.storage.options())
-    if not bucket.key:
-        raise OutputStateError(f"{bucket}: give a prefix for the dataset (s3://bucket/name)")
+@contextmanager
+def bucket_output(config: Config, bucket: ObjectPath) -> Iterator[tuple[Config, BucketJournal]]:
+    """The lease of the dataset at ``bucket`` (its ``config.output.path``) and its local spool,
+    synced with it: yields the config of a pack into the spool and the journal mirror that
+    uploads its shards and checkpoints as they are written; when the pack returns, the
+    spool's version is published to the bucket (steps 1-6 above)."""
     home = spool_for(bucket)
     spool = home / "dataset"
     _plain_folders(home, spool)
     with BucketLease(DatasetDir(bucket).lease, "packed") as lease:
         _refuse_foreign(bucket)
         _sync_spool(bucket, home, spool, lease.check)
-        # Shards and checkpoints go up while the pack runs (packing/s3journal.py).
         mirror = BucketJournal(bucket, spool, home, lease.check)
         try:
-            result = pack_local(replace(config, output=replace(config.output, path=str(spool))),
-                                mirror=mirror)
+            yield replace(config, output=replace(config.output, path=str(spool))), mirror
         except BaseException:
             mirror.cancel()
             raise
@@ -98,7 +94,6 @@ def pack_to_bucket(config: Config, pack_local: Callable[..., Any]) -> Any:
         lease.check()
         publish(spool, bucket, home, lease.check, run=mirror.run)
         clear(bucket, home, lease.check)
-    return replace(result, published=str(bucket))
 
 
 def _plain_folders(home: Path, spool: Path) -> None:

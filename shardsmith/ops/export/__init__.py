@@ -212,18 +212,18 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
 def export(dataset: str | Path, destination: str | Path, layout: str, task: str = "auto",
            normal: str = "good", anomalib_layout: str = "folder",
            splits: tuple[str, ...] | None = None, quiet: bool = False,
-           keep: int = 2, storage_options: dict[str, str] | None = None,
-           keep_cut: bool = False, boxes_as_polygons: bool = False) -> ExportResult:
-    """Export the dataset in ``dataset`` (a folder or an ``s3://`` URL, whose client
-    ``storage_options`` configure) into ``destination`` as ``layout``; ``keep`` versions stay
-    (the current one and the ``keep - 1`` before it).  ``keep_cut`` (yolo, coco): samples with
+           keep: int = 2, keep_cut: bool = False,
+           boxes_as_polygons: bool = False) -> ExportResult:
+    """Export the dataset in ``dataset`` (a folder, an ``s3://`` URL or a location) into
+    ``destination`` as ``layout``; ``keep`` versions stay (the current one and the
+    ``keep - 1`` before it).  ``keep_cut`` (yolo, coco): samples with
     a defect cut below min_visible are exported with it labelled, not left out.
     ``boxes_as_polygons``: an object with a box only gets its box as a polygon (yolo segment,
     COCO ``segmentation``)."""
     started = time.monotonic()
     if not (isinstance(keep, int) and 1 <= keep <= 1000):
         raise ConfigError(f"--keep {keep}: keep 1 to 1000 versions (the current one counts)")
-    source, root = _check_locations(location(dataset, storage_options), Path(destination))
+    source, root = _check_locations(location(dataset), Path(destination))
     with _collector_paused():  # restored once ``_export``'s records are gone (none to walk)
         return _export(source, root, layout, task, normal, anomalib_layout, splits, quiet,
                        keep, started, keep_cut, boxes_as_polygons)
