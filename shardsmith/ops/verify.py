@@ -56,7 +56,7 @@ from ..door import (
 from ..errors import ManifestError, ShardFormatError
 from ..packing.changes import Tally, totals_found
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
-from ..storage import ObjectPath, location
+from ..storage import Location, ObjectPath, location
 from ..text import human_bytes, plural
 
 DIGEST_MASK = (1 << 64) - 1
@@ -102,7 +102,7 @@ class _Expected:
     objects: dict[str, IndexedObjects] = field(default_factory=dict)
 
 
-def verify(directory: str | Path | ObjectPath, decode: bool = False,
+def verify(directory: str | Location, decode: bool = False,
            workers: int = 4) -> VerifyReport:
     """Check ``directory`` (a folder, an ``s3://`` URL or a location) against its manifest;
     the report lists every problem found.

@@ -47,7 +47,7 @@ from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..dataset.statedir import DatasetDir
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
-from ..storage import ObjectPath, is_url
+from ..storage import Location, ObjectPath, is_url
 from .changes import ChangesRecorder, index_tally, wrong_totals
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
@@ -109,7 +109,7 @@ def pack(config: Config) -> PackResult:
     return _pack_in(config, source, output, started)
 
 
-def _pack_in(config: Config, source: Path | ObjectPath, output: Path, started: float,
+def _pack_in(config: Config, source: Location, output: Path, started: float,
              mirror: JournalMirror | None = None) -> PackResult:
     """Pack into the folder ``output``; ``mirror``: where the journal's checkpoints are
     copied as they are written (a pack to a bucket, through its spool)."""
@@ -122,7 +122,7 @@ def _pack_in(config: Config, source: Path | ObjectPath, output: Path, started: f
 
 
 def _pack_scanned(
-    pool: WorkerPool, scanned: ScanResult, config: Config, source: Path | ObjectPath,
+    pool: WorkerPool, scanned: ScanResult, config: Config, source: Location,
     output: Path,
     started: float,
     mirror: JournalMirror | None = None,
@@ -196,7 +196,7 @@ def finish_commit(output: Path, manifest: Manifest) -> None:
     Journal(output, {}).discard()
 
 
-def make_job(scanned: ScanResult, config: Config, source: Path | ObjectPath, output: Path,
+def make_job(scanned: ScanResult, config: Config, source: Location, output: Path,
              previous: Manifest | None, started: float) -> Job:
     """The scan made a job: classes new in this scan go after the previous version's (labels
     keep their meaning), annotations read up front, the plan, the sources fingerprint.
@@ -470,8 +470,7 @@ def process_item(item: PlanItem, root: str, config: Config, vocabulary: Vocabula
                  ) -> Sample | tuple[Sample, ...] | Reject | Unchanged:
     """The per-image work, as the worker pool runs it (``root``: a folder, or an ``s3://``
     URL that the worker opens with its own client: no image bytes pass the driver)."""
-    if is_url(root):
-        use_storage(config.storage.options())
+    use_storage(config.storage.options())  # a bucket's originals: this process's client
     if isinstance(item, RederiveItem):
         from .rederive import rederive
 

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from ..atomic import publish_object, remove_stale_tmp, write_json_atomic
+from ..atomic import publish_object, remove_stale_tmp
 from ..config import Config
 from ..dataset.lock import BucketLease
 from ..dataset.manifest import (
@@ -54,6 +54,7 @@ from .spool import (
     download_checked,
     files_of_ours,
     ours,
+    save_record,
     spool_record,
 )
 
@@ -113,7 +114,7 @@ def _refuse_foreign(bucket: ObjectPath) -> None:
     """A prefix holding no manifest is packed only when it holds nothing but objects of
     ours (a killed first run's), as a local pack refuses a folder with files it did not
     write: OutputStateError naming up to three, nothing deleted."""
-    entries = _entries(bucket)
+    entries = {name: str(entry.get("type")) for name, entry in bucket.listing().items()}
     odd = [name for name in entries if name in (".", "..", "")]
     if odd:
         raise OutputStateError(
@@ -130,18 +131,6 @@ def _refuse_foreign(bucket: ObjectPath) -> None:
             (" ..." if len(foreign) > 3 else "")
         raise OutputStateError(f"{bucket} is not empty and holds objects shardsmith did not "
                                f"write ({named}); choose an empty or new prefix")
-
-
-def _entries(bucket: ObjectPath) -> dict[str, str]:
-    """name -> type (``file``, ``directory``) of what is directly under the prefix."""
-    client = bucket.client
-    try:
-        listing = client.call(str(bucket), client.fs.ls, bucket.path, detail=True)
-    except FileNotFoundError:
-        return {}
-    base = bucket.path + "/"
-    return {str(entry["name"]).removeprefix(base): str(entry.get("type"))
-            for entry in listing}
 
 
 def _sha(data: bytes | None) -> str | None:
@@ -177,8 +166,7 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
         found = _restore(bucket, home, spool, remote, check)
         if found:
             state = spool_record(home)
-            write_json_atomic(home / "state.json", {
-                "base": state.get("base"), "uploaded": (state.get("uploaded") or {}) | found})
+            save_record(home, state.get("base"), (state.get("uploaded") or {}) | found)
         return
     if remote == local or remote == base:
         return  # the same version, or the spool is one ahead of it (step 3-6 left to do)
@@ -205,7 +193,7 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
             uploaded[name] = [found.st_size, found.st_mtime_ns, there[name]]
         download_checked(bucket / MANIFEST_NAME, spool / MANIFEST_NAME, MANIFEST_CAP, remote)
     uploaded |= _restore(bucket, home, spool, remote, check)  # killed on another machine
-    write_json_atomic(home / "state.json", {"base": remote, "uploaded": uploaded})
+    save_record(home, remote, uploaded)
 
 
 def _restore(bucket: ObjectPath, home: Path, spool: Path, remote: str | None,
@@ -283,8 +271,7 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
         for done, (name, seen) in enumerate(pool.map(upload, todo), 1):
             uploaded[name] = seen
             if done % SAVE_EVERY == 0 or done == len(todo):  # a killed run re-sends few
-                write_json_atomic(home / "state.json", {"base": state.get("base"),
-                                                        "uploaded": uploaded})
+                save_record(home, state.get("base"), uploaded)
 
     record_object = DatasetDir(bucket).objects
     current = _remote_manifest(bucket)
@@ -311,7 +298,7 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
         check()
         client.call(str(bucket), client.fs.pipe_file, (bucket / MANIFEST_NAME).path, manifest)
         log.info("committed %s", bucket)
-    write_json_atomic(home / "state.json", {"base": new_sha, "uploaded": uploaded})
+    save_record(home, new_sha, uploaded)
     keep = set(names_now) | set(kept)
     stale = sorted(set(files_of_ours(bucket)) - keep)
     if stale:

@@ -11,7 +11,6 @@ image sizes that VOC, LabelMe and COCO files record, which must be the original'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..annotations.audit import SourceReport
 from ..annotations.geometry import upright_size
@@ -22,7 +21,7 @@ from ..decoders import orientation
 from ..errors import BadImage
 from ..packing.originals import use_storage
 from ..packing.scan import ScanResult
-from ..storage import ObjectPath
+from ..storage import Location, ObjectPath
 from .headers import SAMPLE, read_header, seeded_sample
 
 PROBLEMS_KEPT = 20
@@ -45,7 +44,7 @@ class AnnotationCheck:
     # pack would reject
 
 
-def check_annotations(scanned: ScanResult, config: Config, source: Path | ObjectPath,
+def check_annotations(scanned: ScanResult, config: Config, source: Location,
                       sample: int = SAMPLE) -> AnnotationCheck | None:
     """The annotation check of a dry run; None for a job without box, polygon or mask
     annotations.  Raises AnnotationError (exit 2) for a source that is not there."""
@@ -54,8 +53,7 @@ def check_annotations(scanned: ScanResult, config: Config, source: Path | Object
         return None
     files = scanned.files
     root = source if isinstance(source, ObjectPath) else str(source)
-    if isinstance(source, ObjectPath):
-        use_storage(config.storage.options())  # the originals' headers: as a worker reads
+    use_storage(config.storage.options())  # a bucket's originals: read as a worker reads
     prepared = prepare(files.relpaths, scanned.classes, root, config, None,
                        scanned.annotation_objects)
     problems = [f"{path}: {detail}" for path, detail in prepared.problems]

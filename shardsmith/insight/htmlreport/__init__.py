@@ -32,7 +32,7 @@ from ...dataset.changes import history_counts
 from ...dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
 from ...door import Refused
 from ...errors import ManifestError
-from ...storage import ObjectPath
+from ...storage import Location
 from ...text import human_bytes, plural, printable
 from ..census import packed_config
 from ..diff import diff_versions
@@ -94,7 +94,7 @@ class IndexFacts:
     newest: bool  # True: ``chosen`` are the newest by source time, not the diff's added
 
 
-def load_diff(directory: Path | ObjectPath, examples: int) -> dict[str, Any] | str:
+def load_diff(directory: Location, examples: int) -> dict[str, Any] | str:
     """The diff of the last two versions as ``DiffReport.to_json()``, or why there is none
     (of a bucket: ``diff_versions`` copies the manifest and the changes file it reads)."""
     try:
@@ -103,7 +103,7 @@ def load_diff(directory: Path | ObjectPath, examples: int) -> dict[str, Any] | s
         return str(exc)
 
 
-def render_report(directory: Path | ObjectPath, manifest: Manifest,
+def render_report(directory: Location, manifest: Manifest,
                   options: ReportOptions = ReportOptions(),
                   diff: dict[str, Any] | str | None = None) -> Report:
     """The report page of the dataset in ``directory``; ``diff``: the diff's ``to_json()``
