@@ -119,8 +119,10 @@ def verify(directory: str | Location, decode: bool = False,
     remote = isinstance(directory, ObjectPath)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(
-            lambda shard: _check_objects(directory, shard) if remote else _check_shard(
-                directory, manifest, shard, expected.get(shard.name), decode),
+            lambda shard: [problem for entry in shard.files()  # in a bucket: sizes, sha256
+                           if (problem := _check_file(directory, entry)) is not None]
+            if remote else _check_shard(directory, manifest, shard, expected.get(shard.name),
+                                        decode),
             manifest.shards,
         )
         for shard, problems in zip(manifest.shards, results, strict=True):
@@ -287,13 +289,6 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
         if sha256_of(handle, entry.bytes) != entry.sha256:
             return f"{entry.name}: sha256 differs from the manifest (corrupt)"
     return None
-
-
-def _check_objects(directory: ObjectPath, shard: ShardEntry) -> list[str]:
-    """The problems of a shard in a bucket and its index: presence, size, sha256."""
-    entries = [shard.file] + ([shard.index] if shard.index is not None else [])
-    return [problem for entry in entries
-            if (problem := _check_file(directory, entry)) is not None]
 
 
 def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,

@@ -44,7 +44,7 @@ from ..dataset.manifest import (
     read_manifest,
 )
 from ..dataset.statedir import STATE_DIR, DatasetDir
-from ..door import MANIFEST_CAP
+from ..door import MANIFEST_CAP, read_file
 from ..errors import ManifestError, OutputStateError
 from ..storage import ObjectPath
 from ..text import cut
@@ -140,8 +140,7 @@ def _sha(data: bytes | None) -> str | None:
 def _read(target: ObjectPath, cap: int) -> bytes | None:
     """The bytes of a small object of ours; None when there is none."""
     try:
-        with target.open_guarded(cap) as handle:
-            return handle.read()
+        return read_file(target, cap)
     except FileNotFoundError:
         return None
 
