@@ -50,7 +50,7 @@ from .ops.summary import (
     run_record,
     version_log,
 )
-from .storage import ObjectPath, SecretFilter
+from .storage import Location, SecretFilter, is_url
 from .text import printable
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class _Dataset(click.Path):
     """A dataset directory, or an ``s3://`` URL (checked by ``storage.locate``, not here)."""
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
-        if isinstance(value, str) and value.startswith("s3://"):
+        if is_url(value):
             return value
         return super().convert(value, param, ctx)
 
@@ -106,13 +106,13 @@ def _options(pairs: tuple[str, ...]) -> dict[str, str] | None:
     return parse_options(pairs) or None
 
 
-def _dataset_at(command: Any) -> tuple[Path | ObjectPath, Config | None]:
+def _dataset_at(command: Any) -> tuple[Location, Config | None]:
     """Where a command's DATASET is, and the job file when one was given: the argument, else
     the job file's ``output.path``; an ``s3://`` dataset is reached as ``pack`` reaches it,
     through the job file's ``storage:`` section with ``--storage`` over it.  ``--storage``
     with a local dataset is refused, unless it serves an ``s3://`` ``--source``
     (``named_source``); the section is then left unused (it may be the source's)."""
-    from .storage import is_url, location
+    from .storage import location
 
     dataset, named_source = command.dataset, getattr(command, "named_source", None)
     options = _options(command.storage_options)
@@ -137,8 +137,7 @@ def _originals(command: Any, config: Config | None, recorded: str = "") -> Origi
 
     named_source, storage = command.named_source, _options(command.storage_options)
     if not named_source and config is not None:  # the job file names the source packed from
-        named_source = config.source.path
-        storage = {**config.storage.options(), **(storage or {})} or None
+        named_source, storage = config.source.path, config.storage.options()  # --storage in it
     return named_originals(named_source, recorded, storage)
 
 

@@ -1,8 +1,9 @@
 """Object storage: datasets at ``s3://bucket/prefix``, read through fsspec and s3fs.
 
-A dataset's location is either a local ``Path`` (read exactly as before: local paths never go
-through fsspec) or an ``ObjectPath``, which joins names with ``/`` like a ``Path`` and opens
-through the guarded door (``door.open_file`` hands it to ``ObjectPath.open_guarded``):
+A dataset's location (``Location``) is either a local ``Path`` (read exactly as before: local
+paths never go through fsspec) or an ``ObjectPath``, which answers what the commands ask of a
+``Path`` (join with ``/``, ``name``, ``exists``, ``is_file``, ``resolve``, ``parents``) and
+opens through the guarded door (``door.open_file`` hands it to ``ObjectPath.open_guarded``):
 
 * an object is read by ranged GETs within the size its listing gives and the cap of its kind,
   never by an unbounded read; a prefix (a "directory") is ``Refused`` ``not_a_file`` and a
@@ -24,7 +25,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote, unquote
 
 from .errors import ConfigError
@@ -64,23 +65,48 @@ SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_
 T = TypeVar("T")
 
 
+class Location(Protocol):
+    """Where a dataset (or a source) is, as the commands use it: a local ``Path``, or an
+    ``ObjectPath``.  A backend is a class answering these, plus ``open_guarded(cap,
+    expect_size)``, the door's open (a handle with ``size``, ``fd`` -1, ``pread``, ``read``,
+    ``stream`` and ``close``, like ``ObjectFile``), made from its URL by the function
+    ``BACKENDS`` names for its scheme (tests/test_storage_backend.py)."""
+
+    name: str
+    parents: Any
+
+    def __truediv__(self, name: str) -> Any: ...
+
+    def exists(self) -> bool: ...
+
+    def is_file(self) -> bool: ...
+
+    def resolve(self) -> Any: ...
+
+    def expanduser(self) -> Any: ...
+
+
 def is_url(location: object) -> bool:
-    """Whether ``location`` names an object store (an ``s3://`` URL or an ``ObjectPath``)."""
-    return isinstance(location, ObjectPath) or (
-        isinstance(location, str) and location.startswith(SCHEME))
+    """Whether ``location`` names an object store: a URL of a scheme in ``BACKENDS``, or a
+    location that opens through the door without a descriptor (``open_guarded``)."""
+    if isinstance(location, str):
+        return location.startswith(tuple(BACKENDS))
+    return hasattr(location, "open_guarded")
 
 
-def location(value: str | os.PathLike | ObjectPath,
-             options: Mapping[str, str] | None = None) -> Path | ObjectPath:
-    """The dataset at ``value``: an ``ObjectPath`` for an ``s3://`` URL, else ``Path(value)``
-    (untouched: a local path behaves exactly as before).  ConfigError for a bad URL."""
-    if isinstance(value, ObjectPath):
-        return value
-    if is_url(value):
-        return locate(str(value), options)
+def location(value: str | os.PathLike | Location,
+             options: Mapping[str, str] | None = None) -> Location:
+    """The dataset at ``value``: its backend's location for a URL (``BACKENDS``), else
+    ``Path(value)`` (untouched: a local path behaves exactly as before).  ConfigError for a
+    bad URL."""
+    if is_url(value) and not isinstance(value, str):
+        return value  # type: ignore[return-value]
+    for scheme, make in BACKENDS.items():
+        if isinstance(value, str) and value.startswith(scheme):
+            return make(value, options)
     if options:
         raise ConfigError("--storage: only for an s3:// dataset")
-    return Path(value)
+    return Path(value)  # type: ignore[arg-type]
 
 
 def locate(url: str, options: Mapping[str, str] | None = None) -> ObjectPath:
@@ -102,6 +128,11 @@ def locate(url: str, options: Mapping[str, str] | None = None) -> ObjectPath:
     if key:
         check_key(key, url)
     return ObjectPath(client(options), bucket, key)
+
+
+# URL scheme -> the function making a location of a URL and its storage options: a new
+# backend (GCS, Azure through fsspec) is a module with such a function and its location class.
+BACKENDS: dict[str, Callable[[str, Mapping[str, str] | None], Location]] = {SCHEME: locate}
 
 
 def check_key(key: str, where: str) -> None:
@@ -408,13 +439,27 @@ class ObjectPath:
     def is_file(self) -> bool:
         return self.exists()
 
+    # A prefix is never inside a local folder nor holds one, and has no other spelling.
+    parents: tuple = ()
+
+    def resolve(self) -> ObjectPath:
+        return self
+
+    def expanduser(self) -> ObjectPath:
+        return self
+
+    def listing(self) -> dict[str, dict[str, Any]]:
+        """name -> what one LIST says of each object and prefix directly under this prefix
+        (``type``: ``file`` or ``directory``, ``size``, ``ETag``); empty when there is none."""
+        try:
+            entries = self.client.call(str(self), self.client.fs.ls, self.path, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {str(entry["name"]).rsplit("/", 1)[-1]: entry for entry in entries}
+
     def names(self) -> list[str]:
         """The names of the objects directly under this prefix (not of deeper prefixes)."""
-        try:
-            listing = self.client.call(str(self), self.client.fs.ls, self.path, detail=True)
-        except FileNotFoundError:
-            return []
-        return sorted(entry["name"].rsplit("/", 1)[-1] for entry in listing
+        return sorted(name for name, entry in self.listing().items()
                       if entry.get("type") == "file")
 
     def open_listed(self, size: int, cap: int) -> ObjectFile:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..storage import ObjectPath, is_url, locate
+from ..storage import Location, ObjectPath, is_url, locate
 from .declare import default_of, setting
 
 # The shard formats (``dataset.formats`` has an object for each) and their files' extension.
@@ -435,7 +435,7 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def check_paths(config: Config) -> tuple[Path | ObjectPath, Path | ObjectPath]:
+def check_paths(config: Config) -> tuple[Location, Location]:
     """Resolve and check source and output (and the local worker count) before any work;
     returns (source, output): each an ``ObjectPath`` for an ``s3://`` URL (a URL stays a URL:
     never a path under the working directory)."""
@@ -444,7 +444,7 @@ def check_paths(config: Config) -> tuple[Path | ObjectPath, Path | ObjectPath]:
         raise ConfigError("source.path: no source directory given (argument SOURCE or config)")
     if not config.output.path:
         raise ConfigError("output.path: no output directory given (argument OUTPUT or config)")
-    output: Path | ObjectPath
+    output: Location
     if is_url(config.output.path):
         output = locate(config.output.path, config.storage.options())
         if not output.key:

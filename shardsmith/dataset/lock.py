@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,9 @@ from typing import Any
 from ..atomic import naming
 from ..door import STATE_CAP
 from ..errors import LockedError
-from ..storage import scrub
+from ..storage import Location, is_url, scrub
 from ..text import cut
-from .statedir import STATE_DIR, open_state_file, read_state, state_folder
+from .statedir import STATE_DIR, DatasetDir, open_state_file, read_state, state_folder
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,15 @@ class SharedLock:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+def reading(root: Location, activity: str) -> AbstractContextManager:
+    """What a reader of the dataset at ``root`` holds while it reads: the ``SharedLock`` of a
+    folder; nothing in a bucket, whose commit keeps the objects of the version it replaces
+    until the next one (docs/storage.md)."""
+    if is_url(root):
+        return nullcontext()
+    return SharedLock(DatasetDir(root).lock, activity)
 
 
 # A lease lives this long unless renewed; the holder renews it every LEASE_RENEW seconds, so

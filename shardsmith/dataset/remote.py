@@ -4,7 +4,7 @@ The shard and changes-file readers work on a descriptor (``pread``, a tar stream
 command that reads an ``s3://`` dataset's shards (``sheet``, ``report``, ``export``) copies
 each one it needs to a private temporary folder first, then reads the copy exactly as it reads
 a local dataset, and the copy is removed when the reading is done.  The object comes in
-through the guarded door (``door.open_file`` hands it to ``storage.ObjectPath.open_guarded``):
+through the guarded door (``door.open_file`` hands it to the location's ``open_guarded``):
 refused unseen when it is larger than the manifest says, read in ranged GETs of
 ``door.CHUNK`` bytes, so memory stays at one chunk and disk at one file whatever its size.
 Its sha256 is checked where the reader of a local file checks it (``export`` does, as it
@@ -20,16 +20,16 @@ from pathlib import Path
 
 from ..atomic import copy_verified
 from ..door import open_file
-from ..storage import ObjectPath
+from ..storage import Location, is_url
 
 
 @contextmanager
-def local_copy(location: Path | ObjectPath, size: int) -> Iterator[Path]:
+def local_copy(location: Location, size: int) -> Iterator[Path]:
     """``location`` itself when local; else a private copy of the object (at most ``size``
     bytes, its manifest's count: a larger object is ``Refused`` ``too_large``, not read).
     A missing object is a FileNotFoundError, an unreachable store an OSError, as for a file.
     """
-    if not isinstance(location, ObjectPath):
+    if not is_url(location):
         yield location
         return
     with tempfile.TemporaryDirectory(prefix="shardsmith-remote-") as scratch:
@@ -38,7 +38,7 @@ def local_copy(location: Path | ObjectPath, size: int) -> Iterator[Path]:
         yield target
 
 
-def download(location: ObjectPath, target: Path, cap: int) -> None:
+def download(location: Location, target: Path, cap: int) -> None:
     """Copy the object at ``location`` (at most ``cap`` bytes) to ``target``, a private scratch
     file (not fsynced)."""
     with open_file(location, cap) as handle:

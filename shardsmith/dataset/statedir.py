@@ -35,7 +35,7 @@ LOCK_NAME = "lock"
 @dataclass(frozen=True)
 class DatasetDir:
     """The paths of a dataset's own state, all in ``ROOT/.shardsmith``: named here, built
-    nowhere else.  ``root`` is a folder (``Path``) or a prefix in a bucket (``ObjectPath``)."""
+    nowhere else.  ``root`` is a ``storage.Location``: a folder, or a prefix in a bucket."""
 
     root: Any
 

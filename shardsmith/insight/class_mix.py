@@ -12,7 +12,6 @@ readers' too: the samples showing a defect cut below min_visible left out
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from ..readers.weights import (
     table_classes,
     weighted_draws,
 )
-from ..storage import ObjectPath, location
+from ..storage import Location, location
 from ..text import printable
 from .census import require_split
 
@@ -54,7 +53,7 @@ class MixRow:
 class ClassMix:
     """The class mix of one weighted epoch over a selection (a split, or every split)."""
 
-    directory: Path | ObjectPath
+    directory: Location
     split: str | None
     seed: int
     draws: int
@@ -63,7 +62,7 @@ class ClassMix:
     left_out: int = 0  # samples showing a defect cut below min_visible, as the readers do
 
 
-def class_mix(directory: str | Path | ObjectPath, weights: WeightSpec,
+def class_mix(directory: str | Location, weights: WeightSpec,
               split: str | None = None, seed: int = 0, draws: int | None = None) -> ClassMix:
     """The mix ``weights`` give ``split`` of ``directory``, a folder or a location in a bucket
     (WeightsError for a malformed SPEC, ConfigError for an unknown split).  Weighted by

@@ -32,12 +32,12 @@ from ..schema import decode
 from .versiondiff import DiffUnavailable, VersionDiff
 
 __all__ = ["DiffUnavailable", "VersionDiff", "diff_versions"]
-from ..storage import ObjectPath
+from ..storage import Location, ObjectPath
 
 NO_CLASS = -1  # a sample without a class; an absent sample has no class id at all
 
 
-def diff_versions(directory: Path | ObjectPath, old: int | None = None,
+def diff_versions(directory: Location, old: int | None = None,
                   new: int | None = None, examples: int = 50) -> VersionDiff:
     """What changed from version ``old`` to version ``new`` of the dataset in ``directory``
     (defaults: the version before ``new``, and the current one), by source path, with the
@@ -89,7 +89,7 @@ def _remote_diff(directory: ObjectPath, old: int | None, new: int | None,
             raise DiffUnavailable(f"{exc.filename}: missing (the manifest names it)") from None
 
 
-def _versions(directory: Path | ObjectPath, manifest: Manifest, old: int | None,
+def _versions(directory: Location, manifest: Manifest, old: int | None,
               new: int | None) -> tuple[int, int]:
     current = manifest.version
     if current < 2 and old is None:
@@ -110,7 +110,7 @@ def _versions(directory: Path | ObjectPath, manifest: Manifest, old: int | None,
     return old, new
 
 
-def _not_kept(directory: Path | ObjectPath, manifest: Manifest, version: int) -> str:
+def _not_kept(directory: Location, manifest: Manifest, version: int) -> str:
     kept = [entry.version for entry in manifest.changes]
     if not kept and _lists_changes(directory):
         return (f"{directory}: no changes files: this dataset keeps none (its last pack had "

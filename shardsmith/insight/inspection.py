@@ -56,12 +56,10 @@ class Inspection:
 def inspect_dataset(directory: str | Path, split: str | None = None,
                     imbalance: float = IMBALANCE_RATIO, quality: int = 0, seed: int = 0,
                     quiet: bool = True,
-                    storage_options: dict[str, str] | None = None,
                     originals: Originals | None = None) -> Inspection:
     """Read the manifest and sample index of ``directory`` (and ``quality`` originals, under
-    the source the user named: ``originals``); ``directory`` may be an ``s3://`` URL
-    (``storage_options`` configure its client)."""
-    directory = location(directory, storage_options)
+    the source the user named: ``originals``); ``directory`` may be an ``s3://`` URL."""
+    directory = location(directory)
     if quality and is_url(directory):
         raise ConfigError("--quality reads the shards of a dataset on disk: stage "
                           f"{directory} first and inspect the copy")

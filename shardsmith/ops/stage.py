@@ -12,7 +12,7 @@ Files already staged (same size and sha256, remembered with their mtime so a re-
 not re-read them) are skipped.  A lock keeps two stages off one destination, and a shared
 lock on the source keeps a pack from changing it mid-copy; Ctrl-C stops within a second.
 
-The source may be an ``s3://`` dataset (``storage.ObjectPath``): each object is downloaded
+The source may be an ``s3://`` dataset (``storage.Location``): each object is downloaded
 in ranged GETs of ``door.CHUNK`` bytes (memory stays at one chunk a worker), within the size
 the manifest lists, retried by the client; the commit order is the same.  A bucket has no
 lock: a stage that meets a manifest changed mid-copy fails and is rerun, as locally.
@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,7 +48,7 @@ from ..atomic import (
     write_json_atomic,
 )
 from ..dataset.formats import SHARD_CAP
-from ..dataset.lock import DirectoryLock, SharedLock
+from ..dataset.lock import DirectoryLock, reading
 from ..dataset.manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -66,7 +65,7 @@ from ..dataset.statedir import DatasetDir, read_state, state_folder
 from ..door import STATE_CAP, Refused, open_file, sha256_of
 from ..errors import ConfigError, ManifestError, StageError
 from ..progress import Progress
-from ..storage import ObjectPath, location
+from ..storage import Location, location
 from ..text import human_bytes, plural
 
 log = logging.getLogger(__name__)
@@ -105,7 +104,7 @@ class StageResult:
 
 
 def stage(
-    source: str | Path | ObjectPath,
+    source: str | Location,
     destination: str | Path,
     split: str | None = None,
     prune: bool = False,
@@ -113,20 +112,15 @@ def stage(
     quiet: bool = False,
     rehash: bool = False,
     free_space: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
-    storage_options: dict[str, str] | None = None,
 ) -> StageResult:
     """Copy the dataset in ``source`` (its manifest) to ``destination``, verified.
 
     ``split`` stages one split only; ``prune`` removes shards the manifest no longer lists;
-    ``rehash`` re-reads already staged files instead of trusting their size and mtime;
-    ``storage_options`` configure the client of an ``s3://`` source.
+    ``rehash`` re-reads already staged files instead of trusting their size and mtime.
     """
     started = time.monotonic()
-    source, destination = _check_locations(location(source, storage_options),
-                                           Path(destination))
-    shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
-        DatasetDir(source).lock, "packed")
-    with shared:
+    source, destination = _check_locations(location(source), Path(destination))
+    with reading(source, "packed"):
         manifest = read_manifest(source)
         if split is not None:
             if split not in manifest.splits:
@@ -186,15 +180,7 @@ def _stage_locked(source: Path, destination: Path, manifest: Manifest, split: st
                        time.monotonic() - started, () if prune else stale, copy_seconds)
 
 
-def _check_locations(source: Path | ObjectPath,
-                     destination: Path) -> tuple[Path | ObjectPath, Path]:
-    if isinstance(source, ObjectPath):
-        destination = destination.expanduser().resolve()
-        if not (source / MANIFEST_NAME).exists():
-            raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
-        if destination.exists() and not destination.is_dir():
-            raise ConfigError(f"stage.to: {destination} exists and is not a directory")
-        return source, destination
+def _check_locations(source: Location, destination: Path) -> tuple[Location, Path]:
     source, destination = source.expanduser().resolve(), destination.expanduser().resolve()
     if not (source / MANIFEST_NAME).is_file():
         raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
@@ -288,7 +274,7 @@ def _copy_verified(source: Path, destination: Path, entry: FileEntry, advance,
     )
 
 
-def _copy_file(source: Path | ObjectPath, final: Path, entry: FileEntry, step) -> str:
+def _copy_file(source: Location, final: Path, entry: FileEntry, step) -> str:
     """Copy exactly ``entry.bytes`` bytes of a regular file to ``final`` if its sha256 is the
     manifest's (CopyMismatch otherwise) and return it.
 
@@ -305,7 +291,7 @@ def _copy_file(source: Path | ObjectPath, final: Path, entry: FileEntry, step) -
         if handle.size != entry.bytes:
             raise StageError(f"{source.name}: {handle.size:,} bytes in the source, the "
                              f"manifest says {entry.bytes:,}: the source shard is damaged")
-        if isinstance(source, ObjectPath):
+        if handle.fd < 0:  # an object: no descriptor to copy from in the kernel
             return copy_verified(handle, final, entry.bytes, entry.sha256, step)
         tmp = tmp_path_for(final)
         try:

@@ -54,7 +54,7 @@ from ..door import (
 from ..errors import ManifestError, ShardFormatError
 from ..packing.changes import Tally, totals_found
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
-from ..storage import ObjectPath, location
+from ..storage import Location, ObjectPath, location
 from ..text import human_bytes, plural
 
 DIGEST_MASK = (1 << 64) - 1
@@ -100,14 +100,14 @@ class _Expected:
     objects: dict[str, IndexedObjects] = field(default_factory=dict)
 
 
-def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: int = 4,
-           storage_options: dict[str, str] | None = None) -> VerifyReport:
-    """Check ``directory`` against its manifest; the report lists every problem found.
+def verify(directory: str | Location, decode: bool = False,
+           workers: int = 4) -> VerifyReport:
+    """Check ``directory`` (a folder, an ``s3://`` URL or a location) against its manifest;
+    the report lists every problem found.
 
-    Raises ManifestError when there is no readable, valid manifest.  ``storage_options``
-    configure the client of an ``s3://`` dataset.
+    Raises ManifestError when there is no readable, valid manifest.
     """
-    directory = location(directory, storage_options)
+    directory = location(directory)
     manifest = read_manifest(directory)
     report = VerifyReport(directory)
     expected, index_problems = _read_sample_index(directory, manifest, decode)
@@ -117,8 +117,10 @@ def verify(directory: str | Path | ObjectPath, decode: bool = False, workers: in
     remote = isinstance(directory, ObjectPath)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(
-            lambda shard: _check_objects(directory, shard) if remote else _check_shard(
-                directory, manifest, shard, expected.get(shard.name), decode),
+            lambda shard: [problem for entry in shard.files()  # in a bucket: sizes, sha256
+                           if (problem := _check_file(directory, entry)) is not None]
+            if remote else _check_shard(directory, manifest, shard, expected.get(shard.name),
+                                        decode),
             manifest.shards,
         )
         for shard, problems in zip(manifest.shards, results, strict=True):
@@ -285,13 +287,6 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
         if sha256_of(handle, entry.bytes) != entry.sha256:
             return f"{entry.name}: sha256 differs from the manifest (corrupt)"
     return None
-
-
-def _check_objects(directory: ObjectPath, shard: ShardEntry) -> list[str]:
-    """The problems of a shard in a bucket and its index: presence, size, sha256."""
-    entries = [shard.file] + ([shard.index] if shard.index is not None else [])
-    return [problem for entry in entries
-            if (problem := _check_file(directory, entry)) is not None]
 
 
 def _check_shard(directory: Path, manifest: Manifest, shard: ShardEntry,

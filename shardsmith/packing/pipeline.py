@@ -47,7 +47,7 @@ from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..dataset.statedir import DatasetDir
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
-from ..storage import ObjectPath, is_url
+from ..storage import Location, ObjectPath, is_url
 from .changes import ChangesRecorder, index_tally, wrong_totals
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
@@ -89,21 +89,30 @@ class PackResult:
         return totals.rejected / candidates if candidates else 0.0
 
 
-def pack(config: Config, mirror: JournalMirror | None = None) -> PackResult:
+def pack(config: Config) -> PackResult:
     """Pack the source tree into shards and a manifest, as ``config`` says.
 
     Re-running on a finished output with the same config and unchanged sources does nothing;
     with changed sources (or a damaged or older-schema output) it adds a dataset version
     (only new or changed sources decoded); after an interruption it resumes from the last
-    published shard.  ``mirror``: where the journal's checkpoints are copied as they are
-    written (a pack to a bucket, through its spool).
+    published shard.  An ``s3://`` output is packed in a local spool whose journal and
+    shards are mirrored to the bucket, and published there when the pack is done.
     """
-    if is_url(config.output.path):
-        from .s3output import pack_to_bucket
-
-        return pack_to_bucket(config, pack)
     started = time.monotonic()
     source, output = check_paths(config)
+    if isinstance(output, ObjectPath):
+        from .s3output import bucket_output
+
+        with bucket_output(config, output) as (spooled, mirror):
+            result = _pack_in(spooled, *check_paths(spooled), started, mirror)
+        return replace(result, published=str(output))
+    return _pack_in(config, source, output, started)
+
+
+def _pack_in(config: Config, source: Location, output: Path, started: float,
+             mirror: JournalMirror | None = None) -> PackResult:
+    """Pack into the folder ``output``; ``mirror``: where the journal's checkpoints are
+    copied as they are written (a pack to a bucket, through its spool)."""
     with DirectoryLock(DatasetDir(output).lock, "packed"):
         with WorkerPool(config.run) as pool:  # local workers start while the tree is scanned
             split_folders = tuple(name for name, _ in config.splits) \
@@ -113,7 +122,7 @@ def pack(config: Config, mirror: JournalMirror | None = None) -> PackResult:
 
 
 def _pack_scanned(
-    pool: WorkerPool, scanned: ScanResult, config: Config, source: Path | ObjectPath,
+    pool: WorkerPool, scanned: ScanResult, config: Config, source: Location,
     output: Path,
     started: float,
     mirror: JournalMirror | None = None,
@@ -187,7 +196,7 @@ def finish_commit(output: Path, manifest: Manifest) -> None:
     Journal(output, {}).discard()
 
 
-def make_job(scanned: ScanResult, config: Config, source: Path | ObjectPath, output: Path,
+def make_job(scanned: ScanResult, config: Config, source: Location, output: Path,
              previous: Manifest | None, started: float) -> Job:
     """The scan made a job: classes new in this scan go after the previous version's (labels
     keep their meaning), annotations read up front, the plan, the sources fingerprint.
@@ -450,8 +459,7 @@ def process_item(item: PlanItem, root: str, config: Config, vocabulary: Vocabula
                  ) -> Sample | tuple[Sample, ...] | Reject | Unchanged:
     """The per-image work, as the worker pool runs it (``root``: a folder, or an ``s3://``
     URL that the worker opens with its own client: no image bytes pass the driver)."""
-    if is_url(root):
-        use_storage(config.storage.options())
+    use_storage(config.storage.options())  # a bucket's originals: this process's client
     if isinstance(item, RederiveItem):
         from .rederive import rederive
 

@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import atomic
-from ..atomic import HashingFile, fsync_directory, write_bytes_atomic, write_json_atomic
+from ..atomic import HashingFile, fsync_directory, write_bytes_atomic
 from ..dataset.manifest import ShardEntry
 from ..dataset.statedir import DatasetDir, read_state, state_folder
 from ..door import MANIFEST_CAP, Refused
@@ -48,6 +48,7 @@ from .spool import (
     files_of_ours,
     listing_of_ours,
     ours,
+    save_record,
     spool_record,
 )
 
@@ -87,11 +88,6 @@ def _names(runs: list[str]) -> str:
 
 
 def journal_objects(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
-    """The bucket's journal objects of ours (key ``run/NNNNNNNN.json`` -> its listing)."""
-    return _objects(bucket)
-
-
-def _objects(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
     """key (``run/NNNNNNNN.json``) -> what the listing says of it, for the journal objects
     of ours in the bucket (one recursive listing); other names there are not ours."""
     folder = journal_folder(bucket)
@@ -209,7 +205,7 @@ class BucketJournal:
         self._state = spool_record(self.home)
         uploaded = self._state.setdefault("uploaded", {})
         self._there = files_of_ours(self.bucket)
-        objects = _objects(self.bucket)
+        objects = journal_objects(self.bucket)
         others = sorted(key for key in objects if not key.startswith(self.run + "/"))
         beyond = sorted(key for key in objects if key.startswith(self.run + "/")
                         and int(key[17:25]) >= len(lines))
@@ -306,15 +302,14 @@ class BucketJournal:
 
     def _save(self) -> None:
         if self._unsaved:
-            write_json_atomic(self.home / "state.json", {
-                "base": self._state.get("base"), "uploaded": self._state["uploaded"]})
+            save_record(self.home, self._state.get("base"), self._state["uploaded"])
             self._unsaved = 0
 
 
 def clear(bucket: ObjectPath, home: Path, check: Callable[[], None]) -> None:
     """After the commit: the bucket's journal objects are deleted (of this run, or of any
     run before it), and the spool's record of them."""
-    _clear(bucket, home, sorted(_objects(bucket)), check, every=True)
+    _clear(bucket, home, sorted(journal_objects(bucket)), check, every=True)
 
 
 def clear_committed(bucket: ObjectPath, home: Path, run: str,
@@ -345,7 +340,7 @@ def _clear(bucket: ObjectPath, home: Path, keys: list[str], check: Callable[[], 
             if not (name in gone or
                     (every and name.startswith(f"{RECORDED}/")))}
     if kept != uploaded:
-        write_json_atomic(home / "state.json", {"base": state.get("base"), "uploaded": kept})
+        save_record(home, state.get("base"), kept)
 
 
 class _Damaged(Exception):
@@ -365,7 +360,7 @@ def restore(bucket: ObjectPath, spool: Path,
     leftovers of a run killed while it deleted them).  Returns the record of what it
     downloaded (name -> [size, mtime_ns, ETag]: held in the bucket).  Whether the journal is
     resumed from is ``Journal.load``'s to say."""
-    objects = _objects(bucket) if objects is None else objects
+    objects = journal_objects(bucket) if objects is None else objects
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for key, info in objects.items():
         runs.setdefault(key[:16], {})[int(key[17:25])] = info

@@ -27,13 +27,13 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from ..atomic import publish_object, remove_stale_tmp, write_json_atomic
+from ..atomic import publish_object, remove_stale_tmp
 from ..config import Config
 from ..dataset.lock import BucketLease
 from ..dataset.manifest import (
@@ -44,9 +44,9 @@ from ..dataset.manifest import (
     read_manifest,
 )
 from ..dataset.statedir import STATE_DIR, DatasetDir
-from ..door import MANIFEST_CAP
+from ..door import MANIFEST_CAP, read_file
 from ..errors import ManifestError, OutputStateError
-from ..storage import ObjectPath, locate
+from ..storage import ObjectPath
 from ..text import cut
 from .s3journal import BucketJournal, clear, clear_committed, journal_objects, restore
 from .spool import (
@@ -54,6 +54,7 @@ from .spool import (
     download_checked,
     files_of_ours,
     ours,
+    save_record,
     spool_record,
 )
 
@@ -72,25 +73,21 @@ def spool_for(bucket: ObjectPath) -> Path:
     return root.resolve() / f"{bucket.bucket}-{digest}"
 
 
-def pack_to_bucket(config: Config, pack_local: Callable[..., Any]) -> Any:
-    """Pack ``config`` (its ``output.path`` an ``s3://`` URL) through a local spool with
-    ``pack_local`` (``pipeline.pack`` of a local output, its journal mirrored in the bucket),
-    then publish the spool's version to the bucket.  Returns what ``pack_local`` returned
-    (its ``output``: the spool), with ``published``: the URL."""
-    bucket = locate(config.output.path, config.storage.options())
-    if not bucket.key:
-        raise OutputStateError(f"{bucket}: give a prefix for the dataset (s3://bucket/name)")
+@contextmanager
+def bucket_output(config: Config, bucket: ObjectPath) -> Iterator[tuple[Config, BucketJournal]]:
+    """The lease of the dataset at ``bucket`` (its ``config.output.path``) and its local spool,
+    synced with it: yields the config of a pack into the spool and the journal mirror that
+    uploads its shards and checkpoints as they are written; when the pack returns, the
+    spool's version is published to the bucket (steps 1-6 above)."""
     home = spool_for(bucket)
     spool = home / "dataset"
     _plain_folders(home, spool)
     with BucketLease(DatasetDir(bucket).lease, "packed") as lease:
         _refuse_foreign(bucket)
         _sync_spool(bucket, home, spool, lease.check)
-        # Shards and checkpoints go up while the pack runs (packing/s3journal.py).
         mirror = BucketJournal(bucket, spool, home, lease.check)
         try:
-            result = pack_local(replace(config, output=replace(config.output, path=str(spool))),
-                                mirror=mirror)
+            yield replace(config, output=replace(config.output, path=str(spool))), mirror
         except BaseException:
             mirror.cancel()
             raise
@@ -98,7 +95,6 @@ def pack_to_bucket(config: Config, pack_local: Callable[..., Any]) -> Any:
         lease.check()
         publish(spool, bucket, home, lease.check, run=mirror.run)
         clear(bucket, home, lease.check)
-    return replace(result, published=str(bucket))
 
 
 def _plain_folders(home: Path, spool: Path) -> None:
@@ -118,7 +114,7 @@ def _refuse_foreign(bucket: ObjectPath) -> None:
     """A prefix holding no manifest is packed only when it holds nothing but objects of
     ours (a killed first run's), as a local pack refuses a folder with files it did not
     write: OutputStateError naming up to three, nothing deleted."""
-    entries = _entries(bucket)
+    entries = {name: str(entry.get("type")) for name, entry in bucket.listing().items()}
     odd = [name for name in entries if name in (".", "..", "")]
     if odd:
         raise OutputStateError(
@@ -137,18 +133,6 @@ def _refuse_foreign(bucket: ObjectPath) -> None:
                                f"write ({named}); choose an empty or new prefix")
 
 
-def _entries(bucket: ObjectPath) -> dict[str, str]:
-    """name -> type (``file``, ``directory``) of what is directly under the prefix."""
-    client = bucket.client
-    try:
-        listing = client.call(str(bucket), client.fs.ls, bucket.path, detail=True)
-    except FileNotFoundError:
-        return {}
-    base = bucket.path + "/"
-    return {str(entry["name"]).removeprefix(base): str(entry.get("type"))
-            for entry in listing}
-
-
 def _sha(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
@@ -156,8 +140,7 @@ def _sha(data: bytes | None) -> str | None:
 def _read(target: ObjectPath, cap: int) -> bytes | None:
     """The bytes of a small object of ours; None when there is none."""
     try:
-        with target.open_guarded(cap) as handle:
-            return handle.read()
+        return read_file(target, cap)
     except FileNotFoundError:
         return None
 
@@ -182,8 +165,7 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
         found = _restore(bucket, home, spool, remote, check)
         if found:
             state = spool_record(home)
-            write_json_atomic(home / "state.json", {
-                "base": state.get("base"), "uploaded": (state.get("uploaded") or {}) | found})
+            save_record(home, state.get("base"), (state.get("uploaded") or {}) | found)
         return
     if remote == local or remote == base:
         return  # the same version, or the spool is one ahead of it (step 3-6 left to do)
@@ -210,7 +192,7 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
             uploaded[name] = [found.st_size, found.st_mtime_ns, there[name]]
         download_checked(bucket / MANIFEST_NAME, spool / MANIFEST_NAME, MANIFEST_CAP, remote)
     uploaded |= _restore(bucket, home, spool, remote, check)  # killed on another machine
-    write_json_atomic(home / "state.json", {"base": remote, "uploaded": uploaded})
+    save_record(home, remote, uploaded)
 
 
 def _restore(bucket: ObjectPath, home: Path, spool: Path, remote: str | None,
@@ -288,8 +270,7 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
         for done, (name, seen) in enumerate(pool.map(upload, todo), 1):
             uploaded[name] = seen
             if done % SAVE_EVERY == 0 or done == len(todo):  # a killed run re-sends few
-                write_json_atomic(home / "state.json", {"base": state.get("base"),
-                                                        "uploaded": uploaded})
+                save_record(home, state.get("base"), uploaded)
 
     record_object = DatasetDir(bucket).objects
     current = _remote_manifest(bucket)
@@ -316,7 +297,7 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
         check()
         client.call(str(bucket), client.fs.pipe_file, (bucket / MANIFEST_NAME).path, manifest)
         log.info("committed %s", bucket)
-    write_json_atomic(home / "state.json", {"base": new_sha, "uploaded": uploaded})
+    save_record(home, new_sha, uploaded)
     keep = set(names_now) | set(kept)
     stale = sorted(set(files_of_ours(bucket)) - keep)
     if stale:

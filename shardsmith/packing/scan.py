@@ -37,7 +37,6 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -46,7 +45,7 @@ from ..annotations.sources import annotation_reason, object_etag, read_labels, r
 from ..config import SourceConfig
 from ..door import Identity
 from ..errors import ConfigError
-from ..storage import ObjectPath, StoreError, check_key
+from ..storage import Location, ObjectPath, StoreError, check_key
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +233,7 @@ class _Walk:
         return _Directory(directory.path, directory.relpath, directory.ancestors | {identity})
 
 
-def scan(root: Path | ObjectPath, config: SourceConfig, threads: int = SCAN_THREADS,
+def scan(root: Location, config: SourceConfig, threads: int = SCAN_THREADS,
          split_folders: tuple[str, ...] = ()) -> ScanResult:
     """List the image files under ``root`` that the config selects.
 
@@ -274,7 +273,7 @@ def scan(root: Path | ObjectPath, config: SourceConfig, threads: int = SCAN_THRE
     return _finish(walk, root, config, split_folders)
 
 
-def _finish(walk: _Walk, root: Path | ObjectPath, config: SourceConfig,
+def _finish(walk: _Walk, root: Location, config: SourceConfig,
             split_folders: tuple[str, ...]) -> ScanResult:
     """The walk's files as a sorted table with labels, and what was left out."""
     depth = 1 if split_folders else 0
@@ -293,7 +292,7 @@ def _finish(walk: _Walk, root: Path | ObjectPath, config: SourceConfig,
                       tuple(bad), walk.annotation_objects)
 
 
-def _labels_from_file(table: SourceTable, walk: _Walk, root: Path | ObjectPath,
+def _labels_from_file(table: SourceTable, walk: _Walk, root: Location,
                       config: SourceConfig
                       ) -> tuple[SourceTable, tuple[str, ...], list[tuple[str, str]]]:
     """Labels from the labels file: images it does not name are left out (``not in the labels

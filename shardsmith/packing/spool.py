@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..atomic import CopyMismatch, copy_verified
+from ..atomic import CopyMismatch, copy_verified, write_json_atomic
 from ..dataset.manifest import MANIFEST_NAME, is_dataset_file, is_derived_file
 from ..door import Refused, open_file
 from ..errors import OutputStateError
@@ -52,6 +52,11 @@ def spool_record(home: Path) -> dict[str, Any]:
     log.warning("%s: damaged, discarded (the spool is a cache: what is uploaded is "
                 "compared again)", path)
     return {}
+
+
+def save_record(home: Path, base: str | None, uploaded: dict[str, list]) -> None:
+    """Write the spool's record (``spool_record``) atomically."""
+    write_json_atomic(home / "state.json", {"base": base, "uploaded": uploaded})
 
 
 def _sound_record(state: object) -> bool:
@@ -95,12 +100,6 @@ def files_of_ours(bucket: ObjectPath) -> dict[str, str]:
 def listing_of_ours(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
     """name -> {``ETag``, ``size``} of the objects of ours directly under the prefix, as
     ``files_of_ours`` lists them."""
-    client = bucket.client
-    try:
-        entries = client.call(str(bucket), client.fs.ls, bucket.path, detail=True)
-    except FileNotFoundError:
-        return {}
-    names = {entry["name"].rsplit("/", 1)[-1]: {"ETag": str(entry.get("ETag") or ""),
-                                                 "size": int(entry.get("size") or 0)}
-             for entry in entries if entry.get("type") == "file"}
-    return {name: found for name, found in names.items() if ours(name)}
+    return {name: {"ETag": str(entry.get("ETag") or ""), "size": int(entry.get("size") or 0)}
+            for name, entry in bucket.listing().items()
+            if entry.get("type") == "file" and ours(name)}

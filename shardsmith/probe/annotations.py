@@ -12,7 +12,6 @@ files record, which must be the original's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..annotations.audit import SourceReport
 from ..annotations.geometry import upright_size
@@ -21,7 +20,7 @@ from ..annotations.read import read_annotations
 from ..config import Config
 from ..errors import BadImage
 from ..packing.scan import ScanResult
-from ..storage import ObjectPath
+from ..storage import Location, ObjectPath
 from .headers import HeaderSurvey, seeded_sample
 
 PROBLEMS_KEPT = 20
@@ -44,7 +43,7 @@ class AnnotationCheck:
     # pack would reject
 
 
-def check_annotations(scanned: ScanResult, config: Config, source: Path | ObjectPath,
+def check_annotations(scanned: ScanResult, config: Config, source: Location,
                       survey: HeaderSurvey) -> AnnotationCheck | None:
     """The annotation check of a dry run, in the frames of the seeded sample's headers that
     ``survey`` read; None for a job without box, polygon or mask annotations.  Raises

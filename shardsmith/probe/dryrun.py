@@ -19,14 +19,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..config import Config, check_paths
 from ..dataset.manifest import MANIFEST_NAME, read_manifest
 from ..errors import ManifestError, ShardsmithError
 from ..packing.outputdir import previous_dataset
 from ..packing.scan import ScanResult
-from ..storage import ObjectPath
+from ..storage import Location, ObjectPath
 from ..text import plural
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .annotations import AnnotationCheck, check_annotations
@@ -170,8 +169,8 @@ def refusal(rejects: RejectForecast, survey: HeaderSurvey,
             f"allow it with --max-reject-fraction {needed:g} (run.max_reject_fraction)")
 
 
-def changes(scanned: ScanResult, config: Config, source: Path | ObjectPath,
-            output: Path | ObjectPath) -> str | None:
+def changes(scanned: ScanResult, config: Config, source: Location,
+            output: Location) -> str | None:
     """What a pack would change in the dataset in ``output`` (its Delta, in one line: "2 new,
     1 removed, up to 1 changed; 1 shard rewritten, 3 kept"); None when there is none to
     build on (``existing_output`` says why).
@@ -192,7 +191,7 @@ def changes(scanned: ScanResult, config: Config, source: Path | ObjectPath,
     return find_delta(job, previous).summary()
 
 
-def _coco_bytes(source: Path | ObjectPath, config: Config, scanned: ScanResult) -> int:
+def _coco_bytes(source: Location, config: Config, scanned: ScanResult) -> int:
     """The size of the COCO file the driver will parse (0 without one, or when it is not
     there: the pack says so); in a bucket, the size its listing gave."""
     coco = config.source.annotations.coco
@@ -225,7 +224,7 @@ def assumption(config: Config) -> str:
             "--probe measures it")
 
 
-def existing_output(output: Path | ObjectPath, config: Config) -> str:
+def existing_output(output: Location, config: Config) -> str:
     """What the output directory (or bucket prefix) holds, and what a pack would therefore do
     with it."""
     if isinstance(output, ObjectPath):

@@ -17,7 +17,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -30,7 +29,7 @@ from ..packing.annotated import MASK_BYTES_PER_PIXEL
 from ..packing.imaging import Output, budget_bytes, layout, stored_size
 from ..packing.originals import open_source, original_cap, read_all, use_storage
 from ..packing.scan import ScanResult
-from ..storage import ObjectPath
+from ..storage import Location
 from ..tiling import MAX_TILES, scaled_size, tile_count
 
 SAMPLE = 64  # originals of the seeded sample: their annotations and headers are read
@@ -122,12 +121,11 @@ class HeaderSurvey:
         return sum(self.sample_rejects.values()) + sum(self.other_rejects.values())
 
 
-def survey_headers(scanned: ScanResult, config: Config, source: Path | ObjectPath
+def survey_headers(scanned: ScanResult, config: Config, source: Location
                    ) -> HeaderSurvey:
     """Read the headers of the seeded sample and the largest files of ``scanned``."""
     files = scanned.files
-    if isinstance(source, ObjectPath):
-        use_storage(config.storage.options())  # the originals' headers: as a worker reads
+    use_storage(config.storage.options())  # a bucket's originals: read as a worker reads
     sample = seeded_sample(len(files), config.seed)
     chosen = set(sample)
     # numpy, not a sorted list of Python ints: at 1M files that list alone is ~40 MB.

@@ -31,7 +31,7 @@ from ...dataset.changes import history_counts
 from ...dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
 from ...door import Refused
 from ...errors import ManifestError
-from ...storage import ObjectPath
+from ...storage import Location
 from ...text import human_bytes, plural, printable
 from ..census import packed_config
 from ..diff import VersionDiff, diff_versions
@@ -92,7 +92,7 @@ class IndexFacts:
     newest: bool  # True: ``chosen`` are the newest by source time, not the diff's added
 
 
-def load_diff(directory: Path | ObjectPath) -> VersionDiff | str:
+def load_diff(directory: Location) -> VersionDiff | str:
     """The diff of the last two versions, or why there is none (of a bucket:
     ``diff_versions`` copies the manifest and the changes file it reads)."""
     try:
@@ -101,7 +101,7 @@ def load_diff(directory: Path | ObjectPath) -> VersionDiff | str:
         return str(exc)
 
 
-def render_report(directory: Path | ObjectPath, manifest: Manifest,
+def render_report(directory: Location, manifest: Manifest,
                   options: ReportOptions = ReportOptions(),
                   diff: VersionDiff | str | None = None) -> Report:
     """The report page of the dataset in ``directory``; ``diff``: the diff of its last two

@@ -9,7 +9,7 @@ shard's sha256 checked against the manifest while it is read.  Everything goes i
 An interrupted export resumes: the shards it finished are in a journal, and their files are
 kept when their sizes and sha256 still match.
 
-The dataset may be an ``s3://`` URL (``storage.ObjectPath``; the export stays local): its
+The dataset may be an ``s3://`` URL (``storage.Location``; the export stays local): its
 manifest and sample index are read from the bucket, each shard is copied to a temporary file
 through the guarded door (``dataset.remote``) and read from there exactly as a local shard,
 its sha256 checked as it streams by; a bucket has no lock to share.
@@ -26,7 +26,6 @@ import os
 import time
 from collections import defaultdict
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +34,7 @@ import msgspec
 from ...dataset.agreement import disagreement, indexed_objects
 from ...dataset.formats import shard_format
 from ...dataset.formats.base import open_shard
-from ...dataset.lock import DirectoryLock, SharedLock
+from ...dataset.lock import DirectoryLock, reading
 from ...dataset.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -46,7 +45,6 @@ from ...dataset.manifest import (
 )
 from ...dataset.normal import CUT_REASON, cut_count
 from ...dataset.remote import local_copy
-from ...dataset.statedir import DatasetDir
 from ...dataset.task import pixel_census, yolo_task
 from ...door import Refused, chunks
 from ...errors import (
@@ -57,7 +55,7 @@ from ...errors import (
     ShardFormatError,
 )
 from ...progress import Progress
-from ...storage import ObjectPath, location
+from ...storage import Location, location
 from ...text import cut, plural, shown
 from . import layouts
 from .record import (
@@ -211,30 +209,28 @@ def resolve_options(manifest: Manifest, layout: str, task: str = "auto", normal:
 def export(dataset: str | Path, destination: str | Path, layout: str, task: str = "auto",
            normal: str = "good", anomalib_layout: str = "folder",
            splits: tuple[str, ...] | None = None, quiet: bool = False,
-           keep: int = 2, storage_options: dict[str, str] | None = None,
-           keep_cut: bool = False, boxes_as_polygons: bool = False) -> ExportResult:
-    """Export the dataset in ``dataset`` (a folder or an ``s3://`` URL, whose client
-    ``storage_options`` configure) into ``destination`` as ``layout``; ``keep`` versions stay
-    (the current one and the ``keep - 1`` before it).  ``keep_cut`` (yolo, coco): samples with
+           keep: int = 2, keep_cut: bool = False,
+           boxes_as_polygons: bool = False) -> ExportResult:
+    """Export the dataset in ``dataset`` (a folder, an ``s3://`` URL or a location) into
+    ``destination`` as ``layout``; ``keep`` versions stay (the current one and the
+    ``keep - 1`` before it).  ``keep_cut`` (yolo, coco): samples with
     a defect cut below min_visible are exported with it labelled, not left out.
     ``boxes_as_polygons``: an object with a box only gets its box as a polygon (yolo segment,
     COCO ``segmentation``)."""
     started = time.monotonic()
     if not (isinstance(keep, int) and 1 <= keep <= 1000):
         raise ConfigError(f"--keep {keep}: keep 1 to 1000 versions (the current one counts)")
-    source, root = _check_locations(location(dataset, storage_options), Path(destination))
+    source, root = _check_locations(location(dataset), Path(destination))
     with _collector_paused():  # restored once ``_export``'s records are gone (none to walk)
         return _export(source, root, layout, task, normal, anomalib_layout, splits, quiet,
                        keep, started, keep_cut, boxes_as_polygons)
 
 
-def _export(source: Path | ObjectPath, root: Path, layout: str, task: str, normal: str,
+def _export(source: Location, root: Path, layout: str, task: str, normal: str,
             anomalib_layout: str, splits: tuple[str, ...] | None, quiet: bool, keep: int,
             started: float, keep_cut: bool = False,
             boxes_as_polygons: bool = False) -> ExportResult:
-    shared = nullcontext() if isinstance(source, ObjectPath) else SharedLock(
-        DatasetDir(source).lock, "packed")
-    with shared:
+    with reading(source, "packed"):
         manifest = read_manifest(source)
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits,
                                   keep_cut, boxes_as_polygons)
@@ -280,15 +276,10 @@ def _collector_paused():
             gc.enable()
 
 
-def _check_locations(source: Path | ObjectPath,
-                     destination: Path) -> tuple[Path | ObjectPath, Path]:
+def _check_locations(source: Location, destination: Path) -> tuple[Location, Path]:
     destination = destination.expanduser().absolute()
     check_destination(destination)
     destination = destination.parent.resolve() / destination.name
-    if isinstance(source, ObjectPath):  # a local destination is never inside a bucket
-        if not (source / MANIFEST_NAME).is_file():
-            raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
-        return source, destination
     source = source.expanduser().resolve()
     if not (source / MANIFEST_NAME).is_file():
         raise ConfigError(f"{source}: no {MANIFEST_NAME}: not a packed dataset")
@@ -320,7 +311,7 @@ def sample_digest(record: SampleRecord) -> str:
 class _Run:
     """One export: the plan (``execute``'s first half), then the writing."""
 
-    def __init__(self, source: Path | ObjectPath, manifest: Manifest, options: ExportOptions,
+    def __init__(self, source: Location, manifest: Manifest, options: ExportOptions,
                  destination: Destination, quiet: bool, keep: int, cap: int):
         self.source, self.manifest, self.options = source, manifest, options
         self.destination, self.quiet, self.keep = destination, quiet, keep
@@ -604,7 +595,7 @@ class _Run:
                                      "index places there (shardsmith verify shows more)")
         return [pending.result() for pending in made]
 
-    def _mismatch(self, path: Path | ObjectPath, why: str) -> str:
+    def _mismatch(self, path: Location, why: str) -> str:
         return (f"{path}: {why}: the shard changed or is damaged since it was packed "
                 "(shardsmith verify); nothing was switched")
 
