@@ -32,7 +32,6 @@ is in ``docs/ultralytics-reader.md``.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -57,7 +56,7 @@ import numpy as np
 
 from ..annotations.polygons import object_ring
 from ..dataset.manifest import iter_sample_index, read_manifest
-from ..errors import ConfigError, CorruptSampleError, ShardFormatError
+from ..errors import ConfigError, CorruptSampleError
 from . import largest_image_size, select_shards
 from .cut import without_cut
 from .plan import check_shards, load_table
@@ -229,15 +228,9 @@ class ShardYOLODataset(YOLODataset):
                 "normalized": True, "bbox_format": "xywh"}
 
     def metadata(self, index: int) -> Any:
-        """Sample ``index``'s ``KEY.json``, read alone (its image is not read here)."""
-        table, reader = self.table, self.reader
-        offset, size = int(table.meta_offset[index]), int(table.meta_size[index])
-        if offset < 0:
-            raise reader.named(index, "has no .json")
-        try:
-            return json.loads(reader.files.read(int(table.shard[index]), offset, size))
-        except (OSError, ShardFormatError, ValueError, RecursionError) as exc:
-            raise reader.named(index, f"unreadable ({exc})") from None
+        """Sample ``index``'s metadata as its format gives it (WebDataset's ``KEY.json``, a
+        TFRecord's features), read as the other readers read it."""
+        return self.reader.read_meta(index)[2]
 
     def object_segments(self, index: int, meta: dict, boxes: np.ndarray, height: int,
                         width: int) -> list[np.ndarray]:
