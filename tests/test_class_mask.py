@@ -59,3 +59,17 @@ def test_verify_checks_a_class_mask_against_the_records_own_size_without_an_inde
     features = {MASK: [mask_png(np.zeros((3, 4), np.uint8))], "image/width": [5],
                 "image/height": [3]}
     assert example_problems(features, None, 1) == ["the class mask is 4x3, the image 5x3"]
+
+
+@pytest.mark.slow
+def test_the_tf_reader_takes_a_class_mask_of_three_channels_for_a_corrupt_sample():
+    tf = pytest.importorskip("tensorflow")
+    from shardsmith.errors import ShardFormatError
+    from shardsmith.readers.tf import _Records
+
+    example = tf.train.Example()
+    example.features.feature[MASK].bytes_list.value.append(rgb_png(4, 3))
+    with pytest.raises(ShardFormatError, match="not a one-channel 8-bit PNG"):
+        _Records._mask(None, example.features.feature, (3, 4))  # type: ignore[arg-type]
+    example.features.feature[MASK].bytes_list.value[0] = mask_png(np.ones((3, 4), np.uint8))
+    assert (_Records._mask(None, example.features.feature, (3, 4)) == 1).all()  # type: ignore[arg-type]
