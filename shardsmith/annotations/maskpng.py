@@ -11,6 +11,8 @@ import cv2
 import numpy as np
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# A damaged mask is one MaskError; OpenCV's own warnings on stderr would only confuse.
+cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
 
 def mask_png(mask: np.ndarray) -> bytes:
