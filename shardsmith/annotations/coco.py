@@ -289,7 +289,7 @@ def _object(annotation: dict[str, Any], names: dict[int, str], size: list[Any],
         item["box"] = [min(xs), min(ys), max(xs), max(ys)]
     elif "rle" in item:
         try:
-            item["box"] = list(rle.box_of(runs, *item["rle"]["size"]))
+            item["box"] = list(rle.box_of(runs, item["rle"]["size"][0]))
         except rle.RleError as exc:
             raise _Bad(str(exc)) from None
     else:

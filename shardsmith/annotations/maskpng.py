@@ -1,10 +1,18 @@
-"""A class mask as PNG bytes (one byte a pixel, lossless): written, and renumbered when a
-dataset's object ids differ from an image's own.  Only numpy and OpenCV: no geometry."""
+"""A class mask as PNG bytes (one byte a pixel, lossless): written, renumbered when a
+dataset's object ids differ from an image's own, and read back from a shard, checked (the one
+reader of a packed class mask: readers, sheet, export and verify).  Only numpy and OpenCV: no
+geometry."""
 
 from __future__ import annotations
 
+import struct
+
 import cv2
 import numpy as np
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# A damaged mask is one MaskError; OpenCV's own warnings on stderr would only confuse.
+cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
 
 def mask_png(mask: np.ndarray) -> bytes:
@@ -25,3 +33,25 @@ def remap_png(png: bytes, ids: list[int]) -> bytes:
     table[1 : len(ids) + 1] = ids
     table[255] = 255
     return mask_png(table[mask])
+
+
+class MaskError(ValueError):
+    """A packed class mask that cannot be used; the message says why."""
+
+
+def class_mask(png: bytes, width: int, height: int) -> np.ndarray:
+    """The class mask (uint8 ``height x width``: 0 background, k a class id, 255 ignore) of the
+    PNG bytes of a ``width x height`` sample.  Its header is read first: a PNG of another size
+    (a small file may claim any) or of another kind than one 8-bit channel is never decoded;
+    MaskError says what is wrong."""
+    if len(png) < 26 or png[:8] != PNG_SIGNATURE or png[12:16] != b"IHDR":
+        raise MaskError("the class mask is not a PNG that decodes")
+    size = struct.unpack(">II", png[16:24])
+    if size != (width, height):
+        raise MaskError(f"the class mask is {size[0]}x{size[1]}, the image {width}x{height}")
+    if png[24:26] != b"\x08\x00":  # bit depth 8, colour type 0 (gray)
+        raise MaskError("the class mask is not a one-channel 8-bit PNG")
+    pixels = cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_UNCHANGED)
+    if pixels is None or pixels.shape != (height, width) or pixels.dtype != np.uint8:
+        raise MaskError("the class mask is not a PNG that decodes")
+    return pixels

@@ -84,7 +84,7 @@ def check_counts(runs: list[int], height: int, width: int) -> list[int]:
     return runs
 
 
-def box_of(runs: np.ndarray, height: int, width: int) -> tuple[float, float, float, float]:
+def box_of(runs: np.ndarray, height: int) -> tuple[float, float, float, float]:
     """The continuous box ``(x0, y0, x1, y1)`` of the marked pixels of checked column-major
     runs (the first run is of zeros); RleError when no pixel is marked."""
     ends = np.cumsum(runs)

@@ -14,14 +14,14 @@ shown on its tile), never a failure of the sheet.
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
+from PIL import Image, ImageDraw, ImageFont
 
+from ..annotations.maskpng import class_mask
 from ..dataset.formats import Record, ShardFormat, shard_format
 from ..dataset.manifest import Manifest, SampleRecord
 from ..errors import ShardFormatError
@@ -86,7 +86,7 @@ def _objects(fmt: ShardFormat, packed: Record, sample: SampleRecord,
         target = detection_target(fmt.metadata(packed), sample.height, sample.width, False,
                                   len(classes))
         png = fmt.mask_png(packed)
-        mask = None if png is None else _class_mask(png, sample)
+        mask = None if png is None else class_mask(png, sample.width, sample.height)
     except (ValueError, ShardFormatError, RecursionError) as exc:
         return str(exc)
     boxes = tuple(tuple(float(edge) for edge in box) for box in target["boxes"].tolist())
@@ -95,18 +95,6 @@ def _objects(fmt: ShardFormat, packed: Record, sample: SampleRecord,
                 for box, label in zip(target.get("ignore_boxes", np.zeros((0, 4))).tolist(),
                                       target.get("ignore_labels", ()), strict=True))
     return PackedObjects(boxes, names, mask, cut)  # type: ignore[arg-type]
-
-
-def _class_mask(png: bytes, sample: SampleRecord) -> np.ndarray:
-    """The class mask PNG, its header checked to be the sample's size before decoding."""
-    try:
-        with Image.open(io.BytesIO(png), formats=["PNG"]) as image:
-            if image.size != (sample.width, sample.height):
-                raise ValueError(f"the class mask is {image.width}x{image.height}, the sample "
-                                 f"{sample.width}x{sample.height}")
-            return np.asarray(image.convert("L"))
-    except (UnidentifiedImageError, OSError, SyntaxError, EOFError) as exc:
-        raise ValueError(f"the class mask is not a PNG ({exc})") from None
 
 
 def draw_objects(picture: Image.Image, objects: PackedObjects, key: str,

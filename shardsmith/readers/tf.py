@@ -52,17 +52,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "shardsmith.readers.tf needs TensorFlow: pip install 'shardsmith[tf]'"
     ) from exc
 
-import io
 import logging
 import os
 import threading
 from collections.abc import Callable
 
-import cv2
 import numpy as np
 from google.protobuf.message import DecodeError
-from PIL import Image, UnidentifiedImageError
 
+from ..annotations.maskpng import MaskError, class_mask
 from ..dataset.formats.base import SHARD_CAP, checked_index, open_shard
 from ..dataset.formats.metadata import box_problem
 from ..dataset.formats.tfrecord import check_framing, index_spans, read_payload
@@ -270,22 +268,14 @@ class _Records:
         return boxes, np.asarray(ids, np.int64)
 
     def _mask(self, feature: Any, shape: tuple[int, int]) -> np.ndarray:
-        """The class mask PNG, its header checked to be the image's size before decoding."""
+        """The class mask PNG, checked (``maskpng.class_mask``)."""
         encoded = _values(feature, "image/segmentation/class/encoded", "bytes_list")
         if len(encoded) != 1:
             raise ShardFormatError("no class mask")
         try:
-            with Image.open(io.BytesIO(encoded[0]), formats=["PNG"]) as header:
-                size = header.size
-        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise ShardFormatError(f"the class mask is not a PNG ({exc})") from None
-        if size != (shape[1], shape[0]):
-            raise ShardFormatError(f"the class mask is {size[0]}x{size[1]}, the image "
-                                   f"{shape[1]}x{shape[0]}")
-        mask = cv2.imdecode(np.frombuffer(encoded[0], np.uint8), cv2.IMREAD_GRAYSCALE)
-        if mask is None or mask.shape != shape:
-            raise ShardFormatError("the class mask does not decode")
-        return mask
+            return class_mask(encoded[0], shape[1], shape[0])
+        except MaskError as exc:
+            raise ShardFormatError(str(exc)) from None
 
     def _placeholder(self) -> list[Any]:
         image = np.zeros((1, 1, 1 if self.colorspace == "GRAY" else 3), np.uint8)

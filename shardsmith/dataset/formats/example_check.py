@@ -9,10 +9,6 @@ on nonsense.  Each is one named problem here instead.
 
 from __future__ import annotations
 
-import io
-
-from PIL import Image
-
 # Features our writer gives exactly one value, and that every reader parses as a scalar.
 SINGLE = ("image/encoded", "image/format", "image/class/label", "image/class/text",
           "image/height", "image/width", "image/channels", "image/filename", "image/key",
@@ -60,21 +56,13 @@ def example_problems(features: dict, size: tuple[int, int] | None,
             break
     mask = features.get(MASK)
     if mask and isinstance(mask[0], bytes):
-        problem = _mask_problem(mask[0], size)
-        if problem:
-            problems.append(problem)
+        from ...annotations.maskpng import MaskError, class_mask  # OpenCV only here
+
+        # without the index's size, the record's own (an absent one is 0)
+        width, height = size or ((features.get("image/width") or [0])[0],
+                                 (features.get("image/height") or [0])[0])
+        try:
+            class_mask(mask[0], width, height)
+        except MaskError as exc:
+            problems.append(str(exc))
     return problems
-
-
-def _mask_problem(png: bytes, size: tuple[int, int] | None) -> str | None:
-    """Why the mask is not a PNG a reader decodes (its header read first: a mask claiming
-    another size than its image is not decoded at all)."""
-    try:
-        with Image.open(io.BytesIO(png), formats=("PNG",)) as image:
-            if size is not None and image.size != size:
-                return (f"{MASK} is {image.width}x{image.height}, the image "
-                        f"{size[0]}x{size[1]}")
-            image.load()
-    except Exception as exc:  # noqa: BLE001 - Pillow raises arbitrary types on hostile bytes
-        return f"{MASK} is not a PNG that decodes ({type(exc).__name__}: {str(exc)[:80]})"
-    return None

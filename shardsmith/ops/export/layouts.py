@@ -22,6 +22,7 @@ import yaml
 from pycocotools import mask as coco_mask
 
 from ...annotations import polygons
+from ...annotations.maskpng import class_mask
 from ...dataset.formats.metadata import MAX_SIDE, box_problem, rle_counts
 from ...dataset.manifest import CutRecord, SampleRecord
 from ...dataset.normal import IGNORE, is_normal
@@ -181,9 +182,7 @@ def parse_sample(key: str, split: str, class_name: str, metadata: dict, jpeg: by
         raise ValueError(str(exc)) from None
     sample = Sample(key, split, class_name, width, height, jpeg)
     if mask_png is not None:
-        sample.class_mask = objects.class_pixels(mask_png)
-        if sample.class_mask.shape != (height, width):
-            raise ValueError("its class mask is not the sample's size")
+        sample.class_mask = class_mask(mask_png, width, height)
     if object_classes is None:
         return sample
     boxes, labels = metadata.get("boxes", []), metadata.get("labels", [])

@@ -39,26 +39,15 @@ def box_mask(box: list[float], height: int, width: int) -> np.ndarray:
     return mask
 
 
-def class_pixels(mask_png: bytes) -> np.ndarray:
-    """The class mask (one byte a pixel) of a sample; ValueError when it does not decode."""
-    pixels = cv2.imdecode(np.frombuffer(mask_png, np.uint8), cv2.IMREAD_UNCHANGED)
-    if pixels is None or pixels.ndim != 2 or pixels.dtype != np.uint8:
-        raise ValueError("its class mask is not a one-channel 8-bit PNG")
-    return pixels
-
-
 def fallback_masks(boxes: list[list[float]], labels: list[int],
                    classes: np.ndarray | None, height: int, width: int) -> list[np.ndarray | None]:
     """Instance masks of a sample whose shard stores none (a TFRecord of an older release):
     the class-mask pixels of each object's class inside its box."""
-    masks: list[np.ndarray | None] = []
-    for box, label in zip(boxes, labels, strict=True):
-        if classes is None or classes.shape != (height, width):
-            masks.append(None)
-            continue
-        inside = box_mask(box, height, width) & (classes == label)
-        masks.append(inside if inside.any() else None)
-    return masks
+    if classes is None:
+        return [None] * len(boxes)
+    found = (box_mask(box, height, width) & (classes == label)
+             for box, label in zip(boxes, labels, strict=True))
+    return [inside if inside.any() else None for inside in found]
 
 
 def anomaly_mask(classes: np.ndarray | None, boxes: list[list[float]],
