@@ -28,6 +28,7 @@ import posixpath
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ import xxhash
 from ..config import ANNOTATION_FILES, AnnotationConfig
 from ..door import SHARED_ANNOTATION_CAP, Refused, read_file
 from ..errors import ConfigError
+from ..ordered import in_order
 from ..storage import ObjectPath
 from ..text import shown
 from .model import AnnotationError
@@ -181,13 +183,9 @@ def digests(relpaths: list[str], records: dict[str, bytes], root: Root,
             out[at] = int(annotation_digest(records.get(relpath), []), 16)
         return out
     with ThreadPoolExecutor(STAT_THREADS, thread_name_prefix="shardsmith-annotations") as pool:
-        window: list = []
-        for start in range(0, len(relpaths), STAT_BATCH):
-            window.append(pool.submit(batch, start))
-            if len(window) >= 2 * STAT_THREADS:
-                window.pop(0).result()
-        for future in window:
-            future.result()
+        starts = range(0, len(relpaths), STAT_BATCH)
+        for _ in in_order(partial(pool.submit, batch), starts, 2 * STAT_THREADS):
+            pass
     return out
 
 

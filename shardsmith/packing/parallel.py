@@ -18,7 +18,7 @@ one it gives up on stops the pack in one line, its finished shards kept for the 
 
 from __future__ import annotations
 
-import collections
+import itertools
 import logging
 import os
 import signal
@@ -26,10 +26,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from ..config import RunConfig
 from ..errors import ConfigError, ShardsmithError
+from ..ordered import in_order
 
 log = logging.getLogger(__name__)
 IDLE_WORKER_SECONDS = 300
@@ -82,7 +84,7 @@ def _watch_parent(parent_pid: int) -> None:
     os._exit(1)  # no clean-up to run: the driver that would use the results is gone
 
 
-def _run_batch(function: Callable, items: Sequence, args: tuple) -> list:
+def _run_batch(function: Callable, args: tuple, items: Sequence) -> list:
     return [function(item, *args) for item in items]
 
 
@@ -182,21 +184,9 @@ class WorkerPool:
             return (function(item, *args) for item in items)
         if self._executor is None:
             self._executor = local_executor(self.workers)
-        return self._map_local(function, items, args, batch_size)
-
-    def _map_local(self, function: Callable, items: Sequence, args: tuple,
-                   batch_size: int) -> Iterator:
-        window: collections.deque = collections.deque()
         batches = (batch for _, batch in _batches(items, batch_size))
-        # No future is cancelled when the map stops early (an error, Ctrl-C): loky's manager
-        # thread then fails on setting the result of a cancelled future (InvalidStateError),
-        # and dies without stopping the workers.  ``__exit__`` stops them instead.
-        for batch in batches:
-            window.append(self._executor.submit(_run_batch, function, batch, args))
-            if len(window) >= 2 * self.workers:
-                yield from window.popleft().result()
-        while window:
-            yield from window.popleft().result()
+        submit = partial(self._executor.submit, _run_batch, function, args)
+        return itertools.chain.from_iterable(in_order(submit, batches, 2 * self.workers))
 
     def _map_dask(self, function: Callable, items: Sequence, args: tuple,
                   batch_size: int) -> Iterator:
@@ -248,13 +238,14 @@ def _dask_results(client: Any, function: Callable, items: Sequence, args: tuple,
     if not threads:
         log.warning("the Dask cluster has no worker yet: the pack waits for one")
     run = uuid.uuid4().hex[:12]  # a task's key names the run and its first item
-    window: collections.deque = collections.deque()
 
-    def submitted(start: int, batch: list) -> tuple[list, Any]:
-        return batch, client.submit(_run_batch, function, batch, args,
-                                    key=f"shardsmith-{run}-{start}", pure=False)
+    def submitted(task: tuple[int, list]) -> Any:
+        start, batch = task
+        return client.submit(_run_batch, function, args, batch,
+                             key=f"shardsmith-{run}-{start}", pure=False)
 
-    def taken(batch: list, future: Any) -> list:
+    def taken(task: tuple[int, list], future: Any) -> list:
+        batch = task[1]
         try:
             return future.result()
         except KilledWorker:
@@ -270,12 +261,8 @@ def _dask_results(client: Any, function: Callable, items: Sequence, args: tuple,
                 "rerun the same command to resume"
             ) from None
 
-    for start, batch in _batches(items, batch_size):
-        window.append(submitted(start, batch))
-        if len(window) >= 2 * max(1, threads):
-            yield from taken(*window.popleft())
-    while window:
-        yield from taken(*window.popleft())
+    for results in in_order(submitted, _batches(items, batch_size), 2 * max(1, threads), taken):
+        yield from results
 
 
 def _names(batch: list) -> str:

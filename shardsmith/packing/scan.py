@@ -24,7 +24,6 @@ then walks the path again folder by folder without following links (``originals.
 from __future__ import annotations
 
 import bisect
-import collections
 import fnmatch
 import hashlib
 import itertools
@@ -37,6 +36,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -45,6 +45,7 @@ from ..annotations.sources import annotation_reason, object_etag, read_labels, r
 from ..config import SourceConfig
 from ..door import Identity
 from ..errors import ConfigError
+from ..ordered import in_order
 from ..storage import Location, ObjectPath, StoreError, check_key
 
 log = logging.getLogger(__name__)
@@ -255,11 +256,12 @@ def scan(root: Location, config: SourceConfig, threads: int = SCAN_THREADS,
         while level:
             subdirectories: list[_Directory] = []
             folders: list[_Folder] = []
-            listings = _in_order(pool, _list, [directory.path for directory in level], threads)
+            listings = in_order(partial(pool.submit, _list),
+                                [directory.path for directory in level], 2 * threads)
             for directory, listing in zip(level, listings, strict=True):
                 walk.sort(directory, listing, subdirectories, folders)
             batches = _batches(folders, STAT_BATCH)
-            stats = _in_order(pool, _stat_batch, batches, threads)
+            stats = in_order(partial(pool.submit, _stat_batch), batches, 2 * threads)
             for batch, batch_stats in zip(batches, stats, strict=True):
                 walk.add_files([relpath for folder in batch for relpath in folder.relpaths],
                                batch_stats)
@@ -445,18 +447,6 @@ def _stat_names(folder: _Folder, descriptor: int | None, stats: _Stats) -> None:
         stats.inodes.append(info.st_ino if info and info.st_ino < 1 << 63 else -1)
 
 
-def _in_order(pool: ThreadPoolExecutor, function, items: list, threads: int) -> Iterator:
-    """``function(item)`` on the pool, results in item order, at most ``2 x threads`` waiting:
-    the listings of a level of a million files are not all held at once."""
-    window: collections.deque = collections.deque()
-    for item in items:
-        window.append(pool.submit(function, item))
-        if len(window) >= 2 * threads:
-            yield window.popleft().result()
-    while window:
-        yield window.popleft().result()
-
-
 def _batches(folders: list[_Folder], size: int) -> list[list[_Folder]]:
     """The files of ``folders``, in order, as batches of at most ``size`` files (a big folder
     split over several batches, small ones sharing one)."""
@@ -533,7 +523,7 @@ def _list_objects(root: ObjectPath, config: SourceConfig, threads: int,
             return exc
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-list") as pool:
-        found = [entries, *_in_order(pool, listing, sorted(names), threads)]
+        found = [entries, *in_order(partial(pool.submit, listing), sorted(names), 2 * threads)]
         for name, objects in zip([None, *sorted(names)], found, strict=True):
             if isinstance(objects, StoreError):  # a prefix left out would read as removed
                 raise objects

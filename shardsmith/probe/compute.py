@@ -16,7 +16,6 @@ and what a training loader would pay per image.
 
 from __future__ import annotations
 
-import collections
 import io
 import os
 import tempfile
@@ -32,6 +31,7 @@ from ..config import Config, ImageConfig, machine_cores
 from ..dataset.formats import ShardLimits, ShardRoller, shard_format
 from ..dataset.records import Sample, content_digest
 from ..errors import BadImage
+from ..ordered import in_order
 from ..packing.originals import open_source, original_cap, read_all
 from ..packing.parallel import local_executor
 from ..packing.plan import sample_key
@@ -152,9 +152,13 @@ def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
             yield index, data
 
     naive_images = 2 * processes
-    tasks = ((convert_timed, data, config.image, index < naive_images)
-             for index, data in originals())
-    converted = list(_run_ordered(tasks, processes))
+    tasks = ((data, config.image, index < naive_images) for index, data in originals())
+    if processes == 1:  # in this process
+        converted = [convert_timed(*task) for task in tasks]
+    else:  # on the loky process pool a pack uses
+        executor = local_executor(processes)
+        converted = list(in_order(lambda task: executor.submit(convert_timed, *task), tasks,
+                                  2 * processes))
     split = config.splits[0][0]
     costs: dict[str, list[float]] = {}
     samples: list[Sample] = []
@@ -173,26 +177,6 @@ def measure_sample(root: Path, sample: Sequence[SourceFile], config: Config,
     path = _image_path(costs, rejected, reads, samples, config, classes, processes)
     return SampleMeasurement(level, path, _loader_costs(naive, samples), tuple(samples),
                              tuple(unreadable))
-
-
-def _run_ordered(tasks: Iterator[tuple], processes: int) -> Iterator:
-    """``function(*args)`` for each ``(function, *args)``, in order, on the loky process pool
-    a pack uses, at most ``2 x processes`` submitted at a time (one process: in this one)."""
-    if processes == 1:
-        yield from (function(*args) for function, *args in tasks)
-        return
-    executor = local_executor(processes)
-    window: collections.deque = collections.deque()
-    try:
-        for function, *args in tasks:
-            window.append(executor.submit(function, *args))
-            if len(window) >= 2 * processes:
-                yield window.popleft().result()
-        while window:
-            yield window.popleft().result()
-    finally:
-        for future in window:
-            future.cancel()
 
 
 @dataclass(frozen=True)
