@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,12 +51,15 @@ def run(*args: object, timeout: float = 120, memory: int | None = None
 
 
 
-@pytest.fixture
-def source(tmp_path: Path) -> Path:
-    folder = tmp_path / "source"
+def originals(folder: Path) -> Path:
     for number in range(ORIGINALS):
         images.write(folder / "ab"[number % 2] / f"{number}.png", images.png(96, 64, number))
     return folder
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    return originals(tmp_path / "source")
 
 
 def interrupted(source: Path, output: Path, checkpoints: int = 3) -> None:
@@ -75,6 +79,23 @@ def interrupted(source: Path, output: Path, checkpoints: int = 3) -> None:
                    cwd=REPO, capture_output=True, timeout=120)
     assert (output / ".shardsmith" / "journal.jsonl").exists()
     assert not (output / "manifest.json").exists()
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Originals and an interrupted first pack of them, made once for the module: the tests
+    read the originals and take a copy of the pack's output (``stopped``)."""
+    root = tmp_path_factory.mktemp("first-run")
+    source = originals(root / "source")
+    interrupted(source, root / "out")
+    return source, root / "out"
+
+
+@pytest.fixture
+def stopped(first_run: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """The originals and this test's own copy of the interrupted pack's output."""
+    source, output = first_run
+    return source, Path(shutil.copytree(output, tmp_path / "out", symlinks=True))
 
 
 class State:
@@ -278,18 +299,16 @@ def assert_packed_afresh_with_one_warning(result: subprocess.CompletedProcess,
 
 @pytest.mark.parametrize("edit", EDITS, ids=lambda edit: edit.__name__[5:])
 def test_a_journal_that_does_not_fit_the_plan_is_discarded_and_the_pack_starts_afresh(
-        source, tmp_path, edit):
-    output = tmp_path / "out"
-    interrupted(source, output)
+        stopped, edit):
+    source, output = stopped
     state = State(output)
     edit(state)
     state.save()
     assert_packed_afresh_with_one_warning(run("pack", source, output, *PACK_ARGS), output)
 
 
-def test_an_untouched_journal_is_still_resumed_from(source, tmp_path):
-    output = tmp_path / "out"
-    interrupted(source, output)
+def test_an_untouched_journal_is_still_resumed_from(stopped):
+    source, output = stopped
     result = run("pack", source, output, *PACK_ARGS)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert "resumed after" in result.stdout
@@ -297,11 +316,10 @@ def test_an_untouched_journal_is_still_resumed_from(source, tmp_path):
     assert run("verify", output, "--quiet").returncode == 0
 
 
-def test_a_sparse_spool_of_gigabytes_is_never_read_into_memory(source, tmp_path):
+def test_a_sparse_spool_of_gigabytes_is_never_read_into_memory(stopped):
     """A spool made 8 GiB of zeros, the last checkpoint accounting for all of it: the first
     line past the records is longer than any record, and reading stops there."""
-    output = tmp_path / "out"
-    interrupted(source, output)
+    source, output = stopped
     state = State(output)
     end = 8 << 30
     state.set_checkpoint(-1, samples_end=end)
@@ -377,11 +395,9 @@ def _older_format_header(state: State) -> str:
 
 @pytest.mark.parametrize("header", [_older_release_header, _older_format_header],
                          ids=["older release", "older format"])
-def test_a_journal_of_an_older_release_or_format_is_discarded_with_one_line(source, tmp_path,
-                                                                           header):
+def test_a_journal_of_an_older_release_or_format_is_discarded_with_one_line(stopped, header):
     """Such a run is packed again from the start: correct, just not resumed."""
-    output = tmp_path / "out"
-    interrupted(source, output)
+    source, output = stopped
     state = State(output)
     state.lines[0] = header(state)
     state.save(follow=False)
@@ -398,9 +414,8 @@ def test_a_journal_of_an_older_release_or_format_is_discarded_with_one_line(sour
                                    "[1, 2]", '{"journal": ' + "9" * 5000 + "}", "null"],
                          ids=["run-a-number", "format-a-string", "a-list", "huge-number",
                               "null"])
-def test_a_damaged_first_journal_line_is_never_a_traceback(source, tmp_path, first):
-    output = tmp_path / "out"
-    interrupted(source, output)
+def test_a_damaged_first_journal_line_is_never_a_traceback(stopped, first):
+    source, output = stopped
     state = State(output)
     state.lines[0] = first
     state.save(follow=False)

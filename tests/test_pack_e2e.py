@@ -227,16 +227,31 @@ def test_interrupted_pack_resumes_and_equals_an_uninterrupted_run(
     assert [p.name for p in (output / ".shardsmith").iterdir()] == ["lock"]  # no journal
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kill_after_shards", [0, 2, 7])
-def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path, kill_after_shards):
-    """kill -9 at several points of a real run; the next run finishes the same dataset."""
-    source = tmp_path / "source"
+def kill_pack_command(source: Path, output: Path) -> list[str]:
+    return [sys.executable, "-m", "shardsmith.cli", "pack", str(source), str(output),
+            "--size", "64", "--shard-samples", "2", "--workers", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def large_pngs(tmp_path_factory) -> tuple[Path, Path]:
+    """24 PNGs large enough for a pack to be killed mid-run, and their uninterrupted pack
+    (the kill tests only read both)."""
+    root = tmp_path_factory.mktemp("large-pngs")
+    source = root / "source"
     for number in range(24):
         images.write(source / f"c{number % 3}" / f"{number}.png", images.png(900, 700, number))
+    subprocess.run(kill_pack_command(source, root / "clean"), cwd=REPO, check=True)
+    return source, root / "clean"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after_shards", [0, 2, 7])
+def test_killed_pack_leaves_no_partial_shard_and_resumes(large_pngs, tmp_path,
+                                                          kill_after_shards):
+    """kill -9 at several points of a real run; the next run finishes the same dataset."""
+    source, clean = large_pngs
     output = tmp_path / "out"
-    command = [sys.executable, "-m", "shardsmith.cli", "pack", str(source), str(output),
-               "--size", "64", "--shard-samples", "2", "--workers", "1", "--quiet"]
+    command = kill_pack_command(source, output)
     process = subprocess.Popen(command, cwd=REPO)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
@@ -251,8 +266,7 @@ def test_killed_pack_leaves_no_partial_shard_and_resumes(tmp_path, kill_after_sh
     for shard in output.glob("*.tar"):  # every shard under a final name is complete
         assert len(list(iter_members(shard))) == 2
     subprocess.run(command, cwd=REPO, check=True)
-    subprocess.run([*command[:5], str(tmp_path / "clean"), *command[6:]], cwd=REPO, check=True)
-    assert dataset_bytes(output) == dataset_bytes(tmp_path / "clean")
+    assert dataset_bytes(output) == dataset_bytes(clean)
 
 
 @pytest.mark.slow

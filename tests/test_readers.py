@@ -217,7 +217,11 @@ def _ddp_rank(rank: int, world: int, path: str, init: str, result: str,
     for workers in counts:
         data = dataset(path, split="train", batch_size=2, decode=False, seed=9)
         data.set_epoch(1)
-        loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
+        # Forked, as the workers of torchrun's ranks are on Linux: mp.spawn makes its ranks'
+        # default start method spawn, a fresh interpreter importing torch for each worker (70 s
+        # of the run's CPU).  Workers that are spawned: the test after this one.
+        loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers,
+                                             multiprocessing_context="fork" if workers else None)
         ids, batches = [], 0
         for jpegs, labels in loader:
             batches += 1
@@ -251,6 +255,20 @@ def test_real_process_groups_get_equal_batches_and_every_sample_once(crops, tmp_
         assert {jpeg for jpeg, _ in read} == set(expected)  # every sample
         assert len(read) - len(expected) <= world - 1  # at most world - 1 pads
         assert all(expected[jpeg] == label for jpeg, label in read)
+
+
+@pytest.mark.slow
+def test_spawned_workers_get_equal_batches_and_every_sample_once(crops):
+    """Workers started by spawn (macOS's and Windows' default): each has the dataset pickled."""
+    data = dataset(crops, split="train", batch_size=2, decode=False, seed=9)
+    data.set_epoch(1)
+    loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=2,
+                                         multiprocessing_context="spawn")
+    batches = list(loader)
+    read = [(hashlib.sha1(bytes(jpeg.numpy())).hexdigest(), int(label))
+            for jpegs, labels in batches for jpeg, label in zip(jpegs, labels, strict=True)]
+    assert len(batches) == len(loader)
+    assert sorted(read) == sorted(jpeg_ids(crops).items())  # every sample once
 
 
 # --- resume ------------------------------------------------------------------------------
