@@ -10,8 +10,10 @@ import io
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from shardsmith import storage
+from shardsmith.cli import main
 from shardsmith.door import Refused
 from shardsmith.insight.diff import diff_versions
 from shardsmith.ops.stage import stage
@@ -149,6 +151,16 @@ def test_diff_compares_versions_of_a_dataset_behind_a_registered_backend(tmp_pat
     local = diff_versions(dataset)
     assert remote == local
     assert remote.added == local.added != []
+
+
+@pytest.mark.parametrize("command", [["verify"], ["log"], ["inspect"], ["sheet", "-o", "s.jpg"],
+                                     ["report", "-o", "r.html"]])
+def test_the_commands_reading_a_dataset_reach_a_registered_backend(tmp_path, monkeypatch,
+                                                                   command):
+    in_memory(packed(tmp_path), monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, [command[0], "mem://ds", *command[1:]])
+    assert result.exit_code == 0, result.output
 
 
 def test_a_scheme_no_backend_registers_is_a_local_path():
