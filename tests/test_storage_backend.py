@@ -16,6 +16,7 @@ from shardsmith import storage
 from shardsmith.cli import main
 from shardsmith.door import Refused
 from shardsmith.insight.diff import diff_versions
+from shardsmith.insight.named_source import named_originals
 from shardsmith.ops.stage import stage
 from shardsmith.ops.verify import verify
 
@@ -161,6 +162,16 @@ def test_the_commands_reading_a_dataset_reach_a_registered_backend(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, [command[0], "mem://ds", *command[1:]])
     assert result.exit_code == 0, result.output
+
+
+def test_originals_named_behind_a_registered_backend_are_read_through_its_door(monkeypatch):
+    objects = {"src/a/0.jpg": b"jpeg bytes"}
+    monkeypatch.setitem(storage.BACKENDS, "mem://",
+                        lambda url, options: MemoryPath(objects, url.removeprefix("mem://")))
+    originals = named_originals("mem://src")
+    assert originals.read("a/0.jpg", 100) == b"jpeg bytes"
+    with pytest.raises(FileNotFoundError):
+        originals.read("a/1.jpg", 100)
 
 
 def test_a_scheme_no_backend_registers_is_a_local_path():
