@@ -486,8 +486,7 @@ def sheet(command: SheetCommand) -> None:
     started, output = time.monotonic(), command.output
     target = check_output_file(output)
     directory, config = _dataset_at(command)
-    if isinstance(directory, Path):  # a bucket holds no local file: nothing to collide with
-        _refuse_output_inside(target, directory)
+    _refuse_output_inside(target, directory)
     manifest = read_manifest(directory)
     drawn = render_sheet(directory, manifest, command.per_class, command.seed, command.split,
                          command.thumb, command.objects,
@@ -511,7 +510,7 @@ def report(command: ReportCommand) -> None:
     target = None if output == "-" else check_output_file(output)
     stdout = _binary_stdout() if target is None else None  # before the work, not after
     directory, config = _dataset_at(command)
-    if isinstance(directory, Path) and target is not None:  # a bucket holds no local file
+    if target is not None:
         _refuse_output_inside(target, directory, "the report")
     manifest = read_manifest(directory)
     page = render_report(directory, manifest, ReportOptions(
@@ -538,10 +537,12 @@ def _binary_stdout() -> Any:
             from None
 
 
-def _refuse_output_inside(output: Path, dataset: Path, what: str = "the sheet") -> None:
+def _refuse_output_inside(output: Path, dataset: Location, what: str = "the sheet") -> None:
     """A sheet (or report) written into the dataset it draws would replace one of its files
     (even the manifest) or leave a stranger among them: refused, whatever link or ``..`` leads
-    there."""
+    there (a dataset in a store holds no local file: nothing to collide with)."""
+    if is_url(dataset):
+        return
     target = output.parent.resolve() / output.name
     root = dataset.resolve()
     if target == root or root in target.parents or target.resolve() == root \
@@ -556,7 +557,7 @@ def log(command: LogCommand) -> None:
     from .dataset.manifest import read_manifest
 
     place, _ = _dataset_at(command)
-    _echo(version_log(read_manifest(place), place if isinstance(place, Path) else None))
+    _echo(version_log(read_manifest(place), place))
 
 
 @declared_command(DiffCommand)

@@ -69,8 +69,9 @@ class Location(Protocol):
     """Where a dataset (or a source) is, as the commands use it: a local ``Path``, or an
     ``ObjectPath``.  A backend is a class answering these, plus ``open_guarded(cap,
     expect_size)``, the door's open (a handle with ``size``, ``fd`` -1, ``pread``, ``read``,
-    ``stream`` and ``close``, like ``ObjectFile``), made from its URL by the function
-    ``BACKENDS`` names for its scheme (tests/test_storage_backend.py)."""
+    ``stream`` and ``close``, like ``ObjectFile``) and ``names()`` (the objects directly under
+    it, for verify), made from its URL by the function ``BACKENDS`` names for its scheme
+    (tests/test_storage_backend.py)."""
 
     name: str
     parents: Any

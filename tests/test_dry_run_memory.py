@@ -173,3 +173,20 @@ def test_the_largest_original_sets_the_predicted_decode(tmp_path):
     decode = {term["name"]: term for term in document["memory_predicted"]["worker"]}
     assert decode["largest decode"]["bytes"] >= 2000 * 1500 * 3
     assert document["headers"]["sampled"] + document["headers"]["largest"] > 64
+
+
+def test_the_dry_run_counts_the_local_coco_file_the_driver_parses(tmp_path):
+    from shardsmith.probe.memory import PARSED_BYTES_PER_FILE_BYTE
+
+    source = tmp_path / "source"
+    for number in range(2):
+        images.write(source / "ab"[number] / f"{number}.jpg", images.jpeg(64, 48, number))
+    coco = json.dumps({"images": [], "annotations": [], "categories": [{"id": 1, "name": "x"}]})
+    (source / "coco.json").write_text(coco + " " * 5000)
+    config = tmp_path / "job.yaml"
+    config.write_text("source:\n  annotations:\n    coco: coco.json\n")
+    memory = dry_run_report(source, tmp_path / "out", tmp_path / "report.json",
+                            "--config", config)
+    terms = {term["name"]: term["bytes"] for term in memory["driver"]}
+    size = (source / "coco.json").stat().st_size
+    assert terms["COCO file"] == size * PARSED_BYTES_PER_FILE_BYTE

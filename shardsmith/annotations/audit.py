@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from ..config import ANNOTATION_FILES, AnnotationConfig
 from ..errors import ConfigError, ManifestError
 from ..schema import Count
-from ..storage import ObjectPath
+from ..storage import Location, is_url
 from ..text import plural, shown
 from .model import AnnotationError
 from .sources import Listing, Root, object_key, resolved
@@ -81,7 +81,7 @@ def check_sources(root: Root, config: AnnotationConfig, listing: Listing | None 
     for key, path, folder in wanted:
         if not path:
             continue
-        if isinstance(root, ObjectPath) and not os.path.isabs(path):
+        if is_url(root) and not os.path.isabs(path):
             _check_object(root, key, path, folder, listing or {})
             continue
         where = resolved(root, path)
@@ -98,7 +98,7 @@ def check_sources(root: Root, config: AnnotationConfig, listing: Listing | None 
                                   f"({shown(where)})")
 
 
-def _check_object(root: ObjectPath, key: str, path: str, folder: bool,
+def _check_object(root: Location, key: str, path: str, folder: bool,
                   listing: Listing) -> None:
     try:
         name = object_key(path)
@@ -165,7 +165,7 @@ def _files(relpaths: Sequence[str], root: Root, folder: str, ending: str,
     """The annotation files ending in ``ending`` in the tree ``folder`` (mirroring the
     images), or, with ``folder`` "", beside the images; which match no image."""
     found = _Found()
-    if isinstance(root, ObjectPath) and not os.path.isabs(folder):
+    if is_url(root) and not os.path.isabs(folder):
         names = _listed(listing or {}, object_key(folder) if folder else "", ending,
                         None if folder else {posixpath.dirname(path) for path in relpaths})
     else:

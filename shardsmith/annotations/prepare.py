@@ -36,7 +36,7 @@ def prepare(relpaths: Sequence[str], image_classes: tuple[str, ...], root: Root,
     setting), read the shared annotation files, survey the annotation files for orphans, stat
     every image's own files, list the known object classes: the previous version's (ids never
     change), the configured ones, the COCO categories, the MVTec defect folders.
-    ``relpaths``: the scanned images, sorted.  ``root``: a folder, or the ``ObjectPath`` of a
+    ``relpaths``: the scanned images, sorted.  ``root``: a folder, or the location of a
     bucket source, whose annotation objects the scan listed (``listing``)."""
     notes = config.source.annotations
     prepared = Prepared()

@@ -11,7 +11,7 @@
   files.  Stored with each sample, it tells the next version which images' annotations changed:
   an edit to one image's entries in a COCO file re-encodes that image only.
 
-A source in a bucket (``root`` an ``ObjectPath``) has its annotation files read through the same
+A source in a store (``is_url(root)``) has its annotation files read through the same
 door (ranged GETs within their caps); the driver knows them from the scan's listing (``Listing``:
 size and ETag per key, no request), and an own file's digest takes its size and ETag in place of
 size and mtime, from the listing in the driver and from the worker's HEAD, which agree for one
@@ -38,14 +38,14 @@ from ..config import ANNOTATION_FILES, AnnotationConfig
 from ..door import SHARED_ANNOTATION_CAP, Refused, read_file
 from ..errors import ConfigError
 from ..ordered import in_order
-from ..storage import ObjectPath
+from ..storage import Location, is_url
 from ..text import shown
 from .model import AnnotationError
 
 # The annotation objects of a bucket source, from the scan's listing: key under the source
 # prefix -> (size, ETag).
 Listing = dict[str, tuple[int, str]]
-Root = str | ObjectPath
+Root = str | Location  # a folder, or a location in a store (``is_url``)
 
 MVTEC_MASKS = "ground_truth"
 STAT_THREADS = 16
@@ -117,13 +117,13 @@ def annotation_digest(record: bytes | None,
     return digest.hexdigest()
 
 
-def resolved(root: Root, path: str) -> str | ObjectPath:
+def resolved(root: Root, path: str) -> str | Location:
     """Where the annotation file ``path`` is: an absolute path as it is (a local file, also
     for a bucket source), else under ``root`` (for a bucket, the object of that key: a key
     leading out of the prefix is a ConfigError)."""
     if os.path.isabs(path):
         return path
-    if isinstance(root, ObjectPath):
+    if is_url(root):
         return root / object_key(path)
     return os.path.join(root, path)
 
@@ -146,7 +146,7 @@ def file_stat(root: Root, path: str, follow_symlinks: bool,
               listing: Listing | None = None) -> tuple[str, int | None, int | str | None]:
     """(path, size, mtime) of an own annotation file, None when it is not there; with a
     bucket source, (path, size, ETag) from ``listing`` (no request)."""
-    if isinstance(root, ObjectPath) and not os.path.isabs(path):
+    if is_url(root) and not os.path.isabs(path):
         try:
             found = (listing or {}).get(object_key(path))
         except ConfigError:

@@ -39,6 +39,7 @@ from ..annotations.limits import MAX_OBJECT_CLASSES
 from ..door import Refused, chunks, open_file
 from ..errors import ManifestError
 from ..schema import LINE_CAP, Count, line_reader, to_json
+from ..storage import Location, is_url
 from ..text import shown
 from .manifest import (
     SAMPLE_KEY,
@@ -316,15 +317,15 @@ def check_object_counts(counts: dict[str, Count] | None, known: frozenset[str],
                                 "header")
 
 
-def history_counts(directory: Path | None, manifest: Manifest
+def history_counts(directory: Location | None, manifest: Manifest
                    ) -> dict[int, tuple[ChangeCounts, ChangeCounts]]:
     """Per version of ``manifest.history``, what it changed in originals and in samples: as
     its entry records them, or for an entry of an earlier release (whose counts mixed the
     two) counted from its changes file where one is kept in ``directory`` (a local folder;
-    None: none is read).  A version with neither is left out: show its entry as recorded,
-    never reinterpreted."""
-    kept = {entry.version: entry for entry in manifest.changes} if directory is not None \
-        else {}
+    None or a location in a store: none is read).  A version with neither is left out: show
+    its entry as recorded, never reinterpreted."""
+    kept = {} if directory is None or is_url(directory) else \
+        {entry.version: entry for entry in manifest.changes}
     counts: dict[int, tuple[ChangeCounts, ChangeCounts]] = {}
     for entry in manifest.history:
         if entry.originals is not None and entry.samples is not None:

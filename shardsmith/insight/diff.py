@@ -32,7 +32,7 @@ from ..schema import decode
 from .versiondiff import DiffUnavailable, VersionDiff
 
 __all__ = ["DiffUnavailable", "VersionDiff", "diff_versions"]
-from ..storage import Location, ObjectPath
+from ..storage import Location, is_url
 
 NO_CLASS = -1  # a sample without a class; an absent sample has no class id at all
 
@@ -43,7 +43,7 @@ def diff_versions(directory: Location, old: int | None = None,
     (defaults: the version before ``new``, and the current one), by source path, with the
     first ``examples`` paths of each kind.  Raises ManifestError for an unreadable manifest,
     DiffUnavailable when the versions cannot be compared."""
-    if isinstance(directory, ObjectPath):
+    if is_url(directory):
         return _remote_diff(directory, old, new, examples)
     directory = Path(directory)
     manifest = read_manifest(directory)
@@ -64,7 +64,7 @@ def diff_versions(directory: Location, old: int | None = None,
             opened.close()
 
 
-def _remote_diff(directory: ObjectPath, old: int | None, new: int | None,
+def _remote_diff(directory: Location, old: int | None, new: int | None,
                  examples: int) -> VersionDiff:
     """``diff_versions`` of a dataset in a bucket: its manifest and the changes files of the
     versions compared (no other) are copied to a private temporary folder, each within its

@@ -12,8 +12,9 @@ it (quoting the recorded source as a hint, never using it).
 
 Under a named root every path read from the dataset is still checked
 (``originals.original_path``: plain, relative, not leading out through a link) and opened one
-folder at a time with no link followed (``originals.read_under_root``).  An ``s3://`` source is
-read through the storage layer's door (``ObjectPath.open_guarded``), within the same caps.
+folder at a time with no link followed (``originals.read_under_root``).  A source in a store
+(``s3://``, any ``storage.BACKENDS`` scheme) is read through its location's door
+(``open_guarded``), within the same caps.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from ..door import MIB, Refused, open_file
 from ..errors import BadImage, ConfigError, ManifestError, SourceUnavailableError
 from ..packing.originals import check_relpath, original_path, read_under_root
-from ..storage import ObjectPath, is_url, locate
+from ..storage import Location, is_url, location
 from ..text import shown
 
 MAX_ORIGINAL_BYTES = 512 * MIB  # a reject larger than this is shown by its reason
@@ -40,7 +41,7 @@ class Originals:
     """Where originals may be read: a real local folder, a bucket prefix, or nowhere
     (``root`` None) and why, in one line."""
 
-    root: str | ObjectPath | None
+    root: str | Location | None
     why_not: str = ""
 
     def check(self, relpath: str) -> None:
@@ -66,8 +67,7 @@ class Originals:
             raise BadImage("too_large" if exc.reason == "too_large" else "not_a_file",
                            exc.detail) from None
 
-    def _object(self, relpath: str) -> ObjectPath:
-        assert isinstance(self.root, ObjectPath)
+    def _object(self, relpath: str) -> Location:
         check_relpath(relpath)
         try:
             return self.root / relpath
@@ -87,14 +87,14 @@ def not_named(recorded: str) -> Originals:
 
 def named_originals(named: str | None, recorded: str = "",
                     storage: Mapping[str, str] | None = None) -> Originals:
-    """The originals under the source the user ``named`` (a folder, or an ``s3://`` URL read
+    """The originals under the source the user ``named`` (a folder, or a store's URL read
     with ``storage`` options); ``recorded``: the manifest's source, only quoted in the note
     when nothing is named.  ConfigError for a malformed URL; a folder that is not there is an
     ``Originals`` without a root saying so."""
     if not named:
         return not_named(recorded)
     if is_url(named):
-        return Originals(locate(named, storage))
+        return Originals(location(named, storage))
     if not os.path.isdir(named):
         return Originals(None, f"the originals are not reachable: {shown(named)} (--source) "
                          "is not a directory here; mount it and rerun")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..text import human_bytes, plural, printable
@@ -12,6 +11,7 @@ from ..text import human_bytes, plural, printable
 if TYPE_CHECKING:
     from ..dataset.manifest import Manifest, RejectEntry
     from ..packing.pipeline import PackResult
+    from ..storage import Location
 
 
 def pack_summary(result: PackResult) -> str:
@@ -127,7 +127,7 @@ def run_record(result: PackResult) -> dict:
     }
 
 
-def version_log(manifest: Manifest, directory: Path | None = None) -> str:
+def version_log(manifest: Manifest, directory: Location | None = None) -> str:
     """One line per dataset version: what it added, changed and removed, in originals and
     (in brackets, where tiles make them differ) samples; an entry of an earlier release is
     counted again from its changes file where ``directory`` keeps it, else shown as

@@ -10,10 +10,10 @@ problem).  ``decode`` also decodes every image and compares its size with the sa
 A missing or malformed manifest is a ``ManifestError`` (one line, exit 2); damaged content is
 reported, one line per problem.
 
-An ``s3://`` dataset (``storage.ObjectPath``) is checked for what a download would meet: every
-listed object there at its size and sha256 (streamed in ranged GETs), the sample index, the
-shard lists and unlisted shard objects.  Its records are not parsed: stage it and verify the
-copy for that.
+A dataset in a store (``s3://`` or another ``storage.BACKENDS`` location) is checked for what a
+download would meet: every listed object there at its size and sha256 (streamed in ranged GETs),
+the sample index, the shard lists and unlisted shard objects (its ``names()``).  Its records
+are not parsed: stage it and verify the copy for that.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from ..door import (
 from ..errors import ManifestError, ShardFormatError
 from ..packing.changes import Tally, totals_found
 from ..readers.sample_jpeg import MAX_SAMPLE_PIXELS
-from ..storage import Location, ObjectPath, location
+from ..storage import Location, is_url, location
 from ..text import human_bytes, plural
 
 DIGEST_MASK = (1 << 64) - 1
@@ -114,7 +114,7 @@ def verify(directory: str | Location, decode: bool = False,
     report.problems += index_problems
     report.problems += count_problems(manifest)
 
-    remote = isinstance(directory, ObjectPath)
+    remote = is_url(directory)  # opened without a descriptor: its records are not parsed
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = pool.map(
             lambda shard: [problem for entry in shard.files()  # in a bucket: sizes, sha256
@@ -278,7 +278,7 @@ def _check_file(directory: Path, entry: FileEntry) -> str | None:
     except FileNotFoundError:
         return f"{entry.name}: missing"
     except OSError:
-        if isinstance(directory, ObjectPath):
+        if is_url(directory):
             raise  # an unreachable store is not a missing object: one line, not a report
         return f"{entry.name}: missing"
     with handle:
@@ -384,7 +384,7 @@ def _check_image(shard: str, key: str, jpeg: bytes, expected: dict | None,
         problems.append(f"{shard}: sample {key} does not decode ({exc})")
 
 
-def _kept_in_bucket(directory: ObjectPath) -> frozenset[str]:
+def _kept_in_bucket(directory: Location) -> frozenset[str]:
     """The previous version's objects a bucket keeps until its next commit."""
     try:
         manifest = read_file(directory / MANIFEST_NAME, MANIFEST_CAP)

@@ -208,8 +208,7 @@ def make_job(scanned: ScanResult, config: Config, source: Location, output: Path
         reasons = ", ".join(f"{n} {why}" for why, n in scanned.excluded.most_common()) or "none"
         raise ShardsmithError(f"no image files to pack under {source} (left out: {reasons})"
                               + _flat_folder_hint(scanned, config))
-    notes = prepare(scanned.files.relpaths, scanned.classes,
-                    source if isinstance(source, ObjectPath) else str(source), config,
+    notes = prepare(scanned.files.relpaths, scanned.classes, source, config,
                     previous.object_classes if previous is not None else None,
                     scanned.annotation_objects)
     plan = make_plan(scanned.files, config.splits, config.seed, config.split_group,

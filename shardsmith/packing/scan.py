@@ -300,8 +300,7 @@ def _labels_from_file(table: SourceTable, walk: _Walk, root: Location,
     """Labels from the labels file: images it does not name are left out (``not in the labels
     file``), images whose row is malformed are rejected; classes sorted by name."""
     where = config.annotations.labels
-    rows = read_labels(read_shared(root if isinstance(root, ObjectPath) else str(root), where,
-                                   follow_symlinks=config.follow_symlinks), where)
+    rows = read_labels(read_shared(root, where, follow_symlinks=config.follow_symlinks), where)
     keep = np.zeros(len(table), bool)
     bad = [(where, problem) for problem in rows.problems]
     for at, relpath in enumerate(table.relpaths):

@@ -20,7 +20,7 @@ from ..annotations.read import read_annotations
 from ..config import Config
 from ..errors import BadImage
 from ..packing.scan import ScanResult
-from ..storage import Location, ObjectPath
+from ..storage import Location
 from .headers import HeaderSurvey, seeded_sample
 
 PROBLEMS_KEPT = 20
@@ -52,8 +52,7 @@ def check_annotations(scanned: ScanResult, config: Config, source: Location,
     if not notes.has_objects:
         return None
     files = scanned.files
-    root = source if isinstance(source, ObjectPath) else str(source)
-    prepared = prepare(files.relpaths, scanned.classes, root, config, None,
+    prepared = prepare(files.relpaths, scanned.classes, source, config, None,
                        scanned.annotation_objects)
     problems = [f"{path}: {detail}" for path, detail in prepared.problems]
     chosen = seeded_sample(len(files), config.seed)
@@ -68,7 +67,7 @@ def check_annotations(scanned: ScanResult, config: Config, source: Location,
                 raise header
             stored, rotation = header
             frame = stored if notes.coordinates == "stored" else upright_size(*stored, rotation)
-            read_annotations(item.relpath, prepared.records.get(item.relpath), root, notes,
+            read_annotations(item.relpath, prepared.records.get(item.relpath), source, notes,
                              config.source.follow_symlinks, frame, image_class, notes.coco)
         except BadImage as exc:
             if exc.reason != "bad_annotation":  # the pack rejects the original itself

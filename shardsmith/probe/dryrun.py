@@ -17,9 +17,9 @@ run refuses a job (``refusal``: exit 3, as the pack would exit) whose predicted 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
+from ..annotations.sources import file_stat
 from ..config import Config, check_paths
 from ..dataset.manifest import MANIFEST_NAME, read_manifest
 from ..errors import ManifestError, ShardsmithError
@@ -197,13 +197,9 @@ def _coco_bytes(source: Location, config: Config, scanned: ScanResult) -> int:
     coco = config.source.annotations.coco
     if not coco:
         return 0
-    if isinstance(source, ObjectPath) and not os.path.isabs(coco):
-        found = scanned.annotation_objects.get(os.path.normpath(coco))
-        return found[0] if found is not None else 0
-    try:
-        return os.stat(source / coco, follow_symlinks=config.source.follow_symlinks).st_size
-    except OSError:
-        return 0
+    _, size, _ = file_stat(source, coco, config.source.follow_symlinks,
+                           scanned.annotation_objects)
+    return size or 0
 
 
 def assumed_bytes_per_sample(config: Config) -> float:

@@ -118,8 +118,7 @@ def render_report(directory: Location, manifest: Manifest,
     notes = tuple(note for note in (reject_note, sample_note) if note)
     body = [
         summary_section(directory, manifest, facts.counts),
-        history_section(manifest, history_counts(
-            directory if isinstance(directory, Path) else None, manifest)),
+        history_section(manifest, history_counts(directory, manifest)),
         diff_section(diff, manifest),
         page.section("balance", "Samples per class and split",
                      _balance_parts(manifest, facts.counts)),
