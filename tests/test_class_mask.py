@@ -23,6 +23,15 @@ def png_header(width: int, height: int, depth: int = 8, colour: int = 0) -> byte
             + struct.pack(">I", zlib.crc32(chunk)))
 
 
+def chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def gray_png(rows: bytes) -> bytes:
+    """A 4x3 one-channel 8-bit PNG of the filtered ``rows`` (a filter byte, then 4 pixels)."""
+    return png_header(4, 3) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
 def rgb_png(width: int, height: int) -> bytes:
     return cv2.imencode(".png", np.zeros((height, width, 3), np.uint8))[1].tobytes()
 
@@ -40,7 +49,13 @@ def test_a_packed_class_mask_reads_back_as_written():
     (png_header(4, 3, depth=16), "the class mask is not a one-channel 8-bit PNG"),
     (rgb_png(4, 3), "the class mask is not a one-channel 8-bit PNG"),
     (mask_png(np.zeros((3, 4), np.uint8))[:-30], "the class mask is not a PNG that decodes"),
-])
+    (mask_png(np.zeros((3, 4), np.uint8))[:-12], "the class mask is not a PNG that decodes"),
+    (gray_png(bytes(5) * 2), "the class mask is not a PNG that decodes"),  # a row short
+    (gray_png(b"\x09" + bytes(4) + bytes(10)), "the class mask is not a PNG that decodes"),
+    (gray_png(bytes(15))[:-13] + b"IDAT" + bytes(4) + chunk(b"IEND", b""),  # a wrong CRC
+     "the class mask is not a PNG that decodes"),
+], ids=["not png", "too large", "no pixels", "16 bit", "rgb", "cut in IDAT", "cut in IEND",
+        "row short", "bad filter", "crc"])
 def test_a_class_mask_that_is_not_the_samples_is_one_reason(png, reason, capfd):
     with pytest.raises(MaskError) as caught:
         class_mask(png, 4, 3)

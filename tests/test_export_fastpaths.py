@@ -73,7 +73,10 @@ SAMPLE = [("k.jpg", b"\xff\xd8"), ("k.cls", b"1"), ("k.json", b"{}")]
     tar_of([("../k.jpg", b"x")] + SAMPLE[1:]),  # a name the format refuses
     tar_of(SAMPLE)[:1000],  # cut short
     bytes(511) + b"\x01" + tar_of(SAMPLE)[512:],  # a header whose checksum does not add up
-], ids=["pax", "incomplete", "key twice", "unsafe name", "cut short", "checksum"])
+    b"",  # a shard of 0 bytes
+    bytes(20 * 512),  # a shard of zero blocks only
+], ids=["pax", "incomplete", "key twice", "unsafe name", "cut short", "checksum", "empty",
+        "zero blocks"])
 def test_anything_else_is_refused_by_the_format_reader(tmp_path, data):
     path = tmp_path / "shard.tar"
     path.write_bytes(data)

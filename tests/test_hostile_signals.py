@@ -336,3 +336,29 @@ def test_a_kill_after_the_commit_is_finished_by_the_rerun_as_an_uninterrupted_ru
     assert rerun.returncode == 0 and "Traceback" not in rerun.stderr, rerun.stderr
     assert everything(killed) == everything(reference)
     assert run("verify", killed, "--quiet").stdout.count("not listed") == 0
+
+
+def test_an_interrupt_as_a_shard_s_index_file_is_made_leaves_no_temporary(tmp_path, monkeypatch):
+    """SIGTERM's exception may land after the index's temporary file is created and before the
+    writer holds it (a pack under load left ``.train-000001.idx.PID.tmp``): the shard's discard
+    removes it by its name."""
+    from collections import Counter
+
+    from shardsmith.dataset import formats
+    from shardsmith.dataset.formats.webdataset import _record
+
+    made = formats.HashingFile
+
+    class InterruptedWhenMade(made):
+        def __init__(self, final: Path):
+            super().__init__(final)
+            if final.suffix == ".idx":
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(formats, "HashingFile", InterruptedWhenMade)
+    roller = formats.ShardRoller(formats.shard_format("webdataset"), tmp_path,
+                                 formats.ShardLimits(1 << 20), Counter())
+    roller.add("train", _record("k", {"jpg": b"\xff\xd8", "cls": b"0", "json": b"{}"}))
+    with pytest.raises(KeyboardInterrupt):
+        roller.close()
+    assert sorted(path.name for path in tmp_path.iterdir()) == []

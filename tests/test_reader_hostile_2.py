@@ -473,3 +473,17 @@ def test_a_damaged_tf_shard_keeps_its_samples_places_in_the_torch_epoch(tmp_path
     read = dataset(output, shuffle=False, decode=False)
     assert len(read) == 6 and len(list(read)) == 6
     assert f"{name}: sample " in first_corrupt(output, "torch")
+
+
+@pytest.mark.slow
+def test_the_tf_reader_is_made_without_tensorflow_s_autograph_warning(tmp_path, caplog, capfd):
+    """The filter and map that drop skipped records are functions AutoGraph can read: it
+    printed a warning of 18 lines, twice, each time a dataset was made."""
+    pytest.importorskip("tensorflow")
+    from shardsmith.readers.tf import dataset
+
+    output = small_dataset(tmp_path, "tfrecord")
+    with caplog.at_level(logging.WARNING):
+        assert len(list(dataset(output, split="train", shuffle=False))) == 3
+    printed = capfd.readouterr()
+    assert "AutoGraph" not in caplog.text + printed.out + printed.err

@@ -386,7 +386,9 @@ def dataset(
         parsed = records.batch(READ_BATCH).map(
             _parse(reader), num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=ordered).unbatch()
-    good = parsed.filter(lambda element, ok: ok).map(lambda element, ok: element)
+    # lambdas of other arguments: AutoGraph cannot tell two of one line and the same
+    # arguments apart, and prints a warning of 18 lines
+    good = parsed.filter(lambda element, ok: ok).map(lambda kept, _: kept)
     if not targets:
         # A JPEG whose header passed but whose data does not decode fails in the kernel:
         # skipped with TensorFlow's warning, as the records that fail our checks are.

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ...atomic import HashingFile
+from ...atomic import HashingFile, tmp_path_for
 from ..entries import FileEntry, ShardEntry, index_name, shard_name
 from .base import (  # the names every format shares, importable from the package too
     SHARD_CAP,
@@ -102,7 +102,10 @@ class ShardWriter:
                           FileEntry(index_name(self.name), index.bytes_written, index_sha256))
 
     def discard(self) -> None:
+        """Remove the shard's temporary file and its index's, by name: an interrupt may land
+        after the index's file is created and before ``close`` holds it."""
         self._file.discard()
+        tmp_path_for(self._file.final.with_name(index_name(self.name))).unlink(missing_ok=True)
         self._index_lines.close()
 
 

@@ -293,11 +293,12 @@ def _walk(shard: OpenFile, size: int) -> Iterator[tuple[str, list[Member], bytes
             seen.add(key)
         members.append(Member(extension, offset, offset + BLOCK, length))
         offset += BLOCK + _padded(length)
-    if key is not None:
-        data = bytes(held[: offset - start])
-        if len(data) != offset - start:
-            raise ShardFormatError(f"sample {key} is cut short")
-        yield key, _complete(key, members), data
+    if key is None:  # our writer never writes a shard without a sample; tarfile refused 0 bytes
+        raise ShardFormatError("unreadable tar: it holds no sample (empty, or zero blocks)")
+    data = bytes(held[: offset - start])
+    if len(data) != offset - start:
+        raise ShardFormatError(f"sample {key} is cut short")
+    yield key, _complete(key, members), data
 
 
 MAX_LABEL_DIGITS = 18  # fits int64 with room: a label is a class index, a few digits at most
