@@ -150,6 +150,32 @@ def test_the_torch_reader_gives_the_same_images_and_targets(packs):
         assert all(torch.equal(target[name], other_target[name]) for name in target)
 
 
+def test_a_samples_metadata_alone_is_what_a_read_of_its_row_gives(packs):
+    """``SampleReader.metadata`` (what the Ultralytics dataset builds its labels from): the
+    same metadata as a read of the whole row, on both formats; of a tar it reads the
+    ``KEY.json`` bytes alone, not the image before them."""
+    from shardsmith.dataset.manifest import read_manifest
+    from shardsmith.readers.plan import load_table
+    from shardsmith.readers.samples import SampleReader
+
+    found = {}
+    for fmt in FORMATS:
+        manifest = read_manifest(packs[fmt])
+        table = load_table(packs[fmt], manifest.shards, manifest)
+        reader = SampleReader(table, len(manifest.classes), len(manifest.object_classes))
+        sizes, read = [], reader.files.read
+        reader.files.read = lambda shard, offset, size, sizes=sizes, read=read: \
+            sizes.append(size) or read(shard, offset, size)
+        found[fmt] = {table.key(i): reader.metadata(i) for i in range(len(table))}
+        if fmt == "webdataset":
+            assert sizes == [int(size) for size in table.meta_size]
+        reader.files.read = read
+        assert found[fmt] == {table.key(i): reader.read_meta(i)[2] for i in range(len(table))}
+    assert found["webdataset"].keys() == found["tfrecord"].keys() and len(found["tfrecord"]) > 30
+    objects = [{key: meta.get("boxes") for key, meta in found[fmt].items()} for fmt in FORMATS]
+    assert objects[0] == objects[1]
+
+
 def test_the_tf_reader_of_the_tfrecords_gives_what_torch_gives_of_the_tars(packs):
     pytest.importorskip("tensorflow", reason="the tf.data reader")
     pytest.importorskip("torch", reason="the torch reader")

@@ -47,6 +47,20 @@ class SampleReader:
         """The JPEG bytes, label and metadata (``KEY.json``) of sample ``index``: one read."""
         return self._parts(index, True)
 
+    def metadata(self, index: int) -> Any:
+        """Sample ``index``'s metadata alone: a read of its metadata span, which is a tar's
+        ``KEY.json`` without the image before it (what a pass over every sample's labels
+        reads), a TFRecord's whole record."""
+        table = self.table
+        offset = int(table.meta_offset[index])
+        if offset < 0:
+            raise self.named(index, "has no .json")
+        try:
+            data = self.files.read(int(table.shard[index]), offset, int(table.meta_size[index]))
+            return self.fmt.sample_metadata(memoryview(data), table.key(index) or "")
+        except (OSError, ShardFormatError, ValueError, RecursionError) as exc:
+            raise self.named(index, f"unreadable ({exc})") from None
+
     def _parts(self, index: int, with_meta: bool) -> tuple[Any, int, Any]:
         table = self.table
         shard, start = int(table.shard[index]), int(table.image_offset[index])

@@ -229,8 +229,8 @@ class ShardYOLODataset(YOLODataset):
 
     def metadata(self, index: int) -> Any:
         """Sample ``index``'s metadata as its format gives it (WebDataset's ``KEY.json``, a
-        TFRecord's features), read as the other readers read it."""
-        return self.reader.read_meta(index)[2]
+        TFRecord's features), its image not read where the format stores it apart."""
+        return self.reader.metadata(index)
 
     def object_segments(self, index: int, meta: dict, boxes: np.ndarray, height: int,
                         width: int) -> list[np.ndarray]:

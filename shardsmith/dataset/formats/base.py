@@ -90,6 +90,12 @@ class ShardFormat(Protocol):
         (its first sample's row): a shard swapped for another is refused, not served."""
         ...
 
+    def sample_metadata(self, data: memoryview, key: str) -> Any:
+        """The metadata of sample ``key`` from ``data``, the bytes of its row's metadata span
+        (a tar's ``KEY.json`` alone; a TFRecord's whole record, checked as ``sample_parts``
+        checks it); ShardFormatError, ValueError when it does not read."""
+        ...
+
     def sample_parts(self, data: memoryview, spans: tuple[Span, Span, Span], key: str,
                      with_meta: bool) -> tuple[Any, int, Any]:
         """(JPEG bytes, label, metadata or None) of sample ``key`` from ``data``, the bytes

@@ -731,6 +731,10 @@ class TFRecordFormat:
         if found != key:
             raise not_the_shard(handle, found, key)
 
+    def sample_metadata(self, data: memoryview, key: str) -> Any:
+        """The record's metadata: its metadata span is the whole record."""
+        return self.sample_parts(data, ((0, len(data)),) * 3, key, True)[2]
+
     def sample_parts(self, data: memoryview, spans: tuple[Span, Span, Span], key: str,
                      with_meta: bool) -> tuple[Any, int, Any]:
         """The record's image, label and (``with_meta``) metadata (``example_metadata``),

@@ -179,6 +179,10 @@ class WebDatasetFormat:
         if found != f"{key}.jpg":
             raise not_the_shard(handle, found, f"{key}.jpg")
 
+    def sample_metadata(self, data: memoryview, key: str) -> Any:
+        """``KEY.json``, parsed."""
+        return json.loads(bytes(data))
+
     def sample_parts(self, data: memoryview, spans: tuple[Span, Span, Span], key: str,
                      with_meta: bool) -> tuple[Any, int, Any]:
         """The members ``KEY.jpg``, ``KEY.cls`` and (``with_meta``) ``KEY.json``, parsed."""
