@@ -69,8 +69,10 @@ def _pixels_sound(png: bytes, width: int, height: int) -> bool:
     """Whether every chunk's CRC adds up, IEND ends the file and the IDAT chunks inflate to
     exactly the rows of a plain (not interlaced) PNG, each with a known filter: Pillow checks
     none of these (a short stream reads as a mask with zeros below)."""
+    if png[26:29] != b"\0\0\0":  # deflate, adaptive filters, not interlaced
+        return False
     at, idat = len(PNG_SIGNATURE), []
-    while at + 12 <= len(png) and png[26:29] == b"\0\0\0":
+    while at + 12 <= len(png):
         end = at + 12 + struct.unpack_from(">I", png, at)[0]
         kind = png[at + 4 : at + 8]
         if end > len(png) or zlib.crc32(png[at + 4 : end - 4]) != \

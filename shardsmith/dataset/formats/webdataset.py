@@ -252,7 +252,7 @@ def _member_of(header: bytes, offset: int) -> tuple[str, int]:
     if header[257:263] != MAGIC or checksum is None or size is None \
             or checksum != sum(header) - sum(header[148:156]) + 8 * 32:
         raise ShardFormatError(f"unreadable tar: no USTAR header at byte {offset:,}")
-    name = header[:100].split(b"\0", 1)[0].decode("ascii", "replace")
+    name = _header_name(header)
     if header[156:157] not in REGULAR:
         raise ShardFormatError(f"member {name!r} is not a regular file")
     if header[345:500].strip(b"\0"):  # a name prefix: a folder, or another writer's long name
