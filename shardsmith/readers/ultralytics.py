@@ -209,7 +209,7 @@ class ShardYOLODataset(YOLODataset):
         """The label dict ``YOLODataset.get_labels`` gives for the sample named ``name``."""
         index = self.rows[name]
         height, width = self.sizes[self.table.key(index)]
-        meta = self.metadata(index)
+        meta = self.reader.metadata(index)  # its KEY.json alone, or its TFRecord record
         try:
             target = detection_target(meta, height, width, False, len(self.object_classes))
         except ValueError as exc:
@@ -226,11 +226,6 @@ class ShardYOLODataset(YOLODataset):
         return {"im_file": name, "shape": (height, width), "cls": rows[:, 0:1],
                 "bboxes": rows[:, 1:], "segments": segments, "keypoints": None,
                 "normalized": True, "bbox_format": "xywh"}
-
-    def metadata(self, index: int) -> Any:
-        """Sample ``index``'s metadata as its format gives it (WebDataset's ``KEY.json``, a
-        TFRecord's features), its image not read where the format stores it apart."""
-        return self.reader.metadata(index)
 
     def object_segments(self, index: int, meta: dict, boxes: np.ndarray, height: int,
                         width: int) -> list[np.ndarray]:
