@@ -2,7 +2,7 @@
 
 Exit codes: 0 success · 1 failure · 2 bad configuration, usage, manifest or output state ·
 3 too many rejects · 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM); after either,
-rerun the same command to resume.
+rerun pack, stage or export to resume.
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ if TYPE_CHECKING:
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+RESUMING = ("pack", "stage", "export")  # the commands whose finished work a rerun keeps
 
 
-def _fail_cleanly(command: Callable) -> Callable:
+def _fail_cleanly(command: Callable, resumes: bool = False) -> Callable:
     """Turn our exceptions into one clear line on stderr and the documented exit code."""
 
     @functools.wraps(command)
@@ -69,22 +70,23 @@ def _fail_cleanly(command: Callable) -> Callable:
             interrupts.release()  # held since the start: one that came meanwhile is raised here
             return command(*args, **kwargs)
         except (ShardsmithError, KeyboardInterrupt, OSError, MemoryError) as exc:
-            code, line = _ending(exc)
+            code, line = _ending(exc, resumes)
             _fail(line, code)
 
     return wrapper
 
 
-def _ending(exc: BaseException) -> tuple[int, str]:
+def _ending(exc: BaseException, resumes: bool = False) -> tuple[int, str]:
     """The exit code and the one line of what ended a command: our errors, Ctrl-C or SIGTERM
-    (finished work kept), the file system (full, read-only, permissions, gone), memory."""
+    (for a command that ``resumes``, finished work kept), the file system (full, read-only,
+    permissions, gone), memory."""
     if isinstance(exc, ShardsmithError):
         return exc.exit_code, str(exc)
-    resume = "finished work is kept, rerun the same command to resume"
+    resume = "; finished work is kept, rerun the same command to resume" if resumes else ""
     if isinstance(exc, Terminated):
-        return EXIT_TERMINATED, f"terminated (SIGTERM); {resume}"
+        return EXIT_TERMINATED, f"terminated (SIGTERM){resume}"
     if isinstance(exc, KeyboardInterrupt):
-        return EXIT_INTERRUPTED, f"interrupted; {resume}"
+        return EXIT_INTERRUPTED, f"interrupted{resume}"
     if isinstance(exc, OSError):
         return 1, storage_error(exc)
     # a 43-line traceback before, for --draws under a memory limit
@@ -294,7 +296,7 @@ def declared_command(declaration: type, group: click.Group | None = None
                         f"{entry.parameter.flags[-1]} goes with {needed.parameter.flags[-1]}"))
             return run(declaration(**values))
 
-        command = _fail_cleanly(call)
+        command = _fail_cleanly(call, run.__name__ in RESUMING)
         for entry in reversed(list(parameters(declaration))):  # click lists them in this order
             command = _click_parameter(entry)(command)
         return (group or main).command()(command)

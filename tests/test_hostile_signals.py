@@ -280,6 +280,21 @@ def test_a_ctrl_c_in_the_first_instants_is_never_lost_nor_another_error(tmp_path
         result.stderr
     assert not (tmp_path / "out" / "manifest.json").exists()
 
+@pytest.mark.parametrize("command, ending", [
+    (["pack", "SOURCE", "OUT", "--size", "64", "--quiet"],
+     "interrupted; finished work is kept, rerun the same command to resume"),
+    (["inspect", "SOURCE"], "interrupted"),  # it keeps nothing: a rerun starts over
+    (["probe", "SOURCE", "--quiet"], "interrupted"),
+])
+def test_only_a_command_that_resumes_says_a_rerun_resumes(tmp_path, command, ending):
+    source = originals(tmp_path / "source")
+    arguments = [{"SOURCE": source, "OUT": tmp_path / "out"}.get(word, word) for word in command]
+    result = subprocess.run(the_command(*arguments, hook=WHILE_PARSING),
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip() == f"shardsmith: error: {ending}"
+
+
 # ------------------------------------------- a kill -9 between the commit and its cleanup
 
 KILL_AT = {

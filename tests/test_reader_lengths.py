@@ -284,7 +284,8 @@ def test_a_corrupt_record_is_replaced_so_the_epoch_stays_whole(records, tmp_path
     read = dataset(copy, split="train", shuffle=False)
     with caplog.at_level("WARNING"):
         assert cardinality(tf, read) == sum(1 for _ in read) == train_samples(records)
-    assert "corrupt sample skipped" in caplog.text
+    # once, though the refill pass meets it again
+    assert caplog.text.count("corrupt sample skipped") == 1, caplog.text
 
 
 @pytest.mark.slow

@@ -162,6 +162,7 @@ class _Records:
         # the keys of the samples with a defect cut below min_visible (``readers.cut``), and
         # whether the targets carry the cut objects as ignore (``keep_cut``)
         self.left_out, self.with_ignored = left_out, with_ignored
+        self.warned: set[int] = set()  # the records skipped: a refill pass meets them again
 
     def starts(self) -> np.ndarray:
         """Where each shard's records begin in the selection's numbering, and where the last
@@ -205,7 +206,7 @@ class _Records:
         except LeftOut:
             pass
         except SKIPPED as exc:
-            _skipped(self.where(number), exc)
+            self.skipped(number, exc)
         return b"", -1, False
 
     def read_targets(self, number: Any) -> list[Any]:
@@ -216,8 +217,17 @@ class _Records:
         except LeftOut:
             pass
         except SKIPPED as exc:
-            _skipped(self.where(int(number)), exc)
+            self.skipped(int(number), exc)
         return [*self._placeholder(), False]
+
+    def skipped(self, number: int, exc: Exception) -> None:
+        """One warning for corrupt record ``number``, the first time it is met."""
+        if number in self.warned:
+            return
+        self.warned.add(number)
+        what = "unreadable" if isinstance(exc, OSError) else "corrupt"
+        reason = exc.strerror or exc if isinstance(exc, OSError) else exc
+        log.warning("%s: %s sample skipped (%s)", self.where(number), what, reason)
 
     def _jpeg_and_label(self, feature: Any) -> tuple[bytes, int]:
         encoded = _values(feature, "image/encoded", "bytes_list")
@@ -292,11 +302,6 @@ class LeftOut(Exception):
     their count was logged once)."""
 
 
-def _skipped(where: str, exc: Exception) -> None:
-    if isinstance(exc, OSError):
-        log.warning("%s: unreadable sample skipped (%s)", where, exc.strerror or exc)
-    else:
-        log.warning("%s: corrupt sample skipped (%s)", where, exc)
 
 
 def _values(feature: Any, name: str, kind: str) -> list[Any]:
