@@ -67,11 +67,21 @@ T = TypeVar("T")
 
 class Location(Protocol):
     """Where a dataset (or a source) is, as the commands use it: a local ``Path``, or an
-    ``ObjectPath``.  A backend is a class answering these, plus ``open_guarded(cap,
-    expect_size)``, the door's open (a handle with ``size``, ``fd`` -1, ``pread``, ``read``,
-    ``stream`` and ``close``, like ``ObjectFile``) and ``names()`` (the objects directly under
-    it, for verify), made from its URL by the function ``BACKENDS`` names for its scheme
-    (tests/test_storage_backend.py)."""
+    ``ObjectPath``.  A backend is a class answering these, made from its URL by the function
+    ``BACKENDS`` names for its scheme (tests/test_storage_backend.py), plus:
+
+    * to be read: ``open_guarded(cap, expect_size)``, the door's open (a handle with ``size``,
+      ``fd`` -1, ``pread``, ``read``, ``stream``, ``close`` and ``head``: what the store said
+      of the object, ``ETag`` and ``LastModified``, like ``ObjectFile``); ``info()`` (the
+      same fields and ``type``, ``size``; FileNotFoundError when absent);
+    * to be listed (verify, a source, a pack's output): ``listing()`` (name -> ``type``
+      ``file`` or ``directory``, ``size``, ``ETag``, ``LastModified`` of what is directly
+      under it), ``names()`` (its objects' names) and ``find(prefix)`` (key -> the same, of
+      every object at any depth whose key starts with ``prefix``);
+    * to be packed to: ``put(body, if_match, if_absent)`` (an object written whole, its ETag
+      returned; a failed condition an OSError naming ``PreconditionFailed``) and
+      ``delete(*names)``; optionally ``abort_uploads()`` (S3's unfinished multipart uploads).
+    """
 
     name: str
     parents: Any
@@ -462,6 +472,59 @@ class ObjectPath:
         """The names of the objects directly under this prefix (not of deeper prefixes)."""
         return sorted(name for name, entry in self.listing().items()
                       if entry.get("type") == "file")
+
+    def find(self, prefix: str = "") -> dict[str, dict[str, Any]]:
+        """Key under this prefix -> what the listing says of it (as ``listing``), for every
+        object at any depth whose key there starts with ``prefix``: LIST requests alone, paged
+        by 1,000 keys.  FileNotFoundError when the store has no such prefix."""
+        found = self.client.call(f"{self}/{prefix}", self.client.fs.find, self.path,
+                                 prefix=prefix, detail=True)
+        base = self.path + "/"
+        return {name.removeprefix(base): dict(info) for name, info in found.items()
+                if name.startswith(base) and info.get("type", "file") == "file"}
+
+    def put(self, body: bytes | Path, if_match: str | None = None,
+            if_absent: bool = False) -> str:
+        """Write the object whole (``body``: bytes, or a local file sent from disk) and return
+        the ETag the store gives it.  A PUT is atomic per object: a reader sees the old object
+        or the new one, never a part.  ``if_absent``/``if_match``: only if there is no object
+        yet / only over the object of that ETag; otherwise an OSError naming S3's
+        ``PreconditionFailed`` (412).
+
+        A local file of more than two parts (2 x 50 MiB) goes as a multipart upload, which
+        becomes visible only when it completes; a run killed in the middle leaves an
+        unfinished upload, invisible to readers, that the next run aborts
+        (``abort_uploads``)."""
+        client = self.client
+        if isinstance(body, Path):
+            client.call(str(self), client.fs.put_file, str(body), self.path)
+            return str(client.call(str(self), client.fs.info, self.path).get("ETag") or "")
+        condition = {"IfNoneMatch": "*"} if if_absent else \
+            {"IfMatch": if_match} if if_match else {}
+        answer = client.call(str(self), client.fs.call_s3, "put_object", Bucket=self.bucket,
+                             Key=self.key, Body=body, **condition)
+        return str(answer.get("ETag") or "") if isinstance(answer, dict) else ""
+
+    def delete(self, *names: str) -> None:
+        """Delete the objects ``self / name`` of ``names`` (1,000 a request), or this object
+        without them."""
+        if names:
+            self.client.call(str(self), self.client.fs.rm, [(self / name).path for name in names])
+        else:
+            self.client.call(str(self), self.client.fs.rm_file, self.path)
+
+    def abort_uploads(self) -> int:
+        """Abort the multipart uploads left unfinished under this prefix (by a killed run:
+        the lease holder is the only writer); returns how many.  S3's alone: a store that
+        publishes nothing before it is whole has no such method."""
+        client = self.client
+        answer = client.call(str(self), client.fs.call_s3, "list_multipart_uploads",
+                             Bucket=self.bucket, Prefix=f"{self.key}/")
+        uploads = answer.get("Uploads") or []
+        for upload in uploads:
+            client.call(str(self), client.fs.call_s3, "abort_multipart_upload",
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+        return len(uploads)
 
     def open_listed(self, size: int, cap: int) -> ObjectFile:
         """The door for an object whose ``size`` a listing just gave: no request is made

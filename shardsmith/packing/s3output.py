@@ -46,7 +46,7 @@ from ..dataset.manifest import (
 from ..dataset.statedir import STATE_DIR, DatasetDir
 from ..door import MANIFEST_CAP, read_file
 from ..errors import ManifestError, OutputStateError
-from ..storage import ObjectPath
+from ..storage import Location
 from ..text import cut
 from .s3journal import BucketJournal, clear, clear_committed, journal_objects, restore
 from .spool import (
@@ -64,17 +64,18 @@ SPOOL_VARIABLE = "SHARDSMITH_SPOOL"
 UPLOADS = 4  # files uploaded at once
 
 
-def spool_for(bucket: ObjectPath) -> Path:
-    """The spool of a dataset in a bucket: ``$SHARDSMITH_SPOOL`` (default
+def spool_for(bucket: Location) -> Path:
+    """The spool of a dataset in a store: ``$SHARDSMITH_SPOOL`` (default
     ``~/.cache/shardsmith/spool``) / bucket-<hash of the URL>; one spool per dataset URL."""
     root = Path(os.environ.get(SPOOL_VARIABLE)
                 or Path.home() / ".cache" / "shardsmith" / "spool").expanduser()
-    digest = hashlib.sha256(str(bucket).encode()).hexdigest()[:16]
-    return root.resolve() / f"{bucket.bucket}-{digest}"
+    url = str(bucket)
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    return root.resolve() / f"{url.partition('://')[2].split('/')[0]}-{digest}"
 
 
 @contextmanager
-def bucket_output(config: Config, bucket: ObjectPath) -> Iterator[tuple[Config, BucketJournal]]:
+def bucket_output(config: Config, bucket: Location) -> Iterator[tuple[Config, BucketJournal]]:
     """The lease of the dataset at ``bucket`` (its ``config.output.path``) and its local spool,
     synced with it: yields the config of a pack into the spool and the journal mirror that
     uploads its shards and checkpoints as they are written; when the pack returns, the
@@ -110,7 +111,7 @@ def _plain_folders(home: Path, spool: Path) -> None:
                                    "folder goes; remove it (nothing was followed)")
 
 
-def _refuse_foreign(bucket: ObjectPath) -> None:
+def _refuse_foreign(bucket: Location) -> None:
     """A prefix holding no manifest is packed only when it holds nothing but objects of
     ours (a killed first run's), as a local pack refuses a folder with files it did not
     write: OutputStateError naming up to three, nothing deleted."""
@@ -137,7 +138,7 @@ def _sha(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _read(target: ObjectPath, cap: int) -> bytes | None:
+def _read(target: Location, cap: int) -> bytes | None:
     """The bytes of a small object of ours; None when there is none."""
     try:
         return read_file(target, cap)
@@ -145,11 +146,11 @@ def _read(target: ObjectPath, cap: int) -> bytes | None:
         return None
 
 
-def _remote_manifest(bucket: ObjectPath) -> bytes | None:
+def _remote_manifest(bucket: Location) -> bytes | None:
     return _read(bucket / MANIFEST_NAME, MANIFEST_CAP)
 
 
-def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
+def _sync_spool(bucket: Location, home: Path, spool: Path,
                 check: Callable[[], None] = lambda: None) -> None:
     """Make the spool hold the bucket's version, or a version packed on it that a killed run
     did not finish publishing; otherwise (another machine packed, the spool is new or lost)
@@ -195,7 +196,7 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
     save_record(home, remote, uploaded)
 
 
-def _restore(bucket: ObjectPath, home: Path, spool: Path, remote: str | None,
+def _restore(bucket: Location, home: Path, spool: Path, remote: str | None,
              check: Callable[[], None]) -> dict[str, list]:
     """``s3journal.restore``, unless the journal objects are those of the run the bucket's
     version (sha256 ``remote``) committed, as its object record names it: a run killed
@@ -222,34 +223,20 @@ def _has_journal(spool: Path) -> bool:
     return True
 
 
-def abort_stale_uploads(bucket: ObjectPath) -> int:
-    """Abort the multipart uploads left unfinished under the prefix (by a killed run: the
-    lease holder is the only writer); returns how many."""
-    client = bucket.client
-    answer = client.call(str(bucket), client.fs.call_s3, "list_multipart_uploads",
-                         Bucket=bucket.bucket, Prefix=f"{bucket.key}/")
-    uploads = answer.get("Uploads") or []
-    for upload in uploads:
-        client.call(str(bucket), client.fs.call_s3, "abort_multipart_upload",
-                    Bucket=bucket.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
-    if uploads:
-        log.info("aborted %d unfinished uploads under %s", len(uploads), bucket)
-    return len(uploads)
-
-
-def publish(spool: Path, bucket: ObjectPath, home: Path,
+def publish(spool: Path, bucket: Location, home: Path,
             check: Callable[[], None] = lambda: None, run: str = "") -> None:
     """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's.
     ``run``: the id of the run whose journal objects the bucket holds (``BucketJournal.run``),
     named in the object record, so that a run killed before it deletes them is known by the
     next as the committed run's (``_restore``)."""
-    client = bucket.client
     remove_stale_tmp(spool)
     manifest = (spool / MANIFEST_NAME).read_bytes()
     names = sorted(entry.name for entry in os.scandir(spool)
                    if entry.is_file(follow_symlinks=False) and entry.name != MANIFEST_NAME
                    and ours(entry.name))
-    abort_stale_uploads(bucket)
+    aborted = bucket.abort_uploads() if hasattr(bucket, "abort_uploads") else 0
+    if aborted:  # S3's multipart uploads of a killed run
+        log.info("aborted %d unfinished uploads under %s", aborted, bucket)
     state = spool_record(home)
     uploaded: dict[str, list] = state.get("uploaded") or {}
     there = files_of_ours(bucket)
@@ -292,16 +279,15 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
         if run:
             fresh["run"] = run
         if record != fresh:
-            client.call(str(record_object), client.fs.pipe_file, record_object.path,
-                        json.dumps(fresh, sort_keys=True).encode())
+            record_object.put(json.dumps(fresh, sort_keys=True).encode())
         check()
-        client.call(str(bucket), client.fs.pipe_file, (bucket / MANIFEST_NAME).path, manifest)
+        (bucket / MANIFEST_NAME).put(manifest)
         log.info("committed %s", bucket)
     save_record(home, new_sha, uploaded)
     keep = set(names_now) | set(kept)
     stale = sorted(set(files_of_ours(bucket)) - keep)
     if stale:
-        client.call(str(bucket), client.fs.rm, [(bucket / name).path for name in stale])
+        bucket.delete(*stale)
         log.info("removed %s, which neither this version nor the previous names",
                  ", ".join(stale))
 

@@ -17,7 +17,7 @@ from ..atomic import CopyMismatch, copy_verified, write_json_atomic
 from ..dataset.manifest import MANIFEST_NAME, is_dataset_file, is_derived_file
 from ..door import Refused, open_file
 from ..errors import OutputStateError
-from ..storage import ObjectPath
+from ..storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def _sound_record(state: object) -> bool:
                and isinstance(seen[2], str) for name, seen in uploaded.items())
 
 
-def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | None) -> None:
+def download_checked(source: Location, final: Path, size: int, sha256: str | None) -> None:
     """``source`` into ``final`` by ranged GETs within ``size`` (the manifest's; a cap for
     the manifest itself), its sha256 checked before it takes its name: OutputStateError for
     an object that is not what the manifest says."""
@@ -91,13 +91,13 @@ def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | N
                                "version is damaged (pack to another prefix)") from None
 
 
-def files_of_ours(bucket: ObjectPath) -> dict[str, str]:
+def files_of_ours(bucket: Location) -> dict[str, str]:
     """name -> ETag of the objects of ours directly under the prefix (one LIST); an object
     under another name is someone else's, never listed, recorded or deleted."""
     return {name: found["ETag"] for name, found in listing_of_ours(bucket).items()}
 
 
-def listing_of_ours(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
+def listing_of_ours(bucket: Location) -> dict[str, dict[str, Any]]:
     """name -> {``ETag``, ``size``} of the objects of ours directly under the prefix, as
     ``files_of_ours`` lists them."""
     return {name: {"ETag": str(entry.get("ETag") or ""), "size": int(entry.get("size") or 0)}
