@@ -167,13 +167,13 @@ def packed(tmp_path: Path, count: int = 6) -> Path:
     return images.pack_small(source, tmp_path / "packed", "webdataset", 64, "train=0.5,val=0.5")
 
 
-def pack_to(source: str | Path, output: str | Path) -> None:
+def pack_to(source: str | Path, output: str | Path, settings: dict | None = None) -> None:
     """``pack`` with small shards (3 samples), one worker in this process (where the backend
     is registered), quietly."""
     pack(load_config(None, {"source.path": str(source), "output.path": str(output),
                             "output.shard_samples": 3, "image.size": 64,
                             "splits": "train=0.5,val=0.5", "run.quiet": True,
-                            "run.workers": 1}))
+                            "run.workers": 1, **(settings or {})}))
 
 
 def test_a_dataset_behind_a_registered_backend_stages_as_the_same_dataset_on_disk(
@@ -253,6 +253,31 @@ def test_pack_reads_its_originals_from_a_registered_backend_as_from_disk(tmp_pat
 
     assert files_of(tmp_path / "from-memory") == files_of(tmp_path / "from-disk")
     assert verify(tmp_path / "from-memory").problems == []
+
+
+def test_pack_reads_annotated_originals_from_a_registered_backend_as_from_disk(tmp_path,
+                                                                              monkeypatch):
+    source = originals(tmp_path / "source")
+    for number in (0, 1, 2):
+        label = source / "labels" / "ab"[number % 2] / f"{number}.txt"
+        images.write(label, f"{number % 2} 0.5 0.5 0.4 0.4\n".encode())
+        os.utime(label, (MODIFIED.timestamp(),) * 2)
+    in_memory(source, monkeypatch, "src")
+    notes = {"source.annotations.files": "yolo", "source.annotations.files_dir": "labels",
+             "source.annotations.classes": ["scratch", "crack"]}
+    pack_to("mem://src", tmp_path / "from-memory", notes)
+    pack_to(source, tmp_path / "from-disk", notes)
+
+    remote, local = files_of(tmp_path / "from-memory"), files_of(tmp_path / "from-disk")
+    index = images.manifest_of(tmp_path / "from-disk")["samples_index"]["name"]
+    assert {**remote, index: ""} == {**local, index: ""}  # every shard and list the same
+
+    def samples(dataset: Path) -> list[dict]:  # an annotation file's identity aside: an
+        return [{**sample, "annotation_digest": ""}  # ETag in a store, an mtime on disk
+                for sample in images.samples_of(dataset)]
+
+    assert samples(tmp_path / "from-memory") == samples(tmp_path / "from-disk")
+    assert sum(len(sample.get("objects", ())) for sample in samples(tmp_path / "from-disk")) == 4
 
 
 def test_a_pack_from_a_registered_backend_sees_an_object_rewritten_since(tmp_path, monkeypatch):

@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
 import re
-import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import atomic
 from ..atomic import HashingFile, fsync_directory, write_bytes_atomic
 from ..dataset.manifest import ShardEntry
 from ..dataset.statedir import DatasetDir, read_state, state_folder
@@ -50,6 +47,7 @@ from .spool import (
     ours,
     save_record,
     spool_record,
+    upload_unheld,
 )
 
 log = logging.getLogger(__name__)
@@ -251,27 +249,18 @@ class BucketJournal:
     def _upload_file(self, name: str) -> None:
         """A file of a checkpoint's shard, unless the bucket holds it (as ``publish``
         judges it, and recorded as it records it, so that it finds it held)."""
-        path = self.spool / name
-        try:
-            found = os.lstat(path)
-        except FileNotFoundError:
-            return  # merged away when the version was made: publish sends what it names
-        if not stat.S_ISREG(found.st_mode):
-            return
-        seen = [found.st_size, found.st_mtime_ns]
-        uploaded = self._state["uploaded"]
-        if uploaded.get(name) == seen + [self._there.get(name)]:
-            return
         self.check()
         try:
-            etag = atomic.publish_object(path, self.bucket / name)
+            seen = upload_unheld(self.spool, self.bucket, name, self._state["uploaded"],
+                                 self._there)
         except FileNotFoundError:
-            if path.exists():
+            if (self.spool / name).exists():
                 raise
-            return
-        uploaded[name] = seen + [etag]
-        self._there[name] = etag
-        self._saved()
+            return  # merged away when the version was made: publish sends what it names
+        if seen is not None:
+            self._state["uploaded"][name] = seen
+            self._there[name] = seen[2]
+            self._saved()
 
     def _samples(self, start: int, end: int) -> bytes | None:
         """The spool's sample records ``start:end``; None when the spool no longer holds
@@ -490,10 +479,8 @@ def _shard_files(bucket: Location, spool: Path, line: bytes,
             raise _Damaged(f"it says {entry.name} holds {entry.bytes:,} bytes, the bucket's "
                            f"holds {listed['size']:,}")
         try:
-            download_checked(bucket / entry.name, spool / entry.name, entry.bytes,
-                               entry.sha256)
+            records[entry.name] = download_checked(bucket, spool, entry.name, entry.bytes,
+                                                   entry.sha256) + [listed["ETag"]]
         except OutputStateError as exc:
             raise _Damaged(f"its shard is not in the bucket as it says ({exc})") from None
-        found = (spool / entry.name).stat()
-        records[entry.name] = [found.st_size, found.st_mtime_ns, listed["ETag"]]
     return records

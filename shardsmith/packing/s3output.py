@@ -1,11 +1,14 @@
-"""``pack`` to ``s3://bucket/prefix``: pack into a local spool, upload, PUT the manifest last.
+"""``pack`` to a store (``s3://bucket/prefix``, or any backend of ``storage.BACKENDS``): pack
+into a local spool, upload, PUT the manifest last, by the store's location methods (``put``,
+``delete``, ``listing``; docs/storage.md, "Other stores").
 
 The spool is a local dataset folder that mirrors the bucket's version, packed by the same code
 as a local output (so the bytes are the same, and the local journal makes a killed run resume
 at its last shard).  Publishing a version to the bucket (docs/storage.md, "Pack to s3"):
 
 1. the dataset's lease is taken (``BucketLease``: no flock on a bucket);
-2. multipart uploads left unfinished under the prefix by a killed run are aborted;
+2. multipart uploads left unfinished under the prefix by a killed run are aborted (S3's
+   ``abort_uploads``, where the store has it);
 3. every file of the spool's version the bucket does not hold yet is uploaded (a PUT, or a
    multipart upload for a large file: visible only when complete);
 4. the object record (``.shardsmith/objects.json``) names the objects of the new version and
@@ -33,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from ..atomic import publish_object, remove_stale_tmp
+from ..atomic import remove_stale_tmp
 from ..config import Config
 from ..dataset.lock import BucketLease
 from ..dataset.manifest import (
@@ -56,6 +59,7 @@ from .spool import (
     ours,
     save_record,
     spool_record,
+    upload_unheld,
 )
 
 log = logging.getLogger(__name__)
@@ -184,14 +188,12 @@ def _sync_spool(bucket: Location, home: Path, spool: Path,
                                    "to another prefix)") from None
         there = files_of_ours(bucket)
         for entry in sorted(manifest.files(), key=lambda entry: entry.name):
-            download_checked(bucket / entry.name, spool / entry.name, entry.bytes, entry.sha256)
-            found = (spool / entry.name).stat()
-            uploaded[entry.name] = [found.st_size, found.st_mtime_ns, there.get(entry.name, "")]
-        for name in sorted(name for name in there if is_derived_file(name)):
-            download_checked(bucket / name, spool / name, MANIFEST_CAP, None)  # rewritten by a pack
-            found = (spool / name).stat()
-            uploaded[name] = [found.st_size, found.st_mtime_ns, there[name]]
-        download_checked(bucket / MANIFEST_NAME, spool / MANIFEST_NAME, MANIFEST_CAP, remote)
+            uploaded[entry.name] = download_checked(bucket, spool, entry.name, entry.bytes,
+                                                    entry.sha256) + [there.get(entry.name, "")]
+        for name in sorted(name for name in there if is_derived_file(name)):  # a pack rewrites
+            uploaded[name] = download_checked(bucket, spool, name, MANIFEST_CAP, None) \
+                + [there[name]]
+        download_checked(bucket, spool, MANIFEST_NAME, MANIFEST_CAP, remote)
     uploaded |= _restore(bucket, home, spool, remote, check)  # killed on another machine
     save_record(home, remote, uploaded)
 
@@ -241,23 +243,18 @@ def publish(spool: Path, bucket: Location, home: Path,
     uploaded: dict[str, list] = state.get("uploaded") or {}
     there = files_of_ours(bucket)
 
-    def needed(name: str) -> bool:
-        stat = (spool / name).stat()
-        seen = uploaded.get(name)
-        return not (isinstance(seen, list) and seen == [stat.st_size, stat.st_mtime_ns,
-                                                         there.get(name)])
+    def upload(name: str) -> tuple[str, list | None]:
+        return name, upload_unheld(spool, bucket, name, held, there)
 
-    def upload(name: str) -> tuple[str, list]:
-        stat = (spool / name).stat()
-        etag = publish_object(spool / name, bucket / name)
-        return name, [stat.st_size, stat.st_mtime_ns, etag]
-
-    todo = [name for name in names if needed(name)]
+    held, sent = dict(uploaded), 0
     with ThreadPoolExecutor(UPLOADS) as pool:
-        for done, (name, seen) in enumerate(pool.map(upload, todo), 1):
-            uploaded[name] = seen
-            if done % SAVE_EVERY == 0 or done == len(todo):  # a killed run re-sends few
-                save_record(home, state.get("base"), uploaded)
+        for name, seen in pool.map(upload, names):
+            if seen is not None:
+                uploaded[name], sent = seen, sent + 1
+                if sent % SAVE_EVERY == 0:  # a killed run re-sends few
+                    save_record(home, state.get("base"), uploaded)
+    if sent % SAVE_EVERY:
+        save_record(home, state.get("base"), uploaded)
 
     record_object = DatasetDir(bucket).objects
     current = _remote_manifest(bucket)
