@@ -252,8 +252,3 @@ def remove_stale_tmp(directory: Path) -> int:
             removed += 1
     return removed
 
-
-def publish_object(local: Path, target: Any) -> str:
-    """Upload the file ``local`` as the object ``target`` (a ``storage.Location`` of a store:
-    ``put``, atomic per object); returns the ETag the store gives it."""
-    return target.put(local)

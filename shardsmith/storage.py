@@ -66,22 +66,13 @@ T = TypeVar("T")
 
 
 class Location(Protocol):
-    """Where a dataset (or a source) is, as the commands use it: a local ``Path``, or an
-    ``ObjectPath``.  A backend is a class answering these, made from its URL by the function
-    ``BACKENDS`` names for its scheme (tests/test_storage_backend.py), plus:
-
-    * to be read: ``open_guarded(cap, expect_size)``, the door's open (a handle with ``size``,
-      ``fd`` -1, ``pread``, ``read``, ``stream``, ``close`` and ``head``: what the store said
-      of the object, ``ETag`` and ``LastModified``, like ``ObjectFile``); ``info()`` (the
-      same fields and ``type``, ``size``; FileNotFoundError when absent);
-    * to be listed (verify, a source, a pack's output): ``listing()`` (name -> ``type``
-      ``file`` or ``directory``, ``size``, ``ETag``, ``LastModified`` of what is directly
-      under it), ``names()`` (its objects' names) and ``find(prefix)`` (key -> the same, of
-      every object at any depth whose key starts with ``prefix``);
-    * to be packed to: ``put(body, if_match, if_absent)`` (an object written whole, its ETag
-      returned; a failed condition an OSError naming ``PreconditionFailed``) and
-      ``delete(*names)``; optionally ``abort_uploads()`` (S3's unfinished multipart uploads).
-    """
+    """Where a dataset (or a source) is, as the commands use it: a local ``Path``, or a
+    store's location, made from its URL by the function ``BACKENDS`` names for its scheme
+    (tests/test_storage_backend.py).  A store's location answers these and, to be read,
+    ``open_guarded(cap, expect_size)`` (a handle like ``ObjectFile``: ``size``, ``fd`` -1,
+    ``pread``, ``read``, ``stream``, ``close``, ``head``) and ``info()``; to be listed,
+    ``listing()``, ``names()`` and ``find(prefix)``; to be packed to, ``put(body, if_match,
+    if_absent)`` and ``delete(*names)`` (docs/storage.md, "Other stores")."""
 
     name: str
     parents: Any

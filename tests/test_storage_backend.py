@@ -366,3 +366,13 @@ def test_a_live_lease_in_a_registered_backend_refuses_a_second_pack(tmp_path, mo
     assert "bucket/ds/.shardsmith/lease" not in objects  # released
     pack_to(source, "mem://bucket/ds")
     assert "bucket/ds/manifest.json" in objects
+
+
+def test_the_pack_command_packs_from_a_registered_backend_to_one(tmp_path, monkeypatch):
+    objects = in_memory(originals(tmp_path / "source"), monkeypatch, "src")
+    packed = CliRunner().invoke(main, ["pack", "mem://src", "mem://bucket/ds", "--size", "64",
+                                       "--workers", "1", "--quiet"])
+    assert packed.exit_code == 0, packed.output
+    assert "bucket/ds/manifest.json" in objects
+    verified = CliRunner().invoke(main, ["verify", "mem://bucket/ds"])
+    assert verified.exit_code == 0, verified.output

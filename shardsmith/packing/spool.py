@@ -16,7 +16,6 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from .. import atomic
 from ..atomic import CopyMismatch, copy_verified, write_json_atomic
 from ..dataset.manifest import MANIFEST_NAME, is_dataset_file, is_derived_file
 from ..door import Refused, open_file
@@ -110,7 +109,7 @@ def upload_unheld(spool: Path, bucket: Location, name: str, uploaded: dict[str, 
     seen = [found.st_size, found.st_mtime_ns]
     if not stat.S_ISREG(found.st_mode) or uploaded.get(name) == seen + [there.get(name)]:
         return None
-    return seen + [atomic.publish_object(path, bucket / name)]
+    return seen + [(bucket / name).put(path)]
 
 
 def files_of_ours(bucket: Location) -> dict[str, str]:
