@@ -43,7 +43,6 @@ from .spool import (
     SAVE_EVERY,
     download_checked,
     files_of_ours,
-    listing_of_ours,
     ours,
     save_record,
     spool_record,
@@ -348,7 +347,7 @@ def restore(bucket: Location, spool: Path,
                                               for info in runs[name].values()), name))
     if not candidates:
         return {}
-    listing = listing_of_ours(bucket)
+    listing = bucket.listing()
     first_warning = ""
     for run in candidates[:RUNS_TRIED]:
         restored, warning = _restore_run(bucket, spool, run, runs[run], listing)
@@ -472,15 +471,15 @@ def _shard_files(bucket: Location, spool: Path, line: bytes,
     for entry in files:
         if not ours(entry.name):
             raise _Damaged(f"it names {entry.name!r}, not a shard of ours")
-        listed = listing.get(entry.name)
-        if listed is None:
+        listed = listing.get(entry.name) or {}
+        if listed.get("type") != "file":
             raise _Damaged(f"its shard {entry.name} is not in the bucket")
-        if listed["size"] != entry.bytes:
+        if int(listed.get("size") or 0) != entry.bytes:
             raise _Damaged(f"it says {entry.name} holds {entry.bytes:,} bytes, the bucket's "
-                           f"holds {listed['size']:,}")
+                           f"holds {int(listed.get('size') or 0):,}")
         try:
             records[entry.name] = download_checked(bucket, spool, entry.name, entry.bytes,
-                                                   entry.sha256) + [listed["ETag"]]
+                                                   entry.sha256) + [str(listed.get("ETag") or "")]
         except OutputStateError as exc:
             raise _Damaged(f"its shard is not in the bucket as it says ({exc})") from None
     return records

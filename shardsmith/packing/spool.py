@@ -115,12 +115,5 @@ def upload_unheld(spool: Path, bucket: Location, name: str, uploaded: dict[str, 
 def files_of_ours(bucket: Location) -> dict[str, str]:
     """name -> ETag of the objects of ours directly under the prefix (one LIST); an object
     under another name is someone else's, never listed, recorded or deleted."""
-    return {name: found["ETag"] for name, found in listing_of_ours(bucket).items()}
-
-
-def listing_of_ours(bucket: Location) -> dict[str, dict[str, Any]]:
-    """name -> {``ETag``, ``size``} of the objects of ours directly under the prefix, as
-    ``files_of_ours`` lists them."""
-    return {name: {"ETag": str(entry.get("ETag") or ""), "size": int(entry.get("size") or 0)}
-            for name, entry in bucket.listing().items()
+    return {name: str(entry.get("ETag") or "") for name, entry in bucket.listing().items()
             if entry.get("type") == "file" and ours(name)}
