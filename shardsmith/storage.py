@@ -1,9 +1,10 @@
 """Object storage: datasets at ``s3://bucket/prefix``, read through fsspec and s3fs.
 
 A dataset's location (``Location``) is either a local ``Path`` (read exactly as before: local
-paths never go through fsspec) or an ``ObjectPath``, which answers what the commands ask of a
-``Path`` (join with ``/``, ``name``, ``exists``, ``is_file``, ``resolve``, ``parents``) and
-opens through the guarded door (``door.open_file`` hands it to ``ObjectPath.open_guarded``):
+paths never go through fsspec) or a store's (``BACKENDS``; here ``ObjectPath``), which
+answers what the commands ask of a ``Path`` (join with ``/``, ``name``, ``exists``,
+``is_file``, ``resolve``, ``parents``) and opens through the guarded door (``door.open_file``
+hands it to ``ObjectPath.open_guarded``):
 
 * an object is read by ranged GETs within the size its listing gives and the cap of its kind,
   never by an unbounded read; a prefix (a "directory") is ``Refused`` ``not_a_file`` and a
@@ -477,14 +478,11 @@ class ObjectPath:
     def put(self, body: bytes | Path, if_match: str | None = None,
             if_absent: bool = False) -> str:
         """Write the object whole (``body``: bytes, or a local file sent from disk) and return
-        the ETag the store gives it.  A PUT is atomic per object: a reader sees the old object
-        or the new one, never a part.  ``if_absent``/``if_match``: only if there is no object
-        yet / only over the object of that ETag; otherwise an OSError naming S3's
-        ``PreconditionFailed`` (412).
-
-        A local file of more than two parts (2 x 50 MiB) goes as a multipart upload, which
-        becomes visible only when it completes; a run killed in the middle leaves an
-        unfinished upload, invisible to readers, that the next run aborts
+        the ETag the store gives it; a reader sees the old object or the new one, never a
+        part.  ``if_absent``/``if_match``: only where there is none / over the object of that
+        ETag, else an OSError naming S3's ``PreconditionFailed`` (412).  A file over two parts
+        (2 x 50 MiB) goes as a multipart upload, visible only when complete: a killed run
+        leaves an unfinished one, invisible to readers, that the next aborts
         (``abort_uploads``)."""
         client = self.client
         if isinstance(body, Path):
