@@ -252,15 +252,3 @@ def remove_stale_tmp(directory: Path) -> int:
             removed += 1
     return removed
 
-
-def publish_object(local: Path, target: Any) -> str:
-    """Upload the file ``local`` as the object ``target`` (a ``storage.ObjectPath``); returns
-    the ETag the store gives it.
-
-    A PUT is atomic per object: a reader sees the old object or the new one, never a part.
-    s3fs sends a file of more than two parts (2 x 50 MiB) as a multipart upload, which
-    becomes visible only when it completes; a run killed in the middle leaves an unfinished
-    upload, invisible to readers, that the next run aborts."""
-    client = target.client
-    client.call(str(target), client.fs.put_file, str(local), target.path)
-    return str(client.call(str(target), client.fs.info, target.path).get("ETag") or "")

@@ -1,9 +1,10 @@
 """Object storage: datasets at ``s3://bucket/prefix``, read through fsspec and s3fs.
 
 A dataset's location (``Location``) is either a local ``Path`` (read exactly as before: local
-paths never go through fsspec) or an ``ObjectPath``, which answers what the commands ask of a
-``Path`` (join with ``/``, ``name``, ``exists``, ``is_file``, ``resolve``, ``parents``) and
-opens through the guarded door (``door.open_file`` hands it to ``ObjectPath.open_guarded``):
+paths never go through fsspec) or a store's (``BACKENDS``; here ``ObjectPath``), which
+answers what the commands ask of a ``Path`` (join with ``/``, ``name``, ``exists``,
+``is_file``, ``resolve``, ``parents``) and opens through the guarded door (``door.open_file``
+hands it to ``ObjectPath.open_guarded``):
 
 * an object is read by ranged GETs within the size its listing gives and the cap of its kind,
   never by an unbounded read; a prefix (a "directory") is ``Refused`` ``not_a_file`` and a
@@ -66,12 +67,13 @@ T = TypeVar("T")
 
 
 class Location(Protocol):
-    """Where a dataset (or a source) is, as the commands use it: a local ``Path``, or an
-    ``ObjectPath``.  A backend is a class answering these, plus ``open_guarded(cap,
-    expect_size)``, the door's open (a handle with ``size``, ``fd`` -1, ``pread``, ``read``,
-    ``stream`` and ``close``, like ``ObjectFile``) and ``names()`` (the objects directly under
-    it, for verify), made from its URL by the function ``BACKENDS`` names for its scheme
-    (tests/test_storage_backend.py)."""
+    """Where a dataset (or a source) is, as the commands use it: a local ``Path``, or a
+    store's location, made from its URL by the function ``BACKENDS`` names for its scheme
+    (tests/test_storage_backend.py).  A store's location answers these and, to be read,
+    ``open_guarded(cap, expect_size)`` (a handle like ``ObjectFile``: ``size``, ``fd`` -1,
+    ``pread``, ``read``, ``stream``, ``close``, ``head``) and ``info()``; to be listed,
+    ``listing()``, ``names()`` and ``find(prefix)``; to be packed to, ``put(body, if_match,
+    if_absent)`` and ``delete(*names)`` (docs/storage.md, "Other stores")."""
 
     name: str
     parents: Any
@@ -462,6 +464,56 @@ class ObjectPath:
         """The names of the objects directly under this prefix (not of deeper prefixes)."""
         return sorted(name for name, entry in self.listing().items()
                       if entry.get("type") == "file")
+
+    def find(self, prefix: str = "") -> dict[str, dict[str, Any]]:
+        """Key under this prefix -> what the listing says of it (as ``listing``), for every
+        object at any depth whose key there starts with ``prefix``: LIST requests alone, paged
+        by 1,000 keys.  FileNotFoundError when the store has no such prefix."""
+        found = self.client.call(f"{self}/{prefix}", self.client.fs.find, self.path,
+                                 prefix=prefix, detail=True)
+        base = self.path + "/"
+        return {name.removeprefix(base): dict(info) for name, info in found.items()
+                if name.startswith(base) and info.get("type", "file") == "file"}
+
+    def put(self, body: bytes | Path, if_match: str | None = None,
+            if_absent: bool = False) -> str:
+        """Write the object whole (``body``: bytes, or a local file sent from disk) and return
+        the ETag the store gives it; a reader sees the old object or the new one, never a
+        part.  ``if_absent``/``if_match``: only where there is none / over the object of that
+        ETag, else an OSError naming S3's ``PreconditionFailed`` (412).  A file over two parts
+        (2 x 50 MiB) goes as a multipart upload, visible only when complete: a killed run
+        leaves an unfinished one, invisible to readers, that the next aborts
+        (``abort_uploads``)."""
+        client = self.client
+        if isinstance(body, Path):
+            client.call(str(self), client.fs.put_file, str(body), self.path)
+            return str(client.call(str(self), client.fs.info, self.path).get("ETag") or "")
+        condition = {"IfNoneMatch": "*"} if if_absent else \
+            {"IfMatch": if_match} if if_match else {}
+        answer = client.call(str(self), client.fs.call_s3, "put_object", Bucket=self.bucket,
+                             Key=self.key, Body=body, **condition)
+        return str(answer.get("ETag") or "") if isinstance(answer, dict) else ""
+
+    def delete(self, *names: str) -> None:
+        """Delete the objects ``self / name`` of ``names`` (1,000 a request), or this object
+        without them."""
+        if names:
+            self.client.call(str(self), self.client.fs.rm, [(self / name).path for name in names])
+        else:
+            self.client.call(str(self), self.client.fs.rm_file, self.path)
+
+    def abort_uploads(self) -> int:
+        """Abort the multipart uploads left unfinished under this prefix (by a killed run:
+        the lease holder is the only writer); returns how many.  S3's alone: a store that
+        publishes nothing before it is whole has no such method."""
+        client = self.client
+        answer = client.call(str(self), client.fs.call_s3, "list_multipart_uploads",
+                             Bucket=self.bucket, Prefix=f"{self.key}/")
+        uploads = answer.get("Uploads") or []
+        for upload in uploads:
+            client.call(str(self), client.fs.call_s3, "abort_multipart_upload",
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+        return len(uploads)
 
     def open_listed(self, size: int, cap: int) -> ObjectFile:
         """The door for an object whose ``size`` a listing just gave: no request is made

@@ -237,14 +237,18 @@ def test_a_link_planted_under_the_spool_download_s_temporary_name_is_not_written
         def __init__(self, path: Path):
             self.path = path
 
+        def __truediv__(self, name: str) -> LocalObject:
+            return LocalObject(self.path / name)
+
         def open_guarded(self, cap: int):
             return open_file(self.path, cap)
 
     data = os.urandom(KIB)
     outside = write(tmp_path / "outside", b"not yours")
-    source, final = write(tmp_path / "source", data), tmp_path / "spool" / "copy"
+    source, final = write(tmp_path / "bucket" / "copy", data), tmp_path / "spool" / "copy"
     final.parent.mkdir()
     os.symlink(outside, tmp_path_for(final))
     with pytest.raises(OutputStateError, match="symbolic link"):
-        download_checked(LocalObject(source), final, len(data), hashlib.sha256(data).hexdigest())
+        download_checked(LocalObject(source.parent), final.parent, final.name, len(data),
+                         hashlib.sha256(data).hexdigest())
     assert outside.read_bytes() == b"not yours" and not final.exists()

@@ -25,7 +25,6 @@ from test_s3_gaps import (
     shards_and_indexes,
 )
 
-from shardsmith.atomic import publish_object
 from shardsmith.storage import locate
 
 import defects
@@ -121,7 +120,7 @@ def test_a_file_over_two_parts_is_published_as_a_multipart_upload_and_a_failed_p
     target = locate(f"{s3.url}/ds/{local.name}")
     fault_proxy.fail("503", 3)  # an UploadPart: s3fs sends the parts at once, in any order
 
-    etag = publish_object(local, target)
+    etag = target.put(local)
 
     record = uploaded(fault_proxy.requests)
     assert record[0] == "CreateMultipartUpload"

@@ -31,9 +31,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 
 JOURNAL = "ds/.shardsmith/journal"
 # Uploads slowed, so that a kill lands while the pack runs (it waits for the uploads).
-SLOW_UPLOADS = ("import time, shardsmith.atomic as a\n_p = a.publish_object\n"
-                "def slow(*args):\n    time.sleep(0.3)\n    return _p(*args)\n"
-                "a.publish_object = slow\n")
+SLOW_UPLOADS = ("import time, pathlib, shardsmith.storage as s\n_p = s.ObjectPath.put\n"
+                "def slow(self, body, *args, **kwargs):\n"
+                "    if isinstance(body, pathlib.Path):\n        time.sleep(0.3)\n"
+                "    return _p(self, body, *args, **kwargs)\n"
+                "s.ObjectPath.put = slow\n")
 # The process dies (as by kill -9: nothing is cleaned up) once checkpoint object 3 is up.
 DIE_AFTER_OBJECT_3 = ("import os, shardsmith.packing.s3journal as j\n_c = j.BucketJournal._copy\n"
                       "def copy(self, number, *rest):\n    _c(self, number, *rest)\n"

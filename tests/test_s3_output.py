@@ -164,10 +164,12 @@ def test_a_pack_killed_anywhere_leaves_a_whole_version_and_a_rerun_the_same_byte
     source = originals(tmp_path / "source", 30)
     target = f"{s3.url}/ds"
     # one upload at a time, slowly enough that a kill lands in the middle
-    hook = ("import time, shardsmith.atomic as a\n_p = a.publish_object\n"
-            "def slow(*args):\n    time.sleep(0.2)\n    return _p(*args)\n"
-            "a.publish_object = slow\nimport shardsmith.packing.s3output as o\n"
-            "o.publish_object = slow\no.UPLOADS = 1\n")
+    hook = ("import time, pathlib, shardsmith.storage as s\n_p = s.ObjectPath.put\n"
+            "def slow(self, body, *args, **kwargs):\n"
+            "    if isinstance(body, pathlib.Path):\n        time.sleep(0.2)\n"
+            "    return _p(self, body, *args, **kwargs)\n"
+            "s.ObjectPath.put = slow\nimport shardsmith.packing.s3output as o\n"
+            "o.UPLOADS = 1\n")
     process = start(command("pack", source, target, *PACK_ARGS, hook=hook), tmp_path / "logs")
     deadline = time.monotonic() + 60
     while process.poll() is None and time.monotonic() < deadline:

@@ -1,26 +1,39 @@
 """A storage backend is one module and one entry in ``storage.BACKENDS``: a location class that
 answers ``storage.Location`` and opens through the guarded door (``open_guarded``), made from
-its URL.  Here an in-memory backend, registered for ``mem://``, serves a packed dataset."""
+its URL.  Here an in-memory backend, registered for ``mem://``, serves a packed dataset, is
+packed from (its originals) and packed to (a version published, staged back, built on)."""
 
 from __future__ import annotations
 
 import errno
 import hashlib
 import io
+import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from shardsmith import storage
+from shardsmith import load_config, pack, storage
 from shardsmith.cli import main
 from shardsmith.door import Refused
 from shardsmith.insight.diff import diff_versions
 from shardsmith.insight.named_source import named_originals
 from shardsmith.ops.stage import stage
 from shardsmith.ops.verify import verify
+from shardsmith.packing import originals as packing_originals
 
 import images
+
+# Every object's LastModified, a whole second: the mtime of the local trees compared with it.
+MODIFIED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def head(data: bytes) -> dict:
+    """What the store says of an object: as S3's listing and HEAD say it."""
+    return {"type": "file", "size": len(data), "LastModified": MODIFIED,
+            "ETag": f'"{hashlib.md5(data).hexdigest()}"'}
 
 
 class MemoryFile:
@@ -30,6 +43,7 @@ class MemoryFile:
 
     def __init__(self, data: bytes, path: str):
         self.data, self.size, self.path = data, len(data), path
+        self.head = head(data)
 
     def pread(self, length: int, offset: int) -> bytes:
         return self.data[offset:offset + length]
@@ -78,15 +92,43 @@ class MemoryPath:
 
     expanduser = resolve
 
-    def names(self) -> list[str]:
-        prefix = f"{self.key}/"
-        return sorted(key[len(prefix):] for key in self.objects
-                      if key.startswith(prefix) and "/" not in key[len(prefix):])
-
-    def open_guarded(self, cap: int, expect_size: int | None = None) -> MemoryFile:
+    def info(self) -> dict:
         if self.key not in self.objects:
             raise FileNotFoundError(errno.ENOENT, "no such object", str(self))
-        data = self.objects[self.key]
+        return head(self.objects[self.key])
+
+    def find(self, prefix: str = "") -> dict[str, dict]:
+        under = f"{self.key}/{prefix}"
+        return {key[len(self.key) + 1:]: head(data) for key, data in sorted(self.objects.items())
+                if key.startswith(under)}
+
+    def listing(self) -> dict[str, dict]:
+        found: dict[str, dict] = {}
+        for key, entry in self.find().items():
+            name, deeper, _ = key.partition("/")
+            found[name] = {"type": "directory", "size": 0} if deeper else entry
+        return found
+
+    def names(self) -> list[str]:
+        return sorted(name for name, entry in self.listing().items() if entry["type"] == "file")
+
+    def put(self, body: bytes | Path, if_match: str | None = None,
+            if_absent: bool = False) -> str:
+        data = body.read_bytes() if isinstance(body, Path) else body
+        there = self.info()["ETag"] if self.key in self.objects else None
+        if (if_absent and there) or (if_match and there != if_match):
+            raise OSError(errno.EEXIST, "PreconditionFailed", str(self))
+        self.objects[self.key] = data
+        return head(data)["ETag"]
+
+    def delete(self, *names: str) -> None:
+        for key in [f"{self.key}/{name}" for name in names] or [self.key]:
+            self.objects.pop(key, None)
+
+    def open_guarded(self, cap: int, expect_size: int | None = None) -> MemoryFile:
+        data = self.objects.get(self.key)
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, "no such object", str(self))
         if len(data) > cap:
             raise Refused("too_large", f"{len(data):,} bytes is more than {cap:,}", str(self))
         return MemoryFile(data, str(self))
@@ -100,20 +142,38 @@ def files_of(folder: Path) -> dict[str, str]:
             if path.is_file() and path.name != "manifest.json"}
 
 
-def in_memory(dataset: Path, monkeypatch) -> dict[str, bytes]:
-    """The files of ``dataset`` as the objects of ``mem://ds``, the backend registered."""
-    objects = {f"ds/{path.relative_to(dataset).as_posix()}": path.read_bytes()
-               for path in dataset.rglob("*") if path.is_file()}
+def in_memory(dataset: Path, monkeypatch, under: str = "ds") -> dict[str, bytes]:
+    """The files of ``dataset`` as the objects of ``mem://UNDER``, the backend registered."""
+    objects = {f"{under}/{path.relative_to(dataset).as_posix()}": path.read_bytes()
+               for path in (dataset.rglob("*") if dataset.exists() else ()) if path.is_file()}
     monkeypatch.setitem(storage.BACKENDS, "mem://",
                         lambda url, options: MemoryPath(objects, url.removeprefix("mem://")))
+    # A worker keeps its location of a source URL for the process: this test's, not the last's.
+    monkeypatch.setattr(packing_originals, "_OBJECT_ROOTS", {})
     return objects
 
 
+def originals(source: Path, count: int = 6, first: int = 0) -> Path:
+    """JPEGs in two class folders, each modified at ``MODIFIED`` (as the backend says)."""
+    for number in range(first, first + count):
+        path = source / "ab"[number % 2] / f"{number}.jpg"
+        images.write(path, images.jpeg(120, 80, number))
+        os.utime(path, (MODIFIED.timestamp(),) * 2)
+    return source
+
+
 def packed(tmp_path: Path, count: int = 6) -> Path:
-    source = tmp_path / "source"
-    for number in range(count):
-        images.write(source / "ab"[number % 2] / f"{number}.jpg", images.jpeg(120, 80, number))
+    source = originals(tmp_path / "source", count)
     return images.pack_small(source, tmp_path / "packed", "webdataset", 64, "train=0.5,val=0.5")
+
+
+def pack_to(source: str | Path, output: str | Path, settings: dict | None = None) -> None:
+    """``pack`` with small shards (3 samples), one worker in this process (where the backend
+    is registered), quietly."""
+    pack(load_config(None, {"source.path": str(source), "output.path": str(output),
+                            "output.shard_samples": 3, "image.size": 64,
+                            "splits": "train=0.5,val=0.5", "run.quiet": True,
+                            "run.workers": 1, **(settings or {})}))
 
 
 def test_a_dataset_behind_a_registered_backend_stages_as_the_same_dataset_on_disk(
@@ -183,3 +243,136 @@ def test_a_scheme_no_backend_registers_is_a_local_path():
 def test_s3_is_the_backend_registered_for_its_scheme(value):
     assert storage.BACKENDS["s3://"] is storage.locate
     assert storage.is_url(value)
+
+
+def test_pack_reads_its_originals_from_a_registered_backend_as_from_disk(tmp_path, monkeypatch):
+    source = originals(tmp_path / "source")
+    in_memory(source, monkeypatch, "src")
+    pack_to("mem://src", tmp_path / "from-memory")
+    pack_to(source, tmp_path / "from-disk")
+
+    assert files_of(tmp_path / "from-memory") == files_of(tmp_path / "from-disk")
+    assert verify(tmp_path / "from-memory").problems == []
+
+
+def test_pack_reads_annotated_originals_from_a_registered_backend_as_from_disk(tmp_path,
+                                                                              monkeypatch):
+    source = originals(tmp_path / "source")
+    for number in (0, 1, 2):
+        label = source / "labels" / "ab"[number % 2] / f"{number}.txt"
+        images.write(label, f"{number % 2} 0.5 0.5 0.4 0.4\n".encode())
+        os.utime(label, (MODIFIED.timestamp(),) * 2)
+    in_memory(source, monkeypatch, "src")
+    notes = {"source.annotations.files": "yolo", "source.annotations.files_dir": "labels",
+             "source.annotations.classes": ["scratch", "crack"]}
+    pack_to("mem://src", tmp_path / "from-memory", notes)
+    pack_to(source, tmp_path / "from-disk", notes)
+
+    remote, local = files_of(tmp_path / "from-memory"), files_of(tmp_path / "from-disk")
+    index = images.manifest_of(tmp_path / "from-disk")["samples_index"]["name"]
+    assert {**remote, index: ""} == {**local, index: ""}  # every shard and list the same
+
+    def samples(dataset: Path) -> list[dict]:  # an annotation file's identity aside: an
+        return [{**sample, "annotation_digest": ""}  # ETag in a store, an mtime on disk
+                for sample in images.samples_of(dataset)]
+
+    assert samples(tmp_path / "from-memory") == samples(tmp_path / "from-disk")
+    assert sum(len(sample.get("objects", ())) for sample in samples(tmp_path / "from-disk")) == 4
+
+
+def test_a_pack_from_a_registered_backend_sees_an_object_rewritten_since(tmp_path, monkeypatch):
+    objects = in_memory(originals(tmp_path / "source"), monkeypatch, "src")
+    pack_to("mem://src", tmp_path / "packed")
+    objects["src/a/0.jpg"] = images.jpeg(120, 80, 50)
+    objects["src/b/new.jpg"] = images.jpeg(120, 80, 51)
+    pack_to("mem://src", tmp_path / "packed")
+
+    manifest = images.manifest_of(tmp_path / "packed")
+    assert manifest["version"] == 2
+    assert manifest["totals"]["packed"] == 7
+
+
+def test_pack_publishes_to_a_registered_backend_what_a_local_pack_writes(tmp_path, monkeypatch):
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    pack_to(source, "mem://bucket/ds")
+    pack_to(source, tmp_path / "local")
+
+    assert verify("mem://bucket/ds").problems == []
+    stage("mem://bucket/ds", tmp_path / "staged", quiet=True)
+    assert files_of(tmp_path / "staged") == files_of(tmp_path / "local")
+    assert not [key for key in objects if "/.shardsmith/" in key and
+                not key.endswith("/objects.json")]  # no lease, no journal objects left
+
+
+def test_a_second_pack_to_a_registered_backend_adds_a_version_and_deletes_one_commit_late(
+        tmp_path, monkeypatch):
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    pack_to(source, "mem://bucket/ds")
+    pack_to(source, tmp_path / "local")
+    first = set(objects)
+    for path in sorted((source / "a").iterdir())[:2]:
+        path.unlink()
+    originals(source, 2, first=100)
+    pack_to(source, "mem://bucket/ds")
+    pack_to(source, tmp_path / "local")
+
+    stage("mem://bucket/ds", tmp_path / "staged", quiet=True)
+    assert images.manifest_of(tmp_path / "staged")["version"] == 2
+    assert files_of(tmp_path / "staged") == files_of(tmp_path / "local")
+    assert first - set(objects) == set()  # what version 1 names stays until the next commit
+    before = dict(objects)
+    pack_to(source, "mem://bucket/ds")  # nothing new: nothing committed, nothing uploaded
+    assert objects == before
+
+
+def test_a_pack_to_a_registered_backend_killed_before_its_commit_resumes_on_another_machine(
+        tmp_path, monkeypatch, caplog):
+    from shardsmith.packing import s3output
+
+    source = originals(tmp_path / "source", 9)
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "first-machine"))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(s3output, "publish", killed)
+        with pytest.raises(KeyboardInterrupt):
+            pack_to(source, "mem://bucket/ds")
+    assert "bucket/ds/manifest.json" not in objects
+    assert any("/.shardsmith/journal/" in key for key in objects)
+
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "second-machine"))
+    with caplog.at_level("INFO"):
+        pack_to(source, "mem://bucket/ds")
+    assert any("rebuilt the journal" in record.getMessage() for record in caplog.records)
+    pack_to(source, tmp_path / "local")
+    stage("mem://bucket/ds", tmp_path / "staged", quiet=True)
+    assert files_of(tmp_path / "staged") == files_of(tmp_path / "local")
+
+
+def test_a_live_lease_in_a_registered_backend_refuses_a_second_pack(tmp_path, monkeypatch):
+    from shardsmith.dataset.lock import BucketLease
+    from shardsmith.errors import LockedError
+
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    with BucketLease(storage.location("mem://bucket/ds/.shardsmith/lease"), "packed"):
+        with pytest.raises(LockedError, match="is being packed by pid"):
+            pack_to(source, "mem://bucket/ds")
+    assert "bucket/ds/.shardsmith/lease" not in objects  # released
+    pack_to(source, "mem://bucket/ds")
+    assert "bucket/ds/manifest.json" in objects
+
+
+def test_the_pack_command_packs_from_a_registered_backend_to_one(tmp_path, monkeypatch):
+    objects = in_memory(originals(tmp_path / "source"), monkeypatch, "src")
+    packed = CliRunner().invoke(main, ["pack", "mem://src", "mem://bucket/ds", "--size", "64",
+                                       "--workers", "1", "--quiet"])
+    assert packed.exit_code == 0, packed.output
+    assert "bucket/ds/manifest.json" in objects
+    verified = CliRunner().invoke(main, ["verify", "mem://bucket/ds"])
+    assert verified.exit_code == 0, verified.output

@@ -11,7 +11,6 @@ import posixpath
 from ..config import AnnotationConfig
 from ..door import ANNOTATION_CAP, Refused, open_file
 from ..errors import BadImage, ConfigError
-from ..storage import ObjectFile
 from .model import ImageAnnotations
 from .parse import FILE_PARSERS, Frame, read_mask, shapes_from_record
 from .sources import Root, annotation_digest, object_etag, own_files, resolved
@@ -27,7 +26,7 @@ def _read_own(root: Root, path: str, follow_symlinks: bool
     try:
         with open_file(resolved(root, path), ANNOTATION_CAP,
                        follow_symlinks=follow_symlinks) as handle:
-            if isinstance(handle, ObjectFile):
+            if handle.fd < 0:  # an object in a store: no stat, its ETag
                 return handle.read(), (path, handle.size, object_etag(handle.head))
             return handle.read(), (path, handle.size, handle.info.st_mtime_ns)
     except ConfigError as exc:  # a key that leads out of the bucket prefix

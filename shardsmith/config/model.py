@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..storage import Location, ObjectPath, is_url, locate
+from ..storage import Location, is_url, location
 from .declare import default_of, setting
 
 # The shard formats (``dataset.formats`` has an object for each) and their files' extension.
@@ -437,8 +437,8 @@ def _plain(obj: Any) -> Any:
 
 def check_paths(config: Config) -> tuple[Location, Location]:
     """Resolve and check source and output (and the local worker count) before any work;
-    returns (source, output): each an ``ObjectPath`` for an ``s3://`` URL (a URL stays a URL:
-    never a path under the working directory)."""
+    returns (source, output): each its backend's location for a URL (``s3://``: an
+    ``ObjectPath``; a URL stays a URL: never a path under the working directory)."""
     check_workers(config.run)
     if not config.source.path:
         raise ConfigError("source.path: no source directory given (argument SOURCE or config)")
@@ -446,8 +446,8 @@ def check_paths(config: Config) -> tuple[Location, Location]:
         raise ConfigError("output.path: no output directory given (argument OUTPUT or config)")
     output: Location
     if is_url(config.output.path):
-        output = locate(config.output.path, config.storage.options())
-        if not output.key:
+        output = location(config.output.path, config.storage.options())
+        if "/" not in str(output).partition("://")[2]:
             raise ConfigError(f"output.path: {output}: give a prefix for the dataset "
                               "(s3://bucket/name)")
     else:
@@ -457,7 +457,7 @@ def check_paths(config: Config) -> tuple[Location, Location]:
     source = Path(config.source.path).expanduser().resolve()
     if not source.is_dir():
         raise ConfigError(f"source.path: {source} is not a directory")
-    if isinstance(output, ObjectPath):
+    if is_url(output):
         return source, output
     if output == source or source in output.parents:
         raise ConfigError(f"output.path: {output} is inside the source tree {source}")
@@ -468,11 +468,11 @@ def check_paths(config: Config) -> tuple[Location, Location]:
     return source, output
 
 
-def check_object_source(config: Config) -> ObjectPath:
-    """The ``s3://`` source of ``config``: ConfigError (one line, exit 2) for a bad URL, for
+def check_object_source(config: Config) -> Location:
+    """The source of ``config`` in a store: ConfigError (one line, exit 2) for a bad URL, for
     links (a bucket has none), and for credentials in the job file with the Dask
     backend (they would travel to the workers in the task graph)."""
-    source = locate(config.source.path, config.storage.options())
+    source = location(config.source.path, config.storage.options())
     if config.source.follow_symlinks:
         raise ConfigError("source.follow_symlinks: an s3:// source has no links")
     if config.run.backend == "dask" and config.storage.credentials():

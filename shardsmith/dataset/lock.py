@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import naming
-from ..door import STATE_CAP
+from ..door import STATE_CAP, Refused
 from ..errors import LockedError
 from ..storage import Location, is_url, scrub
 from ..text import cut
@@ -177,7 +177,7 @@ class BucketLease:
     """
 
     def __init__(self, lease: Any, activity: str, seconds: int = LEASE_SECONDS):
-        self.lease = lease  # a storage.ObjectPath
+        self.lease = lease  # a storage.Location of a store (``put``, ``delete``)
         self.activity = activity
         self.seconds = seconds
         self.token = uuid.uuid4().hex
@@ -192,39 +192,37 @@ class BucketLease:
         return json.dumps({"holder": holder, "token": self.token,
                            "expires": time.time() + self.seconds}).encode()
 
-    def _put(self, **condition: str) -> str:
-        lease = self.lease
-        answer = lease.client.call(str(lease), lease.client.fs.call_s3, "put_object",
-                                   Bucket=lease.bucket, Key=lease.key, Body=self._body(),
-                                   **condition)
-        etag = answer.get("ETag") if isinstance(answer, dict) else None
-        if not isinstance(etag, str) or not etag:
-            raise UnexpectedAnswer(str(lease))
+    def _put(self, if_match: str | None = None) -> str:
+        """The lease written: created where there is none (``if_match`` None), else over the
+        lease of that ETag."""
+        etag = self.lease.put(self._body(), if_match=if_match, if_absent=if_match is None)
+        if not etag:
+            raise UnexpectedAnswer(str(self.lease))
         return etag
 
     def _read(self) -> tuple[dict[str, Any], str] | None:
         """The lease there now (its fields, its ETag); None when there is none."""
-        lease = self.lease
-        try:
-            info = lease.info()
+        try:  # any size: no more than LEASE_BYTES of it is read
+            with self.lease.open_guarded(1 << 62) as handle:
+                raw = handle.pread(min(handle.size, LEASE_BYTES), 0)
+                etag = handle.head.get("ETag")
         except FileNotFoundError:
             return None
-        size = int(info.get("size") or 0)
-        raw = lease.client.call(str(lease), lease.client.fs.cat_file, lease.path, start=0,
-                                end=min(size, LEASE_BYTES)) if size else b""
+        except Refused:  # a prefix ("directory") of that name: no lease of ours
+            return {}, ""
         try:
             fields = json.loads(raw)
             if not isinstance(fields, dict):
                 fields = {}
         except ValueError:
             fields = {}
-        return fields, str(info.get("ETag") or "")
+        return fields, str(etag or "")
 
     def __enter__(self) -> BucketLease:
         failure = ""
         for _ in range(3):  # a race with another taker: look again, a few times
             try:
-                self.etag = self._put(IfNoneMatch="*")
+                self.etag = self._put()
                 break
             except UnexpectedAnswer as error:  # a 200 without an ETag: not S3 as we know it
                 raise OSError(errno.EIO, "cannot create the lease: the store answered "
@@ -233,7 +231,7 @@ class BucketLease:
             except Exception as error:  # noqa: BLE001 - 412 (it exists) or a failure: look
                 failure = "no such bucket" if isinstance(error, FileNotFoundError) \
                     else scrub(getattr(error, "strerror", None) or str(error)
-                               or type(error).__name__, self.lease.client.secrets)
+                               or type(error).__name__)
                 found = self._read()
             if found is None:
                 continue
@@ -252,7 +250,7 @@ class BucketLease:
                                   f"{self.activity} by {holder}; its lease expires in "
                                   f"{max(0, int(_expires(fields) - time.time()))} s")
             try:
-                self.etag = self._put(IfMatch=etag)
+                self.etag = self._put(etag)
             except Exception:  # noqa: BLE001 - another taker was first: look again
                 continue
             log.warning("taking over the lease of a run that ended without releasing it (%s)",
@@ -270,7 +268,7 @@ class BucketLease:
     def _renew(self) -> None:
         while not self._stop.wait(min(LEASE_RENEW, self.seconds / 5)):
             try:
-                self.etag = self._put(IfMatch=self.etag)
+                self.etag = self._put(self.etag)
             except Exception:  # noqa: BLE001 - taken over, or the store failed for good
                 found = self._read_quietly()
                 if found is None or found[0].get("token") != self.token:
@@ -294,11 +292,10 @@ class BucketLease:
         if self._thread is not None:
             self._thread.join()
         if self.etag is not None and not self.lost:
-            lease = self.lease
             try:
-                lease.client.call(str(lease), lease.client.fs.rm_file, lease.path)
+                self.lease.delete()
             except OSError as error:  # it expires anyway
-                log.warning("could not release the lease %s: %s", lease, error.strerror)
+                log.warning("could not release the lease %s: %s", self.lease, error.strerror)
 
 
 def _precondition(failure: str) -> bool:

@@ -33,12 +33,13 @@ import errno
 import functools
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..config import ImageConfig
 from ..dataset.records import EDGE_BYTES
 from ..door import MIB, Identity, OpenFile, Refused, open_beneath, open_file
 from ..errors import BadImage, ConfigError, ManifestError
-from ..storage import ObjectFile, ObjectPath, is_url, locate
+from ..storage import Location, is_url, location
 from ..text import shown
 from .scan import object_mtime, object_tag
 
@@ -102,16 +103,18 @@ class ObjectStat:
 
 
 class ObjectOriginal:
-    """An original in a bucket, opened through the door (``storage.ObjectFile``): ``info``
-    as a stat says it, and ranged reads within its size (``fd`` is -1: no descriptor).
+    """An original in a store, opened through the door (``open_guarded``, a handle like
+    ``storage.ObjectFile``): ``info`` as a stat says it, and reads within its size (``fd``
+    is -1: no descriptor).
 
-    Opened from the listing (``ObjectPath.open_listed``), no request is made until the first
-    read, and every answer is checked against what the listing saw (size; ETag as ``tag``,
-    -1 when unknown): the worker's read of an original is one GET, not a HEAD and a GET."""
+    On S3, opened from the listing (``ObjectPath.open_listed``), no request is made until the
+    first read, and every answer is checked against what the listing saw (size; ETag as
+    ``tag``, -1 when unknown): the worker's read of an original is one GET, not a HEAD and a
+    GET."""
 
     __slots__ = ("handle", "info", "size", "path", "fd", "tag")
 
-    def __init__(self, handle: ObjectFile, tag: int = -1):
+    def __init__(self, handle: Any, tag: int = -1):
         self.handle = handle
         self.size = handle.size
         self.path = handle.path
@@ -166,9 +169,9 @@ class ObjectOriginal:
         self.close()
 
 
-# The worker's s3 client per source URL and storage options: one a process, not one an
-# object (a client holds a connection pool; making one costs ~30 ms).
-_OBJECT_ROOTS: dict[tuple, ObjectPath] = {}
+# The worker's store client per source URL and storage options: one a process, not one an
+# object (an s3 client holds a connection pool; making one costs ~30 ms).
+_OBJECT_ROOTS: dict[tuple, Location] = {}
 _STORAGE: dict[str, str] = {}
 
 
@@ -178,32 +181,34 @@ def use_storage(options: Mapping[str, str]) -> None:
     _STORAGE.update(options)
 
 
-def object_root(url: str) -> ObjectPath:
-    """The ``ObjectPath`` of a source URL, with this process's client for it."""
+def object_root(url: str) -> Location:
+    """The location of a source URL (its backend's), with this process's client for it."""
     key = (url, tuple(sorted(_STORAGE.items())))
     root = _OBJECT_ROOTS.get(key)
     if root is None:
-        root = _OBJECT_ROOTS[key] = locate(url, _STORAGE)
+        root = _OBJECT_ROOTS[key] = location(url, _STORAGE)
     return root
 
 
 def open_object(root: str, relpath: str, cap: int = UNCAPPED,
                 expect: Identity | None = None) -> ObjectOriginal:
-    """Open the original ``relpath`` under the ``s3://`` source ``root`` through the door:
+    """Open the original ``relpath`` under the store's source ``root`` through the door:
     refused ``too_large`` over ``cap`` before a byte is read, ``unreadable`` when it is not
     the object the listing saw (another size or ETag: rewritten since); OSError when it is
     gone or the store cannot be reached.  Reads are ranged GETs, by this process alone.
 
     With the listing's ``expect`` (its size and ETag), nothing is asked at the open: the
-    first read is the first request, and its answer is checked (``ObjectPath.open_listed``).
-    Without it, a HEAD gives the size and ETag first, as for any object."""
+    first read is the first request, and its answer is checked (``ObjectPath.open_listed``,
+    where the backend has it).  Otherwise a HEAD gives the size and ETag first, as for any
+    object."""
     budget = cap if cap != UNCAPPED else 0
     try:
         location = object_root(root) / relpath
     except ConfigError as exc:
         raise BadImage("not_a_file", str(exc)) from None
     try:
-        if expect is not None and expect.size > 0:  # an empty object: no range to ask for
+        # an empty object has no range to ask for; a backend without ``open_listed`` a HEAD
+        if expect is not None and expect.size > 0 and hasattr(location, "open_listed"):
             return ObjectOriginal(location.open_listed(expect.size, cap), expect.inode)
         handle = open_file(location, cap, expect=expect)
     except Refused as exc:

@@ -47,7 +47,7 @@ from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..dataset.statedir import DatasetDir
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
-from ..storage import Location, ObjectPath, is_url
+from ..storage import Location, is_url
 from .changes import ChangesRecorder, index_tally, wrong_totals
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
@@ -100,7 +100,7 @@ def pack(config: Config) -> PackResult:
     """
     started = time.monotonic()
     source, output = check_paths(config)
-    if isinstance(output, ObjectPath):
+    if is_url(output):
         from .s3output import bucket_output
 
         with bucket_output(config, output) as (spooled, mirror):

@@ -24,32 +24,29 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
 import re
-import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import atomic
 from ..atomic import HashingFile, fsync_directory, write_bytes_atomic
 from ..dataset.manifest import ShardEntry
 from ..dataset.statedir import DatasetDir, read_state, state_folder
 from ..door import MANIFEST_CAP, Refused
 from ..errors import ManifestError, OutputStateError
 from ..schema import decode, parse
-from ..storage import ObjectPath
+from ..storage import Location
 from .journal import JOURNAL_CAP, SPOOL_CAP, MirroredLine
 from .spool import (
     SAVE_EVERY,
     download_checked,
     files_of_ours,
-    listing_of_ours,
     ours,
     save_record,
     spool_record,
+    upload_unheld,
 )
 
 log = logging.getLogger(__name__)
@@ -68,7 +65,7 @@ QUEUE_DEPTH = 2
 RUNS_TRIED = 8
 
 
-def journal_folder(bucket: ObjectPath) -> ObjectPath:
+def journal_folder(bucket: Location) -> Location:
     """Where the bucket's journal objects are: ``PREFIX/.shardsmith/journal``."""
     return DatasetDir(bucket).journals
 
@@ -87,27 +84,20 @@ def _names(runs: list[str]) -> str:
     return ", ".join(runs[:3]) + (" ..." if len(runs) > 3 else "")
 
 
-def journal_objects(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
+def journal_objects(bucket: Location) -> dict[str, dict[str, Any]]:
     """key (``run/NNNNNNNN.json``) -> what the listing says of it, for the journal objects
     of ours in the bucket (one recursive listing); other names there are not ours."""
-    folder = journal_folder(bucket)
-    client = folder.client
     try:
-        found = client.call(str(folder), client.fs.find, folder.path, detail=True)
+        found = journal_folder(bucket).find()
     except FileNotFoundError:
         return {}
-    base = folder.path + "/"
-    return {name.removeprefix(base): dict(info) for name, info in found.items()
-            if OBJECT_KEY.fullmatch(name.removeprefix(base))
-            and info.get("type", "file") == "file"}
+    return {key: info for key, info in found.items() if OBJECT_KEY.fullmatch(key)}
 
 
-def _delete(bucket: ObjectPath, keys: list[str], check: Callable[[], None]) -> None:
+def _delete(bucket: Location, keys: list[str], check: Callable[[], None]) -> None:
     if keys:
-        folder = journal_folder(bucket)
         check()
-        folder.client.call(str(folder), folder.client.fs.rm,
-                           [(folder / key).path for key in keys])
+        journal_folder(bucket).delete(*keys)
 
 
 class BucketJournal:
@@ -115,7 +105,7 @@ class BucketJournal:
     order on one thread.  ``check``: the lease's, called before every PUT and delete; an
     upload that fails stops the pack at its next checkpoint, or at ``finish``."""
 
-    def __init__(self, bucket: ObjectPath, spool: Path, home: Path,
+    def __init__(self, bucket: Location, spool: Path, home: Path,
                  check: Callable[[], None]):
         self.bucket, self.spool, self.home, self.check = bucket, spool, home, check
         self.samples_path = DatasetDir(spool).samples
@@ -249,11 +239,8 @@ class BucketJournal:
         if records is None:
             self._copying = False  # the version is committed in the spool: no journal needed
             return
-        target = journal_folder(self.bucket) / key
         self.check()
-        answer = target.client.call(str(target), target.client.fs.call_s3, "put_object",
-                                    Bucket=target.bucket, Key=target.key, Body=line + records)
-        etag = str(answer.get("ETag") or "") if isinstance(answer, dict) else ""
+        etag = (journal_folder(self.bucket) / key).put(line + records)
         uploaded[_recorded(key)] = [size, 0, etag]
         self._held[key] = etag
         self._saved()
@@ -261,27 +248,18 @@ class BucketJournal:
     def _upload_file(self, name: str) -> None:
         """A file of a checkpoint's shard, unless the bucket holds it (as ``publish``
         judges it, and recorded as it records it, so that it finds it held)."""
-        path = self.spool / name
-        try:
-            found = os.lstat(path)
-        except FileNotFoundError:
-            return  # merged away when the version was made: publish sends what it names
-        if not stat.S_ISREG(found.st_mode):
-            return
-        seen = [found.st_size, found.st_mtime_ns]
-        uploaded = self._state["uploaded"]
-        if uploaded.get(name) == seen + [self._there.get(name)]:
-            return
         self.check()
         try:
-            etag = atomic.publish_object(path, self.bucket / name)
+            seen = upload_unheld(self.spool, self.bucket, name, self._state["uploaded"],
+                                 self._there)
         except FileNotFoundError:
-            if path.exists():
+            if (self.spool / name).exists():
                 raise
-            return
-        uploaded[name] = seen + [etag]
-        self._there[name] = etag
-        self._saved()
+            return  # merged away when the version was made: publish sends what it names
+        if seen is not None:
+            self._state["uploaded"][name] = seen
+            self._there[name] = seen[2]
+            self._saved()
 
     def _samples(self, start: int, end: int) -> bytes | None:
         """The spool's sample records ``start:end``; None when the spool no longer holds
@@ -306,13 +284,13 @@ class BucketJournal:
             self._unsaved = 0
 
 
-def clear(bucket: ObjectPath, home: Path, check: Callable[[], None]) -> None:
+def clear(bucket: Location, home: Path, check: Callable[[], None]) -> None:
     """After the commit: the bucket's journal objects are deleted (of this run, or of any
     run before it), and the spool's record of them."""
     _clear(bucket, home, sorted(journal_objects(bucket)), check, every=True)
 
 
-def clear_committed(bucket: ObjectPath, home: Path, run: str,
+def clear_committed(bucket: Location, home: Path, run: str,
                     objects: dict[str, dict[str, Any]],
                     check: Callable[[], None]) -> dict[str, dict[str, Any]]:
     """The journal objects of ``run``, the run the bucket's version committed (its object
@@ -329,7 +307,7 @@ def clear_committed(bucket: ObjectPath, home: Path, run: str,
     return {key: info for key, info in objects.items() if not key.startswith(run + "/")}
 
 
-def _clear(bucket: ObjectPath, home: Path, keys: list[str], check: Callable[[], None],
+def _clear(bucket: Location, home: Path, keys: list[str], check: Callable[[], None],
            every: bool = False) -> None:
     """``keys`` deleted, and the spool's record of them (``every``: of all journal objects)."""
     _delete(bucket, keys, check)
@@ -347,7 +325,7 @@ class _Damaged(Exception):
     """Why a checkpoint object is not one (it and those after it are not resumed from)."""
 
 
-def restore(bucket: ObjectPath, spool: Path,
+def restore(bucket: Location, spool: Path,
             objects: dict[str, dict[str, Any]] | None = None) -> dict[str, list]:
     """Rebuild the spool's journal from the bucket's checkpoint objects 0..K (up to the first
     missing or damaged one, with one warning) and download the shards they name (ranged,
@@ -369,7 +347,7 @@ def restore(bucket: ObjectPath, spool: Path,
                                               for info in runs[name].values()), name))
     if not candidates:
         return {}
-    listing = listing_of_ours(bucket)
+    listing = bucket.listing()
     first_warning = ""
     for run in candidates[:RUNS_TRIED]:
         restored, warning = _restore_run(bucket, spool, run, runs[run], listing)
@@ -386,7 +364,7 @@ def restore(bucket: ObjectPath, spool: Path,
     return {}
 
 
-def _restore_run(bucket: ObjectPath, spool: Path, run: str,
+def _restore_run(bucket: Location, spool: Path, run: str,
                  numbers: dict[int, dict[str, Any]],
                  listing: dict[str, dict[str, Any]]) -> tuple[dict[str, list] | None, str]:
     """The journal of ``run`` rebuilt in the spool when it restores at least one checkpoint:
@@ -439,7 +417,7 @@ def _restore_run(bucket: ObjectPath, spool: Path, run: str,
     return records, warning
 
 
-def _checkpoint_object(target: ObjectPath, number: int, run: str, end: int,
+def _checkpoint_object(target: Location, number: int, run: str, end: int,
                        journal_bytes: int) -> tuple[bytes, bytes]:
     """The journal line and the sample records of checkpoint object ``number`` (the spool's
     records so far ending at ``end``); _Damaged when it is not one."""
@@ -477,8 +455,8 @@ def _checkpoint_object(target: ObjectPath, number: int, run: str, end: int,
     return line, rest
 
 
-def _shard_files(bucket: ObjectPath, spool: Path, line: bytes,
-                 listing: dict[str, dict[str, Any]], target: ObjectPath) -> dict[str, list]:
+def _shard_files(bucket: Location, spool: Path, line: bytes,
+                 listing: dict[str, dict[str, Any]], target: Location) -> dict[str, list]:
     """The files of the shard a checkpoint line names, downloaded into the spool and checked
     against its sha256; their records.  _Damaged when one is not what the line says (another
     size than the listing's, or sha256), or not in the bucket."""
@@ -493,17 +471,15 @@ def _shard_files(bucket: ObjectPath, spool: Path, line: bytes,
     for entry in files:
         if not ours(entry.name):
             raise _Damaged(f"it names {entry.name!r}, not a shard of ours")
-        listed = listing.get(entry.name)
-        if listed is None:
+        listed = listing.get(entry.name) or {}
+        if listed.get("type") != "file":
             raise _Damaged(f"its shard {entry.name} is not in the bucket")
-        if listed["size"] != entry.bytes:
+        if int(listed.get("size") or 0) != entry.bytes:
             raise _Damaged(f"it says {entry.name} holds {entry.bytes:,} bytes, the bucket's "
-                           f"holds {listed['size']:,}")
+                           f"holds {int(listed.get('size') or 0):,}")
         try:
-            download_checked(bucket / entry.name, spool / entry.name, entry.bytes,
-                               entry.sha256)
+            records[entry.name] = download_checked(bucket, spool, entry.name, entry.bytes,
+                                                   entry.sha256) + [str(listed.get("ETag") or "")]
         except OutputStateError as exc:
             raise _Damaged(f"its shard is not in the bucket as it says ({exc})") from None
-        found = (spool / entry.name).stat()
-        records[entry.name] = [found.st_size, found.st_mtime_ns, listed["ETag"]]
     return records

@@ -1,11 +1,14 @@
-"""``pack`` to ``s3://bucket/prefix``: pack into a local spool, upload, PUT the manifest last.
+"""``pack`` to a store (``s3://bucket/prefix``, or any backend of ``storage.BACKENDS``): pack
+into a local spool, upload, PUT the manifest last, by the store's location methods (``put``,
+``delete``, ``listing``; docs/storage.md, "Other stores").
 
 The spool is a local dataset folder that mirrors the bucket's version, packed by the same code
 as a local output (so the bytes are the same, and the local journal makes a killed run resume
 at its last shard).  Publishing a version to the bucket (docs/storage.md, "Pack to s3"):
 
 1. the dataset's lease is taken (``BucketLease``: no flock on a bucket);
-2. multipart uploads left unfinished under the prefix by a killed run are aborted;
+2. multipart uploads left unfinished under the prefix by a killed run are aborted (S3's
+   ``abort_uploads``, where the store has it);
 3. every file of the spool's version the bucket does not hold yet is uploaded (a PUT, or a
    multipart upload for a large file: visible only when complete);
 4. the object record (``.shardsmith/objects.json``) names the objects of the new version and
@@ -33,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from ..atomic import publish_object, remove_stale_tmp
+from ..atomic import remove_stale_tmp
 from ..config import Config
 from ..dataset.lock import BucketLease
 from ..dataset.manifest import (
@@ -46,7 +49,7 @@ from ..dataset.manifest import (
 from ..dataset.statedir import STATE_DIR, DatasetDir
 from ..door import MANIFEST_CAP, read_file
 from ..errors import ManifestError, OutputStateError
-from ..storage import ObjectPath
+from ..storage import Location
 from ..text import cut
 from .s3journal import BucketJournal, clear, clear_committed, journal_objects, restore
 from .spool import (
@@ -56,6 +59,7 @@ from .spool import (
     ours,
     save_record,
     spool_record,
+    upload_unheld,
 )
 
 log = logging.getLogger(__name__)
@@ -64,17 +68,18 @@ SPOOL_VARIABLE = "SHARDSMITH_SPOOL"
 UPLOADS = 4  # files uploaded at once
 
 
-def spool_for(bucket: ObjectPath) -> Path:
-    """The spool of a dataset in a bucket: ``$SHARDSMITH_SPOOL`` (default
+def spool_for(bucket: Location) -> Path:
+    """The spool of a dataset in a store: ``$SHARDSMITH_SPOOL`` (default
     ``~/.cache/shardsmith/spool``) / bucket-<hash of the URL>; one spool per dataset URL."""
     root = Path(os.environ.get(SPOOL_VARIABLE)
                 or Path.home() / ".cache" / "shardsmith" / "spool").expanduser()
-    digest = hashlib.sha256(str(bucket).encode()).hexdigest()[:16]
-    return root.resolve() / f"{bucket.bucket}-{digest}"
+    url = str(bucket)
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    return root.resolve() / f"{url.partition('://')[2].split('/')[0]}-{digest}"
 
 
 @contextmanager
-def bucket_output(config: Config, bucket: ObjectPath) -> Iterator[tuple[Config, BucketJournal]]:
+def bucket_output(config: Config, bucket: Location) -> Iterator[tuple[Config, BucketJournal]]:
     """The lease of the dataset at ``bucket`` (its ``config.output.path``) and its local spool,
     synced with it: yields the config of a pack into the spool and the journal mirror that
     uploads its shards and checkpoints as they are written; when the pack returns, the
@@ -110,7 +115,7 @@ def _plain_folders(home: Path, spool: Path) -> None:
                                    "folder goes; remove it (nothing was followed)")
 
 
-def _refuse_foreign(bucket: ObjectPath) -> None:
+def _refuse_foreign(bucket: Location) -> None:
     """A prefix holding no manifest is packed only when it holds nothing but objects of
     ours (a killed first run's), as a local pack refuses a folder with files it did not
     write: OutputStateError naming up to three, nothing deleted."""
@@ -137,7 +142,7 @@ def _sha(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _read(target: ObjectPath, cap: int) -> bytes | None:
+def _read(target: Location, cap: int) -> bytes | None:
     """The bytes of a small object of ours; None when there is none."""
     try:
         return read_file(target, cap)
@@ -145,11 +150,11 @@ def _read(target: ObjectPath, cap: int) -> bytes | None:
         return None
 
 
-def _remote_manifest(bucket: ObjectPath) -> bytes | None:
+def _remote_manifest(bucket: Location) -> bytes | None:
     return _read(bucket / MANIFEST_NAME, MANIFEST_CAP)
 
 
-def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
+def _sync_spool(bucket: Location, home: Path, spool: Path,
                 check: Callable[[], None] = lambda: None) -> None:
     """Make the spool hold the bucket's version, or a version packed on it that a killed run
     did not finish publishing; otherwise (another machine packed, the spool is new or lost)
@@ -183,19 +188,17 @@ def _sync_spool(bucket: ObjectPath, home: Path, spool: Path,
                                    "to another prefix)") from None
         there = files_of_ours(bucket)
         for entry in sorted(manifest.files(), key=lambda entry: entry.name):
-            download_checked(bucket / entry.name, spool / entry.name, entry.bytes, entry.sha256)
-            found = (spool / entry.name).stat()
-            uploaded[entry.name] = [found.st_size, found.st_mtime_ns, there.get(entry.name, "")]
-        for name in sorted(name for name in there if is_derived_file(name)):
-            download_checked(bucket / name, spool / name, MANIFEST_CAP, None)  # rewritten by a pack
-            found = (spool / name).stat()
-            uploaded[name] = [found.st_size, found.st_mtime_ns, there[name]]
-        download_checked(bucket / MANIFEST_NAME, spool / MANIFEST_NAME, MANIFEST_CAP, remote)
+            uploaded[entry.name] = download_checked(bucket, spool, entry.name, entry.bytes,
+                                                    entry.sha256) + [there.get(entry.name, "")]
+        for name in sorted(name for name in there if is_derived_file(name)):  # a pack rewrites
+            uploaded[name] = download_checked(bucket, spool, name, MANIFEST_CAP, None) \
+                + [there[name]]
+        download_checked(bucket, spool, MANIFEST_NAME, MANIFEST_CAP, remote)
     uploaded |= _restore(bucket, home, spool, remote, check)  # killed on another machine
     save_record(home, remote, uploaded)
 
 
-def _restore(bucket: ObjectPath, home: Path, spool: Path, remote: str | None,
+def _restore(bucket: Location, home: Path, spool: Path, remote: str | None,
              check: Callable[[], None]) -> dict[str, list]:
     """``s3journal.restore``, unless the journal objects are those of the run the bucket's
     version (sha256 ``remote``) committed, as its object record names it: a run killed
@@ -222,55 +225,36 @@ def _has_journal(spool: Path) -> bool:
     return True
 
 
-def abort_stale_uploads(bucket: ObjectPath) -> int:
-    """Abort the multipart uploads left unfinished under the prefix (by a killed run: the
-    lease holder is the only writer); returns how many."""
-    client = bucket.client
-    answer = client.call(str(bucket), client.fs.call_s3, "list_multipart_uploads",
-                         Bucket=bucket.bucket, Prefix=f"{bucket.key}/")
-    uploads = answer.get("Uploads") or []
-    for upload in uploads:
-        client.call(str(bucket), client.fs.call_s3, "abort_multipart_upload",
-                    Bucket=bucket.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
-    if uploads:
-        log.info("aborted %d unfinished uploads under %s", len(uploads), bucket)
-    return len(uploads)
-
-
-def publish(spool: Path, bucket: ObjectPath, home: Path,
+def publish(spool: Path, bucket: Location, home: Path,
             check: Callable[[], None] = lambda: None, run: str = "") -> None:
     """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's.
     ``run``: the id of the run whose journal objects the bucket holds (``BucketJournal.run``),
     named in the object record, so that a run killed before it deletes them is known by the
     next as the committed run's (``_restore``)."""
-    client = bucket.client
     remove_stale_tmp(spool)
     manifest = (spool / MANIFEST_NAME).read_bytes()
     names = sorted(entry.name for entry in os.scandir(spool)
                    if entry.is_file(follow_symlinks=False) and entry.name != MANIFEST_NAME
                    and ours(entry.name))
-    abort_stale_uploads(bucket)
+    aborted = bucket.abort_uploads() if hasattr(bucket, "abort_uploads") else 0
+    if aborted:  # S3's multipart uploads of a killed run
+        log.info("aborted %d unfinished uploads under %s", aborted, bucket)
     state = spool_record(home)
     uploaded: dict[str, list] = state.get("uploaded") or {}
     there = files_of_ours(bucket)
 
-    def needed(name: str) -> bool:
-        stat = (spool / name).stat()
-        seen = uploaded.get(name)
-        return not (isinstance(seen, list) and seen == [stat.st_size, stat.st_mtime_ns,
-                                                         there.get(name)])
+    def upload(name: str) -> tuple[str, list | None]:
+        return name, upload_unheld(spool, bucket, name, held, there)
 
-    def upload(name: str) -> tuple[str, list]:
-        stat = (spool / name).stat()
-        etag = publish_object(spool / name, bucket / name)
-        return name, [stat.st_size, stat.st_mtime_ns, etag]
-
-    todo = [name for name in names if needed(name)]
+    held, sent = dict(uploaded), 0
     with ThreadPoolExecutor(UPLOADS) as pool:
-        for done, (name, seen) in enumerate(pool.map(upload, todo), 1):
-            uploaded[name] = seen
-            if done % SAVE_EVERY == 0 or done == len(todo):  # a killed run re-sends few
-                save_record(home, state.get("base"), uploaded)
+        for name, seen in pool.map(upload, names):
+            if seen is not None:
+                uploaded[name], sent = seen, sent + 1
+                if sent % SAVE_EVERY == 0:  # a killed run re-sends few
+                    save_record(home, state.get("base"), uploaded)
+    if sent % SAVE_EVERY:
+        save_record(home, state.get("base"), uploaded)
 
     record_object = DatasetDir(bucket).objects
     current = _remote_manifest(bucket)
@@ -292,16 +276,15 @@ def publish(spool: Path, bucket: ObjectPath, home: Path,
         if run:
             fresh["run"] = run
         if record != fresh:
-            client.call(str(record_object), client.fs.pipe_file, record_object.path,
-                        json.dumps(fresh, sort_keys=True).encode())
+            record_object.put(json.dumps(fresh, sort_keys=True).encode())
         check()
-        client.call(str(bucket), client.fs.pipe_file, (bucket / MANIFEST_NAME).path, manifest)
+        (bucket / MANIFEST_NAME).put(manifest)
         log.info("committed %s", bucket)
     save_record(home, new_sha, uploaded)
     keep = set(names_now) | set(kept)
     stale = sorted(set(files_of_ours(bucket)) - keep)
     if stale:
-        client.call(str(bucket), client.fs.rm, [(bucket / name).path for name in stale])
+        bucket.delete(*stale)
         log.info("removed %s, which neither this version nor the previous names",
                  ", ".join(stale))
 

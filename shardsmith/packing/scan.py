@@ -46,7 +46,7 @@ from ..config import SourceConfig
 from ..door import Identity
 from ..errors import ConfigError
 from ..ordered import in_order
-from ..storage import Location, ObjectPath, StoreError, check_key
+from ..storage import Location, StoreError, check_key, is_url
 
 log = logging.getLogger(__name__)
 
@@ -242,11 +242,11 @@ def scan(root: Location, config: SourceConfig, threads: int = SCAN_THREADS,
     files and mask trees are left out (``annotation``).  Files that do not match the extension
     or glob filters are counted in ``excluded`` by reason (with the first paths of each
     reason), files and directories that cannot be read are returned in ``unreadable``.
-    An ``ObjectPath`` root is listed instead (``_list_objects``).
+    A store's root (``is_url``) is listed instead (``_list_objects``).
     With ``split_folders`` (``splits.folder``), the top folder is a split and the class
     folder is the one below it.  With ``labels: file``, the labels come from the labels file.
     """
-    if isinstance(root, ObjectPath):
+    if is_url(root):
         return _finish(_list_objects(root, config, threads, split_folders), root, config,
                        split_folders)
     walk = _Walk(config, split_folders)
@@ -472,52 +472,45 @@ def _selected(relpath: str, config: SourceConfig) -> bool:
     return not any(fnmatch.fnmatchcase(relpath, p) for p in config.exclude)
 
 
-def _list_objects(root: ObjectPath, config: SourceConfig, threads: int,
+def _list_objects(root: Location, config: SourceConfig, threads: int,
                   split_folders: tuple[str, ...]) -> _Walk:
-    """The objects under the ``s3://`` prefix ``root`` that the config selects, by the rules
-    of ``scan``, from LIST requests alone (no object is read): one listing of the top level,
-    then each top-level prefix listed in full on a pool of threads, so the round trips of a
-    bucket's class folders overlap.  Size and ``LastModified`` (the mtime) come from the
-    listing; the ETag goes in the ``inodes`` column (``object_tag``), so the sources
+    """The objects under the store's prefix ``root`` that the config selects, by the rules
+    of ``scan``, from its listings alone (no object is read): one listing of the top level,
+    then each top-level prefix listed in full on a pool of threads (``find``), so the round
+    trips of a bucket's class folders overlap.  Size and ``LastModified`` (the mtime) come
+    from the listing; the ETag goes in the ``inodes`` column (``object_tag``), so the sources
     fingerprint changes with it and the worker checks it is the object it reads.
 
     Memory: one top-level prefix's listing at a time per thread (s3fs pages it by 1,000
     keys) and the columns the scan keeps, as for a local tree."""
     walk = _Walk(config, split_folders)
-    fs = root.client.fs
-    base = root.path + "/"
     try:
-        top = root.client.call(str(root), fs.ls, root.path, detail=True)
-    except FileNotFoundError:
-        top = []
+        top = root.listing()
     except StoreError:
         raise  # the store failed, not the source's name: exit 1, rerun (docs/storage.md)
     except OSError as exc:
         raise ConfigError(f"source.path: {root}: cannot list it: {exc.strerror}") from None
     if not top:
         raise ConfigError(f"source.path: {root}: no object under this prefix")
-    names, entries = set(), []
-    for entry in top:
-        if entry.get("type") == "directory":
-            name = entry["name"].removeprefix(base)
-            if name.startswith("."):
-                walk.exclude("hidden", name)
-            elif split_folders and name not in split_folders:
-                walk.exclude("not in a split folder", name)
-            else:
-                names.add(name)
+    names, entries = set(), {}
+    for name, entry in top.items():
+        if entry.get("type") != "directory":
+            entries[name] = entry
+        elif name.startswith("."):
+            walk.exclude("hidden", name)
+        elif split_folders and name not in split_folders:
+            walk.exclude("not in a split folder", name)
         else:
-            entries.append(entry)
+            names.add(name)
 
     # Each top-level prefix is listed as the keys that start with ``root/NAME/``, and only
     # those are kept: a key with an empty segment right under the root (``root//x.jpg``)
     # comes back as a common prefix that names the root itself once its trailing slash is
     # taken off, and listing that in full gave every key twice.  Its keys (``NAME`` empty)
     # are listed once, and each is unreadable (``_sort_object``).
-    def listing(name: str) -> list[dict] | OSError:
+    def listing(name: str) -> dict[str, dict] | OSError:
         try:
-            return list(root.client.call(f"{root}/{name}", fs.find, root.path,
-                                         prefix=f"{name}/", detail=True).values())
+            return root.find(f"{name}/")
         except OSError as exc:
             return exc
 
@@ -529,10 +522,10 @@ def _list_objects(root: ObjectPath, config: SourceConfig, threads: int,
             if isinstance(objects, OSError):
                 walk.unreadable.append((name, f"cannot list: {objects.strerror}"))
                 continue
-            under = base if name is None else f"{base}{name}/"
-            for entry in objects:
-                if entry.get("type") == "file" and entry["name"].startswith(under):
-                    _sort_object(walk, entry["name"].removeprefix(base), entry)
+            under = "" if name is None else f"{name}/"
+            for relpath, entry in objects.items():
+                if entry.get("type", "file") == "file" and relpath.startswith(under):
+                    _sort_object(walk, relpath, entry)
     return walk
 
 

@@ -1,5 +1,6 @@
-"""The spool of a pack to ``s3://`` and what it knows of the bucket: the record of what is
-uploaded (``state.json``), the files of ours the bucket holds, checked downloads.
+"""The spool of a pack to a store (``s3://``) and what it knows of the bucket: the record of
+what is uploaded (``state.json``), the files of ours the bucket holds, checked downloads and
+uploads of what the bucket does not hold.
 
 Shared by the publishing of a version (``s3output``) and the journal kept in the bucket
 (``s3journal``).
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ from ..atomic import CopyMismatch, copy_verified, write_json_atomic
 from ..dataset.manifest import MANIFEST_NAME, is_dataset_file, is_derived_file
 from ..door import Refused, open_file
 from ..errors import OutputStateError
-from ..storage import ObjectPath
+from ..storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +75,16 @@ def _sound_record(state: object) -> bool:
                and isinstance(seen[2], str) for name, seen in uploaded.items())
 
 
-def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | None) -> None:
-    """``source`` into ``final`` by ranged GETs within ``size`` (the manifest's; a cap for
-    the manifest itself), its sha256 checked before it takes its name: OutputStateError for
-    an object that is not what the manifest says."""
+def download_checked(bucket: Location, spool: Path, name: str, size: int,
+                     sha256: str | None) -> list[int]:
+    """The object ``name`` of ``bucket`` into the spool by ranged GETs within ``size`` (the
+    manifest's; a cap for the manifest itself), its sha256 checked before it takes its name;
+    returns the spool file's [size, mtime_ns] (its record, less the ETag).  OutputStateError
+    for an object that is not what the manifest says."""
+    source = bucket / name
     try:
         with source.open_guarded(size) as handle:
-            copy_verified(handle, final, sha256=sha256, sync=False)
+            copy_verified(handle, spool / name, sha256=sha256, sync=False)
     except Refused as exc:
         raise OutputStateError(f"{exc.path}: {exc.detail}; the bucket's version is not "
                                "what its manifest says (pack to another prefix)") from None
@@ -89,17 +95,25 @@ def download_checked(source: ObjectPath, final: Path, size: int, sha256: str | N
     except CopyMismatch:
         raise OutputStateError(f"{source}: its sha256 is not the manifest's; the bucket's "
                                "version is damaged (pack to another prefix)") from None
+    found = (spool / name).stat()
+    return [found.st_size, found.st_mtime_ns]
 
 
-def files_of_ours(bucket: ObjectPath) -> dict[str, str]:
+def upload_unheld(spool: Path, bucket: Location, name: str, uploaded: dict[str, list],
+                  there: dict[str, str]) -> list | None:
+    """The spool file ``name`` PUT as the bucket's object of that name, unless the bucket
+    holds it: its record [size, mtime_ns, ETag] is the file's and the listing's ETag.
+    Returns its new record; None when held, or when it is no regular file of the spool."""
+    path = spool / name
+    found = os.lstat(path)
+    seen = [found.st_size, found.st_mtime_ns]
+    if not stat.S_ISREG(found.st_mode) or uploaded.get(name) == seen + [there.get(name)]:
+        return None
+    return seen + [(bucket / name).put(path)]
+
+
+def files_of_ours(bucket: Location) -> dict[str, str]:
     """name -> ETag of the objects of ours directly under the prefix (one LIST); an object
     under another name is someone else's, never listed, recorded or deleted."""
-    return {name: found["ETag"] for name, found in listing_of_ours(bucket).items()}
-
-
-def listing_of_ours(bucket: ObjectPath) -> dict[str, dict[str, Any]]:
-    """name -> {``ETag``, ``size``} of the objects of ours directly under the prefix, as
-    ``files_of_ours`` lists them."""
-    return {name: {"ETag": str(entry.get("ETag") or ""), "size": int(entry.get("size") or 0)}
-            for name, entry in bucket.listing().items()
+    return {name: str(entry.get("ETag") or "") for name, entry in bucket.listing().items()
             if entry.get("type") == "file" and ours(name)}

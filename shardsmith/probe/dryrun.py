@@ -25,7 +25,7 @@ from ..dataset.manifest import MANIFEST_NAME, read_manifest
 from ..errors import ManifestError, ShardsmithError
 from ..packing.outputdir import previous_dataset
 from ..packing.scan import ScanResult
-from ..storage import Location, ObjectPath
+from ..storage import Location, is_url
 from ..text import plural
 from . import ProbeOptions, ProbeReport, Say, probe_tree
 from .annotations import AnnotationCheck, check_annotations
@@ -181,7 +181,7 @@ def changes(scanned: ScanResult, config: Config, source: Location,
     None too for an ``s3://`` output, whose delta the pack finds against its local spool."""
     from ..packing.pipeline import find_delta, make_job, up_to_date
 
-    if isinstance(output, ObjectPath):  # the pack works out its delta in its spool
+    if is_url(output):  # the pack works out its delta in its spool
         return None
     previous = previous_dataset(output, config)
     if previous is None:
@@ -223,7 +223,7 @@ def assumption(config: Config) -> str:
 def existing_output(output: Location, config: Config) -> str:
     """What the output directory (or bucket prefix) holds, and what a pack would therefore do
     with it."""
-    if isinstance(output, ObjectPath):
+    if is_url(output):
         if not (output / MANIFEST_NAME).exists():
             return "holds no dataset: a pack creates it"
         return f"holds version {read_manifest(output).version}: a pack adds what changed" + (
