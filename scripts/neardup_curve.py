@@ -3,10 +3,13 @@
 
     scripts/neardup_curve.py TREE [--fixtures 3 --parts 2000 --reshots 200 --seed 0]
                              [--cap 8] [--threshold T] [--sample 63]
+                             [--pipeline [--no-check]]
 
-TREE is made by scripts/make_reshots.py with the same numbers (made here when its truth.csv is
-missing). Each image is reduced as the pack's worker holds it (decode at 1/2 DCT scale, area
-resize to 256 px on the long side, grey), then hashed by each candidate:
+With ``--pipeline`` it measures shardsmith/neardup.py instead (``measure_pipeline``); what
+follows is the first measurement, kept for its tables. TREE is made by scripts/make_reshots.py
+with the same numbers (made here when its truth.csv is missing). Each image is reduced as the
+pack's worker holds it (decode at 1/2 DCT scale, area resize to 256 px on the long side,
+grey), then hashed by each candidate:
 
 * ``dct``: the 8x8 lowest DCT coefficients of a 32x32 block mean of the grey image, each bit
   "above the median of the 64";
@@ -265,7 +268,7 @@ def measure(root: Path, sample: int) -> dict:
     }
 
 
-def measure_pipeline(root: Path, sample: int, cap: int) -> None:
+def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) -> None:
     """The pipeline of shardsmith/neardup.py on the tree: per fixture (the pack would take it
     from the folder) its median of the first ``sample`` images, each image's part hash and
     view, the ``cap`` nearest within the largest D as candidates, every candidate checked;
@@ -300,6 +303,8 @@ def measure_pipeline(root: Path, sample: int, cap: int) -> None:
     print(f"re-shot distance p50/p95/max {np.percentile(reshot, [50, 95, 100]).astype(int)}; "
           f"re-shots among candidates: {sum(p in set(pairs) for p in truth) / len(truth):.3f} "
           f"(cap {cap}), {sum(p in halved for p in truth) / len(truth):.3f} (cap {cap // 2})")
+    if not checked:
+        return
     scores, timings = {}, []
     for i, j in pairs:
         tick = time.perf_counter_ns()
@@ -336,12 +341,15 @@ def main() -> None:
     parser.add_argument("--hashes", default=",".join(HASHES))
     parser.add_argument("--pipeline", action="store_true",
                         help="measure shardsmith/neardup.py's hash, check and clusters")
+    parser.add_argument("--no-check", action="store_true",
+                        help="with --pipeline: the hash and its candidates only")
     arguments = parser.parse_args()
     if not (arguments.tree / "truth.csv").exists():
         write_tree(arguments.tree, arguments.fixtures, arguments.parts, arguments.reshots,
                    arguments.seed)
     if arguments.pipeline:
-        measure_pipeline(arguments.tree, arguments.sample, arguments.cap)
+        measure_pipeline(arguments.tree, arguments.sample, arguments.cap,
+                         checked=not arguments.no_check)
         return
     started = time.perf_counter()
     data = measure(arguments.tree, arguments.sample)
