@@ -3,10 +3,13 @@
 
     scripts/neardup_curve.py TREE [--fixtures 3 --parts 2000 --reshots 200 --seed 0]
                              [--cap 8] [--threshold T] [--sample 63]
+                             [--pipeline [--no-check]]
 
-TREE is made by scripts/make_reshots.py with the same numbers (made here when its truth.csv is
-missing). Each image is reduced as the pack's worker holds it (decode at 1/2 DCT scale, area
-resize to 256 px on the long side, grey), then hashed by each candidate:
+With ``--pipeline`` it measures shardsmith/neardup.py instead (``measure_pipeline``); what
+follows is the first measurement, kept for its tables. TREE is made by scripts/make_reshots.py
+with the same numbers (made here when its truth.csv is missing). Each image is reduced as the
+pack's worker holds it (decode at 1/2 DCT scale, area resize to 256 px on the long side,
+grey), then hashed by each candidate:
 
 * ``dct``: the 8x8 lowest DCT coefficients of a 32x32 block mean of the grey image, each bit
   "above the median of the 64";
@@ -47,6 +50,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from reshots import read_truth, write_tree  # noqa: E402
+
+from shardsmith import neardup  # noqa: E402
 
 LONG_SIDE = 256
 HASHES = ("dct", "dct-fixture", "edge", "edge-fixture", "dct-centred", "edge-centred")
@@ -263,6 +268,66 @@ def measure(root: Path, sample: int) -> dict:
     }
 
 
+def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) -> None:
+    """The pipeline of shardsmith/neardup.py on the tree: per fixture (the pack would take it
+    from the folder) its median of the first ``sample`` images, each image's part hash and
+    view, the ``cap`` nearest within the largest D as candidates, every candidate checked;
+    then recall and precision of the co-cluster relation by distance and threshold."""
+    rows = read_truth(root / "truth.csv")
+    part_ids = {part: i for i, part in enumerate(sorted({part for _, part, _ in rows}))}
+    parts = np.array([part_ids[part] for _, part, _ in rows])
+    started = time.perf_counter()
+    hashes = np.zeros(len(rows), np.uint64)
+    views: list[np.ndarray] = [np.empty(0)] * len(rows)
+    pairs: list[tuple[int, int]] = []
+    halved: set[tuple[int, int]] = set()  # the candidates at half the cap
+    for fixture in sorted({f for *_, f in rows}):
+        members = [i for i, (*_, f) in enumerate(rows) if f == fixture]
+        greys = [reduce((root / rows[i][0]).read_bytes()) for i in members]
+        median = neardup.fixture_median(greys[:sample])
+        for i, grey in zip(members, greys, strict=True):
+            hashes[i] = neardup.part_hash(grey, median)
+            views[i] = neardup.part_view(grey, median)
+        local = neardup.candidates(hashes[members], MAX_DISTANCE, cap)
+        pairs += [(members[i], members[j]) for i, j in local]
+        halved.update((members[i], members[j])
+                      for i, j in neardup.candidates(hashes[members], MAX_DISTANCE, cap // 2))
+    print(f"{len(rows)} images, {len(part_ids)} parts, hashed in "
+          f"{time.perf_counter() - started:.0f} s; {len(pairs)} candidates (cap {cap}, "
+          f"D <= {MAX_DISTANCE})")
+    by_part: dict[int, list[int]] = {}
+    for i, part in enumerate(parts.tolist()):
+        by_part.setdefault(part, []).append(i)
+    truth = {tuple(m) for m in by_part.values() if len(m) == 2}
+    reshot = popcount(np.array([hashes[i] ^ hashes[j] for i, j in sorted(truth)], np.uint64))
+    print(f"re-shot distance p50/p95/max {np.percentile(reshot, [50, 95, 100]).astype(int)}; "
+          f"re-shots among candidates: {sum(p in set(pairs) for p in truth) / len(truth):.3f} "
+          f"(cap {cap}), {sum(p in halved for p in truth) / len(truth):.3f} (cap {cap // 2})")
+    if not checked:
+        return
+    scores, timings = {}, []
+    for i, j in pairs:
+        tick = time.perf_counter_ns()
+        scores[i, j] = neardup.check(views[i], views[j])
+        timings.append(time.perf_counter_ns() - tick)
+    print(f"check: median {np.median(timings) / 1e6:.1f} ms a pair; scores of re-shots "
+          f"p50/p95 {np.percentile([scores.get(p, 100) for p in truth], [50, 95]).round(2)}; "
+          f"lowest of different parts {sorted(s for p, s in scores.items() if p not in truth)[:5]}")
+    distance = {pair: int(popcount(np.array([hashes[pair[0]] ^ hashes[pair[1]]]))[0])
+                for pair in pairs}
+    thresholds = (1.0, 1.5, 2.0, 2.3, 2.6, 3.0, 4.0)
+    for capped, kept in ((cap // 2, halved), (cap, set(pairs))):
+        print(f"cap {capped}: cluster recall / precision by D (rows) and threshold (columns)")
+        print(" D  " + "  ".join(f"{f't = {t}':>13}" for t in thresholds))
+        for limit in range(10, MAX_DISTANCE + 1, 2):
+            cells = []
+            for cut in thresholds:
+                verified = [p for p in kept if distance[p] <= limit and scores[p] <= cut]
+                recall, precision = co_cluster(verified, len(rows), truth)
+                cells.append(f"{recall:.3f} / {precision:.3f}")
+            print(f"{limit:2d}  " + "  ".join(f"{c:>13}" for c in cells))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     parser.add_argument("tree", type=Path)
@@ -274,10 +339,18 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, help="check score under which a pair is one")
     parser.add_argument("--sample", type=int, default=63, help="images per fixture median")
     parser.add_argument("--hashes", default=",".join(HASHES))
+    parser.add_argument("--pipeline", action="store_true",
+                        help="measure shardsmith/neardup.py's hash, check and clusters")
+    parser.add_argument("--no-check", action="store_true",
+                        help="with --pipeline: the hash and its candidates only")
     arguments = parser.parse_args()
     if not (arguments.tree / "truth.csv").exists():
         write_tree(arguments.tree, arguments.fixtures, arguments.parts, arguments.reshots,
                    arguments.seed)
+    if arguments.pipeline:
+        measure_pipeline(arguments.tree, arguments.sample, arguments.cap,
+                         checked=not arguments.no_check)
+        return
     started = time.perf_counter()
     data = measure(arguments.tree, arguments.sample)
     parts, fixtures, thumbs = data["parts"], data["fixtures"], data["thumbs"]

@@ -1,0 +1,234 @@
+"""Near-duplicates: the same part shot twice on one fixture, told from another part.
+
+Pure functions on the grey image the pack's worker holds (uint8, 256 px on the long side) and
+its fixture's median image (``fixture_median`` of the first images shot on that fixture):
+
+* ``part_hash``: a 64-bit hash of the part alone, in integer arithmetic (the same bits on every
+  CPU): the image less its fixture, a window around the centroid of that difference, its
+  gradient, the DCT hash of that. ``candidates``: the ``cap`` nearest hashes within a
+  distance.
+* ``part_view`` and ``check``: a candidate pair is registered (ECC affine on the part alone,
+  then made a similarity: a re-shot moves, turns and scales a part, never stretches it) and
+  scored as the share of the parts' pixels that differ by more than ``CHECK_LEVEL`` grey levels
+  from a 3x3 neighbourhood of the other (a 1 px registration error is no difference).
+* ``clusters``: connected components of the verified pairs; one over ``DENSE_SIZE`` members
+  is dense (a slow belt's frames chain), for the caller to report, not to force into a split.
+
+Why these, with the numbers: docs/know-your-data.md, "Near-duplicates: the measurement".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import cv2
+import numpy as np
+
+ALGORITHM = "part-edge-dct64"
+VERSION = 1
+WINDOW = 160  # px of the 256 px image around the part: the hash's window (32 blocks of 5)
+VIEW = 192  # px the check compares: the largest part, turned and scaled by 1/0.9, fits
+PART_LEVEL = 12  # grey levels off the fixture (5x5 mean) that make a pixel the part's
+CHECK_LEVEL = 15.0  # grey levels a registered pixel may differ from its twin's neighbourhood
+DEFAULT_DISTANCE = 18  # hash bits: at a cap of 8, no re-shot is found beyond it (measured)
+DEFAULT_THRESHOLD = 2.0  # percent of the parts' pixels that differ: the best F1 measured
+DEFAULT_CAP = 8  # candidates checked per sample
+DENSE_SIZE = 8  # members over which a cluster is dense
+UNLIKE = 100.0  # the score of a pair the check cannot register
+
+_SCALE = 4096  # fixed point of the exposure ratio
+_KERNEL3 = np.ones((3, 3), np.uint8)
+_KERNEL9 = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (9, 9))
+_ECC_CRITERIA = (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 30, 1e-4)
+_INVERSE = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+
+
+def _dct_basis(size: int = 32, rows: int = 8) -> np.ndarray:
+    k, n = np.mgrid[0:rows, 0:size]
+    return np.round(np.cos(np.pi * (2 * n + 1) * k / (2 * size)) * 4096).astype(np.int64)
+
+
+_DCT_BASIS = _dct_basis()
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+
+
+def fixture_median(greys: Sequence[np.ndarray]) -> np.ndarray:
+    """Pixel-wise median of a fixture's grey images (an odd count is used: an exact uint8)."""
+    stack = np.stack(list(greys)[: len(greys) - (len(greys) + 1) % 2])
+    return np.sort(stack, axis=0)[len(stack) // 2]
+
+
+def _less_fixture(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """(grey - median x exposure) x 4096 in int64; the exposure is the median of the pixel-wise
+    ratios, which the part (under a third of the image) does not move."""
+    image, reference = grey.astype(np.int64), median.astype(np.int64)
+    ratios = (image * _SCALE // np.maximum(1, reference)).ravel()
+    exposure = int(np.partition(ratios, ratios.size // 2)[ratios.size // 2])
+    return image * _SCALE - reference * exposure
+
+
+def _part_mask(residual: np.ndarray) -> np.ndarray:
+    """uint8 0/1: where the 5x5 mean of |residual| is over PART_LEVEL, opened by 3x3."""
+    magnitude = np.pad(np.abs(residual), 2)
+    summed = magnitude.cumsum(0).cumsum(1)
+    summed = np.pad(summed, ((1, 0), (1, 0)))
+    box = summed[5:, 5:] - summed[:-5, 5:] - summed[5:, :-5] + summed[:-5, :-5]
+    mask = (box > PART_LEVEL * 25 * _SCALE).astype(np.uint8)
+    return cv2.morphologyEx(mask, cv2.MORPH_OPEN, _KERNEL3)
+
+
+def _filled(mask: np.ndarray) -> np.ndarray:
+    """The mask closed by 9x9 with what it encloses filled: where parts always sit, the
+    fixture's median holds a ghost of them, and the inside of a part can match it."""
+    closed = cv2.morphologyEx(mask, cv2.MORPH_CLOSE, _KERNEL9)
+    outside = np.pad(closed, 1)
+    flood = np.zeros((outside.shape[0] + 2, outside.shape[1] + 2), np.uint8)
+    cv2.floodFill(outside, flood, (0, 0), 1)
+    return (closed | (1 - outside[1:-1, 1:-1])).astype(np.uint8)
+
+
+def _centre(weight: np.ndarray) -> tuple[int, int]:
+    """(y, x): the centroid of a non-negative integer image, in integer moments."""
+    total = int(weight.sum())
+    if not total:
+        return weight.shape[0] // 2, weight.shape[1] // 2
+    ys, xs = np.indices(weight.shape)
+    return int((weight * ys).sum()) // total, int((weight * xs).sum()) // total
+
+
+def _window(image: np.ndarray, centre: tuple[int, int], size: int, mode: str) -> np.ndarray:
+    padded = np.pad(image, size // 2, mode=mode)  # type: ignore[call-overload]
+    return padded[centre[0] : centre[0] + size, centre[1] : centre[1] + size]
+
+
+def _dct_hash(image: np.ndarray) -> int:
+    """64-bit DCT hash of an integer image: the 8x8 lowest coefficients of its 32x32 block
+    sums, each bit "above their median", in int64 throughout (|values| < 2**59)."""
+    size = image.shape[0] // 32
+    blocks = image[: 32 * size, : 32 * size].reshape(32, size, 32, size).sum(axis=(1, 3))
+    blocks = blocks >> max(0, int(np.abs(blocks).max()).bit_length() - 24)
+    coefficients = (_DCT_BASIS @ blocks @ _DCT_BASIS.T).ravel()
+    ordered = np.sort(coefficients)
+    bits = 2 * coefficients > ordered[31] + ordered[32]
+    return int(np.packbits(bits).view(">u8")[0])
+
+
+def _gradient(image: np.ndarray) -> np.ndarray:
+    padded = np.pad(image, 1, mode="edge")
+    gx = (padded[:-2, 2:] + 2 * padded[1:-1, 2:] + padded[2:, 2:]
+          - padded[:-2, :-2] - 2 * padded[1:-1, :-2] - padded[2:, :-2])
+    gy = (padded[2:, :-2] + 2 * padded[2:, 1:-1] + padded[2:, 2:]
+          - padded[:-2, :-2] - 2 * padded[:-2, 1:-1] - padded[:-2, 2:])
+    return np.abs(gx) + np.abs(gy)
+
+
+def part_hash(grey: np.ndarray, median: np.ndarray) -> int:
+    """The 64-bit hash of the part in ``grey`` (uint8), its fixture's ``median`` taken out:
+    integer arithmetic from the pixels on, so every CPU gives the same bits."""
+    residual = _less_fixture(grey, median) // _SCALE
+    window = _window(residual, _centre(np.abs(residual)), WINDOW, "constant")
+    return _dct_hash(_gradient(window))
+
+
+def part_view(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """What the check compares: uint8 (2, VIEW, VIEW), the grey window around the part and the
+    part's mask (0/1)."""
+    residual = _less_fixture(grey, median)
+    mask = _filled(_part_mask(residual))
+    centre = _centre(mask.astype(np.int64))
+    return np.stack([_window(grey, centre, VIEW, "edge"),
+                     _window(mask, centre, VIEW, "constant")])
+
+
+def check(first: np.ndarray, second: np.ndarray) -> float:
+    """How unlike two part views are, in percent of the parts' pixels: ``second`` registered
+    onto ``first``, then the pixels of either part that differ by more than CHECK_LEVEL from
+    the other's 3x3 neighbourhood after one gain, opened by 3x3. UNLIKE where the
+    registration fails or is no re-shot's (a scale outside 0.7 to 1.45)."""
+    grey_a, mask_a = first.astype(np.float32)
+    grey_b, mask_b = second.astype(np.float32)
+    area_a, area_b = float(mask_a.sum()), float(mask_b.sum())
+    if not area_a or not area_b or not 0.7 < area_b / area_a < 1.45:
+        return UNLIKE  # a re-shot scales a part by 0.9 to 1/0.9: its area by 0.81 to 1.23
+    # ECC at half size: a quarter of the pixels; the warp's shift is doubled back after
+    small_a = cv2.resize(cv2.GaussianBlur(grey_a * mask_a, (0, 0), 1.0), None, fx=0.5, fy=0.5,
+                         interpolation=cv2.INTER_AREA)
+    small_b = cv2.resize(cv2.GaussianBlur(grey_b * mask_b, (0, 0), 1.0), None, fx=0.5, fy=0.5,
+                         interpolation=cv2.INTER_AREA)
+    half = VIEW / 4
+    scale = float(np.sqrt(area_b / area_a))
+    warp = np.array([[scale, 0, half - scale * half], [0, scale, half - scale * half]],
+                    np.float32)
+    try:
+        _, warp = cv2.findTransformECC(small_a, small_b, warp, cv2.MOTION_AFFINE,
+                                       _ECC_CRITERIA, None, 3)
+    except cv2.error:
+        return UNLIKE
+    warp[:, 2] *= 2
+    half = VIEW / 2
+    linear = warp[:, :2].astype(np.float64)
+    if not 0.7 < float(np.linalg.det(linear)) < 1.45:
+        return UNLIKE
+    cos, sin = (linear[0, 0] + linear[1, 1]) / 2, (linear[1, 0] - linear[0, 1]) / 2
+    similar = np.array([[cos, -sin], [sin, cos]])
+    centre = np.array([half, half])
+    shift = linear @ centre + warp[:, 2] - similar @ centre  # the part's centre stays put
+    warp = np.hstack([similar, shift[:, None]]).astype(np.float32)
+    grey_a = cv2.GaussianBlur(grey_a, (0, 0), 1.0)
+    moved = cv2.warpAffine(cv2.GaussianBlur(grey_b, (0, 0), 1.0), warp, (VIEW, VIEW),
+                           flags=_INVERSE)
+    moved_mask = cv2.warpAffine(mask_b, warp, (VIEW, VIEW), flags=_INVERSE) > 0.5
+    union = (mask_a > 0) | moved_mask
+    if not union.any():
+        return UNLIKE
+    ours, theirs = grey_a[union], moved[union]
+    moved *= float((ours * theirs).sum() / max(1e-6, float((theirs * theirs).sum())))
+    high, low = cv2.dilate(moved, _KERNEL3), cv2.erode(moved, _KERNEL3)
+    differ = ((grey_a > high + CHECK_LEVEL) | (grey_a < low - CHECK_LEVEL)) & union
+    differ = cv2.morphologyEx(differ.astype(np.uint8), cv2.MORPH_OPEN, _KERNEL3)
+    return 100.0 * float(differ.sum()) / float(union.sum())
+
+
+def distances(hashes: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Hamming distances (uint8) of each uint64 hash to each of ``others``: (len, len)."""
+    xor = hashes[:, None] ^ others[None, :]
+    return _POPCOUNT[xor.view(np.uint8).reshape(*xor.shape, 8)].sum(axis=-1, dtype=np.uint8)
+
+
+def candidates(hashes: np.ndarray, distance: int = DEFAULT_DISTANCE, cap: int = DEFAULT_CAP,
+               block: int = 256) -> list[tuple[int, int]]:
+    """Pairs (i < j) where j is among the ``cap`` nearest of i within ``distance``, or i of j
+    (nearest by distance, then by index): the pairs to check. Exhaustive in blocks."""
+    hashes = np.asarray(hashes, np.uint64)
+    pairs: set[tuple[int, int]] = set()
+    for start in range(0, len(hashes), block):
+        near = distances(hashes[start : start + block], hashes).astype(np.int16)
+        rows = np.arange(len(near))
+        near[rows, rows + start] = 99  # not itself
+        order = np.argsort(near, axis=1, kind="stable")[:, :cap]
+        for row, column in zip(*np.nonzero(np.take_along_axis(near, order, 1) <= distance),
+                               strict=True):
+            i, j = start + int(row), int(order[row, column])
+            pairs.add((min(i, j), max(i, j)))
+    return sorted(pairs)
+
+
+def clusters(pairs: Iterable[tuple[int, int]], count: int) -> list[list[int]]:
+    """Connected components of ``pairs`` over ``count`` items, those of two or more, each
+    sorted, in order of their first member."""
+    parent = list(range(count))
+
+    def root(item: int) -> int:
+        while parent[item] != item:
+            parent[item] = parent[parent[item]]
+            item = parent[item]
+        return item
+
+    for first, second in pairs:
+        a, b = root(first), root(second)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    members: dict[int, list[int]] = {}
+    for item in range(count):
+        members.setdefault(root(item), []).append(item)
+    return [group for group in members.values() if len(group) > 1]
