@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time shardsmith/neardup.py: candidates and clusters by the number of hashes, and the check.
+"""Time scripts/neardup.py: candidates and clusters by the number of hashes, and the check.
 
     scripts/bench_neardup.py [--counts 5000,10000,20000] [--repeat 3]
 
@@ -20,10 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import neardup  # noqa: E402
 from neardup_curve import reduce  # noqa: E402
 from reshots import render  # noqa: E402
-
-from shardsmith import neardup  # noqa: E402
 
 
 def _hashes(count: int, rng: np.random.Generator) -> np.ndarray:

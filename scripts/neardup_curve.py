@@ -5,7 +5,7 @@
                              [--cap 8] [--threshold T] [--sample 63]
                              [--pipeline [--no-check]]
 
-With ``--pipeline`` it measures shardsmith/neardup.py instead (``measure_pipeline``); what
+With ``--pipeline`` it measures scripts/neardup.py instead (``measure_pipeline``); what
 follows is the first measurement, kept for its tables. TREE is made by scripts/make_reshots.py
 with the same numbers (made here when its truth.csv is missing). Each image is reduced as the
 pack's worker holds it (decode at 1/2 DCT scale, area resize to 256 px on the long side,
@@ -49,9 +49,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import neardup  # noqa: E402
 from reshots import read_truth, write_tree  # noqa: E402
-
-from shardsmith import neardup  # noqa: E402
 
 LONG_SIDE = 256
 HASHES = ("dct", "dct-fixture", "edge", "edge-fixture", "dct-centred", "edge-centred")
@@ -269,7 +268,7 @@ def measure(root: Path, sample: int) -> dict:
 
 
 def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) -> None:
-    """The pipeline of shardsmith/neardup.py on the tree: per fixture (the pack would take it
+    """The pipeline of scripts/neardup.py on the tree: per fixture (the pack would take it
     from the folder) its median of the first ``sample`` images, each image's part hash and
     view, the ``cap`` nearest within the largest D as candidates, every candidate checked;
     then recall and precision of the co-cluster relation by distance and threshold."""
@@ -340,7 +339,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=63, help="images per fixture median")
     parser.add_argument("--hashes", default=",".join(HASHES))
     parser.add_argument("--pipeline", action="store_true",
-                        help="measure shardsmith/neardup.py's hash, check and clusters")
+                        help="measure scripts/neardup.py's hash, check and clusters")
     parser.add_argument("--no-check", action="store_true",
                         help="with --pipeline: the hash and its candidates only")
     arguments = parser.parse_args()

@@ -1,4 +1,4 @@
-"""shardsmith/neardup.py: the part hash, the pair check, candidates and clusters, on shots from
+"""scripts/neardup.py: the part hash, the pair check, candidates and clusters, on shots from
 the re-shot generator (scripts/reshots.py)."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from shardsmith import neardup
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
+import neardup  # noqa: E402
 from neardup_curve import reduce  # noqa: E402
 from reshots import FAMILIES, render  # noqa: E402
 

@@ -1,4 +1,6 @@
-"""Near-duplicates: the same part shot twice on one fixture, told from another part.
+"""Near-duplicates: the same part shot twice on one fixture, told from another part.  The
+candidate design under measurement, kept beside its measurements until it reaches the issue's
+0.95 / 0.95 and is moved into the pack.
 
 Pure functions on the grey image the pack's worker holds (uint8, 256 px on the long side) and
 its fixture's median image (``fixture_median`` of the first images shot on that fixture):
