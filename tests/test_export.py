@@ -374,21 +374,20 @@ def folders_of(folder: Path) -> set[str]:
 
 
 def test_a_folder_whose_samples_all_left_is_not_in_the_new_version(tmp_path):
-    """A folder that no sample of the new version fills (every defect left: no
-    ``abnormal/``) is not in it, as in a fresh export of the same dataset."""
+    """A folder that no sample of the new version fills (the val split's normal samples
+    left: no ``normal_test/``) is not in it, as in a fresh export of the same dataset, while
+    the unchanged train shard is linked."""
     write_corpus(tmp_path / "source")
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
     export(tmp_path / "dataset", tmp_path / "an", "anomalib", quiet=True)
-    assert {"abnormal", "mask"} <= folders_of(tmp_path / "an" / "v1")
-    for path in (tmp_path / "source").rglob("*"):
-        if path.is_file() and path.parent.name == "defect":
-            path.unlink()
+    assert {"normal_test", "abnormal", "mask"} <= folders_of(tmp_path / "an" / "v1")
+    (tmp_path / "source" / "val" / "good" / "clean_val.jpg").unlink()
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
     result = export(tmp_path / "dataset", tmp_path / "an", "anomalib", quiet=True)
     assert result.linked > 0
     export(tmp_path / "dataset", tmp_path / "fresh", "anomalib", quiet=True)
     assert folders_of(tmp_path / "an" / "v2") == folders_of(tmp_path / "fresh" / "v2")
-    assert "abnormal" not in folders_of(tmp_path / "an" / "v2")
+    assert "normal_test" not in folders_of(tmp_path / "an" / "v2")
     fresh = tree_of(tmp_path / "fresh" / "v2")
     assert tree_of(tmp_path / "an" / "v2") == fresh
 

@@ -109,35 +109,42 @@ def test_without_syncfs_every_file_is_fsynced(dataset, tmp_path, monkeypatch, sy
                                for path in synced}
 
 
+def one_shard_record(*files: record.ExportedFile) -> record.ExportRecord:
+    """A yolo record of one shard holding one sample ``k`` with ``files``."""
+    sample = record.ExportedSample("k", "train", 4, 4, files)
+    group = record.ExportedShard("train-000000.tar", "b" * 64, "e" * 64, (sample,))
+    return record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
+                               "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (group,))
+
+
 def test_a_record_with_one_bad_sha256_among_sound_ones_names_it(tmp_path):
-    good = record.ExportedFile("images/train/k.jpg", 3, "a" * 64)
-    bad = record.ExportedFile("labels/train/k.txt", 3, "A" * 64)
-    sample = record.ExportedSample("k", "train", "b" * 64, 4, 4, (good, bad))
-    exported = record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
-                                   "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (sample,))
-    with pytest.raises(OutputStateError, match=r"samples\[0\]\.files\[1\]\.sha256"):
-        record.parse_record(record.record_bytes(exported), tmp_path / "record.json", tmp_path)
+    good = record.ExportedFile("images/train/k.jpg", 3, "a" * 64, 1)
+    bad = record.ExportedFile("labels/train/k.txt", 3, "A" * 64, 2)
+    with pytest.raises(OutputStateError, match=r"shards\[0\]\.samples\[0\]\.files\[1\]\.sha256"):
+        record.parse_record(record.record_bytes(one_shard_record(good, bad)),
+                            tmp_path / "record.json", tmp_path)
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    (lambda r: r["samples"][0]["files"][0].update(bytes=-1),
-     "samples[0].files[0].bytes: -1 is out of range (from 0 to 9007199254740991)"),
-    (lambda r: r["samples"][0]["files"][0].update(mode="0777"),
-     "samples[0].files[0].mode: not a field of this record"),
+    (lambda r: r["shards"][0]["samples"][0]["files"][0].update(bytes=-1),
+     "shards[0].samples[0].files[0].bytes: -1 is out of range (from 0 to 9007199254740991)"),
+    (lambda r: r["shards"][0]["samples"][0]["files"][0].update(mode="0777"),
+     "shards[0].samples[0].files[0].mode: not a field of this record"),
     (lambda r: r.update(format="one"), "format: expected an integer, got 'one'"),
-    (lambda r: r.update(samples="all"), "samples: expected a list, got 'all'"),
-    (lambda r: r["samples"][0].pop("key"), "samples[0].key: missing"),
+    (lambda r: r.update(shards="all"), "shards: expected a list, got 'all'"),
+    (lambda r: r["shards"][0]["samples"][0].pop("key"), "shards[0].samples[0].key: missing"),
+    (lambda r: r["shards"][0].update(index="E" * 64), "shards[0].index: 'EEEE"),
+    (lambda r: r["shards"][0]["samples"][0]["files"][0].pop("inode"),
+     "shards[0].samples[0].files[0].inode: missing"),
 ])
 def test_a_damaged_record_is_named_by_the_field_in_our_own_words(tmp_path, edit, message):
-    file = record.ExportedFile("images/train/k.jpg", 3, "a" * 64)
-    sample = record.ExportedSample("k", "train", "b" * 64, 4, 4, (file,))
-    exported = record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
-                                   "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (sample,))
-    document = json.loads(record.record_bytes(exported))
+    file = record.ExportedFile("images/train/k.jpg", 3, "a" * 64, 1)
+    document = json.loads(record.record_bytes(one_shard_record(file)))
     edit(document)
     with pytest.raises(OutputStateError) as caught:
         record.parse_record(json.dumps(document).encode(), tmp_path / "record.json", tmp_path)
-    assert str(caught.value).startswith(f"{tmp_path / 'record.json'}: {message}: not an export")
+    assert str(caught.value).startswith(f"{tmp_path / 'record.json'}: {message}")
+    assert "not an export record shardsmith wrote" in str(caught.value)
 
 
 @pytest.mark.parametrize("bad", ["A" * 64, "a" * 63, "a" * 65, "g" * 64, "\u0660" * 64,
@@ -152,8 +159,8 @@ def test_the_bulk_look_at_a_records_digests_passes_only_sha256s(bad):
 def test_a_coco_instances_file_is_ascii_json_even_for_class_names_beyond_it():
     box = record.CocoObject(1, (1.5, 2.0, 3.25, 4.0), 13.0, ((1.5, 2.0, 4.75, 2.0, 4.75, 6.0),))
     mask = record.CocoObject(2, (0.0, 0.0, 2.0, 2.0), 4.0, None, "04")
-    samples = [record.ExportedSample("b", "train", "a" * 64, 8, 6, (), (box, mask)),
-               record.ExportedSample("a", "train", "a" * 64, 8, 6, (), ())]
+    samples = [record.ExportedSample("b", "train", 8, 6, (), (box, mask)),
+               record.ExportedSample("a", "train", 8, 6, (), ())]
     data = layouts.instances(("Kratzer", "Delle \u00e4"), samples)
     assert data.isascii() and data.endswith(b"}\n")
     document = json.loads(data)

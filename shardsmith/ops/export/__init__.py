@@ -1,13 +1,13 @@
 """``export``: a packed or staged dataset version as a trainer's own folder layout (Ultralytics
 YOLO, COCO, anomalib), read from its shards, never from the originals.
 
-Compute, then do: the samples to export come from the sample index; those whose index line,
-layout, options and classes are unchanged since the version ``current`` points to are
-hard-linked from it (their shards are not read); the others are read shard by shard, each
-shard's sha256 checked against the manifest while it is read.  Everything goes into
-``DEST/vN.partial``, which is fsynced, renamed to ``DEST/vN`` and switched to (``versions``).
-An interrupted export resumes: the shards it finished are in a journal, and their files are
-kept when their sizes and sha256 still match.
+Compute, then do: the samples to export come from the sample index, a group per shard; a
+shard whose sha256 and index lines, layout, options and classes are unchanged since the
+version ``current`` points to has its group of files hard-linked from it whole (the shard is
+not read); the others are read shard by shard, each shard's sha256 checked against the
+manifest while it is read.  Everything goes into ``DEST/vN.partial``, which is fsynced, renamed
+to ``DEST/vN`` and switched to (``versions``).  An interrupted export resumes: the shards it
+finished are in a journal, and their files are kept when their sizes and sha256 still match.
 
 The dataset may be an ``s3://`` URL (``storage.Location``; the export stays local): its
 manifest and sample index are read from the bucket, each shard is copied to a temporary file
@@ -66,9 +66,9 @@ from .record import (
     RECORD_NAME,
     ExportedFile,
     ExportedSample,
+    ExportedShard,
     ExportOptions,
     ExportRecord,
-    JournalEntry,
     RecordHead,
     journal_line,
     options_line,
@@ -290,22 +290,16 @@ def _check_locations(source: Location, destination: Path) -> tuple[Location, Pat
     return source, destination
 
 
-# Every field but the shard, keys in sorted order, encoded as they are (10,000 index lines in
-# 25 ms; a generic dump and sort took 150 us a line, msgspec sorting the keys of each 3 us).
-_DIGEST_FIELDS = tuple(sorted(name for name in SampleRecord.__slots__ if name != "shard"))
-_DIGEST_ENCODER = msgspec.json.Encoder()
-# Fields of the index added since exports were recorded: left out of the digest while absent.
-_DIGEST_IF_SET = ("objects_cut", "objects_box_only")
+_INDEX_ENCODER = msgspec.json.Encoder()
 
 
-def sample_digest(record: SampleRecord) -> str:
-    """A sample's index line less the shard it lies in (a compaction moves it, not changes
-    it)."""
-    fields = {name: getattr(record, name) for name in _DIGEST_FIELDS}
-    for name in _DIGEST_IF_SET:  # absent, as before the field was: an export stays linkable
-        if fields[name] is None:
-            del fields[name]
-    return hashlib.sha256(_DIGEST_ENCODER.encode(fields)).hexdigest()
+def index_digest(records: list[SampleRecord]) -> str:
+    """The sha256 of a shard's samples' index lines, in their order: what, with the shard's
+    own sha256, decides that its exported files are still the ones a new export would make."""
+    digest = hashlib.sha256()
+    for record in records:
+        digest.update(_INDEX_ENCODER.encode(record))
+    return digest.hexdigest()
 
 
 class _Run:
@@ -334,34 +328,37 @@ class _Run:
         if current is not None and self._same_export(self.destination.versions[current]):
             before = current_record(self.destination, self.cap)
         if current == self.number and before is not None and self._up_to_date(before):
-            records, _, _ = self._read_index({})
+            records, _ = self._read_index()
             removed = remove_older(self.destination, self.number, self.keep)
             return self._result(len(records), 0, 0, 0, 0, tuple(removed), True, started)
         partial = self.destination.partial(self.number)
         tree = ExportTree(partial)
         tree.folder(RECORD_DIR)
-        previous = self._linkable(before)
-        exported: dict[str, ExportedSample] = {}
+        exported: dict[str, ExportedShard] = {}
         progress = Progress(sum(self.manifest.splits[name].samples for name in self.splits),
                             0, "samples", "export", self.quiet)
         try:
-            records, digests, unchanged = self._read_index(previous)
+            records, by_shard = self._read_index()
+            digests = {name: index_digest(wanted) for name, wanted in by_shard.items()}
+            unchanged = self._unchanged(before, by_shard, digests)
             linked = (tree.link(self.destination.folder(current), unchanged, progress)
                       if unchanged else [])
-            exported.update((sample.key, sample) for sample in linked)
+            exported.update((group.shard, group) for group in linked)
             # the others, and those whose files were not linked after all: from their shards
-            todo = [record for record in records if record.key not in exported]
+            todo = {name: wanted for name, wanted in by_shard.items() if name not in exported}
             kept, read = self._from_shards(todo, digests, tree, exported, progress)
         finally:
             progress.close()
-        samples = tuple(exported[record.key] for record in records)
+        groups = tuple(exported[name] for name in sorted(exported))
+        by_key = {sample.key: sample for group in groups for sample in group.samples}
+        samples = [by_key[record.key] for record in records]  # the index's order
         final = self.destination.folder(self.number)
         shared = tuple(tree.write(relpath, data) for relpath, data in self.layout.shared_files(
-            self.manifest.object_classes, list(self.splits), list(samples), str(final),
+            self.manifest.object_classes, list(self.splits), samples, str(final),
             lambda message: log.warning("%s", message)))
         record = ExportRecord(RECORD_FORMAT, self.options, self.manifest.content_fingerprint,
                               self.manifest.fingerprint, self.number, self.manifest.classes,
-                              self.manifest.object_classes, samples, shared)
+                              self.manifest.object_classes, groups, shared)
         if not tree.fresh:  # an earlier try's folder: its files this export does not name
             tree.remove_unnamed({file.path for file in record.files()})
         written = record_bytes(record)
@@ -377,7 +374,9 @@ class _Run:
         tree.sync()
         publish(self.destination, self.number)
         removed = remove_older(self.destination, self.number, self.keep)
-        return self._result(len(records), len(todo) - kept, len(linked), kept, read,
+        made = sum(len(by_shard[name]) for name in todo)
+        linked_samples = sum(len(group.samples) for group in linked)
+        return self._result(len(records), made - kept, linked_samples, kept, read,
                             tuple(removed), False, started)
 
     def _result(self, samples: int, written: int, linked: int, kept: int, read: int,
@@ -416,30 +415,31 @@ class _Run:
                 return False
         return True
 
-    def _linkable(self, before: ExportRecord | None) -> dict[str, ExportedSample]:
-        """key -> the current export's record of it, for the samples whose files may be
-        linked: their recorded files are the layout's for their key and split (a record that
-        names other files lends none of them), in a split this export has, their inodes
-        recorded (a record of an earlier release has none: its files are made again), and
-        (COCO) their recorded objects ones this release can have made."""
+    def _unchanged(self, before: ExportRecord | None, by_shard: dict[str, list[SampleRecord]],
+                   digests: dict[str, str]) -> list[ExportedShard]:
+        """The current export's groups whose files may be linked whole: the same shard (its
+        sha256 the manifest's), the same index lines (``digests``), exactly the samples this
+        export takes of it, each sample's recorded files the layout's for its key and split
+        (a record that names other files lends none of them), and (COCO) its recorded objects
+        ones this release can have made."""
         if before is None:
-            return {}
+            return []
         fits = layouts.paths_fit(self.options, self.manifest.classes,
                                  self.manifest.object_classes)
-        coco_fits, splits = self.coco_fits, set(self.splits)
-        return {sample.key: sample for sample in before.samples
-                if sample.split in splits
-                and fits(sample.key, sample.split, tuple(file.path for file in sample.files))
-                and all(file.inode is not None for file in sample.files)
-                and coco_fits(sample)}
+        listed = {shard.name: shard.sha256 for shard in self.manifest.shards}
+        coco_fits = self.coco_fits
+        return [group for group in before.shards
+                if group.shard in by_shard and listed.get(group.shard) == group.sha256
+                and digests[group.shard] == group.index
+                and [(sample.key, sample.split) for sample in group.samples]
+                == [(record.key, record.split) for record in by_shard[group.shard]]
+                and all(fits(sample.key, sample.split, tuple(file.path for file in sample.files))
+                        and coco_fits(sample) for sample in group.samples)]
 
-    def _read_index(self, previous: dict[str, ExportedSample],
-                    ) -> tuple[list[SampleRecord], dict[str, str], list[ExportedSample]]:
-        """The samples to export, their digests, and the current export's record of those
-        unchanged since it (``previous``: same digest and split), whose files are linked."""
+    def _read_index(self) -> tuple[list[SampleRecord], dict[str, list[SampleRecord]]]:
+        """The samples to export, in the index's order, and by shard."""
         records: list[SampleRecord] = []
-        digests: dict[str, str] = {}
-        unchanged: list[ExportedSample] = []
+        by_shard: dict[str, list[SampleRecord]] = defaultdict(list)
         splits = self.options.splits
         self.left_out, unlocated, uncounted = 0, 0, False
         for record in iter_sample_index(self.source, self.manifest):
@@ -454,13 +454,10 @@ class _Run:
             uncounted = uncounted or (record.objects_dropped is None
                                       and self.manifest.object_classes is not None)
             records.append(record)
-            digest = digests[record.key] = sample_digest(record)
-            before = previous.get(record.key)
-            if before is not None and before.digest == digest and before.split == record.split:
-                unchanged.append(before)
+            by_shard[record.shard].append(record)
         self._warn_old_index(unlocated, uncounted)
         self.layout.check(records, self.manifest.classes)
-        return records, digests, unchanged
+        return records, by_shard
 
     def _warn_old_index(self, unlocated: int, uncounted: bool) -> None:
         """Say what an index of an earlier release cannot tell of cut defects."""
@@ -483,14 +480,11 @@ class _Run:
                         "255 (\"ignore\") pixels of a class mask; a box-only one cannot be "
                         "told apart; the next pack records them", self.source)
 
-    def _from_shards(self, todo: list[SampleRecord], digests: dict[str, str],
-                     tree: ExportTree, exported: dict[str, ExportedSample],
+    def _from_shards(self, todo: dict[str, list[SampleRecord]], digests: dict[str, str],
+                     tree: ExportTree, exported: dict[str, ExportedShard],
                      progress: Progress) -> tuple[int, int]:
-        """Export ``todo`` from their shards; returns (samples kept from an interrupted run,
-        shards read)."""
-        by_shard: dict[str, dict[str, SampleRecord]] = defaultdict(dict)
-        for record in todo:
-            by_shard[record.shard][record.key] = record
+        """Export the samples of ``todo`` (shard name -> its samples to export) from their
+        shards; returns (samples kept from an interrupted run, shards read)."""
         listed = {shard.name: shard for shard in self.manifest.shards}
         header = options_line(self.options, self.manifest.content_fingerprint)
         finished = read_journal(tree.root, header, self.cap)
@@ -508,48 +502,41 @@ class _Run:
         flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         with os.fdopen(os.open(journal_path, flags), "ab") as journal, ThreadPoolExecutor(
                 WRITE_THREADS, thread_name_prefix="shardsmith-export") as pool:
-            for name in sorted(by_shard):
+            for name in sorted(todo):
+                wanted = todo[name]
                 if name not in listed:
-                    raise ManifestError(f"{self.source}: sample "
-                                        f"{next(iter(by_shard[name]))} lies in {name}, a "
-                                        "shard the manifest does not list")
-                wanted = by_shard[name]
+                    raise ManifestError(f"{self.source}: sample {wanted[0].key} lies in "
+                                        f"{name}, a shard the manifest does not list")
                 entry = finished.get(name)
-                if entry is not None and self._keep(entry, listed, wanted, digests, tree):
-                    for sample in entry.samples:
-                        if sample.key in wanted:
-                            exported[sample.key] = sample
-                            kept += 1
-                            progress.update()
+                if entry is not None and self._keep(entry, listed[name], wanted, digests[name],
+                                                    tree):
+                    exported[name] = entry
+                    kept += len(entry.samples)
+                    progress.update(len(entry.samples))
                     continue
-                samples = self._read_shard(listed[name], wanted, digests, tree, pool,
-                                           progress)
+                made = self._read_shard(listed[name], {record.key: record for record in wanted},
+                                        tree, pool, progress)
                 read += 1
-                for sample in samples:
-                    exported[sample.key] = sample
-                journal.write(journal_line(JournalEntry(name, listed[name].sha256,
-                                                        tuple(samples))))
+                group = exported[name] = ExportedShard(name, listed[name].sha256,
+                                                       digests[name], tuple(made))
+                journal.write(journal_line(group))
                 journal.flush()
         return kept, read
 
-    def _keep(self, entry: JournalEntry, listed: dict[str, ShardEntry],
-              wanted: dict[str, SampleRecord], digests: dict[str, str],
-              tree: ExportTree) -> bool:
+    def _keep(self, entry: ExportedShard, shard: ShardEntry, wanted: list[SampleRecord],
+              digest: str, tree: ExportTree) -> bool:
         """A journalled shard is kept when it is the same shard, its samples are the wanted
         ones unchanged, and every file is there with its size and sha256."""
-        shard = listed.get(entry.shard)
-        if shard is None or shard.sha256 != entry.sha256:
+        if entry.sha256 != shard.sha256 or entry.index != digest:
             return False
-        by_key = {sample.key: sample for sample in entry.samples}
-        if set(by_key) != set(wanted) or any(
-                by_key[key].digest != digests[key] for key in wanted):
+        if [sample.key for sample in entry.samples] != [record.key for record in wanted]:
             return False
         if not all(map(self.coco_fits, entry.samples)):
             return False
         return all(tree.holds(file) for sample in entry.samples for file in sample.files)
 
     def _read_shard(self, shard: ShardEntry, wanted: dict[str, SampleRecord],
-                    digests: dict[str, str], tree: ExportTree, pool: Executor,
+                    tree: ExportTree, pool: Executor,
                     progress: Progress) -> list[ExportedSample]:
         """Export the ``wanted`` samples of ``shard``, hashing the whole shard as its records
         stream by: a shard that is not the manifest's stops the export before anything is
@@ -571,8 +558,7 @@ class _Run:
                     position = offset + len(packed.data)
                     record = wanted.get(packed.key)
                     if record is not None:
-                        made.append(self._export_sample(shard, record, packed, digests, tree,
-                                                        pool))
+                        made.append(self._export_sample(shard, record, packed, tree, pool))
                         progress.update()
                 for data in chunks(opened, shard.bytes, position):  # the trailer
                     digest.update(data)
@@ -593,15 +579,16 @@ class _Run:
         if missing:
             raise DamagedShardError(f"{path}: does not hold sample {missing[0]} the sample "
                                      "index places there (shardsmith verify shows more)")
-        return [pending.result() for pending in made]
+        order = {key: number for number, key in enumerate(wanted)}  # the index's
+        return [pending.result() for pending in sorted(made, key=lambda pending:
+                                                       order[pending.sample.key])]
 
     def _mismatch(self, path: Location, why: str) -> str:
         return (f"{path}: {why}: the shard changed or is damaged since it was packed "
                 "(shardsmith verify); nothing was switched")
 
     def _export_sample(self, shard: ShardEntry, record: SampleRecord, packed,
-                       digests: dict[str, str], tree: ExportTree,
-                       pool: Executor) -> _Pending:
+                       tree: ExportTree, pool: Executor) -> _Pending:
         classes = self.manifest.classes
         class_name = classes[record.label] if 0 <= record.label < len(classes) else ""
         try:
@@ -628,8 +615,8 @@ class _Run:
             raise DamagedShardError(f"{self.source / shard.name}: sample {record.key}: {why}; "
                                     "nothing was switched") from None
         writes = [tree.write_later(pool, relpath, data) for relpath, data in files]
-        return _Pending(ExportedSample(record.key, record.split, digests[record.key],
-                                       sample.width, sample.height, (), coco), writes)
+        return _Pending(ExportedSample(record.key, record.split, sample.width, sample.height,
+                                       (), coco), writes)
 
     def _warn_fallback(self) -> None:
         if not self.fallback_warned:
@@ -649,8 +636,7 @@ class _Pending:
     def result(self) -> ExportedSample:
         """The sample with its files, once written (a write's error raised here)."""
         sample = self.sample
-        return ExportedSample(sample.key, sample.split, sample.digest, sample.width,
-                              sample.height, tuple(write.result() for write in self.writes),
-                              sample.coco)
+        return ExportedSample(sample.key, sample.split, sample.width, sample.height,
+                              tuple(write.result() for write in self.writes), sample.coco)
 
 
