@@ -394,24 +394,25 @@ def test_a_folder_whose_samples_all_left_is_not_in_the_new_version(tmp_path):
 
 def test_a_re_export_stopped_after_its_links_are_made_resumes_to_a_fresh_exports_bytes(
         tmp_path, monkeypatch):
-    """Ctrl-C once the unchanged files are linked: nothing is switched, and the rerun (its
-    folder not fresh: linked over the links made) ends with a fresh export's bytes."""
+    """Ctrl-C while the changed shards are read: the links under way are finished, nothing is
+    switched, and the rerun (its folder not fresh: linked over the links made) ends with a
+    fresh export's bytes."""
     from shardsmith.ops import export as package
 
     exported_then_one_more(tmp_path)
-    original = package._Run._from_shards
-    linked = []
+    original = package._Run._read_shard
 
-    def interrupted(self, todo, digests, tree, exported, progress):
-        linked.append(len(exported))
+    def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(package._Run, "_from_shards", interrupted)
+    monkeypatch.setattr(package._Run, "_read_shard", interrupted)
     with pytest.raises(KeyboardInterrupt):
         export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
-    assert linked[0] > 0, "nothing was linked before the shards were read"
+    partial = tmp_path / "yolo" / "v2.partial"
+    assert any(path.stat().st_nlink > 1 for path in (partial / "images").rglob("*.jpg")), \
+        "nothing was linked before the export stopped"
     assert os.readlink(tmp_path / "yolo" / "current") == "v1"
-    monkeypatch.setattr(package._Run, "_from_shards", original)
+    monkeypatch.setattr(package._Run, "_read_shard", original)
     result = export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
     assert result.linked > 0 and os.readlink(tmp_path / "yolo" / "current") == "v2"
     export(tmp_path / "dataset", tmp_path / "fresh", "yolo", quiet=True)

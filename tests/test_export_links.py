@@ -31,8 +31,8 @@ def group_of(source: Path, *names: str, size: int = 3) -> ExportedShard:
 def linked(source: Path, target: Path, groups: list[ExportedShard]) -> list[str]:
     """The shards whose groups are linked, by their first file's name."""
     progress = Progress(len(groups), 0, "samples", "export", True)
-    return [group.samples[0].key for group in ExportTree(target).link(source, groups,
-                                                                       progress)]
+    with ExportTree(target).linking(source, groups, progress) as links:
+        return [group.samples[0].key for group in links()]
 
 
 def test_only_files_as_written_are_linked_and_nothing_else_is_left_linked(tmp_path):

@@ -5,6 +5,7 @@ take the files out of DEST)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -13,6 +14,7 @@ import os
 import stat
 import sys
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -152,14 +154,17 @@ class ExportTree:
         self._ahead_bytes += len(data)
         return future
 
-    def link(self, source_root: Path, groups: list[ExportedShard],
-             progress: Progress) -> list[ExportedShard]:
+    @contextlib.contextmanager
+    def linking(self, source_root: Path, groups: list[ExportedShard],
+                progress: Progress) -> Iterator[Callable[[], list[ExportedShard]]]:
         """Hard-link the files of each of ``groups`` (a shard's samples) from the export folder
-        ``source_root``, by a few threads; returns the groups all of whose files are now here
-        as ``write`` made them (``as_written``).  A group with one file that is not so in the
+        ``source_root`` by a few threads, while the caller goes on (a link waits in the
+        kernel, the GIL released: the changed shards are read meanwhile).  Yields a function
+        that waits for the links and returns the groups all of whose files are now here as
+        ``write`` made them (``as_written``).  A group with one file that is not so in the
         previous version (a link, a fifo, a file cut short or made executable there, a hard
         link to another file) is not returned: its shard is read again and every file of it
-        made anew."""
+        made anew.  Leaving the block waits for every link."""
         try:
             for parent in {file.path.rpartition("/")[0] for group in groups
                            for sample in group.samples for file in sample.files}:
@@ -172,13 +177,14 @@ class ExportTree:
                 return done
 
             with ThreadPoolExecutor(LINK_THREADS, thread_name_prefix="shardsmith-link") as pool:
-                return [group for group, done in zip(groups, pool.map(link_group, groups),
-                                                     strict=True) if done]
+                futures = [pool.submit(link_group, group) for group in groups]
+                yield lambda: [group for group, future in zip(groups, futures, strict=True)
+                               if future.result()]
         finally:
             self._close_links()
 
     def _link_group(self, source_root: Path, group: ExportedShard) -> bool:
-        """``link`` of one group, on one thread: whether every file of it is linked."""
+        """``linking`` of one group, on one thread: whether every file of it is linked."""
         # linkat and fstatat by name relative to an open descriptor of each folder: 9,000
         # links of one folder took 0.13 to 0.14 s so, 0.16 to 0.18 s by full paths with an
         # lstat each.  The look after the link stays (~2 us): a link made without following
@@ -208,7 +214,7 @@ class ExportTree:
 
     def _link_folder(self, source_root: Path, parent: str) -> tuple[int, int]:
         """Descriptors of ``source_root/parent`` (-1 where it is no folder) and of our own
-        ``parent``, made a real folder where missing; kept until ``link`` ends."""
+        ``parent``, made a real folder where missing; kept until ``linking`` ends."""
         folders = self._link_folders.get((source_root, parent))
         if folders is not None:
             return folders
