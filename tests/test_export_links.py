@@ -23,8 +23,8 @@ def group_of(source: Path, *names: str, size: int = 3) -> ExportedShard:
     for name in names:
         path = source / "images" / name
         inode = path.lstat().st_ino if os.path.lexists(path) else 0
-        samples.append(ExportedSample(name, "train", 1, 1, (ExportedFile(
-            f"images/{name}", size, "0" * 64, inode),), None))
+        samples.append(ExportedSample(name, "train", 1, 1,
+                                      (ExportedFile(f"images/{name}", size, inode),), None))
     return ExportedShard(f"train-{names[0]}", "0" * 64, "0" * 64, tuple(samples))
 
 

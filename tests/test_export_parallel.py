@@ -60,7 +60,7 @@ def record_less_inodes(folder) -> bytes:
 
 def sample(key: str, split: str, *paths: str) -> ExportedSample:
     return ExportedSample(key, split, 8, 8,
-                          tuple(ExportedFile(path, 1, SHA, 1) for path in paths))
+                          tuple(ExportedFile(path, 1, 1) for path in paths))
 
 
 def layout_paths(options: ExportOptions, key: str, split: str, classes: tuple[str, ...],

@@ -7,7 +7,8 @@ version ``current`` points to has its group of files hard-linked from it whole (
 not read); the others are read shard by shard, each shard's sha256 checked against the
 manifest while it is read.  Everything goes into ``DEST/vN.partial``, which is fsynced, renamed
 to ``DEST/vN`` and switched to (``versions``).  An interrupted export resumes: the shards it
-finished are in a journal, and their files are kept when their sizes and sha256 still match.
+finished are in a journal, and their files are kept when they are still as written (size,
+inode and mode).
 
 The dataset may be an ``s3://`` URL (``storage.Location``; the export stays local): its
 manifest and sample index are read from the bucket, each shard is copied to a temporary file
@@ -71,6 +72,7 @@ from .record import (
     ExportOptions,
     ExportRecord,
     RecordHead,
+    SharedFile,
     journal_line,
     options_line,
     read_journal,
@@ -363,9 +365,12 @@ class _Run:
         by_key = {sample.key: sample for group in groups for sample in group.samples}
         samples = [by_key[record.key] for record in records]  # the index's order
         final = self.destination.folder(self.number)
-        shared = tuple(tree.write(relpath, data) for relpath, data in self.layout.shared_files(
-            self.manifest.object_classes, list(self.splits), samples, str(final),
-            lambda message: log.warning("%s", message)))
+        shared = tuple(
+            SharedFile(*msgspec.structs.astuple(tree.write(relpath, data)),
+                       hashlib.sha256(data).hexdigest())
+            for relpath, data in self.layout.shared_files(
+                self.manifest.object_classes, list(self.splits), samples, str(final),
+                lambda message: log.warning("%s", message)))
         record = ExportRecord(RECORD_FORMAT, self.options, self.manifest.content_fingerprint,
                               self.manifest.fingerprint, self.number, self.manifest.classes,
                               self.manifest.object_classes, groups, shared)
@@ -538,7 +543,7 @@ class _Run:
     def _keep(self, entry: ExportedShard, shard: ShardEntry, wanted: list[SampleRecord],
               digest: str, tree: ExportTree) -> bool:
         """A journalled shard is kept when it is the same shard, its samples are the wanted
-        ones unchanged, and every file is there with its size and sha256."""
+        ones unchanged, and every file is there as written (``ExportTree.holds``)."""
         if entry.sha256 != shard.sha256 or entry.index != digest:
             return False
         if [sample.key for sample in entry.samples] != [record.key for record in wanted]:

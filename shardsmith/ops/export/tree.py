@@ -9,7 +9,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import hashlib
 import os
 import stat
 import sys
@@ -19,7 +18,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ...atomic import fsync_directory, naming
-from ...door import FOLDER_FLAGS, Refused, kind_of, open_file, sha256_of, walk_folders
+from ...door import FOLDER_FLAGS, Refused, kind_of, walk_folders
 from ...errors import ManifestError, OutputStateError
 from ...progress import Progress
 from .record import ExportedFile, ExportedShard
@@ -128,7 +127,7 @@ class ExportTree:
         finally:
             os.close(fd)
         self.written.append(path)
-        return ExportedFile(relpath, len(data), hashlib.sha256(data).hexdigest(), inode)
+        return ExportedFile(relpath, len(data), inode)
 
     def write_later(self, pool: Executor, relpath: str, data: bytes) -> Future[ExportedFile]:
         """``write`` on one of ``pool``'s threads: its folders are made here first (``folder``
@@ -265,24 +264,15 @@ class ExportTree:
         return True
 
     def holds(self, file: ExportedFile) -> bool:
-        """``file`` is there with its recorded size, inode and sha256 (an interrupted
-        export's)."""
-        path = self.root / file.path
+        """``file`` is there as ``write`` made it (an interrupted export's): ``as_written``,
+        its bytes not read (an ``lstat``)."""
         parent, _, _ = file.path.rpartition("/")
         self.folder(parent)
         try:
-            with open_file(path, max(file.bytes, 1)) as handle:
-                if handle.size != file.bytes or handle.info.st_ino != file.inode:
-                    return False
-                digest = sha256_of(handle, file.bytes)
+            info = os.lstat(self.root / file.path)
         except FileNotFoundError:
             return False
-        except Refused as exc:
-            if exc.reason == "too_large":
-                return False
-            raise OutputStateError(f"{path}: {exc.detail}, where the export keeps a file; "
-                                   "move it away and rerun (it is not removed)") from None
-        return digest == file.sha256
+        return as_written(info, file.bytes, file.inode)
 
     def sync(self) -> None:
         """Make every file written and every folder durable before the version is switched
