@@ -29,10 +29,10 @@ CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_C
 # from 32 threads (0.55 s from 64), on a 2-core machine.
 SYNC_THREADS = 32
 WRITE_AHEAD = 64 << 20  # bytes given to ``write_later``'s threads and not yet written, at most
-# ``link``: threads, each given a shard's files at a time.  A link waits in the kernel with
+# ``linking``: threads, each given a shard's files at a time.  A link waits in the kernel with
 # the GIL released (~10 us); threads link side by side, each into both of YOLO's folders.
 LINK_THREADS = 4
-# Not linked, the sample made from its shard instead: the name is gone or is a folder there
+# Not linked, the group made from its shard instead: the name is gone or is a folder there
 # (EPERM, EISDIR), or is on another file system (a version folder someone mounted: every run
 # would fail alike).
 NOT_A_FILE = frozenset((errno.ENOENT, errno.EPERM, errno.EACCES, errno.EISDIR, errno.EXDEV))
