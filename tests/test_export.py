@@ -468,6 +468,36 @@ def test_an_interrupted_export_resumes_to_the_same_bytes(tmp_path, monkeypatch):
     assert resumed == whole
 
 
+def test_an_interrupted_export_of_the_previous_record_format_is_finished_from_its_shards(
+        tmp_path, monkeypatch):
+    """A journal an earlier release left (its first line without this record format, its
+    lines a sample each) is not read: every file is made again, to a whole export's bytes."""
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    export(tmp_path / "dataset", tmp_path / "whole", "yolo", quiet=True)
+    from shardsmith.ops import export as package
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(package._Run, "_read_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export(tmp_path / "dataset", tmp_path / "resumed", "yolo", quiet=True)
+    monkeypatch.undo()
+    journal = tmp_path / "resumed" / "v1.partial" / ".export" / "journal.jsonl"
+    header = json.loads(journal.read_bytes().splitlines()[0])
+    del header["format"]
+    old = {"shard": "train-000000.tar", "sha256": "0" * 64, "samples": [
+        {"key": "k", "split": "train", "digest": "0" * 64, "width": 1, "height": 1,
+         "files": [], "coco": None}]}
+    journal.write_text(json.dumps(header, sort_keys=True) + "\n" + json.dumps(old) + "\n")
+    result = export(tmp_path / "dataset", tmp_path / "resumed", "yolo", quiet=True)
+    assert result.kept == 0 and result.written == result.samples
+    whole, resumed = tree_of(tmp_path / "whole" / "v1"), tree_of(tmp_path / "resumed" / "v1")
+    whole["data.yaml"] = whole["data.yaml"].replace(b"/whole/", b"/resumed/")
+    assert resumed == whole
+
+
 def test_a_shard_that_differs_from_the_manifest_stops_the_export(tmp_path):
     write_corpus(tmp_path / "source")
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")

@@ -256,5 +256,7 @@ def read_journal(folder: Path, options_line: bytes,
 
 
 def options_line(options: ExportOptions, content_fingerprint: str) -> bytes:
-    return (json.dumps({"options": msgspec.to_builtins(options),
-                        "content": content_fingerprint}, sort_keys=True) + "\n").encode()
+    """The journal's first line: a journal of other options, another dataset version or
+    another record format (one of an earlier release) is not read, its files checked again."""
+    return (json.dumps({"options": msgspec.to_builtins(options), "content": content_fingerprint,
+                        "format": RECORD_FORMAT}, sort_keys=True) + "\n").encode()
