@@ -510,6 +510,31 @@ def swap_for_a_hard_link(victim: Path, outside: Path) -> None:
     os.link(outside, victim)
 
 
+@pytest.mark.parametrize("lie", ["a sample left out", "a sample of another split"])
+def test_a_group_whose_samples_are_not_its_shards_lends_no_file(two_versions, tmp_path, lie):
+    """A record whose group of the unchanged val shard leaves a sample out (it would be
+    missing from the new version) or gives one another split: the shard is read again."""
+    first, second = two_versions
+    export(first, tmp_path / "dest", "yolo", quiet=True)
+    path = tmp_path / "dest" / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    group = next(group for group in record["shards"] if group["shard"].startswith("val-"))
+    if lie == "a sample left out":
+        group["samples"].pop()
+    else:
+        group["samples"][0]["split"] = "train"
+    path.write_text(json.dumps(record))
+    before = {path.name: path.stat().st_ino
+              for path in (tmp_path / "dest" / "v1" / "images" / "val").iterdir()}
+    result = export(second, tmp_path / "dest", "yolo", quiet=True)
+    export(second, tmp_path / "fresh", "yolo", quiet=True)
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    assert result.linked > 0  # the unchanged train shard's
+    made = {path.name: path.stat().st_ino
+            for path in (tmp_path / "dest" / "v2" / "images" / "val").iterdir()}
+    assert made.keys() == before.keys() and not set(made.values()) & set(before.values())
+
+
 def test_a_file_of_the_previous_version_swapped_for_a_hard_link_is_not_linked(
         two_versions, tmp_path):
     """The new version would share the outside file (its bytes under a record naming ours):

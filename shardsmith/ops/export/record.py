@@ -133,9 +133,11 @@ class ExportRecord(RecordHead, frozen=True, forbid_unknown_fields=True):
     shared: tuple[SharedFile, ...] = ()
 
     def samples(self) -> list[ExportedSample]:
+        """Every sample of the record, shard by shard."""
         return [sample for group in self.shards for sample in group.samples]
 
     def files(self) -> list[ExportedFile]:
+        """Every file of the record: the samples', then the split-wide ones."""
         return [file for group in self.shards for sample in group.samples
                 for file in sample.files] + list(self.shared)
 
