@@ -79,7 +79,7 @@ from .record import (
     record_bytes,
     record_cap,
 )
-from .tree import ExportTree, real_folders
+from .tree import ExportTree, real_folders, still_written
 from .versions import (
     Destination,
     check_destination,
@@ -409,8 +409,7 @@ class _Run:
 
     def _up_to_date(self, record: ExportRecord) -> bool:
         """The current export is this version with these options, and every file it lists
-        is still there as written: a regular file of its size and inode (an ``lstat`` each,
-        no reading)."""
+        is still there as written (``tree.still_written``: an ``lstat`` each, no reading)."""
         if not (record.version == self.number
                 and record.content_fingerprint == self.manifest.content_fingerprint):
             return False
@@ -419,15 +418,7 @@ class _Run:
         files = record.files()
         if not real_folders(folder, {file.path.rpartition("/")[0] for file in files}):
             return False  # a folder swapped for a link: its files may be anyone's
-        for file in files:
-            try:
-                info = os.lstat(folder / file.path)
-            except FileNotFoundError:
-                return False
-            if not (info.st_mode & 0o170000 == 0o100000 and info.st_size == file.bytes
-                    and info.st_ino == file.inode):
-                return False
-        return True
+        return all(still_written(folder, file) for file in files)
 
     def _unchanged(self, before: ExportRecord | None, by_shard: dict[str, list[SampleRecord]],
                    digests: dict[str, str]) -> list[ExportedShard]:
