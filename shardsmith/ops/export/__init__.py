@@ -323,6 +323,8 @@ class _Run:
         # a COCO sample's recorded objects are written into the new instances files when it
         # is linked or kept: held to what this release can have made
         self.coco_fits = self.layout.recorded_fit(manifest.object_classes)
+        self.paths_fit = layouts.paths_fit(options, manifest.classes, manifest.object_classes)
+        self.listed = {shard.name: shard for shard in manifest.shards}
         self.left_out = 0
 
     def execute(self, started: float) -> ExportResult:
@@ -344,7 +346,9 @@ class _Run:
         try:
             records, by_shard = self._read_index()
             digests = {name: index_digest(wanted) for name, wanted in by_shard.items()}
-            unchanged = self._unchanged(before, by_shard, digests)
+            unchanged = [group for group in (before.shards if before else ())
+                         if group.shard in by_shard
+                         and self._fits(group, by_shard[group.shard], digests[group.shard])]
             linking = {group.shard for group in unchanged}
             source = self.destination.folder(current) if unchanged else self.destination.root
             with tree.linking(source, unchanged, progress) as links:
@@ -420,26 +424,20 @@ class _Run:
             return False  # a folder swapped for a link: its files may be anyone's
         return all(still_written(folder, file) for file in files)
 
-    def _unchanged(self, before: ExportRecord | None, by_shard: dict[str, list[SampleRecord]],
-                   digests: dict[str, str]) -> list[ExportedShard]:
-        """The current export's groups whose files may be linked whole: the same shard (its
-        sha256 the manifest's), the same index lines (``digests``), exactly the samples this
-        export takes of it, each sample's recorded files the layout's for its key and split
-        (a record that names other files lends none of them), and (COCO) its recorded objects
-        ones this release can have made."""
-        if before is None:
-            return []
-        fits = layouts.paths_fit(self.options, self.manifest.classes,
-                                 self.manifest.object_classes)
-        listed = {shard.name: shard.sha256 for shard in self.manifest.shards}
-        coco_fits = self.coco_fits
-        return [group for group in before.shards
-                if group.shard in by_shard and listed.get(group.shard) == group.sha256
-                and digests[group.shard] == group.index
+    def _fits(self, group: ExportedShard, wanted: list[SampleRecord], digest: str) -> bool:
+        """``group`` (of the current version's record, or of the journal) holds this export's
+        files of its shard: the same shard (its sha256 the manifest's), the same index lines
+        (``digest``), exactly the samples this export takes of it (``wanted``), each sample's
+        recorded files the layout's for its key and split (a record that names other files
+        lends none of them), and (COCO) its recorded objects ones this release can have
+        made.  Its files are checked by the link or ``ExportTree.holds``."""
+        fits, coco_fits = self.paths_fit, self.coco_fits
+        shard = self.listed.get(group.shard)
+        return (shard is not None and shard.sha256 == group.sha256 and digest == group.index
                 and [(sample.key, sample.split) for sample in group.samples]
-                == [(record.key, record.split) for record in by_shard[group.shard]]
+                == [(record.key, record.split) for record in wanted]
                 and all(fits(sample.key, sample.split, tuple(file.path for file in sample.files))
-                        and coco_fits(sample) for sample in group.samples)]
+                        and coco_fits(sample) for sample in group.samples))
 
     def _read_index(self) -> tuple[list[SampleRecord], dict[str, list[SampleRecord]]]:
         """The samples to export, in the index's order, and by shard."""
@@ -488,7 +486,7 @@ class _Run:
         """Export the samples of ``todo`` (shard name -> its samples to export) from their
         shards, then those ``then`` gives once they are done; returns (samples kept from an
         interrupted run, shards read)."""
-        listed = {shard.name: shard for shard in self.manifest.shards}
+        listed = self.listed  # name -> the manifest's entry
         header = options_line(self.options, self.manifest.content_fingerprint)
         finished = read_journal(tree.root, header, self.cap)
         for entry in finished.values():
@@ -511,8 +509,8 @@ class _Run:
                     raise ManifestError(f"{self.source}: sample {wanted[0].key} lies in "
                                         f"{name}, a shard the manifest does not list")
                 entry = finished.get(name)
-                if entry is not None and self._keep(entry, listed[name], wanted, digests[name],
-                                                    tree):
+                if entry is not None and self._fits(entry, wanted, digests[name]) and all(
+                        tree.holds(file) for sample in entry.samples for file in sample.files):
                     exported[name] = entry
                     counts[0] += len(entry.samples)
                     progress.update(len(entry.samples))
@@ -530,18 +528,6 @@ class _Run:
             for name, wanted in then().items():
                 make(name, wanted)
         return counts[0], counts[1]
-
-    def _keep(self, entry: ExportedShard, shard: ShardEntry, wanted: list[SampleRecord],
-              digest: str, tree: ExportTree) -> bool:
-        """A journalled shard is kept when it is the same shard, its samples are the wanted
-        ones unchanged, and every file is there as written (``ExportTree.holds``)."""
-        if entry.sha256 != shard.sha256 or entry.index != digest:
-            return False
-        if [sample.key for sample in entry.samples] != [record.key for record in wanted]:
-            return False
-        if not all(map(self.coco_fits, entry.samples)):
-            return False
-        return all(tree.holds(file) for sample in entry.samples for file in sample.files)
 
     def _read_shard(self, shard: ShardEntry, wanted: dict[str, SampleRecord],
                     tree: ExportTree, pool: Executor,
