@@ -17,8 +17,8 @@ Each round, for each layout, interleaved (a slow moment on a shared machine hits
   cp -r       `cp -r DEST/vN NEW` of that finished export folder (same files, same bytes, same
               disk), then an fsync of every file and folder of NEW: the baseline
   cp -r+sync  the same copy followed by `sync` (system-wide: it also waits for others' writes)
-  re-export   the next version exported into the same DEST (unchanged samples hard-linked, only
-              the shards holding new samples read)
+  re-export   the next version exported into the same DEST (the unchanged shards' files
+              hard-linked, only the shards holding new samples read)
   cp -al      `cp -al DEST/vN NEW` then `sync`: a hard link of every file and nothing else, the
               kernel's floor under any re-export that gives every version a folder of its own
               (what the two targets together need of it is printed: both can hold only where

@@ -374,45 +374,45 @@ def folders_of(folder: Path) -> set[str]:
 
 
 def test_a_folder_whose_samples_all_left_is_not_in_the_new_version(tmp_path):
-    """A folder that no sample of the new version fills (every defect left: no
-    ``abnormal/``) is not in it, as in a fresh export of the same dataset."""
+    """A folder that no sample of the new version fills (the val split's normal samples
+    left: no ``normal_test/``) is not in it, as in a fresh export of the same dataset, while
+    the unchanged train shard is linked."""
     write_corpus(tmp_path / "source")
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
     export(tmp_path / "dataset", tmp_path / "an", "anomalib", quiet=True)
-    assert {"abnormal", "mask"} <= folders_of(tmp_path / "an" / "v1")
-    for path in (tmp_path / "source").rglob("*"):
-        if path.is_file() and path.parent.name == "defect":
-            path.unlink()
+    assert {"normal_test", "abnormal", "mask"} <= folders_of(tmp_path / "an" / "v1")
+    (tmp_path / "source" / "val" / "good" / "clean_val.jpg").unlink()
     pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
     result = export(tmp_path / "dataset", tmp_path / "an", "anomalib", quiet=True)
     assert result.linked > 0
     export(tmp_path / "dataset", tmp_path / "fresh", "anomalib", quiet=True)
     assert folders_of(tmp_path / "an" / "v2") == folders_of(tmp_path / "fresh" / "v2")
-    assert "abnormal" not in folders_of(tmp_path / "an" / "v2")
+    assert "normal_test" not in folders_of(tmp_path / "an" / "v2")
     fresh = tree_of(tmp_path / "fresh" / "v2")
     assert tree_of(tmp_path / "an" / "v2") == fresh
 
 
 def test_a_re_export_stopped_after_its_links_are_made_resumes_to_a_fresh_exports_bytes(
         tmp_path, monkeypatch):
-    """Ctrl-C once the unchanged files are linked: nothing is switched, and the rerun (its
-    folder not fresh: linked over the links made) ends with a fresh export's bytes."""
+    """Ctrl-C while the changed shards are read: the links under way are finished, nothing is
+    switched, and the rerun (its folder not fresh: linked over the links made) ends with a
+    fresh export's bytes."""
     from shardsmith.ops import export as package
 
     exported_then_one_more(tmp_path)
-    original = package._Run._from_shards
-    linked = []
+    original = package._Run._read_shard
 
-    def interrupted(self, todo, digests, tree, exported, progress):
-        linked.append(len(exported))
+    def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(package._Run, "_from_shards", interrupted)
+    monkeypatch.setattr(package._Run, "_read_shard", interrupted)
     with pytest.raises(KeyboardInterrupt):
         export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
-    assert linked[0] > 0, "nothing was linked before the shards were read"
+    partial = tmp_path / "yolo" / "v2.partial"
+    assert any(path.stat().st_nlink > 1 for path in (partial / "images").rglob("*.jpg")), \
+        "nothing was linked before the export stopped"
     assert os.readlink(tmp_path / "yolo" / "current") == "v1"
-    monkeypatch.setattr(package._Run, "_from_shards", original)
+    monkeypatch.setattr(package._Run, "_read_shard", original)
     result = export(tmp_path / "dataset", tmp_path / "yolo", "yolo", quiet=True)
     assert result.linked > 0 and os.readlink(tmp_path / "yolo" / "current") == "v2"
     export(tmp_path / "dataset", tmp_path / "fresh", "yolo", quiet=True)
@@ -463,6 +463,36 @@ def test_an_interrupted_export_resumes_to_the_same_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(package._Run, "_read_shard", original)
     result = export(tmp_path / "dataset", tmp_path / "resumed", "yolo", quiet=True)
     assert result.kept > 0 and result.shards_read == 1
+    whole, resumed = tree_of(tmp_path / "whole" / "v1"), tree_of(tmp_path / "resumed" / "v1")
+    whole["data.yaml"] = whole["data.yaml"].replace(b"/whole/", b"/resumed/")
+    assert resumed == whole
+
+
+def test_an_interrupted_export_of_the_previous_record_format_is_finished_from_its_shards(
+        tmp_path, monkeypatch):
+    """A journal an earlier release left (its first line without this record format, its
+    lines a sample each) is not read: every file is made again, to a whole export's bytes."""
+    write_corpus(tmp_path / "source")
+    pack_corpus(tmp_path / "source", tmp_path / "dataset", "webdataset")
+    export(tmp_path / "dataset", tmp_path / "whole", "yolo", quiet=True)
+    from shardsmith.ops import export as package
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(package._Run, "_read_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export(tmp_path / "dataset", tmp_path / "resumed", "yolo", quiet=True)
+    monkeypatch.undo()
+    journal = tmp_path / "resumed" / "v1.partial" / ".export" / "journal.jsonl"
+    header = json.loads(journal.read_bytes().splitlines()[0])
+    del header["format"]
+    old = {"shard": "train-000000.tar", "sha256": "0" * 64, "samples": [
+        {"key": "k", "split": "train", "digest": "0" * 64, "width": 1, "height": 1,
+         "files": [], "coco": None}]}
+    journal.write_text(json.dumps(header, sort_keys=True) + "\n" + json.dumps(old) + "\n")
+    result = export(tmp_path / "dataset", tmp_path / "resumed", "yolo", quiet=True)
+    assert result.kept == 0 and result.written == result.samples
     whole, resumed = tree_of(tmp_path / "whole" / "v1"), tree_of(tmp_path / "resumed" / "v1")
     whole["data.yaml"] = whole["data.yaml"].replace(b"/whole/", b"/resumed/")
     assert resumed == whole

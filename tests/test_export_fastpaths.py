@@ -5,13 +5,13 @@ missing or fails."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import tarfile
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_export import pack_corpus, write_corpus
 
@@ -19,6 +19,7 @@ from shardsmith.dataset.formats import shard_format
 from shardsmith.dataset.manifest import read_manifest
 from shardsmith.errors import OutputStateError, ShardFormatError
 from shardsmith.ops.export import export, layouts, record, tree
+from shardsmith.text import shown
 
 
 @pytest.fixture(scope="module")
@@ -109,51 +110,61 @@ def test_without_syncfs_every_file_is_fsynced(dataset, tmp_path, monkeypatch, sy
                                for path in synced}
 
 
+def one_shard_record(*files: record.ExportedFile) -> record.ExportRecord:
+    """A yolo record of one shard holding one sample ``k`` with ``files``."""
+    sample = record.ExportedSample("k", "train", 4, 4, files)
+    group = record.ExportedShard("train-000000.tar", "b" * 64, "e" * 64, (sample,))
+    return record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
+                               "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (group,))
+
+
 def test_a_record_with_one_bad_sha256_among_sound_ones_names_it(tmp_path):
-    good = record.ExportedFile("images/train/k.jpg", 3, "a" * 64)
-    bad = record.ExportedFile("labels/train/k.txt", 3, "A" * 64)
-    sample = record.ExportedSample("k", "train", "b" * 64, 4, 4, (good, bad))
-    exported = record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
-                                   "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (sample,))
-    with pytest.raises(OutputStateError, match=r"samples\[0\]\.files\[1\]\.sha256"):
+    exported = one_shard_record(record.ExportedFile("images/train/k.jpg", 3, 1))
+    exported = msgspec.structs.replace(exported, shared=(
+        record.SharedFile("data.yaml", 3, 2, "a" * 64),
+        record.SharedFile("data.yaml", 3, 2, "A" * 64)))
+    with pytest.raises(OutputStateError, match=r"shared\[1\]\.sha256: 'A+\.\.\. is not a sha256"):
         record.parse_record(record.record_bytes(exported), tmp_path / "record.json", tmp_path)
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    (lambda r: r["samples"][0]["files"][0].update(bytes=-1),
-     "samples[0].files[0].bytes: -1 is out of range (from 0 to 9007199254740991)"),
-    (lambda r: r["samples"][0]["files"][0].update(mode="0777"),
-     "samples[0].files[0].mode: not a field of this record"),
+    (lambda r: r["shards"][0]["samples"][0]["files"][0].update(bytes=-1),
+     "shards[0].samples[0].files[0].bytes: -1 is out of range (from 0 to 9007199254740991)"),
+    (lambda r: r["shards"][0]["samples"][0]["files"][0].update(mode="0777"),
+     "shards[0].samples[0].files[0].mode: not a field of this record"),
     (lambda r: r.update(format="one"), "format: expected an integer, got 'one'"),
-    (lambda r: r.update(samples="all"), "samples: expected a list, got 'all'"),
-    (lambda r: r["samples"][0].pop("key"), "samples[0].key: missing"),
+    (lambda r: r.update(shards="all"), "shards: expected a list, got 'all'"),
+    (lambda r: r["shards"][0]["samples"][0].pop("key"), "shards[0].samples[0].key: missing"),
+    (lambda r: r["shards"][0].update(index="E" * 64), "shards[0].index: 'EEEE"),
+    (lambda r: r["shards"][0]["samples"][0]["files"][0].update(sha256="a" * 64),
+     "shards[0].samples[0].files[0].sha256: not a field of this record"),
+    (lambda r: r["shards"][0]["samples"][0]["files"][0].pop("inode"),
+     "shards[0].samples[0].files[0].inode: missing"),
 ])
 def test_a_damaged_record_is_named_by_the_field_in_our_own_words(tmp_path, edit, message):
-    file = record.ExportedFile("images/train/k.jpg", 3, "a" * 64)
-    sample = record.ExportedSample("k", "train", "b" * 64, 4, 4, (file,))
-    exported = record.ExportRecord(record.RECORD_FORMAT, record.ExportOptions("yolo", "detect"),
-                                   "c" * 64, "d" * 64, 1, ("ok",), ("scratch",), (sample,))
-    document = json.loads(record.record_bytes(exported))
+    file = record.ExportedFile("images/train/k.jpg", 3, 1)
+    document = json.loads(record.record_bytes(one_shard_record(file)))
     edit(document)
     with pytest.raises(OutputStateError) as caught:
         record.parse_record(json.dumps(document).encode(), tmp_path / "record.json", tmp_path)
-    assert str(caught.value).startswith(f"{tmp_path / 'record.json'}: {message}: not an export")
+    assert str(caught.value).startswith(f"{tmp_path / 'record.json'}: {message}")
+    assert "not an export record shardsmith wrote" in str(caught.value)
 
 
 @pytest.mark.parametrize("bad", ["A" * 64, "a" * 63, "a" * 65, "g" * 64, "\u0660" * 64,
                                  "a" * 63 + "\n", ""])
-def test_the_bulk_look_at_a_records_digests_passes_only_sha256s(bad):
-    sound = [hashlib.sha256(bytes([number])).hexdigest() for number in range(3)]
-    assert record._plainly_sha256(sound)
-    for digests in ([bad], sound + [bad], [bad] + sound):
-        assert not record._plainly_sha256(digests)
+def test_only_a_sha256_passes_as_a_shards_digest(tmp_path, bad):
+    sound = one_shard_record(record.ExportedFile("images/train/k.jpg", 3, 1))
+    assert record.sha256_problem(sound.shards) is None
+    damaged = msgspec.structs.replace(sound.shards[0], sha256=bad)
+    assert record.sha256_problem((damaged,)) == f"shards[0].sha256: {shown(bad)} is not a sha256"
 
 
 def test_a_coco_instances_file_is_ascii_json_even_for_class_names_beyond_it():
     box = record.CocoObject(1, (1.5, 2.0, 3.25, 4.0), 13.0, ((1.5, 2.0, 4.75, 2.0, 4.75, 6.0),))
     mask = record.CocoObject(2, (0.0, 0.0, 2.0, 2.0), 4.0, None, "04")
-    samples = [record.ExportedSample("b", "train", "a" * 64, 8, 6, (), (box, mask)),
-               record.ExportedSample("a", "train", "a" * 64, 8, 6, (), ())]
+    samples = [record.ExportedSample("b", "train", 8, 6, (), (box, mask)),
+               record.ExportedSample("a", "train", 8, 6, (), ())]
     data = layouts.instances(("Kratzer", "Delle \u00e4"), samples)
     assert data.isascii() and data.endswith(b"}\n")
     document = json.loads(data)

@@ -56,6 +56,11 @@ def listing(folder: Path) -> list[str]:
     return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
 
 
+def samples_of(record: dict) -> list[dict]:
+    """Every sample of an export record (its groups': one a shard), to edit in place."""
+    return [sample for group in record["shards"] for sample in group["samples"]]
+
+
 def test_a_destination_that_is_a_file_is_refused(dataset, tmp_path):
     (tmp_path / "dest").write_text("mine")
     refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), "not a folder")
@@ -107,18 +112,19 @@ def test_a_damaged_export_record_is_refused(dataset, tmp_path, damage):
     assert shardsmith(dataset, tmp_path / "dest", "--layout", "yolo").returncode == 0
     path = tmp_path / "dest" / "v1" / ".export" / "record.json"
     record = json.loads(path.read_text())
+    samples = samples_of(record)
     if damage == "paths with ..":
-        record["samples"][0]["files"][0]["path"] = "../../outside.jpg"
+        samples[0]["files"][0]["path"] = "../../outside.jpg"
     elif damage == "absolute path":
-        record["samples"][0]["files"][0]["path"] = str(tmp_path / "outside.jpg")
+        samples[0]["files"][0]["path"] = str(tmp_path / "outside.jpg")
     elif damage == "huge number":
-        record["samples"][0]["files"][0]["bytes"] = 10**40
+        samples[0]["files"][0]["bytes"] = 10**40
     elif damage == "another sample's file":
-        record["samples"][0]["files"][0] = record["samples"][1]["files"][0]
+        samples[0]["files"][0] = samples[1]["files"][0]
     elif damage == "a file the layout does not name":
-        record["samples"][0]["files"][0]["path"] = "images/train/elsewhere.jpg"
+        samples[0]["files"][0]["path"] = "images/train/elsewhere.jpg"
     elif damage == "unknown field":
-        record["samples"][0]["files"][0]["mode"] = "0777"
+        samples[0]["files"][0]["mode"] = "0777"
     path.write_bytes(damage if isinstance(damage, bytes) else json.dumps(record).encode())
     refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), "record.json")
     assert not (tmp_path / "outside.jpg").exists()
@@ -128,18 +134,21 @@ def test_a_damaged_export_record_is_refused(dataset, tmp_path, damage):
                                   "images/val/{key}.jpg", "labels/train/{key}.txt"])
 def test_a_file_a_record_names_outside_its_layout_is_never_linked_into_the_next_version(
         dataset, tmp_path, lent):
-    # A new version links the unchanged samples' files from the current one: a sample whose
-    # recorded path is not the layout's for its key and split lends nothing; it is exported
-    # from its shard like a new one.
+    # A new version links the unchanged shards' files from the current one: a shard with a
+    # sample whose recorded path is not the layout's for its key and split lends nothing;
+    # it is exported from its shard like a new one.  A shard a sample here, so the others
+    # are linked.
     from shardsmith.ops.export import export
 
     source, copy, dest = tmp_path / "source", tmp_path / "dataset", tmp_path / "dest"
+    overrides = {**defects.CORPUS_ANNOTATIONS, **TILES, "splits.folder": True,
+                 "splits": "train=0.8,val=0.2", "output.shard_samples": 1}
     shutil.copytree(dataset.parent / "source", source)
-    shutil.copytree(dataset, copy)
+    defects.pack_with(source, copy, overrides)
     export(copy, dest, "yolo", quiet=True)
     path = dest / "v1" / ".export" / "record.json"
     record = json.loads(path.read_text())
-    victim = next(sample for sample in record["samples"] if sample["split"] == "train")
+    victim = next(sample for sample in samples_of(record) if sample["split"] == "train")
     planted, outside = victim["files"][0], tmp_path / "outside.jpg"
     planted["path"] = str(outside) if lent == "absolute" else lent.format(key=victim["key"])
     outside.write_bytes(b"x" * planted["bytes"])
@@ -147,10 +156,9 @@ def test_a_file_a_record_names_outside_its_layout_is_never_linked_into_the_next_
     added = images.write(source / "train" / "defect" / "d.jpg",
                          defects.corpus_original("jpeg8", 2))
     defects.write_corpus_annotations(added.with_suffix(""))
-    defects.pack_with(source, copy, {**defects.CORPUS_ANNOTATIONS, **TILES,
-                                     "splits.folder": True, "splits": "train=0.8,val=0.2"})
+    defects.pack_with(source, copy, overrides)
     result = export(copy, dest, "yolo", quiet=True)
-    assert result.version == 2 and result.linked == len(record["samples"]) - 1
+    assert result.version == 2 and result.linked == len(samples_of(record)) - 1
     image = dest / "v2" / "images" / "train" / f"{victim['key']}.jpg"
     assert image.read_bytes()[:2] == b"\xff\xd8" and image.stat().st_nlink == 1
     assert outside.stat().st_nlink == 1 and outside.read_bytes() == b"x" * planted["bytes"]
@@ -502,6 +510,31 @@ def swap_for_a_hard_link(victim: Path, outside: Path) -> None:
     os.link(outside, victim)
 
 
+@pytest.mark.parametrize("lie", ["a sample left out", "a sample of another split"])
+def test_a_group_whose_samples_are_not_its_shards_lends_no_file(two_versions, tmp_path, lie):
+    """A record whose group of the unchanged val shard leaves a sample out (it would be
+    missing from the new version) or gives one another split: the shard is read again."""
+    first, second = two_versions
+    export(first, tmp_path / "dest", "yolo", quiet=True)
+    path = tmp_path / "dest" / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    group = next(group for group in record["shards"] if group["shard"].startswith("val-"))
+    if lie == "a sample left out":
+        group["samples"].pop()
+    else:
+        group["samples"][0]["split"] = "train"
+    path.write_text(json.dumps(record))
+    before = {path.name: path.stat().st_ino
+              for path in (tmp_path / "dest" / "v1" / "images" / "val").iterdir()}
+    result = export(second, tmp_path / "dest", "yolo", quiet=True)
+    export(second, tmp_path / "fresh", "yolo", quiet=True)
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    assert result.linked > 0  # the unchanged train shard's
+    made = {path.name: path.stat().st_ino
+            for path in (tmp_path / "dest" / "v2" / "images" / "val").iterdir()}
+    assert made.keys() == before.keys() and not set(made.values()) & set(before.values())
+
+
 def test_a_file_of_the_previous_version_swapped_for_a_hard_link_is_not_linked(
         two_versions, tmp_path):
     """The new version would share the outside file (its bytes under a record naming ours):
@@ -535,17 +568,17 @@ def test_an_up_to_date_version_with_a_file_swapped_for_a_hard_link_is_made_again
     assert set(outside.read_bytes()) == {ord("O")}
 
 
-def test_a_version_recorded_without_inodes_lends_no_file_and_is_made_again_once(
+def test_a_version_recorded_by_the_previous_format_lends_no_file_and_is_made_again_once(
         two_versions, tmp_path):
-    """A record of an earlier release names no file's inode: nothing tells that its files
-    are still the ones it wrote, so they are made again, and recorded with theirs."""
+    """A record of format 1 (an entry per sample, a digest of its index line each) is read for
+    what it is and its layout only: its files are made again, and recorded in groups."""
     first, _ = two_versions
     export(first, tmp_path / "dest", "yolo", quiet=True)
     path = tmp_path / "dest" / "v1" / ".export" / "record.json"
     record = json.loads(path.read_text())
-    for file in [file for sample in record["samples"] for file in sample["files"]] + \
-            record["shared"]:
-        del file["inode"]
+    record["samples"] = [{**sample, "digest": "0" * 64} for sample in samples_of(record)]
+    record["format"] = 1
+    del record["shards"]
     path.write_text(json.dumps(record))
     again = export(first, tmp_path / "dest", "yolo", quiet=True)
     assert not again.up_to_date and again.linked == 0 and again.written == again.samples
@@ -730,7 +763,7 @@ def test_coco_objects_a_record_lies_about_never_reach_the_next_versions_annotati
     assert shardsmith(first, tmp_path / "dest", "--layout", "coco").returncode == 0
     path = tmp_path / "dest" / "v1" / ".export" / "record.json"
     record = json.loads(path.read_text())
-    lie(next(sample for sample in record["samples"] if sample["coco"]))
+    lie(next(sample for sample in samples_of(record) if sample["coco"]))
     path.write_text(json.dumps(record))
     assert shardsmith(second, tmp_path / "dest", "--layout", "coco").returncode == 0
     assert shardsmith(second, tmp_path / "fresh", "--layout", "coco").returncode == 0

@@ -1,13 +1,14 @@
 """``export``: a packed or staged dataset version as a trainer's own folder layout (Ultralytics
 YOLO, COCO, anomalib), read from its shards, never from the originals.
 
-Compute, then do: the samples to export come from the sample index; those whose index line,
-layout, options and classes are unchanged since the version ``current`` points to are
-hard-linked from it (their shards are not read); the others are read shard by shard, each
-shard's sha256 checked against the manifest while it is read.  Everything goes into
-``DEST/vN.partial``, which is fsynced, renamed to ``DEST/vN`` and switched to (``versions``).
-An interrupted export resumes: the shards it finished are in a journal, and their files are
-kept when their sizes and sha256 still match.
+Compute, then do: the samples to export come from the sample index, a group per shard; a
+shard whose sha256 and index lines, layout, options and classes are unchanged since the
+version ``current`` points to has its group of files hard-linked from it whole (the shard is
+not read); the others are read shard by shard, each shard's sha256 checked against the
+manifest while it is read.  Everything goes into ``DEST/vN.partial``, which is fsynced, renamed
+to ``DEST/vN`` and switched to (``versions``).  An interrupted export resumes: the shards it
+finished are in a journal, and their files are kept when they are still as written (size,
+inode and mode).
 
 The dataset may be an ``s3://`` URL (``storage.Location``; the export stays local): its
 manifest and sample index are read from the bucket, each shard is copied to a temporary file
@@ -25,6 +26,7 @@ import logging
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,17 +68,18 @@ from .record import (
     RECORD_NAME,
     ExportedFile,
     ExportedSample,
+    ExportedShard,
     ExportOptions,
     ExportRecord,
-    JournalEntry,
     RecordHead,
+    SharedFile,
     journal_line,
     options_line,
     read_journal,
     record_bytes,
     record_cap,
 )
-from .tree import ExportTree, real_folders
+from .tree import ExportTree, real_folders, still_written
 from .versions import (
     Destination,
     check_destination,
@@ -235,13 +238,13 @@ def _export(source: Location, root: Path, layout: str, task: str, normal: str,
         options = resolve_options(manifest, layout, task, normal, anomalib_layout, splits,
                                   keep_cut, boxes_as_polygons)
         note = ""
+        # read once (~6 s a million lines): the task below and the run take it
+        chosen = options.splits
+        indexed = [record for record in iter_sample_index(source, manifest)
+                   if chosen is None or record.split in chosen]
         if options.layout == "yolo" and options.task != "classify" and task != "detect":
-            # one more pass over the index (~6 s a million lines) for the task the record of
-            # the export, and so what it may link, depends on
-            chosen = options.splits
-            census = pixel_census(record for record in iter_sample_index(source, manifest)
-                                  if chosen is None or record.split in chosen)
-            picked, note = yolo_task(task, census, manifest.object_classes or (),
+            # the task the record of the export, and so what it may link, depends on
+            picked, note = yolo_task(task, pixel_census(indexed), manifest.object_classes or (),
                                      boxes_as_polygons)
             options = msgspec.structs.replace(options, task=picked)
             log.info("task: %s", note)
@@ -254,7 +257,7 @@ def _export(source: Location, root: Path, layout: str, task: str, normal: str,
             destination = survey(root, layout, cap)
             if finish_publish(destination, cap):
                 destination = survey(root, layout, cap)
-            run = _Run(source, manifest, options, destination, quiet, keep, cap)
+            run = _Run(source, manifest, indexed, options, destination, quiet, keep, cap)
             return dataclasses.replace(run.execute(started), note=note)
 
 
@@ -290,30 +293,24 @@ def _check_locations(source: Location, destination: Path) -> tuple[Location, Pat
     return source, destination
 
 
-# Every field but the shard, keys in sorted order, encoded as they are (10,000 index lines in
-# 25 ms; a generic dump and sort took 150 us a line, msgspec sorting the keys of each 3 us).
-_DIGEST_FIELDS = tuple(sorted(name for name in SampleRecord.__slots__ if name != "shard"))
-_DIGEST_ENCODER = msgspec.json.Encoder()
-# Fields of the index added since exports were recorded: left out of the digest while absent.
-_DIGEST_IF_SET = ("objects_cut", "objects_box_only")
+_INDEX_ENCODER = msgspec.json.Encoder()
 
 
-def sample_digest(record: SampleRecord) -> str:
-    """A sample's index line less the shard it lies in (a compaction moves it, not changes
-    it)."""
-    fields = {name: getattr(record, name) for name in _DIGEST_FIELDS}
-    for name in _DIGEST_IF_SET:  # absent, as before the field was: an export stays linkable
-        if fields[name] is None:
-            del fields[name]
-    return hashlib.sha256(_DIGEST_ENCODER.encode(fields)).hexdigest()
+def index_digest(records: list[SampleRecord]) -> str:
+    """The sha256 of a shard's samples' index lines, in their order: what, with the shard's
+    own sha256, decides that its exported files are still the ones a new export would make
+    (one encode of the list: 10,000 lines in ~5 ms)."""
+    return hashlib.sha256(_INDEX_ENCODER.encode(records)).hexdigest()
 
 
 class _Run:
     """One export: the plan (``execute``'s first half), then the writing."""
 
-    def __init__(self, source: Location, manifest: Manifest, options: ExportOptions,
-                 destination: Destination, quiet: bool, keep: int, cap: int):
+    def __init__(self, source: Location, manifest: Manifest, indexed: list[SampleRecord],
+                 options: ExportOptions, destination: Destination, quiet: bool, keep: int,
+                 cap: int):
         self.source, self.manifest, self.options = source, manifest, options
+        self.indexed = indexed  # the sample index's lines of the splits exported
         self.destination, self.quiet, self.keep = destination, quiet, keep
         self.cap = cap  # the largest record and journal read back (``record_cap``)
         self.number = manifest.version
@@ -326,6 +323,8 @@ class _Run:
         # a COCO sample's recorded objects are written into the new instances files when it
         # is linked or kept: held to what this release can have made
         self.coco_fits = self.layout.recorded_fit(manifest.object_classes)
+        self.paths_fit = layouts.paths_fit(options, manifest.classes, manifest.object_classes)
+        self.listed = {shard.name: shard for shard in manifest.shards}
         self.left_out = 0
 
     def execute(self, started: float) -> ExportResult:
@@ -334,34 +333,51 @@ class _Run:
         if current is not None and self._same_export(self.destination.versions[current]):
             before = current_record(self.destination, self.cap)
         if current == self.number and before is not None and self._up_to_date(before):
-            records, _, _ = self._read_index({})
+            records, _ = self._read_index()
             removed = remove_older(self.destination, self.number, self.keep)
             return self._result(len(records), 0, 0, 0, 0, tuple(removed), True, started)
         partial = self.destination.partial(self.number)
         tree = ExportTree(partial)
         tree.folder(RECORD_DIR)
-        previous = self._linkable(before)
-        exported: dict[str, ExportedSample] = {}
+        exported: dict[str, ExportedShard] = {}
         progress = Progress(sum(self.manifest.splits[name].samples for name in self.splits),
                             0, "samples", "export", self.quiet)
+        linked: list[ExportedShard] = []
         try:
-            records, digests, unchanged = self._read_index(previous)
-            linked = (tree.link(self.destination.folder(current), unchanged, progress)
-                      if unchanged else [])
-            exported.update((sample.key, sample) for sample in linked)
-            # the others, and those whose files were not linked after all: from their shards
-            todo = [record for record in records if record.key not in exported]
-            kept, read = self._from_shards(todo, digests, tree, exported, progress)
+            records, by_shard = self._read_index()
+            digests = {name: index_digest(wanted) for name, wanted in by_shard.items()}
+            unchanged = [group for group in (before.shards if before else ())
+                         if group.shard in by_shard
+                         and self._fits(group, by_shard[group.shard], digests[group.shard])]
+            linking = {group.shard for group in unchanged}
+            source = self.destination.folder(current) if unchanged else self.destination.root
+            with tree.linking(source, unchanged, progress) as links:
+
+                def not_linked() -> dict[str, list[SampleRecord]]:
+                    """The groups whose files were not linked after all, once all are done."""
+                    linked.extend(links())
+                    exported.update((group.shard, group) for group in linked)
+                    return {name: by_shard[name] for name in sorted(linking - set(exported))}
+
+                # the changed shards are read while the unchanged ones are linked
+                kept, read = self._from_shards(
+                    {name: wanted for name, wanted in by_shard.items() if name not in linking},
+                    digests, tree, exported, progress, not_linked)
         finally:
             progress.close()
-        samples = tuple(exported[record.key] for record in records)
+        groups = tuple(exported[name] for name in sorted(exported))
+        by_key = {sample.key: sample for group in groups for sample in group.samples}
+        samples = [by_key[record.key] for record in records]  # the index's order
         final = self.destination.folder(self.number)
-        shared = tuple(tree.write(relpath, data) for relpath, data in self.layout.shared_files(
-            self.manifest.object_classes, list(self.splits), list(samples), str(final),
-            lambda message: log.warning("%s", message)))
+        shared = tuple(
+            SharedFile(*msgspec.structs.astuple(tree.write(relpath, data)),
+                       hashlib.sha256(data).hexdigest())
+            for relpath, data in self.layout.shared_files(
+                self.manifest.object_classes, list(self.splits), samples, str(final),
+                lambda message: log.warning("%s", message)))
         record = ExportRecord(RECORD_FORMAT, self.options, self.manifest.content_fingerprint,
                               self.manifest.fingerprint, self.number, self.manifest.classes,
-                              self.manifest.object_classes, samples, shared)
+                              self.manifest.object_classes, groups, shared)
         if not tree.fresh:  # an earlier try's folder: its files this export does not name
             tree.remove_unnamed({file.path for file in record.files()})
         written = record_bytes(record)
@@ -377,8 +393,9 @@ class _Run:
         tree.sync()
         publish(self.destination, self.number)
         removed = remove_older(self.destination, self.number, self.keep)
-        return self._result(len(records), len(todo) - kept, len(linked), kept, read,
-                            tuple(removed), False, started)
+        linked_samples = sum(len(group.samples) for group in linked)
+        return self._result(len(records), len(records) - linked_samples - kept, linked_samples,
+                            kept, read, tuple(removed), False, started)
 
     def _result(self, samples: int, written: int, linked: int, kept: int, read: int,
                 removed: tuple[int, ...], up_to_date: bool, started: float) -> ExportResult:
@@ -396,8 +413,7 @@ class _Run:
 
     def _up_to_date(self, record: ExportRecord) -> bool:
         """The current export is this version with these options, and every file it lists
-        is still there as written: a regular file of its size and inode (an ``lstat`` each,
-        no reading)."""
+        is still there as written (``tree.still_written``: an ``lstat`` each, no reading)."""
         if not (record.version == self.number
                 and record.content_fingerprint == self.manifest.content_fingerprint):
             return False
@@ -406,45 +422,29 @@ class _Run:
         files = record.files()
         if not real_folders(folder, {file.path.rpartition("/")[0] for file in files}):
             return False  # a folder swapped for a link: its files may be anyone's
-        for file in files:
-            try:
-                info = os.lstat(folder / file.path)
-            except FileNotFoundError:
-                return False
-            if not (info.st_mode & 0o170000 == 0o100000 and info.st_size == file.bytes
-                    and info.st_ino == file.inode):
-                return False
-        return True
+        return all(still_written(folder, file) for file in files)
 
-    def _linkable(self, before: ExportRecord | None) -> dict[str, ExportedSample]:
-        """key -> the current export's record of it, for the samples whose files may be
-        linked: their recorded files are the layout's for their key and split (a record that
-        names other files lends none of them), in a split this export has, their inodes
-        recorded (a record of an earlier release has none: its files are made again), and
-        (COCO) their recorded objects ones this release can have made."""
-        if before is None:
-            return {}
-        fits = layouts.paths_fit(self.options, self.manifest.classes,
-                                 self.manifest.object_classes)
-        coco_fits, splits = self.coco_fits, set(self.splits)
-        return {sample.key: sample for sample in before.samples
-                if sample.split in splits
-                and fits(sample.key, sample.split, tuple(file.path for file in sample.files))
-                and all(file.inode is not None for file in sample.files)
-                and coco_fits(sample)}
+    def _fits(self, group: ExportedShard, wanted: list[SampleRecord], digest: str) -> bool:
+        """``group`` (of the current version's record, or of the journal) holds this export's
+        files of its shard: the same shard (its sha256 the manifest's), the same index lines
+        (``digest``), exactly the samples this export takes of it (``wanted``), each sample's
+        recorded files the layout's for its key and split (a record that names other files
+        lends none of them), and (COCO) its recorded objects ones this release can have
+        made.  Its files are checked by the link or ``ExportTree.holds``."""
+        fits, coco_fits = self.paths_fit, self.coco_fits
+        shard = self.listed.get(group.shard)
+        return (shard is not None and shard.sha256 == group.sha256 and digest == group.index
+                and [(sample.key, sample.split) for sample in group.samples]
+                == [(record.key, record.split) for record in wanted]
+                and all(fits(sample.key, sample.split, tuple(file.path for file in sample.files))
+                        and coco_fits(sample) for sample in group.samples))
 
-    def _read_index(self, previous: dict[str, ExportedSample],
-                    ) -> tuple[list[SampleRecord], dict[str, str], list[ExportedSample]]:
-        """The samples to export, their digests, and the current export's record of those
-        unchanged since it (``previous``: same digest and split), whose files are linked."""
+    def _read_index(self) -> tuple[list[SampleRecord], dict[str, list[SampleRecord]]]:
+        """The samples to export, in the index's order, and by shard."""
         records: list[SampleRecord] = []
-        digests: dict[str, str] = {}
-        unchanged: list[ExportedSample] = []
-        splits = self.options.splits
+        by_shard: dict[str, list[SampleRecord]] = defaultdict(list)
         self.left_out, unlocated, uncounted = 0, 0, False
-        for record in iter_sample_index(self.source, self.manifest):
-            if splits is not None and record.split not in splits:
-                continue
+        for record in self.indexed:
             if cut_count(record) and record.objects_cut is None:
                 unlocated += 1  # counted by an index of an earlier release, not located
             if self.layout.leaves_out_cut and cut_count(record):
@@ -454,13 +454,10 @@ class _Run:
             uncounted = uncounted or (record.objects_dropped is None
                                       and self.manifest.object_classes is not None)
             records.append(record)
-            digest = digests[record.key] = sample_digest(record)
-            before = previous.get(record.key)
-            if before is not None and before.digest == digest and before.split == record.split:
-                unchanged.append(before)
+            by_shard[record.shard].append(record)
         self._warn_old_index(unlocated, uncounted)
         self.layout.check(records, self.manifest.classes)
-        return records, digests, unchanged
+        return records, by_shard
 
     def _warn_old_index(self, unlocated: int, uncounted: bool) -> None:
         """Say what an index of an earlier release cannot tell of cut defects."""
@@ -483,15 +480,13 @@ class _Run:
                         "255 (\"ignore\") pixels of a class mask; a box-only one cannot be "
                         "told apart; the next pack records them", self.source)
 
-    def _from_shards(self, todo: list[SampleRecord], digests: dict[str, str],
-                     tree: ExportTree, exported: dict[str, ExportedSample],
-                     progress: Progress) -> tuple[int, int]:
-        """Export ``todo`` from their shards; returns (samples kept from an interrupted run,
-        shards read)."""
-        by_shard: dict[str, dict[str, SampleRecord]] = defaultdict(dict)
-        for record in todo:
-            by_shard[record.shard][record.key] = record
-        listed = {shard.name: shard for shard in self.manifest.shards}
+    def _from_shards(self, todo: dict[str, list[SampleRecord]], digests: dict[str, str],
+                     tree: ExportTree, exported: dict[str, ExportedShard], progress: Progress,
+                     then: Callable[[], dict[str, list[SampleRecord]]] = dict) -> tuple[int, int]:
+        """Export the samples of ``todo`` (shard name -> its samples to export) from their
+        shards, then those ``then`` gives once they are done; returns (samples kept from an
+        interrupted run, shards read)."""
+        listed = self.listed  # name -> the manifest's entry
         header = options_line(self.options, self.manifest.content_fingerprint)
         finished = read_journal(tree.root, header, self.cap)
         for entry in finished.values():
@@ -504,52 +499,38 @@ class _Run:
         journal_path = tree.root / RECORD_DIR / JOURNAL_NAME
         if not finished:
             tree.write(f"{RECORD_DIR}/{JOURNAL_NAME}", header)
-        kept = read = 0
+        counts = [0, 0]  # kept, read
         flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         with os.fdopen(os.open(journal_path, flags), "ab") as journal, ThreadPoolExecutor(
                 WRITE_THREADS, thread_name_prefix="shardsmith-export") as pool:
-            for name in sorted(by_shard):
-                if name not in listed:
-                    raise ManifestError(f"{self.source}: sample "
-                                        f"{next(iter(by_shard[name]))} lies in {name}, a "
-                                        "shard the manifest does not list")
-                wanted = by_shard[name]
-                entry = finished.get(name)
-                if entry is not None and self._keep(entry, listed, wanted, digests, tree):
-                    for sample in entry.samples:
-                        if sample.key in wanted:
-                            exported[sample.key] = sample
-                            kept += 1
-                            progress.update()
-                    continue
-                samples = self._read_shard(listed[name], wanted, digests, tree, pool,
-                                           progress)
-                read += 1
-                for sample in samples:
-                    exported[sample.key] = sample
-                journal.write(journal_line(JournalEntry(name, listed[name].sha256,
-                                                        tuple(samples))))
-                journal.flush()
-        return kept, read
 
-    def _keep(self, entry: JournalEntry, listed: dict[str, ShardEntry],
-              wanted: dict[str, SampleRecord], digests: dict[str, str],
-              tree: ExportTree) -> bool:
-        """A journalled shard is kept when it is the same shard, its samples are the wanted
-        ones unchanged, and every file is there with its size and sha256."""
-        shard = listed.get(entry.shard)
-        if shard is None or shard.sha256 != entry.sha256:
-            return False
-        by_key = {sample.key: sample for sample in entry.samples}
-        if set(by_key) != set(wanted) or any(
-                by_key[key].digest != digests[key] for key in wanted):
-            return False
-        if not all(map(self.coco_fits, entry.samples)):
-            return False
-        return all(tree.holds(file) for sample in entry.samples for file in sample.files)
+            def make(name: str, wanted: list[SampleRecord]) -> None:
+                if name not in listed:
+                    raise ManifestError(f"{self.source}: sample {wanted[0].key} lies in "
+                                        f"{name}, a shard the manifest does not list")
+                entry = finished.get(name)
+                if entry is not None and self._fits(entry, wanted, digests[name]) and all(
+                        tree.holds(file) for sample in entry.samples for file in sample.files):
+                    exported[name] = entry
+                    counts[0] += len(entry.samples)
+                    progress.update(len(entry.samples))
+                    return
+                made = self._read_shard(listed[name], {record.key: record for record in wanted},
+                                        tree, pool, progress)
+                counts[1] += 1
+                group = exported[name] = ExportedShard(name, listed[name].sha256,
+                                                       digests[name], tuple(made))
+                journal.write(journal_line(group))
+                journal.flush()
+
+            for name in sorted(todo):
+                make(name, todo[name])
+            for name, wanted in then().items():
+                make(name, wanted)
+        return counts[0], counts[1]
 
     def _read_shard(self, shard: ShardEntry, wanted: dict[str, SampleRecord],
-                    digests: dict[str, str], tree: ExportTree, pool: Executor,
+                    tree: ExportTree, pool: Executor,
                     progress: Progress) -> list[ExportedSample]:
         """Export the ``wanted`` samples of ``shard``, hashing the whole shard as its records
         stream by: a shard that is not the manifest's stops the export before anything is
@@ -571,8 +552,7 @@ class _Run:
                     position = offset + len(packed.data)
                     record = wanted.get(packed.key)
                     if record is not None:
-                        made.append(self._export_sample(shard, record, packed, digests, tree,
-                                                        pool))
+                        made.append(self._export_sample(shard, record, packed, tree, pool))
                         progress.update()
                 for data in chunks(opened, shard.bytes, position):  # the trailer
                     digest.update(data)
@@ -593,15 +573,16 @@ class _Run:
         if missing:
             raise DamagedShardError(f"{path}: does not hold sample {missing[0]} the sample "
                                      "index places there (shardsmith verify shows more)")
-        return [pending.result() for pending in made]
+        order = {key: number for number, key in enumerate(wanted)}  # the index's
+        return [pending.result() for pending in sorted(made, key=lambda pending:
+                                                       order[pending.sample.key])]
 
     def _mismatch(self, path: Location, why: str) -> str:
         return (f"{path}: {why}: the shard changed or is damaged since it was packed "
                 "(shardsmith verify); nothing was switched")
 
     def _export_sample(self, shard: ShardEntry, record: SampleRecord, packed,
-                       digests: dict[str, str], tree: ExportTree,
-                       pool: Executor) -> _Pending:
+                       tree: ExportTree, pool: Executor) -> _Pending:
         classes = self.manifest.classes
         class_name = classes[record.label] if 0 <= record.label < len(classes) else ""
         try:
@@ -628,8 +609,8 @@ class _Run:
             raise DamagedShardError(f"{self.source / shard.name}: sample {record.key}: {why}; "
                                     "nothing was switched") from None
         writes = [tree.write_later(pool, relpath, data) for relpath, data in files]
-        return _Pending(ExportedSample(record.key, record.split, digests[record.key],
-                                       sample.width, sample.height, (), coco), writes)
+        return _Pending(ExportedSample(record.key, record.split, sample.width, sample.height,
+                                       (), coco), writes)
 
     def _warn_fallback(self) -> None:
         if not self.fallback_warned:
@@ -649,8 +630,7 @@ class _Pending:
     def result(self) -> ExportedSample:
         """The sample with its files, once written (a write's error raised here)."""
         sample = self.sample
-        return ExportedSample(sample.key, sample.split, sample.digest, sample.width,
-                              sample.height, tuple(write.result() for write in self.writes),
-                              sample.coco)
+        return ExportedSample(sample.key, sample.split, sample.width, sample.height,
+                              tuple(write.result() for write in self.writes), sample.coco)
 
 

@@ -1,9 +1,15 @@
 """What an export folder holds, as ``.export/record.json`` says: the dataset version it came
-from, the layout and options, and per sample its files (path, size, sha256, inode).
+from, the layout and options, and per shard of the dataset the files its samples gave (path,
+size, inode).
+
+The record is kept per shard because a shard is what a later export links whole: a shard whose
+sha256 and sample-index lines are unchanged since gives the same files, so its group is linked
+as it stands (nothing of it read from its shard, decoded or hashed again) and goes into the new
+record as it was (a hard link keeps the inode).
 
 The record decides what a later export may hard-link and what an interrupted one may keep, so
 it is read as untrusted (someone may have edited it, or the folder may be another tool's):
-strictly typed, no field a record of ours lacks, every number bounded, every sha256 one; a
+strictly typed, no field a record of ours lacks, every number bounded, every digest a sha256; a
 sample's paths are held to the layout's own before its files are linked or trusted
 (``layouts.paths_fit``).  A record that does not fit is an OutputStateError naming the file.
 
@@ -11,8 +17,9 @@ Its types are msgspec Structs, not the frozen dataclasses of ``schema``: a recor
 samples decoded into Structs refusing unknown fields takes 10 to 20 ms; into dataclasses, then
 encoded again to find unknown fields, 50 to 80 ms, a sixth of a re-export after a 1% increment.
 Every version's record is read for its head only (``RecordHead``: what it is and its layout,
-its samples skipped unread, 2 to 3 ms); the whole record only of the version a re-export links
-from.
+its shards skipped unread, 2 to 3 ms); the whole record only of the version a re-export links
+from.  A record of format 1 (a release that kept one entry per sample) is read for its head
+only: its version lends no file, and its next export makes every file again, once.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from ...text import shown
 RECORD_DIR = ".export"
 RECORD_NAME = "record.json"
 JOURNAL_NAME = "journal.jsonl"
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 1: an entry per sample (lends no file: made again once)
 RECORD_CAP = 4 * STATE_CAP  # the least a record may be, whatever the dataset's size
 # A record is ~500 bytes a YOLO sample and ~1 KiB a COCO sample with its polygons: read up to
 # 16 KiB a sample of the dataset exported (a record of 256 MiB was 500,000 YOLO samples, and
@@ -48,12 +55,18 @@ Inode = Annotated[int, msgspec.Meta(ge=0)]
 class ExportedFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     path: str  # relative to the export folder: the layout's (``layouts.paths_fit``)
     bytes: Count
+    # The file's inode number as written: a later export links it (or a resumed one keeps
+    # it) only where the name still holds that file (one swapped for a hard link to another
+    # file of the same size and mode is not ours).  Size, inode and mode are all a file is
+    # checked by: its bytes are not read again.
+    inode: Inode
+
+
+class SharedFile(ExportedFile, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A split-wide file (``data.yaml``, COCO's instances files): made again by every export,
+    never linked, with the sha256 of what it holds."""
+
     sha256: str
-    # The file's inode number as written: a later export links it only where the name
-    # still holds that file (one swapped for a hard link to another file of the same size
-    # and mode is not ours).  None: a record of an earlier release, whose files are made
-    # again (not linked, not up to date) once.
-    inode: Inode | None = None
 
 
 class CocoObject(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
@@ -69,7 +82,6 @@ class CocoObject(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fal
 class ExportedSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     key: str
     split: str
-    digest: str  # of its sample-index line, less the shard it lies in
     width: Count
     height: Count
     files: tuple[ExportedFile, ...]
@@ -105,20 +117,29 @@ class RecordHead(msgspec.Struct, frozen=True):
     object_classes: tuple[str, ...] | None
 
 
-class ExportRecord(RecordHead, frozen=True, forbid_unknown_fields=True):
-    samples: tuple[ExportedSample, ...]
-    shared: tuple[ExportedFile, ...] = ()
-
-    def files(self) -> list[ExportedFile]:
-        return [file for sample in self.samples for file in sample.files] + list(self.shared)
-
-
-class JournalEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A shard whose samples an interrupted export finished: kept if their files still match."""
+class ExportedShard(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """The samples one shard of the dataset gave, with their files: linked whole by a later
+    export while the shard (``sha256``) and its samples' index lines (``index``) are the
+    same; a line of the resume journal too (a shard an interrupted export finished)."""
 
     shard: str
-    sha256: str
+    sha256: str  # the shard's, as the manifest lists it
+    index: str  # of the shard's samples' sample-index lines, in their order (``index_digest``)
     samples: tuple[ExportedSample, ...]
+
+
+class ExportRecord(RecordHead, frozen=True, forbid_unknown_fields=True):
+    shards: tuple[ExportedShard, ...]
+    shared: tuple[SharedFile, ...] = ()
+
+    def samples(self) -> list[ExportedSample]:
+        """Every sample of the record, shard by shard."""
+        return [sample for group in self.shards for sample in group.samples]
+
+    def files(self) -> list[ExportedFile]:
+        """Every file of the record: the samples', then the split-wide ones."""
+        return [file for group in self.shards for sample in group.samples
+                for file in sample.files] + list(self.shared)
 
 
 def record_cap(samples: int) -> int:
@@ -129,7 +150,7 @@ def record_cap(samples: int) -> int:
 _ENCODER = msgspec.json.Encoder(order="sorted")  # keys sorted, every field (None as null)
 _HEAD = msgspec.json.Decoder(RecordHead)
 _RECORD = msgspec.json.Decoder(ExportRecord)
-_JOURNAL_ENTRY = msgspec.json.Decoder(JournalEntry)
+_JOURNAL_ENTRY = msgspec.json.Decoder(ExportedShard)
 
 
 def read_head(folder: Path, cap: int = RECORD_CAP) -> RecordHead | None:
@@ -165,7 +186,7 @@ def parse_record(raw: bytes, path: Path, folder: Path,
     except (msgspec.MsgspecError, RecursionError) as exc:
         why = _explained(exc, decoder.type, raw, path)
     else:
-        why = (sha256_problem(record.samples, record.shared)
+        why = (sha256_problem(record.shards, record.shared)
                if isinstance(record, ExportRecord) else None)
         if why is None:
             return record
@@ -185,47 +206,30 @@ def _explained(exc: Exception, cls: type, raw: bytes, path: Path) -> str:
     return f"not JSON a record of ours holds ({exc})"  # NaN, a lone surrogate escape
 
 
-def sha256_problem(samples: tuple[ExportedSample, ...],
-                   shared: tuple[ExportedFile, ...] = ()) -> str | None:
-    """The first digest or file sha256 of ``samples`` (or ``shared``) that is not a sha256,
-    named; None when all are.  Seen at once where all are (30,000 in 3 to 4 ms; a regular
-    expression each, in msgspec's own check or ours, took 25 to 30 ms)."""
-    digests = [sample.digest for sample in samples]
-    digests += [file.sha256 for sample in samples for file in sample.files]
-    digests += [file.sha256 for file in shared]
-    if _plainly_sha256(digests):
-        return None
-    named = [(sample.digest, f"samples[{number}].digest")
-             for number, sample in enumerate(samples)]
-    named += [(file.sha256, f"samples[{number}].files[{index}].sha256")
-              for number, sample in enumerate(samples)
-              for index, file in enumerate(sample.files)]
+def sha256_problem(shards: tuple[ExportedShard, ...],
+                   shared: tuple[SharedFile, ...] = ()) -> str | None:
+    """The first digest of ``shards`` (a shard's, its index lines') or of ``shared`` that is
+    not a sha256, named; None when all are (two a shard: a pattern each costs nothing)."""
+    named = [(digest, f"shards[{number}].{field}") for number, group in enumerate(shards)
+             for field, digest in (("sha256", group.sha256), ("index", group.index))]
     named += [(file.sha256, f"shared[{index}].sha256") for index, file in enumerate(shared)]
-    return next(f"{where}: {shown(value)} is not a sha256"
-                for value, where in named if SHA256.fullmatch(value) is None)
+    return next((f"{where}: {shown(value)} is not a sha256" for value, where in named
+                 if SHA256.fullmatch(value) is None), None)
 
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def _plainly_sha256(digests: list[str]) -> bool:
-    """Every one of ``digests`` is a sha256 as ``SHA256`` says: 64 characters each and
-    nothing but lowercase hex in them joined."""
-    joined = "".join(digests)
-    return (joined.isascii() and set(map(len, digests)) <= {64}
-            and not joined.encode("ascii").translate(None, b"0123456789abcdef"))
 
 
 def record_bytes(record: ExportRecord) -> bytes:
     return _ENCODER.encode(record) + b"\n"
 
 
-def journal_line(entry: JournalEntry) -> bytes:
+def journal_line(entry: ExportedShard) -> bytes:
     return _ENCODER.encode(entry) + b"\n"
 
 
 def read_journal(folder: Path, options_line: bytes,
-                 cap: int = RECORD_CAP) -> dict[str, JournalEntry]:
+                 cap: int = RECORD_CAP) -> dict[str, ExportedShard]:
     """shard name -> what an interrupted export into ``folder`` finished of it; empty when it
     was made with other options or is unreadable (its files are then checked again anyway)."""
     path = folder / RECORD_DIR / JOURNAL_NAME
@@ -241,11 +245,11 @@ def read_journal(folder: Path, options_line: bytes,
         try:
             entry = _JOURNAL_ENTRY.decode(line)
         except msgspec.ValidationError as exc:
-            problem = _explained(exc, JournalEntry, line, path)
+            problem = _explained(exc, ExportedShard, line, path)
         except (msgspec.DecodeError, RecursionError):
             break  # a torn last line: what it held is exported again
         else:
-            problem = sha256_problem(entry.samples)
+            problem = sha256_problem((entry,))
         if problem is not None:
             raise OutputStateError(f"{path}: {problem}: not a journal shardsmith wrote; move "
                                    f"{folder} away and rerun")
@@ -254,5 +258,7 @@ def read_journal(folder: Path, options_line: bytes,
 
 
 def options_line(options: ExportOptions, content_fingerprint: str) -> bytes:
-    return (json.dumps({"options": msgspec.to_builtins(options),
-                        "content": content_fingerprint}, sort_keys=True) + "\n").encode()
+    """The journal's first line: a journal of other options, another dataset version or
+    another record format (one of an earlier release) is not read, its files checked again."""
+    return (json.dumps({"options": msgspec.to_builtins(options), "content": content_fingerprint,
+                        "format": RECORD_FORMAT}, sort_keys=True) + "\n").encode()

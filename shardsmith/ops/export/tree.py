@@ -5,22 +5,23 @@ take the files out of DEST)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
-import hashlib
 import os
 import stat
 import sys
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ...atomic import fsync_directory, naming
-from ...door import FOLDER_FLAGS, Refused, kind_of, open_file, sha256_of, walk_folders
+from ...door import FOLDER_FLAGS, Refused, kind_of, walk_folders
 from ...errors import ManifestError, OutputStateError
 from ...progress import Progress
-from .record import ExportedFile, ExportedSample
+from .record import ExportedFile, ExportedShard
 
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # An fsync of a small file waits on the filesystem's journal, not on the CPU, and concurrent
@@ -28,10 +29,10 @@ CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_C
 # from 32 threads (0.55 s from 64), on a 2-core machine.
 SYNC_THREADS = 32
 WRITE_AHEAD = 64 << 20  # bytes given to ``write_later``'s threads and not yet written, at most
-# ``link``: threads, and samples a thread is given at a time.  A link waits in the kernel
-# with the GIL released (~10 us); threads link side by side, each into both of YOLO's folders.
-LINK_THREADS, LINK_CHUNK = 4, 1024
-# Not linked, the sample made from its shard instead: the name is gone or is a folder there
+# ``linking``: threads, each given a shard's files at a time.  A link waits in the kernel with
+# the GIL released (~10 us); threads link side by side, each into both of YOLO's folders.
+LINK_THREADS = 4
+# Not linked, the group made from its shard instead: the name is gone or is a folder there
 # (EPERM, EISDIR), or is on another file system (a version folder someone mounted: every run
 # would fail alike).
 NOT_A_FILE = frozenset((errno.ENOENT, errno.EPERM, errno.EACCES, errno.EISDIR, errno.EXDEV))
@@ -126,7 +127,7 @@ class ExportTree:
         finally:
             os.close(fd)
         self.written.append(path)
-        return ExportedFile(relpath, len(data), hashlib.sha256(data).hexdigest(), inode)
+        return ExportedFile(relpath, len(data), inode)
 
     def write_later(self, pool: Executor, relpath: str, data: bytes) -> Future[ExportedFile]:
         """``write`` on one of ``pool``'s threads: its folders are made here first (``folder``
@@ -152,68 +153,65 @@ class ExportTree:
         self._ahead_bytes += len(data)
         return future
 
-    def link(self, source_root: Path, samples: list[ExportedSample],
-             progress: Progress) -> list[ExportedSample]:
-        """Hard-link the files of ``samples`` from the export folder ``source_root``, by a
-        few threads; returns the samples all of whose files are now here as ``write`` made
-        them (``as_written``).  A file that is not so in the previous version (a link, a fifo,
-        a file cut short or made executable there, a hard link to another file) is not
-        linked, and its sample is not returned: it is made from its shard."""
+    @contextlib.contextmanager
+    def linking(self, source_root: Path, groups: list[ExportedShard],
+                progress: Progress) -> Iterator[Callable[[], list[ExportedShard]]]:
+        """Hard-link the files of each of ``groups`` (a shard's samples) from the export folder
+        ``source_root`` by a few threads, while the caller goes on (a link waits in the
+        kernel, the GIL released: the changed shards are read meanwhile).  Yields a function
+        that waits for the links and returns the groups all of whose files are now here as
+        ``write`` made them (``as_written``).  A group with one file that is not so in the
+        previous version (a link, a fifo, a file cut short or made executable there, a hard
+        link to another file) is not returned: its shard is read again and every file of it
+        made anew.  Leaving the block waits for every link."""
         try:
-            for parent in {file.path.rpartition("/")[0] for sample in samples
-                           for file in sample.files}:
+            for parent in {file.path.rpartition("/")[0] for group in groups
+                           for sample in group.samples for file in sample.files}:
                 self._link_folder(source_root, parent)  # before the threads link
 
-            def link_chunk(chunk: list[ExportedSample]) -> list[ExportedSample]:
-                done = self._link_samples(source_root, chunk)
-                progress.update(len(done))
+            def link_group(group: ExportedShard) -> bool:
+                done = self._link_group(source_root, group)
+                if done:
+                    progress.update(len(group.samples))
                 return done
 
             with ThreadPoolExecutor(LINK_THREADS, thread_name_prefix="shardsmith-link") as pool:
-                return [sample for done in pool.map(link_chunk, [
-                    samples[start:start + LINK_CHUNK]
-                    for start in range(0, len(samples), LINK_CHUNK)]) for sample in done]
+                futures = [pool.submit(link_group, group) for group in groups]
+                yield lambda: [group for group, future in zip(groups, futures, strict=True)
+                               if future.result()]
         finally:
             self._close_links()
 
-    def _link_samples(self, source_root: Path,
-                      samples: list[ExportedSample]) -> list[ExportedSample]:
-        """``link`` of a chunk, on one thread: the samples all of whose files are linked."""
+    def _link_group(self, source_root: Path, group: ExportedShard) -> bool:
+        """``linking`` of one group, on one thread: whether every file of it is linked."""
         # linkat and fstatat by name relative to an open descriptor of each folder: 9,000
         # links of one folder took 0.13 to 0.14 s so, 0.16 to 0.18 s by full paths with an
-        # lstat each; this loop, a sample at a time, 0.20 to 0.22 s for yolo's 20,000 links
-        # from 4 threads, a call a file 0.27 to 0.29 s.  The look after the link stays
-        # (~2 us): a link made without following a symbolic link is whatever the source
-        # name is.
-        folders, look = self._link_folders, os.stat
-        done = []
-        for sample in samples:
+        # lstat each.  The look after the link stays (~2 us): a link made without following
+        # a symbolic link is whatever the source name is.
+        folders, look, fresh = self._link_folders, os.stat, self.fresh
+        for sample in group.samples:
             for file in sample.files:
                 parent, _, name = file.path.rpartition("/")  # ``layouts.paths_fit`` passed
                 source_fd, target_fd = folders[source_root, parent]
                 if source_fd < 0:
-                    break  # no such folder in the previous version: nothing to link
+                    return False  # no such folder in the previous version: nothing to link
+                if not fresh:  # an earlier try's file there: its name goes (only ours)
+                    self._clear(self.root / file.path)
                 try:
                     _linkat(source_fd, target_fd, name, self.root, file.path)
-                except FileExistsError:  # an earlier try's file
-                    if self._link_over(source_fd, target_fd, name, file):
-                        continue
-                    break
                 except OSError as exc:
                     if exc.errno in NOT_A_FILE:  # gone, a folder, another file system
-                        break
+                        return False
                     raise
                 if not as_written(look(name, dir_fd=target_fd, follow_symlinks=False),
                                   file.bytes, file.inode):
                     os.unlink(name, dir_fd=target_fd)  # a link to what is there instead
-                    break
-            else:
-                done.append(sample)
-        return done
+                    return False
+        return True
 
     def _link_folder(self, source_root: Path, parent: str) -> tuple[int, int]:
         """Descriptors of ``source_root/parent`` (-1 where it is no folder) and of our own
-        ``parent``, made a real folder where missing; kept until ``link`` ends."""
+        ``parent``, made a real folder where missing; kept until ``linking`` ends."""
         folders = self._link_folders.get((source_root, parent))
         if folders is not None:
             return folders
@@ -243,45 +241,10 @@ class ExportTree:
                 if fd >= 0:
                     os.close(fd)
 
-    def _link_over(self, source_fd: int, target_fd: int, name: str,
-                   file: ExportedFile) -> bool:
-        """A link where the file is there already in our folder (an earlier try's)."""
-        try:
-            info = os.stat(name, dir_fd=source_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return False
-        if not as_written(info, file.bytes, file.inode):
-            return False
-        there = os.stat(name, dir_fd=target_fd, follow_symlinks=False)
-        if there.st_ino == info.st_ino and there.st_dev == info.st_dev:
-            return True
-        if not stat.S_ISREG(there.st_mode):
-            raise OutputStateError(f"{self.root}/{file.path}: {kind_of(there.st_mode)} where "
-                                   "the export links a file; move it away and rerun (it is "
-                                   "not removed)")
-        os.unlink(name, dir_fd=target_fd)
-        _linkat(source_fd, target_fd, name, self.root, file.path)
-        return True
-
     def holds(self, file: ExportedFile) -> bool:
-        """``file`` is there with its recorded size, inode and sha256 (an interrupted
-        export's)."""
-        path = self.root / file.path
-        parent, _, _ = file.path.rpartition("/")
-        self.folder(parent)
-        try:
-            with open_file(path, max(file.bytes, 1)) as handle:
-                if handle.size != file.bytes or handle.info.st_ino != file.inode:
-                    return False
-                digest = sha256_of(handle, file.bytes)
-        except FileNotFoundError:
-            return False
-        except Refused as exc:
-            if exc.reason == "too_large":
-                return False
-            raise OutputStateError(f"{path}: {exc.detail}, where the export keeps a file; "
-                                   "move it away and rerun (it is not removed)") from None
-        return digest == file.sha256
+        """``file`` is there as ``write`` made it (an interrupted export's)."""
+        self.folder(file.path.rpartition("/")[0])
+        return still_written(self.root, file)
 
     def sync(self) -> None:
         """Make every file written and every folder durable before the version is switched
@@ -344,7 +307,16 @@ def real_folders(root: Path, relpaths: set[str]) -> bool:
     return True
 
 
-def as_written(info: os.stat_result, size: int, inode: int | None) -> bool:
+def still_written(root: Path, file: ExportedFile) -> bool:
+    """``root/file.path`` is the file the export wrote (``as_written``): an ``lstat``, its
+    bytes not read."""
+    try:
+        return as_written(os.lstat(root / file.path), file.bytes, file.inode)
+    except FileNotFoundError:
+        return False
+
+
+def as_written(info: os.stat_result, size: int, inode: int) -> bool:
     """``info`` is of the file an export wrote as ``size`` bytes in inode ``inode`` (its
     record's): regular, that size, that inode, and the permissions a create with 0o644 gives
     under some umask (0o600 to 0o644).  A file made unreadable (``chmod 000``) or executable

@@ -162,7 +162,7 @@ def check_paths(destination: Destination, record: ExportRecord) -> None:
     """Every path of the current version's ``record`` is one its layout gives its sample, and
     none is named twice: OutputStateError otherwise."""
     problem = check_record_paths(record.options, record.classes, record.object_classes,
-                                 record.samples, [file.path for file in record.shared])
+                                 record.samples(), [file.path for file in record.shared])
     if problem is not None:
         folder = destination.folder(destination.current)
         raise OutputStateError(f"{folder / RECORD_DIR / RECORD_NAME}: {problem}: the record is "
