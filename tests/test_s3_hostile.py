@@ -91,6 +91,9 @@ class EvilServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        # A client past its deadline hangs up while an answer is written: socketserver would
+        # print that BrokenPipeError's traceback to the stderr of the command under test.
+        self.httpd.handle_error = lambda request, address: None
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     @property
