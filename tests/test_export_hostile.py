@@ -535,6 +535,25 @@ def test_a_group_whose_samples_are_not_its_shards_lends_no_file(two_versions, tm
     assert made.keys() == before.keys() and not set(made.values()) & set(before.values())
 
 
+@pytest.mark.parametrize("side", ["width", "height"])
+def test_a_recorded_image_size_not_the_sample_indexs_lends_no_file(two_versions, tmp_path,
+                                                                    side):
+    """COCO's instances files take a linked sample's size from the record, its shard unread:
+    a group giving its sample another size than its index line is read again, and the
+    instances files are a fresh export's."""
+    first, second = two_versions
+    export(first, tmp_path / "dest", "coco", quiet=True)
+    path = tmp_path / "dest" / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    group = next(group for group in record["shards"] if group["shard"].startswith("val-"))
+    group["samples"][0][side] -= 1  # the objects still inside the image: plausible
+    path.write_text(json.dumps(record))
+    result = export(second, tmp_path / "dest", "coco", quiet=True)
+    export(second, tmp_path / "fresh", "coco", quiet=True)
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    assert result.linked == 1 and result.shards_read == 2  # the train shard's linked
+
+
 def test_a_file_of_the_previous_version_swapped_for_a_hard_link_is_not_linked(
         two_versions, tmp_path):
     """The new version would share the outside file (its bytes under a record naming ours):
