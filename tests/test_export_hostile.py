@@ -535,6 +535,22 @@ def test_a_group_whose_samples_are_not_its_shards_lends_no_file(two_versions, tm
     assert made.keys() == before.keys() and not set(made.values()) & set(before.values())
 
 
+def test_a_shard_the_record_names_twice_lends_no_file(two_versions, tmp_path):
+    """Both groups fit the unchanged shard: linking both would trip on the first's files
+    (an error naming a file in DEST). Neither is linked; the shard is read again."""
+    first, second = two_versions
+    export(first, tmp_path / "dest", "yolo", quiet=True)
+    path = tmp_path / "dest" / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    group = next(group for group in record["shards"] if group["shard"].startswith("val-"))
+    record["shards"].append(group)
+    path.write_text(json.dumps(record))
+    result = export(second, tmp_path / "dest", "yolo", quiet=True)
+    export(second, tmp_path / "fresh", "yolo", quiet=True)
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    assert result.linked == 1 and result.shards_read == 2  # the train shard's linked
+
+
 @pytest.mark.parametrize("side", ["width", "height"])
 def test_a_recorded_image_size_not_the_sample_indexs_lends_no_file(two_versions, tmp_path,
                                                                     side):

@@ -25,7 +25,7 @@ import hashlib
 import logging
 import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -346,8 +346,11 @@ class _Run:
         try:
             records, by_shard = self._read_index()
             digests = {name: index_digest(wanted) for name, wanted in by_shard.items()}
-            unchanged = [group for group in (before.shards if before else ())
-                         if group.shard in by_shard
+            groups = before.shards if before else ()
+            # a shard the record names twice lends neither group (both linked: EEXIST)
+            named = Counter(group.shard for group in groups)
+            unchanged = [group for group in groups
+                         if group.shard in by_shard and named[group.shard] == 1
                          and self._fits(group, by_shard[group.shard], digests[group.shard])]
             linking = {group.shard for group in unchanged}
             source = self.destination.folder(current) if unchanged else self.destination.root
