@@ -203,6 +203,27 @@ def test_a_fifo_or_link_where_an_exported_file_is_resumed_is_refused(dataset, tm
         assert (tmp_path / "secret").read_text() == "outside"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link to a file", "link to a folder"])
+def test_a_fifo_or_link_no_export_makes_in_a_resumed_folder_is_refused(dataset, tmp_path,
+                                                                        kind):
+    """Under a name the export does not make, it would go into the new version (a trainer
+    globbing ``images/train/*.jpg`` opens the FIFO, or reads the file outside): refused, kept,
+    nothing switched."""
+    partial = interrupted_partial(dataset, tmp_path / "dest")
+    planted = partial / "images" / "train" / "planted.jpg"
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.jpg").write_text("outside")
+    if kind == "fifo":
+        os.mkfifo(planted)
+    elif kind == "link to a file":
+        planted.symlink_to(tmp_path / "outside" / "secret.jpg")
+    else:
+        planted.symlink_to(tmp_path / "outside")
+    refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), str(planted))
+    assert not (tmp_path / "dest" / "current").exists() and os.path.lexists(planted)
+    assert (tmp_path / "outside" / "secret.jpg").read_text() == "outside"
+
+
 def test_a_resumed_file_swapped_for_a_hard_link_to_the_same_bytes_is_not_kept(dataset,
                                                                                 tmp_path):
     """Its sha256 matches, but it is another file, shared with a name outside DEST (which
