@@ -203,6 +203,27 @@ def test_a_fifo_or_link_where_an_exported_file_is_resumed_is_refused(dataset, tm
         assert (tmp_path / "secret").read_text() == "outside"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link to a file", "link to a folder"])
+def test_a_fifo_or_link_no_export_makes_in_a_resumed_folder_is_refused(dataset, tmp_path,
+                                                                        kind):
+    """Under a name the export does not make, it would go into the new version (a trainer
+    globbing ``images/train/*.jpg`` opens the FIFO, or reads the file outside): refused, kept,
+    nothing switched."""
+    partial = interrupted_partial(dataset, tmp_path / "dest")
+    planted = partial / "images" / "train" / "planted.jpg"
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.jpg").write_text("outside")
+    if kind == "fifo":
+        os.mkfifo(planted)
+    elif kind == "link to a file":
+        planted.symlink_to(tmp_path / "outside" / "secret.jpg")
+    else:
+        planted.symlink_to(tmp_path / "outside")
+    refused(shardsmith(dataset, tmp_path / "dest", "--layout", "yolo"), str(planted))
+    assert not (tmp_path / "dest" / "current").exists() and os.path.lexists(planted)
+    assert (tmp_path / "outside" / "secret.jpg").read_text() == "outside"
+
+
 def test_a_resumed_file_swapped_for_a_hard_link_to_the_same_bytes_is_not_kept(dataset,
                                                                                 tmp_path):
     """Its sha256 matches, but it is another file, shared with a name outside DEST (which
@@ -533,6 +554,41 @@ def test_a_group_whose_samples_are_not_its_shards_lends_no_file(two_versions, tm
     made = {path.name: path.stat().st_ino
             for path in (tmp_path / "dest" / "v2" / "images" / "val").iterdir()}
     assert made.keys() == before.keys() and not set(made.values()) & set(before.values())
+
+
+def test_a_shard_the_record_names_twice_lends_no_file(two_versions, tmp_path):
+    """Both groups fit the unchanged shard: linking both would trip on the first's files
+    (an error naming a file in DEST). Neither is linked; the shard is read again."""
+    first, second = two_versions
+    export(first, tmp_path / "dest", "yolo", quiet=True)
+    path = tmp_path / "dest" / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    group = next(group for group in record["shards"] if group["shard"].startswith("val-"))
+    record["shards"].append(group)
+    path.write_text(json.dumps(record))
+    result = export(second, tmp_path / "dest", "yolo", quiet=True)
+    export(second, tmp_path / "fresh", "yolo", quiet=True)
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    assert result.linked == 1 and result.shards_read == 2  # the train shard's linked
+
+
+@pytest.mark.parametrize("side", ["width", "height"])
+def test_a_recorded_image_size_not_the_sample_indexs_lends_no_file(two_versions, tmp_path,
+                                                                    side):
+    """COCO's instances files take a linked sample's size from the record, its shard unread:
+    a group giving its sample another size than its index line is read again, and the
+    instances files are a fresh export's."""
+    first, second = two_versions
+    export(first, tmp_path / "dest", "coco", quiet=True)
+    path = tmp_path / "dest" / "v1" / ".export" / "record.json"
+    record = json.loads(path.read_text())
+    group = next(group for group in record["shards"] if group["shard"].startswith("val-"))
+    group["samples"][0][side] -= 1  # the objects still inside the image: plausible
+    path.write_text(json.dumps(record))
+    result = export(second, tmp_path / "dest", "coco", quiet=True)
+    export(second, tmp_path / "fresh", "coco", quiet=True)
+    assert files_of(tmp_path / "dest" / "v2") == files_of(tmp_path / "fresh" / "v2")
+    assert result.linked == 1 and result.shards_read == 2  # the train shard's linked
 
 
 def test_a_file_of_the_previous_version_swapped_for_a_hard_link_is_not_linked(

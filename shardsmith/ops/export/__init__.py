@@ -25,7 +25,7 @@ import hashlib
 import logging
 import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -346,8 +346,11 @@ class _Run:
         try:
             records, by_shard = self._read_index()
             digests = {name: index_digest(wanted) for name, wanted in by_shard.items()}
-            unchanged = [group for group in (before.shards if before else ())
-                         if group.shard in by_shard
+            groups = before.shards if before else ()
+            # a shard the record names twice lends neither group (both linked: EEXIST)
+            named = Counter(group.shard for group in groups)
+            unchanged = [group for group in groups
+                         if group.shard in by_shard and named[group.shard] == 1
                          and self._fits(group, by_shard[group.shard], digests[group.shard])]
             linking = {group.shard for group in unchanged}
             source = self.destination.folder(current) if unchanged else self.destination.root
@@ -427,15 +430,17 @@ class _Run:
     def _fits(self, group: ExportedShard, wanted: list[SampleRecord], digest: str) -> bool:
         """``group`` (of the current version's record, or of the journal) holds this export's
         files of its shard: the same shard (its sha256 the manifest's), the same index lines
-        (``digest``), exactly the samples this export takes of it (``wanted``), each sample's
-        recorded files the layout's for its key and split (a record that names other files
-        lends none of them), and (COCO) its recorded objects ones this release can have
-        made.  Its files are checked by the link or ``ExportTree.holds``."""
+        (``digest``), exactly the samples this export takes of it (``wanted``: key, split and
+        the image size COCO's instances files give it), each sample's recorded files the
+        layout's for its key and split (a record that names other files lends none of them),
+        and (COCO) its recorded objects ones this release can have made.  Its files are
+        checked by the link or ``ExportTree.holds``."""
         fits, coco_fits = self.paths_fit, self.coco_fits
         shard = self.listed.get(group.shard)
         return (shard is not None and shard.sha256 == group.sha256 and digest == group.index
-                and [(sample.key, sample.split) for sample in group.samples]
-                == [(record.key, record.split) for record in wanted]
+                and [(sample.key, sample.split, sample.width, sample.height)
+                     for sample in group.samples]
+                == [(record.key, record.split, record.width, record.height) for record in wanted]
                 and all(fits(sample.key, sample.split, tuple(file.path for file in sample.files))
                         and coco_fits(sample) for sample in group.samples))
 

@@ -272,17 +272,24 @@ class ExportTree:
 
     def remove_unnamed(self, named: set[str]) -> None:
         """Remove files an earlier try with other samples left that this export does not
-        name (regular files only, the export's own leftovers; anything else stays)."""
+        name (regular files only, the export's own leftovers).  Anything else there that it
+        does not name (a link, to a folder too; a FIFO) is refused, not removed: the new
+        version would hold it, as no export makes it."""
         for directory, folders, files in os.walk(self.root):
             relative = os.path.relpath(directory, self.root)
             if relative == ".":
                 folders[:] = [name for name in folders if name != ".export"]
                 relative = ""
-            for name in files:
+            for name in files + folders:  # a link to a folder is among the folders, unwalked
                 relpath = f"{relative}/{name}" if relative else name
                 path = Path(directory) / name
-                if relpath not in named and stat.S_ISREG(os.lstat(path).st_mode):
-                    os.unlink(path)
+                mode = os.lstat(path).st_mode
+                if relpath in named or stat.S_ISDIR(mode):
+                    continue
+                if not stat.S_ISREG(mode):
+                    raise OutputStateError(f"{path}: {kind_of(mode)} no export makes; move it "
+                                           "away and rerun (it is not removed)")
+                os.unlink(path)
 
 
 def _and_above(relpath: str) -> list[str]:
