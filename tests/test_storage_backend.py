@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -366,6 +367,22 @@ def test_a_live_lease_in_a_registered_backend_refuses_a_second_pack(tmp_path, mo
     assert "bucket/ds/.shardsmith/lease" not in objects  # released
     pack_to(source, "mem://bucket/ds")
     assert "bucket/ds/manifest.json" in objects
+
+
+@pytest.mark.parametrize("nested", [b"[" * 5000, b'{"a":' * 5000])
+def test_an_object_record_nested_past_the_json_readers_depth_is_not_ours_and_a_pack_commits(
+        tmp_path, monkeypatch, nested):
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    pack_to(source, "mem://bucket/ds")
+    first = set(objects) - {"bucket/ds/.shardsmith/objects.json"}
+    objects["bucket/ds/.shardsmith/objects.json"] = nested
+    originals(source, 2, first=100)
+    pack_to(source, "mem://bucket/ds")
+
+    assert json.loads(objects["bucket/ds/manifest.json"])["version"] == 2
+    assert first - set(objects) == set()  # a record not of ours: every object kept a commit
+    assert verify("mem://bucket/ds").problems == []
 
 
 def test_the_pack_command_packs_from_a_registered_backend_to_one(tmp_path, monkeypatch):
