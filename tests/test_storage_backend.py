@@ -385,6 +385,18 @@ def test_an_object_record_nested_past_the_json_readers_depth_is_not_ours_and_a_p
     assert verify("mem://bucket/ds").problems == []
 
 
+def test_a_lease_nested_past_the_json_readers_depth_is_garbage_and_taken_over(tmp_path,
+                                                                              monkeypatch):
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    objects["bucket/ds/.shardsmith/lease"] = b"[" * 1024  # all a lease's read holds
+    packed = CliRunner().invoke(main, ["pack", str(source), "mem://bucket/ds", "--size", "64",
+                                       "--workers", "1", "--quiet"])
+    assert packed.exit_code == 0, packed.output
+    assert "bucket/ds/manifest.json" in objects
+    assert "bucket/ds/.shardsmith/lease" not in objects
+
+
 def test_the_pack_command_packs_from_a_registered_backend_to_one(tmp_path, monkeypatch):
     objects = in_memory(originals(tmp_path / "source"), monkeypatch, "src")
     packed = CliRunner().invoke(main, ["pack", "mem://src", "mem://bucket/ds", "--size", "64",

@@ -214,7 +214,7 @@ class BucketLease:
             fields = json.loads(raw)
             if not isinstance(fields, dict):
                 fields = {}
-        except ValueError:
+        except (ValueError, RecursionError):  # 1,024 bytes of "[" nest past Python's limit
             fields = {}
         return fields, str(etag or "")
 
