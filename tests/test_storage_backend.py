@@ -397,6 +397,23 @@ def test_a_lease_nested_past_the_json_readers_depth_is_garbage_and_taken_over(tm
     assert "bucket/ds/.shardsmith/lease" not in objects
 
 
+@pytest.mark.parametrize("source, output, says", [
+    ("mem://bucket/src", "mem://bucket/src", "is inside the source"),
+    ("mem://bucket/src", "mem://bucket/src/out", "is inside the source"),
+    ("mem://bucket/src", "mem://bucket/src/a/out", "is inside the source"),
+    ("mem://bucket/ds/src", "mem://bucket/ds", "contains the source")])
+def test_an_output_inside_or_around_its_source_in_a_store_is_one_line_and_nothing_written(
+        tmp_path, monkeypatch, source, output, says):
+    objects = in_memory(originals(tmp_path / "source"), monkeypatch,
+                        source.removeprefix("mem://"))
+    before = dict(objects)
+    packed = CliRunner().invoke(main, ["pack", source, output, "--size", "64",
+                                       "--workers", "1", "--quiet"])
+    assert packed.exit_code == 2, packed.output
+    assert packed.output == f"shardsmith: error: output.path: {output} {says} {source}\n"
+    assert objects == before
+
+
 def test_the_pack_command_packs_from_a_registered_backend_to_one(tmp_path, monkeypatch):
     objects = in_memory(originals(tmp_path / "source"), monkeypatch, "src")
     packed = CliRunner().invoke(main, ["pack", "mem://src", "mem://bucket/ds", "--size", "64",
