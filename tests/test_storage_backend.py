@@ -355,6 +355,32 @@ def test_a_pack_to_a_registered_backend_killed_before_its_commit_resumes_on_anot
     assert files_of(tmp_path / "staged") == files_of(tmp_path / "local")
 
 
+def test_a_rerun_committing_the_version_a_killed_run_packed_says_so_not_up_to_date(
+        tmp_path, monkeypatch):
+    from shardsmith.packing import s3output
+
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "spool"))
+    command = ["pack", str(source), "mem://bucket/ds", "--size", "64", "--workers", "1",
+               "--quiet"]
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(s3output, "publish", killed)
+        assert CliRunner().invoke(main, command).exit_code == 130
+    assert "bucket/ds/manifest.json" not in objects
+
+    rerun = CliRunner().invoke(main, command)
+    assert rerun.exit_code == 0, rerun.output
+    assert rerun.output.startswith("mem://bucket/ds: packed\n")
+    assert "bucket/ds/manifest.json" in objects
+    again = CliRunner().invoke(main, command)
+    assert again.output.startswith("mem://bucket/ds: up to date, nothing to do")
+
+
 def test_a_live_lease_in_a_registered_backend_refuses_a_second_pack(tmp_path, monkeypatch):
     from shardsmith.dataset.lock import BucketLease
     from shardsmith.errors import LockedError

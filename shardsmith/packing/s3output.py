@@ -99,7 +99,7 @@ def bucket_output(config: Config, bucket: Location) -> Iterator[tuple[Config, Bu
             raise
         mirror.finish()
         lease.check()
-        publish(spool, bucket, home, lease.check, run=mirror.run)
+        mirror.committed = publish(spool, bucket, home, lease.check, run=mirror.run)
         clear(bucket, home, lease.check)
 
 
@@ -237,8 +237,9 @@ def _has_journal(spool: Path) -> bool:
 
 
 def publish(spool: Path, bucket: Location, home: Path,
-            check: Callable[[], None] = lambda: None, run: str = "") -> None:
-    """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's.
+            check: Callable[[], None] = lambda: None, run: str = "") -> bool:
+    """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's; True
+    when it commits (the bucket held another version or none), False when it held this one.
     ``run``: the id of the run whose journal objects the bucket holds (``BucketJournal.run``),
     named in the object record, so that a run killed before it deletes them is known by the
     next as the committed run's (``_restore``)."""
@@ -298,4 +299,4 @@ def publish(spool: Path, bucket: Location, home: Path,
         bucket.delete(*stale)
         log.info("removed %s, which neither this version nor the previous names",
                  ", ".join(stale))
-
+    return current != manifest
