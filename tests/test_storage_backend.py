@@ -440,6 +440,25 @@ def test_an_output_inside_or_around_its_source_in_a_store_is_one_line_and_nothin
     assert objects == before
 
 
+@pytest.mark.parametrize("pid", ["9999999999", "0"])
+def test_a_live_lease_of_this_host_naming_no_possible_pid_is_taken_over(tmp_path, monkeypatch,
+                                                                       pid):
+    """``pid 9999999999`` is past any pid (os.kill raised OverflowError), and ``pid 0`` asked
+    about the packing process's own group (alive): neither is a running holder."""
+    import socket
+    import time
+
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    objects["bucket/ds/.shardsmith/lease"] = json.dumps(
+        {"holder": f"pid {pid} on {socket.gethostname()} since 2026-01-01T00:00:00",
+         "token": "x", "expires": time.time() + 600}).encode()
+    packed = CliRunner().invoke(main, ["pack", str(source), "mem://bucket/ds", "--size", "64",
+                                       "--workers", "1", "--quiet"])
+    assert packed.exit_code == 0, packed.output
+    assert "bucket/ds/manifest.json" in objects
+
+
 def test_the_pack_command_packs_from_a_registered_backend_to_one(tmp_path, monkeypatch):
     objects = in_memory(originals(tmp_path / "source"), monkeypatch, "src")
     packed = CliRunner().invoke(main, ["pack", "mem://src", "mem://bucket/ds", "--size", "64",
