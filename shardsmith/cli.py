@@ -336,9 +336,9 @@ def _click_parameter(entry: Declared) -> Callable[[Callable], Callable]:
 def pack(command: PackCommand) -> None:
     """Pack the images under SOURCE into shards and a manifest in OUTPUT.
 
-    SOURCE and OUTPUT may come from the config file (source.path, output.path) instead.
-    Rerunning a finished pack with the same settings does nothing; rerunning an interrupted
-    one resumes it.
+    SOURCE and OUTPUT are folders or store URLs (s3://bucket/prefix), or come from the
+    config file (source.path, output.path).  Rerunning a finished pack with the same
+    settings does nothing; rerunning an interrupted one resumes it.
     """
     from .insight.inspection import pack_findings
     from .packing.pipeline import pack as run_pack

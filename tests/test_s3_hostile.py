@@ -189,7 +189,8 @@ def test_a_lease_expiring_at_an_absurd_time_is_garbage_and_taken_over_unquoted(
 
 @pytest.mark.parametrize("record", [
     '{"base": null, "uploaded": "x"}', '{"base": 7, "uploaded": {}}',
-    '{"base": null, "uploaded": {"a.tar": [1, "x", null]}}', "[1, 2]", "{not json"])
+    '{"base": null, "uploaded": {"a.tar": [1, "x", null]}}', "[1, 2]", "{not json",
+    "[" * 5000])
 def test_a_damaged_spool_record_is_discarded_with_one_warning(tmp_path, s3, spool, caplog,
                                                               record):
     source = originals(tmp_path / "source")

@@ -294,6 +294,33 @@ def test_a_holder_whose_lease_was_taken_over_may_not_commit(s3):
     assert s3.fs.exists(f"{s3.name}/ds/.shardsmith/lease")  # the new holder's: not deleted
 
 
+@pytest.mark.parametrize("planted", ["too large", "a prefix"])
+def test_an_object_record_the_door_refuses_is_not_ours_and_the_commit_writes_ours(
+        tmp_path, s3, spool, monkeypatch, planted):
+    """A record too large to read, or a prefix where it goes, blocked every pack to the
+    prefix; it is read as a damaged record: every object kept a commit, the record rewritten."""
+    from shardsmith.packing import s3output
+
+    source = originals(tmp_path / "source")
+    assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS).exit_code == 0
+    first = names_of(s3, "ds")
+    if planted == "too large":
+        monkeypatch.setattr(s3output, "OBJECTS_RECORD_CAP", 64)
+        s3.put("ds/.shardsmith/objects.json", b" " * 65)
+    else:
+        s3.fs.rm_file(f"{s3.name}/ds/.shardsmith/objects.json")
+        s3.put("ds/.shardsmith/objects.json/x", b"planted")
+    originals(source, 2, first=50)
+
+    result = cli("pack", source, f"{s3.url}/ds", *PACK_ARGS)
+    assert result.exit_code == 0, result.output
+    assert complete(s3, "ds")
+    assert first <= names_of(s3, "ds")  # a record not of ours: nothing deleted this commit
+    record = json.loads(s3.fs.cat_file(f"{s3.name}/ds/.shardsmith/objects.json"))
+    assert record["manifest"] == hashlib.sha256(
+        s3.fs.cat_file(f"{s3.name}/ds/manifest.json")).hexdigest()
+
+
 def test_a_missing_bucket_is_one_line_without_a_secret(tmp_path, s3, spool):
     result = cli("pack", originals(tmp_path / "source"), "s3://no-such-bucket-here/ds",
                  *PACK_ARGS)

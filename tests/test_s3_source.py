@@ -332,3 +332,28 @@ def test_a_key_with_an_empty_segment_under_the_prefix_is_listed_once_as_unreadab
     assert manifest["totals"]["seen"] == 15  # 13 packed, 1 unreadable, a/notes.txt excluded
     verified = CliRunner().invoke(main, ["verify", str(tmp_path / "out"), "--quiet"])
     assert verified.exit_code == 0, verified.output
+
+
+def test_empty_folder_markers_are_folders_not_files_and_a_marker_with_bytes_is_unreadable(
+        tmp_path, s3):
+    """The keys ``PREFIX/``, ``a/`` and ``a/sub/`` of no bytes, which a console's "Create
+    folder" writes, are folders as on disk: neither seen nor rejected.  ``b/`` holding bytes
+    is no folder: an unreadable object, never read."""
+    source = originals(tmp_path / "source")
+    url = s3.upload(source, "marked")
+    for key in ("marked/", "marked/a/", "marked/a/sub/"):
+        s3.put(key, b"")
+    s3.put("marked/b/", b"bytes")
+
+    remote, local = pack(url, tmp_path / "remote"), pack(str(source), tmp_path / "local")
+
+    assert remote.exit_code == local.exit_code == 0, remote.output
+    def shards(output: Path) -> dict[str, bytes]:  # not the changes file: it lists rejects
+        return {name: data for name, data in shards_and_indexes(output).items()
+                if not name.startswith("changes")}
+
+    assert shards(tmp_path / "remote") == shards(tmp_path / "local")
+    manifest = images.manifest_of(tmp_path / "remote")
+    assert [reject["path"] for reject in manifest["rejects"]] == ["b/"]
+    assert manifest["totals"]["seen"] == images.manifest_of(tmp_path / "local")["totals"][
+        "seen"] + 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -354,6 +355,32 @@ def test_a_pack_to_a_registered_backend_killed_before_its_commit_resumes_on_anot
     assert files_of(tmp_path / "staged") == files_of(tmp_path / "local")
 
 
+def test_a_rerun_committing_the_version_a_killed_run_packed_says_so_not_up_to_date(
+        tmp_path, monkeypatch):
+    from shardsmith.packing import s3output
+
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "spool"))
+    command = ["pack", str(source), "mem://bucket/ds", "--size", "64", "--workers", "1",
+               "--quiet"]
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(s3output, "publish", killed)
+        assert CliRunner().invoke(main, command).exit_code == 130
+    assert "bucket/ds/manifest.json" not in objects
+
+    rerun = CliRunner().invoke(main, command)
+    assert rerun.exit_code == 0, rerun.output
+    assert rerun.output.startswith("mem://bucket/ds: packed\n")
+    assert "bucket/ds/manifest.json" in objects
+    again = CliRunner().invoke(main, command)
+    assert again.output.startswith("mem://bucket/ds: up to date, nothing to do")
+
+
 def test_a_live_lease_in_a_registered_backend_refuses_a_second_pack(tmp_path, monkeypatch):
     from shardsmith.dataset.lock import BucketLease
     from shardsmith.errors import LockedError
@@ -365,6 +392,70 @@ def test_a_live_lease_in_a_registered_backend_refuses_a_second_pack(tmp_path, mo
             pack_to(source, "mem://bucket/ds")
     assert "bucket/ds/.shardsmith/lease" not in objects  # released
     pack_to(source, "mem://bucket/ds")
+    assert "bucket/ds/manifest.json" in objects
+
+
+@pytest.mark.parametrize("nested", [b"[" * 5000, b'{"a":' * 5000])
+def test_an_object_record_nested_past_the_json_readers_depth_is_not_ours_and_a_pack_commits(
+        tmp_path, monkeypatch, nested):
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    pack_to(source, "mem://bucket/ds")
+    first = set(objects) - {"bucket/ds/.shardsmith/objects.json"}
+    objects["bucket/ds/.shardsmith/objects.json"] = nested
+    originals(source, 2, first=100)
+    pack_to(source, "mem://bucket/ds")
+
+    assert json.loads(objects["bucket/ds/manifest.json"])["version"] == 2
+    assert first - set(objects) == set()  # a record not of ours: every object kept a commit
+    assert verify("mem://bucket/ds").problems == []
+
+
+def test_a_lease_nested_past_the_json_readers_depth_is_garbage_and_taken_over(tmp_path,
+                                                                              monkeypatch):
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    objects["bucket/ds/.shardsmith/lease"] = b"[" * 1024  # all a lease's read holds
+    packed = CliRunner().invoke(main, ["pack", str(source), "mem://bucket/ds", "--size", "64",
+                                       "--workers", "1", "--quiet"])
+    assert packed.exit_code == 0, packed.output
+    assert "bucket/ds/manifest.json" in objects
+    assert "bucket/ds/.shardsmith/lease" not in objects
+
+
+@pytest.mark.parametrize("source, output, says", [
+    ("mem://bucket/src", "mem://bucket/src", "is inside the source"),
+    ("mem://bucket/src", "mem://bucket/src/out", "is inside the source"),
+    ("mem://bucket/src", "mem://bucket/src/a/out", "is inside the source"),
+    ("mem://bucket/ds/src", "mem://bucket/ds", "contains the source")])
+def test_an_output_inside_or_around_its_source_in_a_store_is_one_line_and_nothing_written(
+        tmp_path, monkeypatch, source, output, says):
+    objects = in_memory(originals(tmp_path / "source"), monkeypatch,
+                        source.removeprefix("mem://"))
+    before = dict(objects)
+    packed = CliRunner().invoke(main, ["pack", source, output, "--size", "64",
+                                       "--workers", "1", "--quiet"])
+    assert packed.exit_code == 2, packed.output
+    assert packed.output == f"shardsmith: error: output.path: {output} {says} {source}\n"
+    assert objects == before
+
+
+@pytest.mark.parametrize("pid", ["9999999999", "0"])
+def test_a_live_lease_of_this_host_naming_no_possible_pid_is_taken_over(tmp_path, monkeypatch,
+                                                                       pid):
+    """``pid 9999999999`` is past any pid (os.kill raised OverflowError), and ``pid 0`` asked
+    about the packing process's own group (alive): neither is a running holder."""
+    import socket
+    import time
+
+    source = originals(tmp_path / "source")
+    objects = in_memory(tmp_path / "nothing", monkeypatch)
+    objects["bucket/ds/.shardsmith/lease"] = json.dumps(
+        {"holder": f"pid {pid} on {socket.gethostname()} since 2026-01-01T00:00:00",
+         "token": "x", "expires": time.time() + 600}).encode()
+    packed = CliRunner().invoke(main, ["pack", str(source), "mem://bucket/ds", "--size", "64",
+                                       "--workers", "1", "--quiet"])
+    assert packed.exit_code == 0, packed.output
     assert "bucket/ds/manifest.json" in objects
 
 

@@ -453,7 +453,13 @@ def check_paths(config: Config) -> tuple[Location, Location]:
     else:
         output = Path(config.output.path).expanduser().resolve()
     if is_url(config.source.path):
-        return check_object_source(config), output
+        source = check_object_source(config)
+        inside, around = f"{source}/", f"{output}/"
+        if str(output) == str(source) or str(output).startswith(inside):
+            raise ConfigError(f"output.path: {output} is inside the source {source}")
+        if str(source).startswith(around):
+            raise ConfigError(f"output.path: {output} contains the source {source}")
+        return source, output
     source = Path(config.source.path).expanduser().resolve()
     if not source.is_dir():
         raise ConfigError(f"source.path: {source} is not a directory")

@@ -214,7 +214,7 @@ class BucketLease:
             fields = json.loads(raw)
             if not isinstance(fields, dict):
                 fields = {}
-        except ValueError:
+        except (ValueError, RecursionError):  # 1,024 bytes of "[" nest past Python's limit
             fields = {}
         return fields, str(etag or "")
 
@@ -346,9 +346,12 @@ def _stale(fields: dict[str, Any]) -> bool:
         if isinstance(holder, str) else None
     if match is None or match.group(2) != socket.gethostname():
         return False
+    pid = int(match.group(1))
+    if pid == 0:  # no process's: os.kill(0, 0) asks about this process's own group
+        return True
     try:
-        os.kill(int(match.group(1)), 0)
-    except ProcessLookupError:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # OverflowError: past any pid (10 digits)
         return True
     except OSError:
         return False

@@ -762,7 +762,7 @@ def objects_record(raw: bytes | None) -> dict[str, Any]:
         return {}
     try:
         record = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than ~1,000
         return {}
     if not isinstance(record, dict) or not isinstance(record.get("manifest"), str):
         return {}

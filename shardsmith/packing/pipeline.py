@@ -105,7 +105,9 @@ def pack(config: Config) -> PackResult:
 
         with bucket_output(config, output) as (spooled, mirror):
             result = _pack_in(spooled, *check_paths(spooled), started, mirror)
-        return replace(result, published=str(output))
+        # a spool up to date may hold the version a killed run did not commit: committed now
+        return replace(result, published=str(output),
+                       up_to_date=result.up_to_date and not mirror.committed)
     return _pack_in(config, source, output, started)
 
 

@@ -120,6 +120,7 @@ class BucketJournal:
         self._held: dict[str, str] = {}  # journal key -> ETag
         self._unsaved = 0
         self._copying = True  # False once a checkpoint could not be copied: none after it
+        self.committed = False  # whether the publish after the pack committed a version
         self._thread = threading.Thread(target=self._work, name="journal upload",
                                         daemon=True)
         self._thread.start()

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..atomic import remove_stale_tmp
 from ..config import Config
@@ -47,7 +48,7 @@ from ..dataset.manifest import (
     read_manifest,
 )
 from ..dataset.statedir import STATE_DIR, DatasetDir
-from ..door import MANIFEST_CAP, read_file
+from ..door import MANIFEST_CAP, Refused, read_file
 from ..errors import ManifestError, OutputStateError
 from ..storage import Location
 from ..text import cut
@@ -98,7 +99,7 @@ def bucket_output(config: Config, bucket: Location) -> Iterator[tuple[Config, Bu
             raise
         mirror.finish()
         lease.check()
-        publish(spool, bucket, home, lease.check, run=mirror.run)
+        mirror.committed = publish(spool, bucket, home, lease.check, run=mirror.run)
         clear(bucket, home, lease.check)
 
 
@@ -148,6 +149,16 @@ def _read(target: Location, cap: int) -> bytes | None:
         return read_file(target, cap)
     except FileNotFoundError:
         return None
+
+
+def _record(bucket: Location) -> dict[str, Any]:
+    """The bucket's object record (``objects_record``); {} for one the door refuses (too
+    large, a prefix), as for a damaged one: not ours, so every object is kept a commit and
+    the commit writes a record of ours (``kept_objects`` reads it so too)."""
+    try:
+        return objects_record(_read(DatasetDir(bucket).objects, OBJECTS_RECORD_CAP))
+    except Refused:
+        return {}
 
 
 def _remote_manifest(bucket: Location) -> bytes | None:
@@ -207,7 +218,7 @@ def _restore(bucket: Location, home: Path, spool: Path, remote: str | None,
     if not objects:
         return {}
     if remote is not None:
-        record = objects_record(_read(DatasetDir(bucket).objects, OBJECTS_RECORD_CAP))
+        record = _record(bucket)
         if record.get("manifest") == remote:
             objects = clear_committed(bucket, home, str(record.get("run", "")), objects, check)
     return restore(bucket, spool, objects)
@@ -226,8 +237,9 @@ def _has_journal(spool: Path) -> bool:
 
 
 def publish(spool: Path, bucket: Location, home: Path,
-            check: Callable[[], None] = lambda: None, run: str = "") -> None:
-    """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's.
+            check: Callable[[], None] = lambda: None, run: str = "") -> bool:
+    """Steps 2-6 of the module's docstring: the spool's version becomes the bucket's; True
+    when it commits (the bucket held another version or none), False when it held this one.
     ``run``: the id of the run whose journal objects the bucket holds (``BucketJournal.run``),
     named in the object record, so that a run killed before it deletes them is known by the
     next as the committed run's (``_restore``)."""
@@ -259,7 +271,7 @@ def publish(spool: Path, bucket: Location, home: Path,
     record_object = DatasetDir(bucket).objects
     current = _remote_manifest(bucket)
     new_sha, current_sha = _sha(manifest), _sha(current)
-    record = objects_record(_read(record_object, OBJECTS_RECORD_CAP))
+    record = _record(bucket)
     if record.get("manifest") == new_sha:
         kept = [name for name in record.get("kept", []) if ours(name)]
         run = run or str(record.get("run") or "")  # a rerun that packed nothing: no run
@@ -287,4 +299,4 @@ def publish(spool: Path, bucket: Location, home: Path,
         bucket.delete(*stale)
         log.info("removed %s, which neither this version nor the previous names",
                  ", ".join(stale))
-
+    return current != manifest

@@ -531,6 +531,9 @@ def _list_objects(root: Location, config: SourceConfig, threads: int,
 
 def _sort_object(walk: _Walk, relpath: str, entry: dict) -> None:
     """Keep the object ``relpath`` as a file of the walk, or say why it is left out."""
+    if relpath.endswith("/") or not relpath:  # the prefix's own key is "" here
+        if not int(entry.get("size") or 0):
+            return  # an empty "folder marker" (a console's "Create folder"): a folder
     if any(part.startswith(".") for part in relpath.split("/")):
         walk.exclude("hidden", relpath)
         return

@@ -48,7 +48,7 @@ def spool_record(home: Path) -> dict[str, Any]:
             state = json.loads(handle.read())
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, Refused):
+    except (OSError, ValueError, RecursionError, Refused):  # RecursionError: deep nesting
         state = None
     if _sound_record(state):
         return state
