@@ -225,21 +225,11 @@ def different_part_histogram(hashes: np.ndarray, fixtures: np.ndarray,
 def co_cluster(pairs: list[tuple[int, int]], count: int, truth: set[tuple[int, int]]
                ) -> tuple[float, float]:
     """Recall and precision of "in one connected component" against the true pairs."""
-    parent = list(range(count))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, j in pairs:
-        parent[root(i)] = root(j)
-    members: dict[int, list[int]] = {}
-    for i in range(count):
-        members.setdefault(root(i), []).append(i)
-    predicted = sum(len(m) * (len(m) - 1) // 2 for m in members.values())
-    found = sum(root(i) == root(j) for i, j in truth)
+    groups, cluster_of = neardup.clusters(pairs, count), {}
+    for number, members in enumerate(groups):
+        cluster_of.update(dict.fromkeys(members, number))
+    predicted = sum(len(members) * (len(members) - 1) // 2 for members in groups)
+    found = sum(i in cluster_of and cluster_of.get(j) == cluster_of[i] for i, j in truth)
     return found / len(truth), (found / predicted if predicted else 1.0)
 
 
