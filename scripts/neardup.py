@@ -115,7 +115,8 @@ def _dct_hash(image: np.ndarray) -> int:
     return int(np.packbits(bits).view(">u8")[0])
 
 
-def _gradient(image: np.ndarray) -> np.ndarray:
+def gradient(image: np.ndarray) -> np.ndarray:
+    """|d/dx| + |d/dy| with integer 3x3 Sobel kernels."""
     padded = np.pad(image, 1, mode="edge")
     gx = (padded[:-2, 2:] + 2 * padded[1:-1, 2:] + padded[2:, 2:]
           - padded[:-2, :-2] - 2 * padded[1:-1, :-2] - padded[2:, :-2])
@@ -129,7 +130,7 @@ def part_hash(grey: np.ndarray, median: np.ndarray) -> int:
     integer arithmetic from the pixels on, so every CPU gives the same bits."""
     residual = _less_fixture(grey, median) // _SCALE
     window = _window(residual, _centre(np.abs(residual)), WINDOW, "constant")
-    return _dct_hash(_gradient(window))
+    return _dct_hash(gradient(window))
 
 
 def part_view(grey: np.ndarray, median: np.ndarray) -> np.ndarray:

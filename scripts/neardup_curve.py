@@ -116,14 +116,8 @@ def less_fixture(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
 
 
 def gradient(image: np.ndarray) -> np.ndarray:
-    """|d/dx| + |d/dy| with integer 3x3 Sobel kernels."""
-    image = image.astype(np.int64)
-    padded = np.pad(image, 1, mode="edge")
-    gx = (padded[:-2, 2:] + 2 * padded[1:-1, 2:] + padded[2:, 2:]
-          - padded[:-2, :-2] - 2 * padded[1:-1, :-2] - padded[2:, :-2])
-    gy = (padded[2:, :-2] + 2 * padded[2:, 1:-1] + padded[2:, 2:]
-          - padded[:-2, :-2] - 2 * padded[:-2, 1:-1] - padded[:-2, 2:])
-    return np.abs(gx) + np.abs(gy)
+    """|d/dx| + |d/dy| with integer 3x3 Sobel kernels (``neardup.gradient``), in int64."""
+    return neardup.gradient(image.astype(np.int64))
 
 
 def part_centre(residual: np.ndarray) -> tuple[int, int]:
