@@ -107,6 +107,11 @@ def location(value: str | os.PathLike | Location,
     for scheme, make in BACKENDS.items():
         if isinstance(value, str) and value.startswith(scheme):
             return make(value, options)
+    unknown = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value) if isinstance(value, str) else None
+    if unknown:  # gs://b/ds would be a local folder "gs:", quietly
+        shown = cut(value, 200)
+        raise ConfigError(f"{shown}: no storage backend for {unknown[0]} (known: "
+                          f"{', '.join(BACKENDS)}); a local folder of that name: ./{shown}")
     if options:
         raise ConfigError("--storage: only for an s3:// dataset")
     return Path(value)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from shardsmith import load_config, pack, storage
 from shardsmith.cli import main
 from shardsmith.door import Refused
+from shardsmith.errors import ConfigError
 from shardsmith.insight.diff import diff_versions
 from shardsmith.insight.named_source import named_originals
 from shardsmith.ops.stage import stage
@@ -235,9 +236,11 @@ def test_originals_named_behind_a_registered_backend_are_read_through_its_door(m
         originals.read("a/1.jpg", 100)
 
 
-def test_a_scheme_no_backend_registers_is_a_local_path():
+def test_a_scheme_no_backend_registers_is_no_store_and_no_local_path():
     assert not storage.is_url("mem://ds")
-    assert storage.location("mem://ds") == Path("mem://ds")
+    with pytest.raises(ConfigError, match="no storage backend for mem://"):
+        storage.location("mem://ds")
+    assert storage.location("./mem://ds") == Path("mem:/ds")  # a local folder, said so
 
 
 @pytest.mark.parametrize("value", ["s3://bucket/ds"])
@@ -467,3 +470,20 @@ def test_the_pack_command_packs_from_a_registered_backend_to_one(tmp_path, monke
     assert "bucket/ds/manifest.json" in objects
     verified = CliRunner().invoke(main, ["verify", "mem://bucket/ds"])
     assert verified.exit_code == 0, verified.output
+
+
+@pytest.mark.parametrize("argv", [
+    ("pack", "{source}", "gs://bucket/ds"), ("pack", "gs://bucket/src", "{tmp}/out"),
+    ("verify", "gs://bucket/ds"), ("stage", "gs://bucket/ds", "--to", "{tmp}/staged")])
+def test_a_url_of_no_registered_backend_is_one_line_not_a_local_folder(tmp_path, monkeypatch,
+                                                                        argv):
+    source = originals(tmp_path / "source")
+    monkeypatch.chdir(tmp_path)  # where "gs://bucket/ds" would have been the folder "gs:"
+    args = [arg.format(source=source, tmp=tmp_path) for arg in argv]
+    url = next(arg for arg in args if arg.startswith("gs://"))
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"shardsmith: error: {url}: no storage backend for gs:// (known: s3://); a local "
+        f"folder of that name: ./{url}"]
+    assert not (tmp_path / "gs:").exists()

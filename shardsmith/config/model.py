@@ -451,7 +451,7 @@ def check_paths(config: Config) -> tuple[Location, Location]:
             raise ConfigError(f"output.path: {output}: give a prefix for the dataset "
                               "(s3://bucket/name)")
     else:
-        output = Path(config.output.path).expanduser().resolve()
+        output = Path(location(config.output.path)).expanduser().resolve()
     if is_url(config.source.path):
         source = check_object_source(config)
         inside, around = f"{source}/", f"{output}/"
@@ -460,7 +460,7 @@ def check_paths(config: Config) -> tuple[Location, Location]:
         if str(source).startswith(around):
             raise ConfigError(f"output.path: {output} contains the source {source}")
         return source, output
-    source = Path(config.source.path).expanduser().resolve()
+    source = Path(location(config.source.path)).expanduser().resolve()
     if not source.is_dir():
         raise ConfigError(f"source.path: {source} is not a directory")
     if is_url(output):
