@@ -249,10 +249,14 @@ def test_s3_is_the_backend_registered_for_its_scheme(value):
     assert storage.is_url(value)
 
 
-def test_pack_reads_its_originals_from_a_registered_backend_as_from_disk(tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pack_reads_its_originals_from_a_registered_backend_as_from_disk(tmp_path, monkeypatch,
+                                                                        workers):
+    """With 2 workers the backend, registered in this process only, reaches the worker
+    processes with their tasks."""
     source = originals(tmp_path / "source")
     in_memory(source, monkeypatch, "src")
-    pack_to("mem://src", tmp_path / "from-memory")
+    pack_to("mem://src", tmp_path / "from-memory", {"run.workers": workers})
     pack_to(source, tmp_path / "from-disk")
 
     assert files_of(tmp_path / "from-memory") == files_of(tmp_path / "from-disk")

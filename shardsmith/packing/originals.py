@@ -39,7 +39,7 @@ from ..config import ImageConfig
 from ..dataset.records import EDGE_BYTES
 from ..door import MIB, Identity, OpenFile, Refused, open_beneath, open_file
 from ..errors import BadImage, ConfigError, ManifestError
-from ..storage import Location, is_url, location
+from ..storage import BACKENDS, Location, is_url, location
 from ..text import shown
 from .scan import object_mtime, object_tag
 
@@ -169,23 +169,33 @@ class ObjectOriginal:
         self.close()
 
 
-# The worker's store client per source URL and storage options: one a process, not one an
-# object (an s3 client holds a connection pool; making one costs ~30 ms).
+# The worker's store client per source URL, storage options and backend: one a process, not
+# one an object (an s3 client holds a connection pool; making one costs ~30 ms).  A backend
+# that travels by value (a closure registered in a script) is another object every task, so
+# the roots are let go past a bound rather than kept one a task.
 _OBJECT_ROOTS: dict[tuple, Location] = {}
+_OBJECT_ROOTS_CAP = 64
 _STORAGE: dict[str, str] = {}
 
 
-def use_storage(options: Mapping[str, str]) -> None:
-    """The storage options (``storage:``) of the job this worker process runs."""
+def use_storage(options: Mapping[str, str], backends: Mapping[str, Callable] = BACKENDS
+                ) -> None:
+    """The storage options (``storage:``) of the job this worker process runs, and the
+    storage backends of its driver: a worker process starts with the built-in ones only, and
+    one registered in the driver at run time (a script's, a test's) comes with the task."""
     _STORAGE.clear()
     _STORAGE.update(options)
+    BACKENDS.update(backends)
 
 
 def object_root(url: str) -> Location:
     """The location of a source URL (its backend's), with this process's client for it."""
-    key = (url, tuple(sorted(_STORAGE.items())))
+    backend = next((make for scheme, make in BACKENDS.items() if url.startswith(scheme)), None)
+    key = (url, tuple(sorted(_STORAGE.items())), backend)
     root = _OBJECT_ROOTS.get(key)
     if root is None:
+        if len(_OBJECT_ROOTS) >= _OBJECT_ROOTS_CAP:
+            _OBJECT_ROOTS.clear()
         root = _OBJECT_ROOTS[key] = location(url, _STORAGE)
     return root
 

@@ -10,7 +10,7 @@ import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -47,7 +47,7 @@ from ..dataset.records import Rederived, Reject, Sample, Unchanged
 from ..dataset.statedir import DatasetDir
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
-from ..storage import Location, is_url
+from ..storage import BACKENDS, Location, is_url
 from .changes import ChangesRecorder, index_tally, wrong_totals
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
@@ -320,7 +320,7 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
     readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks,
                           original_cap(config.image))
     results = pool.map_ordered(process_item, remaining, str(source), config, writer.vocabulary,
-                               batch_size=_batch_size(work))
+                               dict(BACKENDS), batch_size=_batch_size(work))
     progress = Progress(len(work), start, "img", "pack", config.run.quiet)
     previous = delta.previous
     jpegs = PreviousJpegs(writer.roller.fmt, job.output, previous.shards if previous else ())
@@ -456,11 +456,13 @@ def _batch_size(work) -> int:
     return max(1, min(64, int(TASK_BYTES // max(mean, 1.0))))
 
 
-def process_item(item: PlanItem, root: str, config: Config, vocabulary: Vocabulary
+def process_item(item: PlanItem, root: str, config: Config, vocabulary: Vocabulary,
+                 backends: Mapping[str, Callable] = BACKENDS
                  ) -> Sample | tuple[Sample, ...] | Reject | Unchanged:
-    """The per-image work, as the worker pool runs it (``root``: a folder, or an ``s3://``
-    URL that the worker opens with its own client: no image bytes pass the driver)."""
-    use_storage(config.storage.options())  # a bucket's originals: this process's client
+    """The per-image work, as the worker pool runs it (``root``: a folder, or a store's URL
+    that the worker opens with its own client, by the driver's ``backends``: no image bytes
+    pass the driver)."""
+    use_storage(config.storage.options(), backends)  # a bucket's originals: our client
     if isinstance(item, RederiveItem):
         from .rederive import rederive
 
