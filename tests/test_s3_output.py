@@ -133,11 +133,19 @@ def test_a_server_failing_requests_still_ends_with_the_local_bytes(tmp_path, s3,
     assert bucket_bytes(s3, "ds") == local_pack(tmp_path, source)
 
 
-def test_objects_a_new_version_drops_are_deleted_at_the_next_commit(tmp_path, s3, spool):
+@pytest.mark.parametrize("record", ["ours", "naming nothing"])
+def test_objects_a_new_version_drops_are_deleted_at_the_next_commit(tmp_path, s3, spool,
+                                                                     record):
+    """Kept one commit whatever the object record says: a record planted for the current
+    manifest that names none of its objects would have had them deleted at once."""
     source = originals(tmp_path / "source")
     extra = ("--shard-samples", "2")
     assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS, *extra).exit_code == 0
     first = names_of(s3, "ds")
+    if record == "naming nothing":
+        manifest = s3.fs.cat_file(f"{s3.name}/ds/manifest.json")
+        s3.put("ds/.shardsmith/objects.json", json.dumps({
+            "manifest": hashlib.sha256(manifest).hexdigest(), "names": [], "kept": []}).encode())
     for path in sorted((source / "a").iterdir())[:4]:  # the first shards lose their samples
         path.unlink()
     assert cli("pack", source, f"{s3.url}/ds", *PACK_ARGS, *extra).exit_code == 0

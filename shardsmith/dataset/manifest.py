@@ -414,11 +414,16 @@ def read_manifest(directory: Path) -> Manifest:
         raise  # the store failed, not the manifest: exit 1 (docs/storage.md)
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    data = decode(raw, str(path), unique_keys=True)
+    return parse_manifest(raw, str(path))
+
+
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """``raw`` as a manifest, validated; ManifestError naming ``where`` otherwise."""
+    data = decode(raw, where, unique_keys=True)
     try:
         return parse(Manifest, data, "")
     except ManifestError as exc:
-        raise ManifestError(f"{path}: {exc}") from None
+        raise ManifestError(f"{where}: {exc}") from None
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:

@@ -43,8 +43,10 @@ from ..dataset.lock import BucketLease
 from ..dataset.manifest import (
     MANIFEST_NAME,
     OBJECTS_RECORD_CAP,
+    derived_contents,
     is_derived_file,
     objects_record,
+    parse_manifest,
     read_manifest,
 )
 from ..dataset.statedir import STATE_DIR, DatasetDir
@@ -159,6 +161,17 @@ def _record(bucket: Location) -> dict[str, Any]:
         return objects_record(_read(DatasetDir(bucket).objects, OBJECTS_RECORD_CAP))
     except Refused:
         return {}
+
+
+def _named(manifest: bytes) -> set[str] | None:
+    """The objects of the version ``manifest`` commits: the files it names, those derived
+    from it, itself; None where it is no manifest (then nothing is known of what it needs)."""
+    try:
+        parsed = parse_manifest(manifest, MANIFEST_NAME)
+    except ManifestError:
+        return None
+    return {entry.name for entry in parsed.files()} | set(derived_contents(parsed)) \
+        | {MANIFEST_NAME}
 
 
 def _remote_manifest(bucket: Location) -> bytes | None:
@@ -277,8 +290,10 @@ def publish(spool: Path, bucket: Location, home: Path,
         run = run or str(record.get("run") or "")  # a rerun that packed nothing: no run
     elif current is None:
         kept = []
-    elif record.get("manifest") == current_sha:
-        kept = [name for name in record.get("names", []) if ours(name)]
+    elif record.get("manifest") == current_sha and (named := _named(current)) is not None:
+        # and what its manifest names: a record naming less (forged) would delete now what a
+        # stage of the current version may be copying
+        kept = sorted(named.union(name for name in record.get("names", []) if ours(name)))
     else:  # a version this code did not record: keep all it may name until the next commit
         kept = sorted(there)
     names_now = names + [MANIFEST_NAME]
