@@ -389,8 +389,7 @@ class _Run:
                 f"{partial / RECORD_DIR / RECORD_NAME}: the export's record would be "
                 f"{len(written) / 2**20:,.0f} MiB, over the {self.cap / 2**20:,.0f} MiB an export "
                 f"of a dataset of {plural(self.manifest.totals.packed, 'sample')} reads back "
-                f"({RECORD_BYTES_PER_SAMPLE >> 10} KiB a sample: COCO objects of very many "
-                "polygon points); nothing was switched")
+                f"({RECORD_BYTES_PER_SAMPLE >> 10} KiB a sample); nothing was switched")
         tree.write(f"{RECORD_DIR}/{RECORD_NAME}", written)
         (partial / RECORD_DIR / JOURNAL_NAME).unlink(missing_ok=True)
         tree.sync()

@@ -41,9 +41,10 @@ RECORD_NAME = "record.json"
 JOURNAL_NAME = "journal.jsonl"
 RECORD_FORMAT = 2  # 1: an entry per sample (lends no file: made again once)
 RECORD_CAP = 4 * STATE_CAP  # the least a record may be, whatever the dataset's size
-# A record is ~500 bytes a YOLO sample and ~1 KiB a COCO sample with its polygons: read up to
-# 16 KiB a sample of the dataset exported (a record of 256 MiB was 500,000 YOLO samples, and
-# the next export refused the folder it had itself written).
+# A record (format 2) is ~250 bytes a YOLO sample and ~350 a COCO sample (40 samples of short
+# names; its key and file paths make the rest): read up to 16 KiB a sample of the dataset
+# exported (with a fixed cap, a record of 256 MiB, 500,000 samples of format 1, made the next
+# export refuse the folder it had itself written).
 RECORD_BYTES_PER_SAMPLE = 16 << 10
 
 
