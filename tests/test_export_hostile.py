@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from hostile_data import classified
+from hostile_helpers import as_process
 
 from shardsmith.errors import OutputStateError
 from shardsmith.ops.export import export
@@ -37,10 +38,7 @@ def dataset(tmp_path_factory) -> Path:
 
 
 def shardsmith(*args: object) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    return subprocess.run([sys.executable, "-m", "shardsmith", "export",
-                           *map(str, args), "--quiet"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return as_process("export", *args, "--quiet")
 
 
 def refused(result: subprocess.CompletedProcess, *words: str) -> None:

@@ -19,9 +19,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hostile_helpers import as_process
 from hostile_helpers import one_stderr_line as one_error_line
+
+from shardsmith.packing.journal import Journal
 
 import images
 from images import manifest_of
@@ -36,8 +40,11 @@ pytestmark = pytest.mark.slow
 
 def run(*args: object, timeout: float = 120, memory: int | None = None
         ) -> subprocess.CompletedProcess:
-    """``shardsmith ARGS`` in a fresh process (its address space capped at ``memory`` bytes
-    when given); past ``timeout`` the test fails."""
+    """``shardsmith ARGS`` as a finished process: in this one (``as_process``), or, to cap
+    its address space at ``memory`` bytes, in a fresh process, which fails the test past
+    ``timeout``."""
+    if memory is None:
+        return as_process(*args)
     program = "import sys\nfrom shardsmith.cli import main\nmain(sys.argv[1:], " \
               "prog_name='shardsmith')\n"
 
@@ -45,8 +52,7 @@ def run(*args: object, timeout: float = 120, memory: int | None = None
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     return subprocess.run([sys.executable, "-c", program, *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=cap if memory else None)
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=cap)
 
 
 
@@ -65,18 +71,16 @@ def source(tmp_path: Path) -> Path:
 def interrupted(source: Path, output: Path, checkpoints: int = 3) -> None:
     """A first pack of ``source`` that stopped right after its third checkpoint (the state
     a kill leaves), its journal and spool in ``output/.shardsmith``."""
-    hook = ("import shardsmith.packing.journal as journal\n"
-            "real, count = journal.Journal.checkpoint, [0]\n"
-            "def checkpoint(self, *args, **kwargs):\n"
-            "    real(self, *args, **kwargs)\n"
-            "    count[0] += 1\n"
-            f"    if count[0] == {checkpoints}:\n"
-            "        raise KeyboardInterrupt\n"
-            "journal.Journal.checkpoint = checkpoint\n")
-    program = f"{hook}import sys\nfrom shardsmith.cli import main\n" \
-              "main(sys.argv[1:], prog_name='shardsmith')\n"
-    subprocess.run([sys.executable, "-c", program, "pack", source, output, *PACK_ARGS],
-                   cwd=REPO, capture_output=True, timeout=120)
+    real, count = Journal.checkpoint, [0]
+
+    def checkpoint(self: Journal, *args: object, **kwargs: object) -> None:
+        real(self, *args, **kwargs)
+        count[0] += 1
+        if count[0] == checkpoints:
+            raise KeyboardInterrupt
+
+    with mock.patch.object(Journal, "checkpoint", checkpoint):
+        assert run("pack", source, output, *PACK_ARGS).returncode == 130
     assert (output / ".shardsmith" / "journal.jsonl").exists()
     assert not (output / "manifest.json").exists()
 
