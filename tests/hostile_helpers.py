@@ -9,6 +9,7 @@ CI has; elsewhere they skip and say why.
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import io
 import json
@@ -46,17 +47,20 @@ def cli(*args: object) -> Result:
     return CliRunner().invoke(main, [str(arg) for arg in args])
 
 
-def as_process(*args: object) -> subprocess.CompletedProcess:
+def as_process(*args: object, timeout: float = 120) -> subprocess.CompletedProcess:
     """``shardsmith ARGS`` in this process, as a finished process: its exit code, stdout, and
     on stderr what it printed there, its log records (a line each, as its handler prints
     them) and the traceback of an exception it let through.  A fresh interpreter would cost
-    ~2 s of CPU a call."""
+    ~2 s of CPU a call.  Past ``timeout`` (a hang: a FIFO opened, say) the test's process
+    prints every thread's stack and ends, which fails the test, not the whole run."""
     records = io.StringIO()
     handler = logging.StreamHandler(records)
     logging.getLogger().addHandler(handler)
+    faulthandler.dump_traceback_later(timeout, exit=True)
     try:
         result = cli(*args)
     finally:
+        faulthandler.cancel_dump_traceback_later()
         logging.getLogger().removeHandler(handler)
     return subprocess.CompletedProcess(args, result.exit_code, result.stdout,
                                        result.stderr + records.getvalue() + crashed(result))
