@@ -39,7 +39,7 @@ _NEIGHBOUR_BITS = 32  # key = distance << 32 | neighbour
 _OWNER_SHIFT = 37  # pooled entry = owner << 37 | key
 _LOW = np.int64((1 << _NEIGHBOUR_BITS) - 1)
 _NONE = np.int64((MAX_DISTANCE + 1) << _NEIGHBOUR_BITS | ((1 << _NEIGHBOUR_BITS) - 1))
-_CHUNK = 1 << 22  # pairs looked at in one step: ~200 MB of temporaries at most
+_CHUNK = 1 << 22  # pairs looked at in one step: bounds the temporaries, whatever a bucket holds
 _POOL = 1 << 22  # entries gathered before they are merged into the lists
 _POP16 = np.array([bin(value).count("1") for value in range(1 << 16)], np.uint8)
 # odd multipliers, one a partition: bit p goes to (p * m + 17 * partition) mod 64, so each
@@ -143,8 +143,8 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndar
     """(which range, position) for every position of ranges [start, start + count)."""
     owner = np.repeat(np.arange(len(counts)), counts)
     ends = np.cumsum(counts, dtype=np.int64)
-    return owner, np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts - starts,
-                                                                        counts)
+    total = int(ends[-1]) if len(ends) else 0
+    return owner, np.arange(total) - np.repeat(ends - counts - starts, counts)
 
 
 def _chunks(counts: np.ndarray) -> list[slice]:
@@ -356,16 +356,16 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
 
 
 def clusters(index: Index, verified: np.ndarray) -> list[np.ndarray]:
-    """Connected components of the ``verified`` pairs (first items of their hash) with every
-    item of an equal-hash group in its first item's component; those of two or more items,
-    each sorted, in order of their first item."""
+    """Connected components of the ``verified`` pairs of items, every item of an equal-hash
+    group in one component with the others; those of two or more items, each sorted, in
+    order of their first item."""
     parent = np.arange(len(index.hashes))
-    hashed = np.searchsorted(index.first, np.asarray(verified, np.int64).reshape(-1, 2))
+    hashed = index.group[np.asarray(verified, np.int64).reshape(-1, 2)]
     for a, b in hashed.tolist():
         while parent[a] != a:
-            a = parent[a]
+            parent[a] = a = parent[parent[a]]
         while parent[b] != b:
-            b = parent[b]
+            parent[b] = b = parent[parent[b]]
         if a != b:
             parent[max(a, b)] = min(a, b)
     while True:  # flatten: every distinct hash points at its component's root
