@@ -4,7 +4,7 @@ of scripts/neardup_index.py at up to a million hashes, and the check.
 
     scripts/bench_neardup.py [--counts 5000,10000,20000] [--index-counts 10000,100000,1000000]
                              [--new 10000] [--repeat 3] [--sample 200] [--parts 2000]
-                             [--kinds random,parts]
+                             [--kinds random,parts] [--exhaustive 10000]
 
 Two kinds of hashes. ``random``: 64-bit values with 32 bits set (the part hash's shape); the
 exhaustive search costs the same whatever the values are. ``parts``: the part hashes
@@ -19,7 +19,7 @@ the pairs found, and the recall of the index against the exhaustive search on a 
 ``--sample`` hashes (their cap nearest within the distance, each way round: the share of the
 exhaustive lists' entries the index's lists hold). ``N new`` rows add the last N hashes to
 the index of the others (its build not timed). The ratio is the exhaustive search's seconds
-at the smallest index count, measured in the same run, over the row's.
+at ``--exhaustive`` hashes, measured in the same run, over the row's.
 """
 
 from __future__ import annotations
@@ -170,6 +170,8 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=200)
     parser.add_argument("--parts", type=int, default=2000)
     parser.add_argument("--kinds", default="random,parts")
+    parser.add_argument("--exhaustive", type=int, default=10000,
+                        help="hashes of the exhaustive search the ratios divide")
     parser.add_argument("--row", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--row-count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--step", default="row", help=argparse.SUPPRESS)
@@ -209,11 +211,11 @@ def _index_table(arguments: argparse.Namespace) -> None:
     if "parts" in arguments.kinds:
         sources["parts"] = _crowded(_part_hashes(arguments.parts), largest,
                                     np.random.default_rng(3))
-    exhaustive = _median_seconds(lambda: neardup.candidates(random[: counts[0]]),
+    exhaustive = _median_seconds(lambda: neardup.candidates(random[: arguments.exhaustive]),
                                  arguments.repeat)
     print(f"\nindex {neardup_index.DEFAULT_SCHEME} (certain within "
           f"{neardup_index.DEFAULT_SCHEME.certain} bits), D {DISTANCE}, cap {CAP}; "
-          f"exhaustive at {counts[0]}: {exhaustive:.2f} s")
+          f"exhaustive at {arguments.exhaustive}: {exhaustive:.2f} s")
     print(f"{'hashes':>9}  {'kind':>6}  {'new':>6}  {'seconds':>8}  {'peak MB':>8}  "
           f"{'pairs':>9}  {'recall':>6}  {'ratio':>7}")
     with tempfile.TemporaryDirectory() as folder:
