@@ -1,0 +1,379 @@
+"""The candidate pairs of scripts/neardup.py's ``candidates`` at a million hashes: an index
+instead of every hash against every other, and a night's new hashes against the rest.
+
+Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
+
+* ``validated``: hashes read from a sample index are untrusted; a bad array is a ``Refused``
+  value with one line, never an exception.
+* Equal hashes are collapsed first: the search runs on the distinct hashes, each standing for
+  the items that share it by its first one (``Index.first``), so a million identical images
+  are one distinct hash, searched in no time. A group of equal hashes is one cluster whatever
+  the check says (``clusters``), and dense like any cluster over ``DENSE_SIZE`` members:
+  checking each member would cost 2.8 ms each, 47 minutes for a million.
+* The search (multi-index hashing over several partitions of the bits): each ``Scheme``
+  partition splits the 64 bits into ``bands`` bands of bit positions; a pair is found when, in
+  some partition, one of its bands differs by at most ``probe`` bits (each band's value, with
+  every mask of up to ``probe`` bits flipped, looked up among the others'). By pigeonhole every
+  pair within ``Scheme.certain`` bits is found; farther pairs are found by chance, the more
+  the more partitions. Each hash's ``cap`` nearest within ``distance`` are then chosen among
+  the pairs found, by (distance, index) as ``candidates`` does: the same pairs as the
+  exhaustive search up to ``certain`` bits, and a recall measured beyond it
+  (scripts/bench_neardup.py; why this scheme: docs/performance.md, "Near-duplicates: the
+  search").
+* ``Index.add``: a night's new hashes against the index: the pairs of the new ones, exactly
+  those the search over old and new together has that touch a new hash (an old hash takes a
+  new one among its nearest only if it beats its ``cap`` nearest so far, kept in the index);
+  pairs between old hashes that a new one pushes out of a list stay as they were checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from itertools import combinations
+
+import numpy as np
+
+MAX_HASHES = 1 << 24  # a sample index holding more is refused (the keys below need < 2**26)
+MAX_DISTANCE = 30  # bits; a key holds a distance in 5 bits
+_NEIGHBOUR_BITS = 32  # key = distance << 32 | neighbour
+_OWNER_SHIFT = 37  # pooled entry = owner << 37 | key
+_LOW = np.int64((1 << _NEIGHBOUR_BITS) - 1)
+_NONE = np.int64((MAX_DISTANCE + 1) << _NEIGHBOUR_BITS | ((1 << _NEIGHBOUR_BITS) - 1))
+_CHUNK = 1 << 22  # pairs looked at in one step: bounds the temporaries, whatever a bucket holds
+_POOL = 1 << 22  # entries gathered before they are merged into the lists
+_POP16 = np.array([bin(value).count("1") for value in range(1 << 16)], np.uint8)
+# odd multipliers, one a partition: bit p goes to (p * m + 17 * partition) mod 64, so each
+# partition cuts the bits into bands another way; fixed numbers, the same on every machine
+_MULTIPLIERS = (1, 23, 45, 13, 59, 5, 37, 27, 11, 53, 19, 41, 3, 61, 29, 9, 47, 21, 35, 55)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Hashes that cannot be searched, and why (one line)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How the index cuts the bits: ``partitions`` ways, each in ``bands`` bands, a band
+    looked up with up to ``probe`` bits flipped."""
+
+    partitions: int = 16
+    bands: int = 3
+    probe: int = 1
+
+    @property
+    def certain(self) -> int:
+        """Bits within which every pair is found (pigeonhole over one partition's bands)."""
+        return self.bands * (self.probe + 1) - 1
+
+
+DEFAULT_SCHEME = Scheme()
+EXACT_SCHEME = Scheme(partitions=1, bands=31, probe=0)  # every pair within 30 bits: tests
+
+
+def popcount(values: np.ndarray) -> np.ndarray:
+    """Set bits of each uint64 (uint8), by a 16-bit table (no NumPy 2 needed)."""
+    low = np.uint64(0xFFFF)
+    total = _POP16[values & low]
+    for shift in (16, 32, 48):
+        total += _POP16[(values >> np.uint64(shift)) & low]
+    return total
+
+
+def validated(values: object, limit: int = MAX_HASHES) -> np.ndarray | Refused:
+    """``values`` as a 1-D uint64 array, or why not: integers of 0 to 2**64 - 1 only (an array
+    of unsigned or non-negative signed integers, or a sequence of ints), at most ``limit``."""
+    if isinstance(values, np.ndarray):
+        array = values
+    else:
+        try:
+            length = len(values)  # type: ignore[arg-type]
+        except TypeError:
+            return Refused(f"hashes are a {type(values).__name__}, not a sequence")
+        if length > limit:
+            return Refused(f"{length} hashes, more than the {limit} allowed")
+        if not all(type(value) is int for value in values):  # type: ignore[attr-defined]
+            return Refused("hashes must be integers (no floats, strings or booleans)")
+        if any(value < 0 or value >> 64 for value in values):  # type: ignore[attr-defined]
+            return Refused("a hash is outside 0 to 2**64 - 1")
+        return np.array(values, np.uint64).reshape(-1)
+    if array.ndim != 1:
+        return Refused(f"hashes have {array.ndim} dimensions, not 1")
+    if len(array) > limit:
+        return Refused(f"{len(array)} hashes, more than the {limit} allowed")
+    if array.dtype.kind == "u":
+        return array.astype(np.uint64)
+    if array.dtype.kind == "i":
+        if len(array) and int(array.min()) < 0:
+            return Refused("a hash is negative")
+        return array.astype(np.uint64)
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        return Refused("hashes are floats, some not finite")
+    return Refused(f"hashes are {array.dtype}, not integers")
+
+
+def _collapse(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct hashes in order of first occurrence, each one's first item, each item's
+    distinct hash): one sort, whatever repeats."""
+    values, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    return values[order], first[order].astype(np.int64), position[inverse.reshape(-1)]
+
+
+def _partition(scheme: Scheme, partition: int) -> list[np.ndarray]:
+    """The bit positions of each band of one partition."""
+    slot = (np.arange(64) * _MULTIPLIERS[partition % len(_MULTIPLIERS)]
+            + 17 * partition) % 64
+    bounds = np.linspace(0, 64, scheme.bands + 1).round().astype(int)
+    return [np.flatnonzero((slot >= low) & (slot < high))
+            for low, high in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _masks(width: int, probe: int) -> list[int]:
+    """Every mask of ``width`` bits with at most ``probe`` set, fewest first."""
+    return [sum(1 << bit for bit in flipped) for count in range(probe + 1)
+            for flipped in combinations(range(width), count)]
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(which range, position) for every position of ranges [start, start + count)."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    ends = np.cumsum(counts, dtype=np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    return owner, np.arange(total) - np.repeat(ends - counts - starts, counts)
+
+
+def _chunks(counts: np.ndarray) -> list[slice]:
+    """Slices of items whose pairs (``counts`` each) are about _CHUNK together."""
+    if int(counts.sum()) <= _CHUNK:
+        return [slice(0, len(counts))]
+    edges = np.searchsorted(np.cumsum(counts), np.arange(_CHUNK, int(counts.sum()), _CHUNK))
+    cuts = [0, *np.unique(edges + 1).tolist(), len(counts)]
+    return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+class _Lists:
+    """Each hash's ``cap`` nearest so far as keys ``distance << 32 | neighbour``, ascending:
+    pairs come in, are kept if they beat a list's last, and are merged in batches."""
+
+    def __init__(self, near: np.ndarray, hashes: np.ndarray, distance: int) -> None:
+        self.near, self.hashes, self.distance = near, hashes, distance
+        self.pool: list[np.ndarray] = []
+        self.pooled = 0
+
+    def offer(self, left: np.ndarray, right: np.ndarray) -> None:
+        """Pairs (left, right) of hash positions, either way round."""
+        left, right = left.astype(np.int64), right.astype(np.int64)
+        apart = popcount(self.hashes[left] ^ self.hashes[right]).astype(np.int64)
+        close = apart <= self.distance
+        left, right, apart = left[close], right[close], apart[close] << _NEIGHBOUR_BITS
+        for owner, other in ((left, right), (right, left)):
+            key = apart | other
+            beats = key < self.near[owner, -1]
+            owner, key = owner[beats], key[beats]
+            fresh = ~(self.near[owner] == key[:, None]).any(axis=1)  # not in the list yet
+            if fresh.any():
+                self.pool.append(owner[fresh] << _OWNER_SHIFT | key[fresh])
+                self.pooled += int(fresh.sum())
+        if self.pooled >= _POOL:
+            self.merge()
+
+    def merge(self) -> None:
+        """Merge the pooled entries into the lists (each entry once)."""
+        if not self.pool:
+            return
+        entries = np.concatenate(self.pool)
+        self.pool, self.pooled = [], 0
+        entries.sort()
+        entries = entries[np.r_[True, entries[1:] != entries[:-1]]]
+        owner = entries >> _OWNER_SHIFT
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        counts = np.diff(np.r_[starts, len(owner)])
+        rank = np.arange(len(owner)) - np.repeat(starts, counts)
+        kept = rank < self.near.shape[1]
+        rows = owner[starts]
+        block = np.full((len(rows), self.near.shape[1]), _NONE)
+        block[np.repeat(np.arange(len(rows)), counts)[kept], rank[kept]] = entries[kept] & (
+            (np.int64(1) << _OWNER_SHIFT) - 1)
+        merged = np.concatenate([self.near[rows], block], axis=1)
+        merged.sort(axis=1)
+        self.near[rows] = merged[:, : self.near.shape[1]]
+
+
+def _bytes(hashes: np.ndarray) -> np.ndarray:
+    """(8, len) uint8: byte k of each hash holds its bits 8k to 8k + 7."""
+    return hashes.astype("<u8").view(np.uint8).reshape(-1, 8).T
+
+
+def _band_values(hash_bytes: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """The value of one band: the bits at ``bits`` packed in order (int32), a byte at a time
+    through tables (8 lookups, not one operation per bit)."""
+    tables = np.zeros((8, 256), np.int32)
+    values = np.arange(256)
+    for rank, bit in enumerate(bits):
+        tables[bit // 8] |= ((values >> (bit % 8)) & 1) << rank
+    band = np.zeros(hash_bytes.shape[1], np.int32)
+    for byte in np.unique(bits // 8):
+        band |= tables[byte][hash_bytes[byte]]
+    return band
+
+
+def _buckets(ordered: np.ndarray, width: int):  # noqa: ANN202 (a closure)
+    """Where each key's bucket starts in ``ordered`` (sorted band values) and its size: a
+    table of every value where they are many, a binary search where few."""
+    if len(ordered) * 16 >= 1 << width:
+        sizes = np.bincount(ordered, minlength=1 << width).astype(np.int32)
+        offsets = np.cumsum(sizes, dtype=np.int32) - sizes
+        return lambda keys: (offsets[keys], sizes[keys])
+
+    def search(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        by_key = np.argsort(keys)  # sorted needles search twice as fast (measured)
+        starts, counts = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
+        starts[by_key] = np.searchsorted(ordered, keys[by_key], side="left")
+        counts[by_key] = np.searchsorted(ordered, keys[by_key], side="right")
+        return starts, counts - starts
+
+    return search
+
+
+def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int = 0) -> None:
+    """Offer every pair of ``hashes`` (at positions offset + i) the scheme finds."""
+    hash_bytes = _bytes(hashes)
+    for partition in range(scheme.partitions):
+        for bits in _partition(scheme, partition):
+            band = _band_values(hash_bytes, bits)
+            order = np.argsort(band).astype(np.int32)
+            ordered = band[order]
+            bucket = _buckets(ordered, len(bits))
+            for mask in _masks(len(bits), scheme.probe):
+                if mask == 0:  # within a bucket: each later member of it
+                    starts, counts = bucket(ordered)
+                    positions = np.arange(len(order))
+                    counts = starts + counts - positions - 1
+                    starts, items = positions + 1, order
+                else:  # the bucket of band ^ mask, from the lower side only (each pair once)
+                    items = np.flatnonzero((band & (1 << (mask.bit_length() - 1))) == 0)
+                    starts, counts = bucket(band[items] ^ mask)
+                for part in _chunks(counts):
+                    which, position = _ranges(starts[part], counts[part])
+                    lists.offer(items[part][which] + offset, order[position] + offset)
+
+
+def _queried(queries: np.ndarray, hashes: np.ndarray, lists: _Lists, scheme: Scheme,
+             offset: int) -> None:
+    """Offer every pair (query at offset + q, hash) the scheme finds. Only the hashes whose
+    band is looked up are sorted: a night's queries touch a small share of a million."""
+    hash_bytes, query_bytes = _bytes(hashes), _bytes(queries)
+    for partition in range(scheme.partitions):
+        for bits in _partition(scheme, partition):
+            band, wanted = _band_values(hash_bytes, bits), _band_values(query_bytes, bits)
+            masks = np.array(_masks(len(bits), scheme.probe), np.int32)
+            keys = (wanted[:, None] ^ masks[None, :]).ravel()
+            asker = np.repeat(np.arange(len(queries)), len(masks))
+            marked = np.zeros(1 << len(bits), bool)
+            marked[band] = True  # the buckets the hashes fill: most keys find none
+            asker, keys = asker[marked[keys]], keys[marked[keys]]
+            marked[:] = False
+            marked[keys] = True  # the hashes in a bucket looked up
+            hits = np.flatnonzero(marked[band])
+            order = hits[np.argsort(band[hits])]
+            starts, counts = _buckets(band[order], len(bits))(keys)
+            for part in _chunks(counts):
+                which, position = _ranges(starts[part], counts[part])
+                lists.offer(asker[part][which] + offset, order[position])
+
+
+def _pairs(near: np.ndarray, first: np.ndarray, since: int = 0) -> np.ndarray:
+    """(k, 2) int64 item pairs (i < j, sorted) of the lists, those touching a distinct hash at
+    ``since`` or after only."""
+    owner = np.repeat(np.arange(len(near)), near.shape[1])
+    keys = near.ravel()
+    other = keys & _LOW
+    keep = (keys != _NONE) & ((owner >= since) | (other >= since))
+    a, b = first[owner[keep]], first[other[keep]]
+    pairs = np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1)
+    return np.unique(pairs, axis=0) if len(pairs) else pairs.reshape(0, 2)
+
+
+@dataclass(frozen=True)
+class Index:
+    """The distinct hashes of a set of items, the items each stands for and each one's
+    ``cap`` nearest within ``distance`` among the pairs the scheme finds."""
+
+    hashes: np.ndarray  # distinct, in order of first occurrence (uint64)
+    first: np.ndarray  # the first item of each (int64)
+    group: np.ndarray  # each item's distinct hash (int64)
+    near: np.ndarray  # (distinct, cap) keys distance << 32 | distinct neighbour, ascending
+    distance: int
+    scheme: Scheme
+
+    def pairs(self) -> np.ndarray:
+        """All candidate pairs of items (i < j, sorted; first items of their hash)."""
+        return _pairs(self.near, self.first)
+
+    def add(self, new_hashes: np.ndarray) -> tuple[Index, np.ndarray]:
+        """The index with ``new_hashes`` appended (items len(group) on), and the candidate
+        pairs that touch a new distinct hash: those of ``build`` over all, exactly."""
+        items = len(self.group)
+        by_value = np.argsort(self.hashes, kind="stable")
+        values, first, group = _collapse(new_hashes)
+        ordered = self.hashes[by_value]
+        where = np.searchsorted(ordered, values).clip(max=max(len(ordered) - 1, 0))
+        known = ordered[where] == values if len(ordered) else np.zeros(len(values), bool)
+        fresh = np.flatnonzero(~known)
+        old = len(self.hashes)
+        position = np.empty(len(values), np.int64)
+        position[known] = by_value[where[known]]
+        position[fresh] = old + np.arange(len(fresh))
+        hashes = np.concatenate([self.hashes, values[fresh]])
+        near = np.concatenate([self.near, np.full((len(fresh), self.near.shape[1]), _NONE)])
+        lists = _Lists(near, hashes, self.distance)
+        _queried(values[fresh], self.hashes, lists, self.scheme, old)
+        _all_pairs(values[fresh], lists, self.scheme, old)
+        lists.merge()
+        grown = replace(self, hashes=hashes, near=near,
+                        first=np.concatenate([self.first, items + first[fresh]]),
+                        group=np.concatenate([self.group, position[group]]))
+        return grown, _pairs(near, grown.first, since=old)
+
+
+def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
+          scheme: Scheme = DEFAULT_SCHEME) -> Index:
+    """The index of ``hashes`` (validated uint64): equal ones collapsed, each distinct hash's
+    ``cap`` nearest within ``distance`` among the pairs the scheme finds."""
+    if not 0 <= distance <= MAX_DISTANCE or cap < 1:
+        raise ValueError(f"distance must be 0 to {MAX_DISTANCE} and cap at least 1")
+    values, first, group = _collapse(np.asarray(hashes, np.uint64))
+    near = np.full((len(values), cap), _NONE)
+    lists = _Lists(near, values, distance)
+    _all_pairs(values, lists, scheme)
+    lists.merge()
+    return Index(values, first, group, near, distance, scheme)
+
+
+def clusters(index: Index, verified: np.ndarray) -> list[np.ndarray]:
+    """Connected components of the ``verified`` pairs of items, every item of an equal-hash
+    group in one component with the others; those of two or more items, each sorted, in
+    order of their first item."""
+    parent = np.arange(len(index.hashes))
+    hashed = index.group[np.asarray(verified, np.int64).reshape(-1, 2)]
+    for a, b in hashed.tolist():
+        while parent[a] != a:
+            parent[a] = a = parent[parent[a]]
+        while parent[b] != b:
+            parent[b] = b = parent[parent[b]]
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    while True:  # flatten: every distinct hash points at its component's root
+        above = parent[parent]
+        if (above == parent).all():
+            break
+        parent = above
+    label = parent[index.group]
+    order = np.argsort(label, kind="stable")
+    cuts = np.flatnonzero(np.diff(label[order])) + 1
+    return [members for members in np.split(order, cuts) if len(members) > 1]

@@ -1,0 +1,156 @@
+"""The candidate search at scale (scripts/neardup_index.py): the pairs of the exhaustive
+search (scripts/neardup.py's ``candidates``), a night's new hashes, equal hashes collapsed,
+untrusted arrays refused."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import neardup  # noqa: E402
+from neardup_index import (  # noqa: E402
+    DEFAULT_SCHEME,
+    EXACT_SCHEME,
+    Refused,
+    Scheme,
+    build,
+    clusters,
+    popcount,
+    validated,
+)
+
+
+def _tied_hashes(seed: int, count: int) -> np.ndarray:
+    """Hashes crowding as a fixture's do, with equal distances and equal hashes: copies of a
+    few random bases with 0 to 6 bits flipped, and some values of 12 bits (many ties)."""
+    rng = np.random.default_rng(seed)
+    bases = rng.integers(0, 2**63, 12, dtype=np.int64).astype(np.uint64) * np.uint64(2)
+    hashes = bases[rng.integers(0, len(bases), count)]
+    for _ in range(6):
+        bit = np.uint64(1) << rng.integers(0, 64, count).astype(np.uint64)
+        hashes ^= np.where(rng.random(count) < 0.5, bit, np.uint64(0))
+    small = rng.random(count) < 0.3
+    hashes[small] = rng.integers(0, 1 << 12, int(small.sum())).astype(np.uint64)
+    return hashes
+
+
+def _exhaustive(hashes: np.ndarray, first: np.ndarray, distance: int, cap: int) -> np.ndarray:
+    """neardup.candidates over the distinct hashes, as pairs of their first items."""
+    pairs = np.array(neardup.candidates(hashes[first], distance, cap), np.int64).reshape(-1, 2)
+    return np.unique(np.sort(first[pairs], axis=1), axis=0).reshape(-1, 2)
+
+
+def _within(pairs: np.ndarray, hashes: np.ndarray, bits: int) -> np.ndarray:
+    return pairs[popcount(hashes[pairs[:, 0]] ^ hashes[pairs[:, 1]]) <= bits]
+
+
+@pytest.mark.parametrize(("seed", "distance", "cap"), [(0, 18, 8), (1, 6, 3), (2, 30, 1)])
+def test_an_index_certain_within_the_distance_gives_exactly_the_exhaustive_pairs(
+        seed: int, distance: int, cap: int) -> None:
+    hashes = _tied_hashes(seed, 400)
+    index = build(hashes, distance, cap, EXACT_SCHEME)
+    assert len(index.hashes) < len(hashes)  # equal hashes were there, and collapsed
+    expected = _exhaustive(hashes, index.first, distance, cap)
+    assert len(expected) > 100
+    assert np.array_equal(index.pairs(), expected)
+
+
+def test_the_default_index_has_the_exhaustive_pairs_within_its_certain_bits_and_only_near_ones(
+        ) -> None:
+    hashes = _tied_hashes(3, 600)
+    index = build(hashes, 18, 8)
+    expected = _exhaustive(hashes, index.first, 18, 8)
+    found = index.pairs()
+    certain = DEFAULT_SCHEME.certain
+    assert len(_within(expected, hashes, certain)) > 100
+    assert np.array_equal(_within(found, hashes, certain), _within(expected, hashes, certain))
+    assert (popcount(hashes[found[:, 0]] ^ hashes[found[:, 1]]) <= 18).all()
+
+
+def test_more_partitions_find_more_of_the_farther_pairs() -> None:
+    rng = np.random.default_rng(4)
+    hashes = rng.integers(0, 2**63, 3000, dtype=np.int64).astype(np.uint64)
+    expected = {tuple(pair) for pair in _exhaustive(hashes, np.arange(3000), 18, 8).tolist()}
+    recall = [len(expected & {tuple(p) for p in build(hashes, 18, 8, scheme).pairs().tolist()})
+              / len(expected) for scheme in (Scheme(partitions=2), Scheme(partitions=16))]
+    assert recall[0] < recall[1] < 1
+
+
+@pytest.mark.parametrize("scheme", [EXACT_SCHEME, DEFAULT_SCHEME])
+def test_a_nights_new_hashes_give_the_pairs_of_the_whole_set_that_touch_them(
+        scheme: Scheme) -> None:
+    hashes = _tied_hashes(5, 700)
+    hashes[650] = hashes[3]  # a new hash equal to an old one joins its group
+    hashes[660] = hashes[655]  # and two equal new ones are one
+    whole = build(hashes, 18, 8, scheme)
+    old = build(hashes[:600], 18, 8, scheme)
+    grown, new_pairs = old.add(hashes[600:])
+    pairs = whole.pairs()
+    assert np.array_equal(new_pairs, pairs[(pairs >= 600).any(axis=1)])
+    assert len(new_pairs) > 20
+    assert np.array_equal(grown.pairs(), pairs)
+    assert np.array_equal(grown.group, whole.group)
+    assert np.array_equal(grown.first, whole.first)
+
+
+def test_a_hundred_thousand_identical_hashes_are_one_cluster_of_them_all() -> None:
+    hashes = np.full(100_000, 0xDEADBEEF12345678, np.uint64)
+    hashes[[10, 20]] = [1, 3]  # two others, one bit apart, far from the rest
+    index = build(hashes, 18, 8)
+    assert len(index.hashes) == 3
+    assert index.pairs().tolist() == [[10, 20]]
+    groups = clusters(index, np.array([[10, 20]]))
+    assert [len(members) for members in groups] == [99_998, 2]
+    assert groups[1].tolist() == [10, 20]
+    assert 10 not in groups[0] and (np.diff(groups[0]) > 0).all()
+
+
+def test_equal_hashes_join_the_cluster_of_their_first_item() -> None:
+    hashes = np.array([5, 9, 5, 1 << 40, 9, 5], np.uint64)
+    index = build(hashes, 18, 8)
+    assert index.first.tolist() == [0, 1, 3]
+    for verified in ([[0, 1]], [[2, 4]]):  # a pair of any members joins the groups
+        assert [members.tolist() for members in clusters(index, np.array(verified))] == [
+            [0, 1, 2, 4, 5]]
+    assert [members.tolist() for members in clusters(index, np.zeros((0, 2)))] == [
+        [0, 2, 5], [1, 4]]
+
+
+@pytest.mark.parametrize(("values", "reason"), [
+    (np.zeros((3, 2), np.uint64), "dimensions"),
+    (np.array([1.0, np.nan]), "not finite"),
+    (np.array([1.5, 2.0]), "not integers"),
+    (np.array([3, -1], np.int64), "negative"),
+    (np.array(["ab", "cd"]), "not integers"),
+    ([1, 2.0], "integers"),
+    ([1, True], "integers"),
+    ([1, 1 << 64], "outside"),
+    ([-1], "outside"),
+    (None, "not a sequence"),
+    (np.arange(11, dtype=np.uint64), "more than"),
+    (list(range(11)), "more than"),
+])
+def test_malformed_hashes_are_refused_with_a_reason(values: object, reason: str) -> None:
+    refused = validated(values, limit=10)
+    assert isinstance(refused, Refused)
+    assert reason in refused.reason
+
+
+def test_well_formed_hashes_are_taken_as_uint64() -> None:
+    for values, expected in (([0, 2**64 - 1], [0, 2**64 - 1]),
+                             (np.array([0, 7], np.int64), [0, 7]),
+                             (np.array([1, 2], np.uint32), [1, 2])):
+        array = validated(values)
+        assert isinstance(array, np.ndarray) and array.dtype == np.uint64
+        assert array.tolist() == expected
+
+
+def test_popcount_counts_every_bit() -> None:
+    values = np.array([0, 1, 2**64 - 1, 0x8000000000000001, 0xF0F0], np.uint64)
+    assert popcount(values).tolist() == [0, 1, 64, 2, 8]
