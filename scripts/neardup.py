@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 
 ALGORITHM = "part-edge-dct64"
-VERSION = 1
+VERSION = 2
 WINDOW = 160  # px of the 256 px image around the part: the hash's window (32 blocks of 5)
 VIEW = 192  # px the check compares: the largest part, turned and scaled by 1/0.9, fits
 PART_LEVEL = 12  # grey levels off the fixture (5x5 mean) that make a pixel the part's
@@ -36,6 +36,8 @@ DEFAULT_DISTANCE = 18  # hash bits: at a cap of 8, no re-shot is found beyond it
 DEFAULT_THRESHOLD = 2.0  # percent of the parts' pixels that differ: the best F1 measured
 DEFAULT_CAP = 8  # candidates checked per sample
 DENSE_SIZE = 8  # members over which a cluster is dense
+RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of its greys
+EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
 UNLIKE = 100.0  # the score of a pair the check cannot register
 
 _SCALE = 4096  # fixed point of the exposure ratio
@@ -55,9 +57,15 @@ _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
 
 
 def fixture_median(greys: Sequence[np.ndarray]) -> np.ndarray:
-    """Pixel-wise median of a fixture's grey images (an odd count is used: an exact uint8)."""
-    stack = np.stack(list(greys)[: len(greys) - (len(greys) + 1) % 2])
-    return np.sort(stack, axis=0)[len(stack) // 2]
+    """The fixture without its parts, pixel-wise: the middle of the tightest run of an eighth
+    of the sorted greys of its images (a mode; uint8). Every part sits at one pose, so a
+    plain median holds a ghost of the parts there; the plate, seen in an eighth of the shots,
+    is one tight run, and parts of every grey are not (measured: docs/know-your-data.md)."""
+    stack = np.sort(np.stack(list(greys)), axis=0)
+    run = max(1, len(stack) // RUN_SHARE)
+    spans = stack[run - 1 :].astype(np.int16) - stack[: len(stack) - run + 1]
+    start = np.argmin(spans, axis=0)  # the first of equal spans: the same on every CPU
+    return np.take_along_axis(stack, (start + run // 2)[None], 0)[0]
 
 
 def _less_fixture(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
@@ -125,12 +133,23 @@ def gradient(image: np.ndarray) -> np.ndarray:
     return np.abs(gx) + np.abs(gy)
 
 
+def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int]:
+    """Two 64-bit hashes of the part in ``grey`` (uint8): the DCT hash of the image's gradient,
+    clipped at EDGE_CLIP, in a WINDOW centred on the centroid of the image less its fixture's
+    ``median``, then on the centre of the part's mask. Integer arithmetic from the pixels on,
+    so every CPU gives the same bits."""
+    residual = _less_fixture(grey, median)
+    image = grey.astype(np.int64)
+    centres = (_centre(np.abs(residual // _SCALE)),
+               _centre(_filled(_part_mask(residual)).astype(np.int64)))
+    first, second = (_dct_hash(np.minimum(gradient(_window(image, centre, WINDOW, "edge")),
+                                          EDGE_CLIP)) for centre in centres)
+    return first, second
+
+
 def part_hash(grey: np.ndarray, median: np.ndarray) -> int:
-    """The 64-bit hash of the part in ``grey`` (uint8), its fixture's ``median`` taken out:
-    integer arithmetic from the pixels on, so every CPU gives the same bits."""
-    residual = _less_fixture(grey, median) // _SCALE
-    window = _window(residual, _centre(np.abs(residual)), WINDOW, "constant")
-    return _dct_hash(gradient(window))
+    """The first of ``part_hashes``: the window on the centroid of the image less its fixture."""
+    return part_hashes(grey, median)[0]
 
 
 def part_view(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
@@ -201,18 +220,20 @@ def distances(hashes: np.ndarray, others: np.ndarray) -> np.ndarray:
 def candidates(hashes: np.ndarray, distance: int = DEFAULT_DISTANCE, cap: int = DEFAULT_CAP,
                block: int = 256) -> list[tuple[int, int]]:
     """Pairs (i < j) where j is among the ``cap`` nearest of i within ``distance``, or i of j
-    (nearest by distance, then by index): the pairs to check. Exhaustive in blocks."""
+    (nearest by distance, then by index), by any column of ``hashes`` (uint64, one hash or
+    ``part_hashes``' two a sample): the pairs to check. Exhaustive in blocks."""
     hashes = np.asarray(hashes, np.uint64)
     pairs: set[tuple[int, int]] = set()
-    for start in range(0, len(hashes), block):
-        near = distances(hashes[start : start + block], hashes).astype(np.int16)
-        rows = np.arange(len(near))
-        near[rows, rows + start] = 99  # not itself
-        order = np.argsort(near, axis=1, kind="stable")[:, :cap]
-        for row, column in zip(*np.nonzero(np.take_along_axis(near, order, 1) <= distance),
-                               strict=True):
-            i, j = start + int(row), int(order[row, column])
-            pairs.add((min(i, j), max(i, j)))
+    for column in hashes.reshape(len(hashes), -1).T:
+        for start in range(0, len(column), block):
+            near = distances(column[start : start + block], column).astype(np.int16)
+            rows = np.arange(len(near))
+            near[rows, rows + start] = 99  # not itself
+            order = np.argsort(near, axis=1, kind="stable")[:, :cap]
+            within = np.take_along_axis(near, order, 1) <= distance
+            for row, index in zip(*np.nonzero(within), strict=True):
+                i, j = start + int(row), int(order[row, index])
+                pairs.add((min(i, j), max(i, j)))
     return sorted(pairs)
 
 
