@@ -3,12 +3,13 @@ candidate design under measurement, kept beside its measurements until it reache
 0.95 / 0.95 and is moved into the pack.
 
 Pure functions on the grey image the pack's worker holds (uint8, 256 px on the long side) and
-its fixture's median image (``fixture_median`` of the first images shot on that fixture):
+its fixture's background (``fixture_median`` of the first images shot on that fixture: per
+pixel the tightest run of an eighth of their greys, the plate without the parts' ghost):
 
-* ``part_hash``: a 64-bit hash of the part alone, in integer arithmetic (the same bits on every
-  CPU): the image less its fixture, a window around the centroid of that difference, its
-  gradient, the DCT hash of that. ``candidates``: the ``cap`` nearest hashes within a
-  distance.
+* ``part_hashes``: two 64-bit hashes of the part, in integer arithmetic (the same bits on every
+  CPU): the DCT hash of the image's gradient, clipped, in a window centred on the centroid of
+  the image less its fixture, and in one centred on the part's mask (``part_hash``: the
+  first). ``candidates``: the ``cap`` nearest of either hash within a distance, pooled.
 * ``part_view`` and ``check``: a candidate pair is registered (ECC affine on the part alone,
   then made a similarity: a re-shot moves, turns and scales a part, never stretches it) and
   scored as the share of the parts' pixels that differ by more than ``CHECK_LEVEL`` grey levels
@@ -88,8 +89,8 @@ def _part_mask(residual: np.ndarray) -> np.ndarray:
 
 
 def _filled(mask: np.ndarray) -> np.ndarray:
-    """The mask closed by 9x9 with what it encloses filled: where parts always sit, the
-    fixture's median holds a ghost of them, and the inside of a part can match it."""
+    """The mask closed by 9x9 with what it encloses filled: the inside of a part of the
+    plate's grey can match the fixture."""
     closed = cv2.morphologyEx(mask, cv2.MORPH_CLOSE, _KERNEL9)
     outside = np.pad(closed, 1)
     flood = np.zeros((outside.shape[0] + 2, outside.shape[1] + 2), np.uint8)

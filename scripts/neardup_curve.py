@@ -2,7 +2,7 @@
 """Measure candidate near-duplicate hashes and a second-stage check on a re-shot corpus.
 
     scripts/neardup_curve.py TREE [--fixtures 3 --parts 2000 --reshots 200 --seed 0]
-                             [--cap 8] [--threshold T] [--sample 63]
+                             [--cap 8] [--threshold T] [--sample N]
                              [--pipeline [--no-check]]
 
 With ``--pipeline`` it measures scripts/neardup.py instead (``measure_pipeline``); what
