@@ -317,7 +317,7 @@ def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) ->
           f"{[int((others < cut).sum()) for cut in (0.5, 1.0, 2.0)]} of {len(others)}")
     distance = dict(zip(pairs, popcount(np.array([hashes[i] ^ hashes[j] for i, j in pairs]))
                         .min(axis=1).tolist(), strict=True))
-    thresholds = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+    thresholds = (0.5, 0.7, 1.0, 1.5, 2.0, 3.0)
     for count, kept in capped.items():
         print(f"cap {count}: cluster recall / precision by D (rows) and threshold (columns)")
         print(" D  " + "  ".join(f"{f't = {t}':>13}" for t in thresholds))
