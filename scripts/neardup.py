@@ -3,12 +3,13 @@ candidate design under measurement, kept beside its measurements until it reache
 0.95 / 0.95 and is moved into the pack.
 
 Pure functions on the grey image the pack's worker holds (uint8, 256 px on the long side) and
-its fixture's median image (``fixture_median`` of the first images shot on that fixture):
+its fixture's background (``fixture_median`` of the first images shot on that fixture: per
+pixel the tightest run of an eighth of their greys, the plate without the parts' ghost):
 
-* ``part_hash``: a 64-bit hash of the part alone, in integer arithmetic (the same bits on every
-  CPU): the image less its fixture, a window around the centroid of that difference, its
-  gradient, the DCT hash of that. ``candidates``: the ``cap`` nearest hashes within a
-  distance.
+* ``part_hashes``: two 64-bit hashes of the part, in integer arithmetic (the same bits on every
+  CPU): the DCT hash of the image's gradient, clipped, in a window centred on the centroid of
+  the image less its fixture, and in one centred on the part's mask (``part_hash``: the
+  first). ``candidates``: the ``cap`` nearest of either hash within a distance, pooled.
 * ``part_view`` and ``check``: a candidate pair is registered (ECC affine on the part alone,
   then made a similarity: a re-shot moves, turns and scales a part, never stretches it) and
   scored as the share of the parts' pixels that differ by more than ``CHECK_LEVEL`` grey levels
@@ -27,15 +28,17 @@ import cv2
 import numpy as np
 
 ALGORITHM = "part-edge-dct64"
-VERSION = 1
+VERSION = 2
 WINDOW = 160  # px of the 256 px image around the part: the hash's window (32 blocks of 5)
 VIEW = 192  # px the check compares: the largest part, turned and scaled by 1/0.9, fits
-PART_LEVEL = 12  # grey levels off the fixture (5x5 mean) that make a pixel the part's
+PART_LEVEL = 9  # grey levels off the fixture (5x5 mean) that make a pixel the part's
 CHECK_LEVEL = 15.0  # grey levels a registered pixel may differ from its twin's neighbourhood
-DEFAULT_DISTANCE = 18  # hash bits: at a cap of 8, no re-shot is found beyond it (measured)
-DEFAULT_THRESHOLD = 2.0  # percent of the parts' pixels that differ: the best F1 measured
-DEFAULT_CAP = 8  # candidates checked per sample
+DEFAULT_DISTANCE = 14  # hash bits (the nearer of two): the measured curve is flat beyond it
+DEFAULT_THRESHOLD = 0.7  # percent of the parts' pixels that differ: the best F1 measured
+DEFAULT_CAP = 4  # nearest of each hash checked per sample (5.4 pairs a sample, measured)
 DENSE_SIZE = 8  # members over which a cluster is dense
+RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of its greys
+EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
 UNLIKE = 100.0  # the score of a pair the check cannot register
 
 _SCALE = 4096  # fixed point of the exposure ratio
@@ -55,9 +58,15 @@ _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
 
 
 def fixture_median(greys: Sequence[np.ndarray]) -> np.ndarray:
-    """Pixel-wise median of a fixture's grey images (an odd count is used: an exact uint8)."""
-    stack = np.stack(list(greys)[: len(greys) - (len(greys) + 1) % 2])
-    return np.sort(stack, axis=0)[len(stack) // 2]
+    """The fixture without its parts, pixel-wise: the middle of the tightest run of an eighth
+    of the sorted greys of its images (a mode; uint8). Every part sits at one pose, so a
+    plain median holds a ghost of the parts there; the plate, seen in an eighth of the shots,
+    is one tight run, and parts of every grey are not (measured: docs/know-your-data.md)."""
+    stack = np.sort(np.stack(list(greys)), axis=0)
+    run = max(1, len(stack) // RUN_SHARE)
+    spans = stack[run - 1 :].astype(np.int16) - stack[: len(stack) - run + 1]
+    start = np.argmin(spans, axis=0)  # the first of equal spans: the same on every CPU
+    return np.take_along_axis(stack, (start + run // 2)[None], 0)[0]
 
 
 def _less_fixture(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
@@ -80,8 +89,8 @@ def _part_mask(residual: np.ndarray) -> np.ndarray:
 
 
 def _filled(mask: np.ndarray) -> np.ndarray:
-    """The mask closed by 9x9 with what it encloses filled: where parts always sit, the
-    fixture's median holds a ghost of them, and the inside of a part can match it."""
+    """The mask closed by 9x9 with what it encloses filled: the inside of a part of the
+    plate's grey can match the fixture."""
     closed = cv2.morphologyEx(mask, cv2.MORPH_CLOSE, _KERNEL9)
     outside = np.pad(closed, 1)
     flood = np.zeros((outside.shape[0] + 2, outside.shape[1] + 2), np.uint8)
@@ -125,12 +134,23 @@ def gradient(image: np.ndarray) -> np.ndarray:
     return np.abs(gx) + np.abs(gy)
 
 
+def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int]:
+    """Two 64-bit hashes of the part in ``grey`` (uint8): the DCT hash of the image's gradient,
+    clipped at EDGE_CLIP, in a WINDOW centred on the centroid of the image less its fixture's
+    ``median``, then on the centre of the part's mask. Integer arithmetic from the pixels on,
+    so every CPU gives the same bits."""
+    residual = _less_fixture(grey, median)
+    image = grey.astype(np.int64)
+    centres = (_centre(np.abs(residual // _SCALE)),
+               _centre(_filled(_part_mask(residual)).astype(np.int64)))
+    first, second = (_dct_hash(np.minimum(gradient(_window(image, centre, WINDOW, "edge")),
+                                          EDGE_CLIP)) for centre in centres)
+    return first, second
+
+
 def part_hash(grey: np.ndarray, median: np.ndarray) -> int:
-    """The 64-bit hash of the part in ``grey`` (uint8), its fixture's ``median`` taken out:
-    integer arithmetic from the pixels on, so every CPU gives the same bits."""
-    residual = _less_fixture(grey, median) // _SCALE
-    window = _window(residual, _centre(np.abs(residual)), WINDOW, "constant")
-    return _dct_hash(gradient(window))
+    """The first of ``part_hashes``: the window on the centroid of the image less its fixture."""
+    return part_hashes(grey, median)[0]
 
 
 def part_view(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
@@ -201,18 +221,20 @@ def distances(hashes: np.ndarray, others: np.ndarray) -> np.ndarray:
 def candidates(hashes: np.ndarray, distance: int = DEFAULT_DISTANCE, cap: int = DEFAULT_CAP,
                block: int = 256) -> list[tuple[int, int]]:
     """Pairs (i < j) where j is among the ``cap`` nearest of i within ``distance``, or i of j
-    (nearest by distance, then by index): the pairs to check. Exhaustive in blocks."""
+    (nearest by distance, then by index), by any column of ``hashes`` (uint64, one hash or
+    ``part_hashes``' two a sample): the pairs to check. Exhaustive in blocks."""
     hashes = np.asarray(hashes, np.uint64)
     pairs: set[tuple[int, int]] = set()
-    for start in range(0, len(hashes), block):
-        near = distances(hashes[start : start + block], hashes).astype(np.int16)
-        rows = np.arange(len(near))
-        near[rows, rows + start] = 99  # not itself
-        order = np.argsort(near, axis=1, kind="stable")[:, :cap]
-        for row, column in zip(*np.nonzero(np.take_along_axis(near, order, 1) <= distance),
-                               strict=True):
-            i, j = start + int(row), int(order[row, column])
-            pairs.add((min(i, j), max(i, j)))
+    for column in hashes.reshape(len(hashes), -1).T:
+        for start in range(0, len(column), block):
+            near = distances(column[start : start + block], column).astype(np.int16)
+            rows = np.arange(len(near))
+            near[rows, rows + start] = 99  # not itself
+            order = np.argsort(near, axis=1, kind="stable")[:, :cap]
+            within = np.take_along_axis(near, order, 1) <= distance
+            for row, index in zip(*np.nonzero(within), strict=True):
+                i, j = start + int(row), int(order[row, index])
+                pairs.add((min(i, j), max(i, j)))
     return sorted(pairs)
 
 

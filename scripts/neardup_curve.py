@@ -2,7 +2,7 @@
 """Measure candidate near-duplicate hashes and a second-stage check on a re-shot corpus.
 
     scripts/neardup_curve.py TREE [--fixtures 3 --parts 2000 --reshots 200 --seed 0]
-                             [--cap 8] [--threshold T] [--sample 63]
+                             [--cap 8] [--threshold T] [--sample N]
                              [--pipeline [--no-check]]
 
 With ``--pipeline`` it measures scripts/neardup.py instead (``measure_pipeline``); what
@@ -253,39 +253,48 @@ def measure(root: Path, sample: int) -> dict:
 
 def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) -> None:
     """The pipeline of scripts/neardup.py on the tree: per fixture (the pack would take it
-    from the folder) its median of the first ``sample`` images, each image's part hash and
-    view, the ``cap`` nearest within the largest D as candidates, every candidate checked;
-    then recall and precision of the co-cluster relation by distance and threshold."""
+    from the folder) its background from the first ``sample`` images, each image's two part
+    hashes and its view, the ``cap`` nearest of either hash within the largest D as
+    candidates, every candidate checked; then recall and precision of the co-cluster relation
+    by distance (the nearer of the two hashes) and threshold, at the cap and at half of it."""
     rows = read_truth(root / "truth.csv")
     part_ids = {part: i for i, part in enumerate(sorted({part for _, part, _ in rows}))}
     parts = np.array([part_ids[part] for _, part, _ in rows])
-    started = time.perf_counter()
-    hashes = np.zeros(len(rows), np.uint64)
-    views: list[np.ndarray] = [np.empty(0)] * len(rows)
-    pairs: list[tuple[int, int]] = []
-    halved: set[tuple[int, int]] = set()  # the candidates at half the cap
-    for fixture in sorted({f for *_, f in rows}):
-        members = [i for i, (*_, f) in enumerate(rows) if f == fixture]
-        greys = [reduce((root / rows[i][0]).read_bytes()) for i in members]
-        median = neardup.fixture_median(greys[:sample])
-        for i, grey in zip(members, greys, strict=True):
-            hashes[i] = neardup.part_hash(grey, median)
-            views[i] = neardup.part_view(grey, median)
-        local = neardup.candidates(hashes[members], MAX_DISTANCE, cap)
-        pairs += [(members[i], members[j]) for i, j in local]
-        halved.update((members[i], members[j])
-                      for i, j in neardup.candidates(hashes[members], MAX_DISTANCE, cap // 2))
-    print(f"{len(rows)} images, {len(part_ids)} parts, hashed in "
-          f"{time.perf_counter() - started:.0f} s; {len(pairs)} candidates (cap {cap}, "
-          f"D <= {MAX_DISTANCE})")
     by_part: dict[int, list[int]] = {}
     for i, part in enumerate(parts.tolist()):
         by_part.setdefault(part, []).append(i)
     truth = {tuple(m) for m in by_part.values() if len(m) == 2}
-    reshot = popcount(np.array([hashes[i] ^ hashes[j] for i, j in sorted(truth)], np.uint64))
-    print(f"re-shot distance p50/p95/max {np.percentile(reshot, [50, 95, 100]).astype(int)}; "
-          f"re-shots among candidates: {sum(p in set(pairs) for p in truth) / len(truth):.3f} "
-          f"(cap {cap}), {sum(p in halved for p in truth) / len(truth):.3f} (cap {cap // 2})")
+    started = time.perf_counter()
+    hashes = np.zeros((len(rows), 2), np.uint64)
+    views: list[np.ndarray] = [np.empty(0)] * len(rows)
+    capped: dict[int, set[tuple[int, int]]] = {cap // 2: set(), cap: set()}
+    fixture_of = np.array([fixture for *_, fixture in rows])
+    for fixture in sorted(set(fixture_of.tolist())):
+        members = np.flatnonzero(fixture_of == fixture).tolist()
+        greys = [reduce((root / rows[i][0]).read_bytes()) for i in members]
+        median = neardup.fixture_median(greys[:sample])
+        for i, grey in zip(members, greys, strict=True):
+            hashes[i] = neardup.part_hashes(grey, median)
+            views[i] = neardup.part_view(grey, median)
+        here = {pair for pair in truth if fixture_of[pair[0]] == fixture}
+        found = []
+        for count, kept in capped.items():
+            for column in (0, 1, slice(None)):
+                local = neardup.candidates(hashes[members, column], MAX_DISTANCE, count)
+                pairs = {(members[i], members[j]) for i, j in local}
+                found.append(f"{sum(p in pairs for p in here) / len(here):.3f}")
+            kept.update(pairs)
+        print(f"fixture {fixture}: {len(members)} images; re-shots among the candidates of "
+              f"hash 1 / hash 2 / either: {' / '.join(found[:3])} (cap {cap // 2}), "
+              f"{' / '.join(found[3:])} (cap {cap})", flush=True)
+    pairs = sorted(capped[cap])
+    print(f"{len(rows)} images, {len(part_ids)} parts, hashed in "
+          f"{time.perf_counter() - started:.0f} s; {len(pairs)} candidates (cap {cap}, "
+          f"D <= {MAX_DISTANCE}), {len(pairs) / len(rows):.1f} a sample; "
+          f"{len(capped[cap // 2])} at cap {cap // 2}", flush=True)
+    reshot = popcount(np.array([hashes[i] ^ hashes[j] for i, j in sorted(truth)])).min(axis=1)
+    print(f"re-shot distance (nearer hash) p50/p95/max "
+          f"{np.percentile(reshot, [50, 95, 100]).astype(int)}")
     if not checked:
         return
     scores, timings = {}, []
@@ -293,14 +302,24 @@ def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) ->
         tick = time.perf_counter_ns()
         scores[i, j] = neardup.check(views[i], views[j])
         timings.append(time.perf_counter_ns() - tick)
-    print(f"check: median {np.median(timings) / 1e6:.1f} ms a pair; scores of re-shots "
-          f"p50/p95 {np.percentile([scores.get(p, 100) for p in truth], [50, 95]).round(2)}; "
-          f"lowest of different parts {sorted(s for p, s in scores.items() if p not in truth)[:5]}")
-    distance = {pair: int(popcount(np.array([hashes[pair[0]] ^ hashes[pair[1]]]))[0])
-                for pair in pairs}
-    thresholds = (1.0, 1.5, 2.0, 2.3, 2.6, 3.0, 4.0)
-    for capped, kept in ((cap // 2, halved), (cap, set(pairs))):
-        print(f"cap {capped}: cluster recall / precision by D (rows) and threshold (columns)")
+    per_pair = float(np.median(timings)) / 1e6
+    print(f"check: median {per_pair:.1f} ms a pair, {per_pair * len(pairs) / len(rows):.0f} ms "
+          f"a sample at cap {cap}, {per_pair * len(capped[cap // 2]) / len(rows):.0f} ms at "
+          f"{cap // 2}")
+    for fixture in sorted(set(fixture_of.tolist())):
+        here = [scores.get(p, neardup.UNLIKE) for p in truth if fixture_of[p[0]] == fixture]
+        print(f"fixture {fixture}: re-shots scoring <= {neardup.DEFAULT_THRESHOLD}: "
+              f"{np.mean(np.array(here) <= neardup.DEFAULT_THRESHOLD):.3f} "
+              f"(of those among the candidates: "
+              f"{np.mean([s <= neardup.DEFAULT_THRESHOLD for s in here if s < 100]):.3f})")
+    others = np.array(sorted(s for p, s in scores.items() if p not in truth))
+    print(f"different-part candidates scoring under 0.5 / 1.0 / 2.0: "
+          f"{[int((others < cut).sum()) for cut in (0.5, 1.0, 2.0)]} of {len(others)}")
+    distance = dict(zip(pairs, popcount(np.array([hashes[i] ^ hashes[j] for i, j in pairs]))
+                        .min(axis=1).tolist(), strict=True))
+    thresholds = (0.5, 0.7, 1.0, 1.5, 2.0, 3.0)
+    for count, kept in capped.items():
+        print(f"cap {count}: cluster recall / precision by D (rows) and threshold (columns)")
         print(" D  " + "  ".join(f"{f't = {t}':>13}" for t in thresholds))
         for limit in range(10, MAX_DISTANCE + 1, 2):
             cells = []
@@ -308,7 +327,7 @@ def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) ->
                 verified = [p for p in kept if distance[p] <= limit and scores[p] <= cut]
                 recall, precision = co_cluster(verified, len(rows), truth)
                 cells.append(f"{recall:.3f} / {precision:.3f}")
-            print(f"{limit:2d}  " + "  ".join(f"{c:>13}" for c in cells))
+            print(f"{limit:2d}  " + "  ".join(f"{c:>13}" for c in cells), flush=True)
 
 
 def main() -> None:
@@ -320,7 +339,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cap", type=int, default=8, help="candidates checked per sample")
     parser.add_argument("--threshold", type=float, help="check score under which a pair is one")
-    parser.add_argument("--sample", type=int, default=63, help="images per fixture median")
+    parser.add_argument("--sample", type=int,
+                        help="images per fixture background (63; 255 with --pipeline)")
     parser.add_argument("--hashes", default=",".join(HASHES))
     parser.add_argument("--pipeline", action="store_true",
                         help="measure scripts/neardup.py's hash, check and clusters")
@@ -331,11 +351,11 @@ def main() -> None:
         write_tree(arguments.tree, arguments.fixtures, arguments.parts, arguments.reshots,
                    arguments.seed)
     if arguments.pipeline:
-        measure_pipeline(arguments.tree, arguments.sample, arguments.cap,
+        measure_pipeline(arguments.tree, arguments.sample or 255, arguments.cap,
                          checked=not arguments.no_check)
         return
     started = time.perf_counter()
-    data = measure(arguments.tree, arguments.sample)
+    data = measure(arguments.tree, arguments.sample or 63)
     parts, fixtures, thumbs = data["parts"], data["fixtures"], data["thumbs"]
     count = len(parts)
     print(f"{count} images, {len(set(parts.tolist()))} parts, "

@@ -1,5 +1,6 @@
 """The re-shot generator and the near-duplicate measures it decides (scripts/reshots.py,
-scripts/neardup_curve.py)."""
+scripts/neardup_curve.py), and what scripts/neardup.py added for them: the fixture's
+background without the parts' ghost, candidates from two hashes."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import sys
 from itertools import combinations
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
+import neardup  # noqa: E402
 from neardup_curve import (  # noqa: E402
     CHOSEN_HASH,
     check_score,
@@ -21,7 +24,7 @@ from neardup_curve import (  # noqa: E402
     reduce,
     thumbnail,
 )
-from reshots import read_truth, render, write_tree  # noqa: E402
+from reshots import fixture_scene, read_truth, render, write_tree  # noqa: E402
 
 
 def _reduced_corpus(parts: int, reshots: int) -> tuple[list[np.ndarray], list[str]]:
@@ -62,3 +65,42 @@ def test_the_check_accepts_a_reshot_and_refuses_another_part() -> None:
     median = fixture_median(images)
     original, reshot, other = (thumbnail(image, median) for image in images)
     assert check_score(original, reshot) < check_score(original, other)
+
+
+def _empty_fixture(seed: int, fixture: int) -> np.ndarray:
+    """The fixture as the worker would hold it with no part on it (encoded like a shot)."""
+    plate, light = fixture_scene(seed, fixture)
+    pixels = np.clip(plate * light[..., None] + 0.5, 0, 255).astype(np.uint8)
+    return reduce(cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes())
+
+
+def test_the_fixture_background_holds_no_ghost_of_the_parts() -> None:
+    """Every part sits at one pose: a plain median keeps a ghost of them there, the tightest
+    run of an eighth of the greys is the plate wherever an eighth of the shots show it."""
+    scene = fixture_scene(3, 1)
+    greys = [reduce(render(3, 1, part, 0, scene)) for part in range(127)]
+    empty = _empty_fixture(3, 1).astype(np.int16)
+    ghost = np.abs(fixture_median(greys).astype(np.int16) - empty) > 20
+    left = np.abs(neardup.fixture_median(greys).astype(np.int16) - empty) > 20
+    assert ghost.sum() > 1000  # the plain median's ghost: pixels 20 levels off the plate
+    assert left.sum() < ghost.sum() / 3
+
+
+def test_candidates_of_two_hashes_are_the_union_of_each_ones() -> None:
+    hashes = np.random.default_rng(4).integers(0, 2**63, (300, 2), dtype=np.uint64)
+    hashes[150:, 1] = hashes[:150, 1] ^ np.uint64(0b1011)  # near twins by the second hash only
+    first, second = (set(neardup.candidates(hashes[:, k], 24, 3)) for k in (0, 1))
+    both = neardup.candidates(hashes, 24, 3)
+    assert both == sorted(first | second)
+    twins = {(i, i + 150) for i in range(150)}
+    assert twins <= set(both)
+    assert len(twins & first) < 10  # found by the second hash, not the first
+
+
+def test_part_hash_is_the_first_of_the_part_hashes() -> None:
+    images, _ = _reduced_corpus(parts=3, reshots=0)
+    median = neardup.fixture_median(images)
+    for image in images:
+        first, second = neardup.part_hashes(image, median)
+        assert neardup.part_hash(image, median) == first
+        assert bin(first).count("1") == bin(second).count("1") == 32
