@@ -319,8 +319,9 @@ def execute(delta: Delta, job: Job, journal: Journal, state: JournalState,
     window = 4 * config.run.worker_count if config.run.readahead and local else 0
     readahead = ReadAhead(str(source), remaining, window, config.source.follow_symlinks,
                           original_cap(config.image))
+    backends = dict(BACKENDS) if is_url(source) else {}  # the workers' way to a store's URL
     results = pool.map_ordered(process_item, remaining, str(source), config, writer.vocabulary,
-                               dict(BACKENDS), batch_size=_batch_size(work))
+                               backends, batch_size=_batch_size(work))
     progress = Progress(len(work), start, "img", "pack", config.run.quiet)
     previous = delta.previous
     jpegs = PreviousJpegs(writer.roller.fmt, job.output, previous.shards if previous else ())
