@@ -169,12 +169,9 @@ class ObjectOriginal:
         self.close()
 
 
-# The worker's store client per source URL, storage options and backend: one a process, not
-# one an object (an s3 client holds a connection pool; making one costs ~30 ms).  A backend
-# that travels by value (a closure registered in a script) is another object every task, so
-# the roots are let go past a bound rather than kept one a task.
+# The worker's store client per source URL and storage options: one a process, not one an
+# object (an s3 client holds a connection pool; making one costs ~30 ms).
 _OBJECT_ROOTS: dict[tuple, Location] = {}
-_OBJECT_ROOTS_CAP = 64
 _STORAGE: dict[str, str] = {}
 
 
@@ -185,17 +182,16 @@ def use_storage(options: Mapping[str, str], backends: Mapping[str, Callable] = B
     one registered in the driver at run time (a script's, a test's) comes with the task."""
     _STORAGE.clear()
     _STORAGE.update(options)
-    BACKENDS.update(backends)
+    if any(BACKENDS.get(scheme) is not make for scheme, make in backends.items()):
+        BACKENDS.update(backends)  # a closure sent by value is a new one each task
+        _OBJECT_ROOTS.clear()  # locations the backend it replaces made
 
 
 def object_root(url: str) -> Location:
     """The location of a source URL (its backend's), with this process's client for it."""
-    backend = next((make for scheme, make in BACKENDS.items() if url.startswith(scheme)), None)
-    key = (url, tuple(sorted(_STORAGE.items())), backend)
+    key = (url, tuple(sorted(_STORAGE.items())))
     root = _OBJECT_ROOTS.get(key)
     if root is None:
-        if len(_OBJECT_ROOTS) >= _OBJECT_ROOTS_CAP:
-            _OBJECT_ROOTS.clear()
         root = _OBJECT_ROOTS[key] = location(url, _STORAGE)
     return root
 
