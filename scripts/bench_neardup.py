@@ -1,6 +1,5 @@
-#!/usr/bin/env python3
-"""Time the near-duplicate candidates: the exhaustive search of scripts/neardup.py, the index
-of scripts/neardup_index.py at up to a million hashes, and the check.
+"""Time the near-duplicate candidates: the exhaustive search (``neardup.hashing.candidates``),
+the index (``neardup.search``) at up to a million hashes, and the check.
 
     scripts/bench_neardup.py [--counts 5000,10000,20000] [--index-counts 10000,100000,1000000]
                              [--new 10000] [--repeat 3] [--sample 200] [--parts 2000]
@@ -37,10 +36,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import neardup  # noqa: E402
-import neardup_index  # noqa: E402
 from neardup_curve import reduce  # noqa: E402
 from reshots import fixture_scene, render  # noqa: E402
+
+from shardsmith.neardup import hashing as neardup  # noqa: E402
+from shardsmith.neardup import search as neardup_index  # noqa: E402
 
 DISTANCE, CAP = 18, 8
 FLIPS = (4, 12)  # bits flipped in a copy of a part hash, fewest and most

@@ -5,7 +5,7 @@
                              [--cap 8] [--threshold T] [--sample N]
                              [--pipeline [--no-check]]
 
-With ``--pipeline`` it measures scripts/neardup.py instead (``measure_pipeline``); what
+With ``--pipeline`` it measures shardsmith/neardup/hashing.py instead (``measure_pipeline``); what
 follows is the first measurement, kept for its tables. TREE is made by scripts/make_reshots.py
 with the same numbers (made here when its truth.csv is missing). Each image is reduced as the
 pack's worker holds it (decode at 1/2 DCT scale, area resize to 256 px on the long side,
@@ -49,8 +49,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import neardup  # noqa: E402
 from reshots import read_truth, write_tree  # noqa: E402
+
+from shardsmith.neardup import hashing as neardup  # noqa: E402
 
 LONG_SIDE = 256
 HASHES = ("dct", "dct-fixture", "edge", "edge-fixture", "dct-centred", "edge-centred")
@@ -252,9 +253,9 @@ def measure(root: Path, sample: int) -> dict:
 
 
 def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) -> None:
-    """The pipeline of scripts/neardup.py on the tree: per fixture (the pack would take it
-    from the folder) its background from the first ``sample`` images, each image's two part
-    hashes and its view, the ``cap`` nearest of either hash within the largest D as
+    """The pipeline of ``shardsmith.neardup.hashing`` on the tree: per fixture (inspect takes
+    it from the folder) its background from the first ``sample`` images, each image's two
+    part hashes and its view, the ``cap`` nearest of either hash within the largest D as
     candidates, every candidate checked; then recall and precision of the co-cluster relation
     by distance (the nearer of the two hashes) and threshold, at the cap and at half of it."""
     rows = read_truth(root / "truth.csv")
@@ -343,7 +344,7 @@ def main() -> None:
                         help="images per fixture background (63; 255 with --pipeline)")
     parser.add_argument("--hashes", default=",".join(HASHES))
     parser.add_argument("--pipeline", action="store_true",
-                        help="measure scripts/neardup.py's hash, check and clusters")
+                        help="measure shardsmith/neardup/hashing.py's hash, check and clusters")
     parser.add_argument("--no-check", action="store_true",
                         help="with --pipeline: the hash and its candidates only")
     arguments = parser.parse_args()

@@ -452,10 +452,18 @@ def init_config(command: InitConfigCommand) -> None:
 @declared_command(InspectCommand)
 def inspect(command: InspectCommand) -> None:
     """Show what DATASET holds: samples per class and split, shards, image sizes, rejects,
-    excluded files, duplicates (leakage across splits), groups and warnings."""
+    excluded files, duplicates (leakage across splits), groups and warnings; or, with
+    --near-duplicates, the originals shot more than once."""
     from .insight.inspection import inspect_dataset, inspection_json, inspection_text
 
     dataset, config = _dataset_at(command)
+    if command.near_duplicates:
+        from .insight.near_duplicates import find, near_duplicates_json, near_duplicates_text
+
+        found = find(dataset, distance=command.distance, quiet=command.as_json)
+        _echo(json.dumps(near_duplicates_json(found), indent=1) if command.as_json
+              else near_duplicates_text(found))
+        return
     if command.weights is not None:
         from .insight.class_mix import class_mix, class_mix_json, class_mix_text
 

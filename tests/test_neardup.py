@@ -1,5 +1,5 @@
-"""scripts/neardup.py: the part hash, the pair check, candidates and clusters, on shots from
-the re-shot generator (scripts/reshots.py)."""
+"""``shardsmith.neardup.hashing``: the part hash, the pair check, candidates and clusters, on
+shots from the re-shot generator (scripts/reshots.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import neardup  # noqa: E402
 from neardup_curve import reduce  # noqa: E402
 from reshots import FAMILIES, render  # noqa: E402
+
+from shardsmith.neardup import hashing as neardup  # noqa: E402
 
 SEED, FIXTURE = 11, 0
 

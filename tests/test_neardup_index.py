@@ -1,5 +1,5 @@
-"""The candidate search at scale (scripts/neardup_index.py): the pairs of the exhaustive
-search (scripts/neardup.py's ``candidates``), a night's new hashes, equal hashes collapsed,
+"""The candidate search at scale (shardsmith/neardup/search.py): the pairs of the exhaustive
+search (``hashing.candidates``), a night's new hashes, equal hashes collapsed,
 untrusted arrays refused."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-import neardup  # noqa: E402
-from neardup_index import (  # noqa: E402
+from shardsmith.neardup import hashing as neardup  # noqa: E402
+from shardsmith.neardup.search import (  # noqa: E402
     DEFAULT_SCHEME,
     EXACT_SCHEME,
     Refused,

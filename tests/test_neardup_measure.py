@@ -1,5 +1,5 @@
 """The re-shot generator and the near-duplicate measures it decides (scripts/reshots.py,
-scripts/neardup_curve.py), and what scripts/neardup.py added for them: the fixture's
+scripts/neardup_curve.py), and what shardsmith/neardup/hashing.py added for them: the fixture's
 background without the parts' ghost, candidates from two hashes."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-import neardup  # noqa: E402
 from neardup_curve import (  # noqa: E402
     CHOSEN_HASH,
     check_score,
@@ -25,6 +24,8 @@ from neardup_curve import (  # noqa: E402
     thumbnail,
 )
 from reshots import fixture_scene, read_truth, render, write_tree  # noqa: E402
+
+from shardsmith.neardup import hashing as neardup  # noqa: E402
 
 
 def _reduced_corpus(parts: int, reshots: int) -> tuple[list[np.ndarray], list[str]]:

@@ -105,6 +105,15 @@ class InspectCommand:
         "Samples of the --weights epoch (the readers' draws=; default: the selection's "
         "size)."), needs="weights",
         needs_why="--draws sets the size of the --weights epoch: give --weights too")
+    near_duplicates: bool = option(False, "--near-duplicates", help=(
+        "Instead, list the originals shot more than once (re-shots, frames of a slow belt, "
+        "re-exports): clusters of samples whose parts match, those across splits first "
+        "(reads every stored sample)."))
+    distance: int = option(14, "--distance", bounds=(0, 30), metavar="BITS",
+                           show_default=True, help=(
+        "Hash bits within which two samples are checked as --near-duplicates."),
+        needs="near_duplicates",
+        needs_why="--distance is the reach of --near-duplicates: give --near-duplicates too")
     named_source: str | None = _named_source()
     config_file: str | None = _config_file()
     storage_options: tuple[str, ...] = _storage()

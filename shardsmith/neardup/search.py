@@ -1,4 +1,4 @@
-"""The candidate pairs of scripts/neardup.py's ``candidates`` at a million hashes: an index
+"""The candidate pairs of ``hashing.candidates`` at a million hashes: an index
 instead of every hash against every other, and a night's new hashes against the rest.
 
 Any uint64 hashes, NumPy 1.24 and no compiled code of our own:

@@ -1,8 +1,6 @@
-"""Near-duplicates: the same part shot twice on one fixture, told from another part.  The
-candidate design under measurement, kept beside its measurements until it reaches the issue's
-0.95 / 0.95 and is moved into the pack.
+"""Near-duplicates: the same part shot twice on one fixture, told from another part.
 
-Pure functions on the grey image the pack's worker holds (uint8, 256 px on the long side) and
+Pure functions on a sample's hash frame (``frame``: grey uint8, 256 px on the long side) and
 its fixture's background (``fixture_median`` of the first images shot on that fixture: per
 pixel the tightest run of an eighth of their greys, the plate without the parts' ghost):
 
@@ -41,6 +39,7 @@ RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of it
 EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
 UNLIKE = 100.0  # the score of a pair the check cannot register
 
+FRAME = 256  # px on the long side of the image hashed and checked
 _SCALE = 4096  # fixed point of the exposure ratio
 _KERNEL3 = np.ones((3, 3), np.uint8)
 _KERNEL9 = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (9, 9))
@@ -55,6 +54,27 @@ def _dct_basis(size: int = 32, rows: int = 8) -> np.ndarray:
 
 _DCT_BASIS = _dct_basis()
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+
+
+def frame(jpeg: bytes) -> np.ndarray:
+    """The hash frame of a JPEG: grey, FRAME px on the long side (decoded at half scale where
+    it is twice that or more, then ``INTER_AREA``; a smaller one is enlarged).  ValueError
+    for bytes that do not decode."""
+    import simplejpeg
+
+    height, width, _, _ = simplejpeg.decode_jpeg_header(jpeg)
+    reduced = cv2.IMREAD_REDUCED_GRAYSCALE_2 if max(height, width) >= 2 * FRAME \
+        else cv2.IMREAD_GRAYSCALE
+    grey = cv2.imdecode(np.frombuffer(jpeg, np.uint8), reduced)
+    if grey is None:
+        raise ValueError("the JPEG does not decode")
+    height, width = grey.shape
+    if max(height, width) != FRAME:
+        scale = FRAME / max(height, width)
+        size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        grey = cv2.resize(grey, size, interpolation=cv2.INTER_AREA if scale < 1
+                          else cv2.INTER_LINEAR)
+    return grey
 
 
 def fixture_median(greys: Sequence[np.ndarray]) -> np.ndarray:
