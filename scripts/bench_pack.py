@@ -8,7 +8,8 @@ BMP of ~20 MB, made by scripts/make_sample_tree.py) it measures, one worker each
   naive   a plain Pillow loop: full decode -> LANCZOS -> JPEG
   floor   decode only, the fastest decoder for the format (reduced DCT decode for JPEG)
   pack1   `shardsmith pack --workers 1` end to end (scan, shards, manifest included)
-and then `shardsmith pack` with all cores.  Each measurement runs in a fresh process (so its
+and then `shardsmith pack` with all cores, with and without its near-duplicate hashes
+(``output.near_hashes``: the A/B of their cost).  Each measurement runs in a fresh process (so its
 peak RSS is its own) and is the median of --reps repetitions.  Prints a table and the ratios,
 checks the targets, and writes the same numbers as JSON.
 """
@@ -200,7 +201,7 @@ def child(method: str, source: Path, size: int, reps: int, workers: int) -> dict
         per_image = runs[best]
         extra["decoders_ms"] = {name: round(v * 1000, 1) for name, v in decoders.items()}
         extra["fastest"] = best
-    else:  # pack
+    else:  # pack1, packN, packN_unhashed
         from shardsmith import load_config, pack
 
         # Only a multi-process run needs the process-tree sampler (a thread of its own).
@@ -211,6 +212,7 @@ def child(method: str, source: Path, size: int, reps: int, workers: int) -> dict
                     "source.path": str(source), "output.path": f"{scratch}/out{rep}",
                     "image.size": size, "run.workers": workers, "run.quiet": True,
                     "source.labels": "none",
+                    "output.near_hashes": not method.endswith("_unhashed"),
                 })
                 started = time.perf_counter()
                 result = pack(config)
@@ -437,7 +439,8 @@ def main() -> None:
 
     e2e_source = args.cache / "subsets" / f"jpeg-{args.e2e_jpegs}"
     link_subset(ensure_corpus(args.cache, "jpeg", args.e2e_jpegs), e2e_source, args.e2e_jpegs)
-    e2e = measure_interleaved({"pack1": 1, "packN": cores}, e2e_source, 512, args.reps)
+    e2e = measure_interleaved({"pack1": 1, "packN": cores, "packN_unhashed": cores}, e2e_source,
+                              512, args.reps)
     results["end_to_end"] = {"images": args.e2e_jpegs, "cores": cores, **e2e}
 
     print_table(rows, results["end_to_end"])
@@ -496,6 +499,14 @@ def print_table(rows: list[dict], e2e: dict) -> None:
     print(f"  pack --workers {e2e['cores']:<2}      {1 / pn['seconds_per_image']:6.2f} images/s  "
           f"peak RSS (process tree) {pn['peak_rss_mb']:.0f} MB  "
           f"scaling {paired_ratio(e2e, 'packN', 'pack1'):.2f}x")
+    unhashed = e2e["packN_unhashed"]
+    print(f"  ... near_hashes: false {1 / unhashed['seconds_per_image']:6.2f} images/s  "
+          f"the hashes cost {_hash_cost(e2e):.1%} (paired median)")
+
+
+def _hash_cost(e2e: dict) -> float:
+    """What the near-duplicate hashes add to a pack's time: paired median of the rounds."""
+    return 1 / paired_ratio(e2e, "packN", "packN_unhashed") - 1
 
 
 def check_targets(rows: list[dict], e2e: dict) -> list[dict]:
@@ -532,6 +543,11 @@ def check_targets(rows: list[dict], e2e: dict) -> list[dict]:
     if cores == 2:
         check("pack --workers 2 end to end", 1 / e2e["packN"]["seconds_per_image"], 5.5,
               " img/s")
+    cost = _hash_cost(e2e)
+    checks.append({"target": "near-duplicate hashes cost <= 3%", "value": round(cost, 4),
+                   "needed": 0.03, "met": bool(cost <= 0.03)})
+    print(f"  {'ok  ' if cost <= 0.03 else 'MISS'} near-duplicate hashes: {cost:+.1%} of the "
+          "pack's time (target <= 3%)")
     tree_peak = e2e["packN"]["peak_rss_mb"]
     checks.append({"target": "process tree peak RSS < 1500 MB", "value": tree_peak,
                    "needed": 1500, "met": bool(tree_peak < 1500)})

@@ -119,6 +119,8 @@ def test_dask_backend_output_is_byte_identical_to_the_local_backend(mixed_source
                                        "--backend", "dask", "--scheduler", scheduler, *common])
     assert remote.exit_code == 0, remote.output
     assert dataset_bytes(tmp_path / "dask") == dataset_bytes(tmp_path / "local")
+    index = next((tmp_path / "dask").glob("samples-v*.jsonl")).read_text().splitlines()
+    assert all('"near":' in line for line in index)  # the same hashes, made on the cluster
 
 
 def pack_with_a_worker_killed(tmp_path: Path, scheduler: str, timeout: float) -> tuple:

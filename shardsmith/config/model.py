@@ -221,6 +221,9 @@ class OutputConfig:
     shard_samples: int | None = setting(
         None, flag="--shard-samples", help="Samples per shard (instead of a size target).",
         comment="or a fixed number of samples per shard (takes precedence)")
+    near_hashes: bool = setting(True, comment=(
+        "hash each sample for shardsmith inspect --near-duplicates: the sample index",
+        "only, ~3 ms a sample of the pool's time (not part of the fingerprint)"))
     keep_changes: int = setting(30, comment=(
         "keep changes-vN.jsonl (what a version changed: shardsmith diff) for the",
         "last this many versions; 0 = none (not part of the fingerprint)"))
@@ -388,7 +391,7 @@ class Config:
         return {
             "source": _settings(self.source, skip="path"),
             # which changes files are kept changes no sample
-            "output": _settings(self.output, skip=("path", "keep_changes")),
+            "output": _settings(self.output, skip=("path", "keep_changes", "near_hashes")),
             "image": _settings(self.image),
             "splits": dict(self.splits)
             | ({"group": self.split_group} if self.split_group else {})

@@ -303,6 +303,9 @@ class Manifest:
     # The changes files of the last versions (``output.keep_changes``), oldest first; none in
     # a dataset of an older release, so ``diff`` knows only versions packed since.
     changes: tuple[ChangesEntry, ...] = ()
+    # How the sample index's ``near`` hashes were made; none in a dataset of an older
+    # release (its next pack makes them from the stored samples).
+    near_hash: NearHashEntry | None = None
 
     def __post_init__(self) -> None:
         if self.image_size is None or self.image_resize is None or self.has_masks is None:
@@ -433,6 +436,19 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class NearHashEntry:
+    """How the sample index's near-duplicate hashes (``SampleRecord.near``) were made:
+    ``neardup.hashing``'s algorithm and version."""
+
+    algorithm: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9-]{1,64}$")]
+    version: Annotated[int, Bounds(1, 10**6)]
+
+
+Hex16 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
+Hex8 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}$")]
+
+
+@dataclass(frozen=True, slots=True)
 class CutRecord:
     """An object a crop or tile showed too little of (``min_visible``), in the sample index:
     its object class id, its clipped box (x0, y0, x1, y1 in the sample's pixels) and, when it
@@ -474,6 +490,10 @@ class SampleRecord:
     # no instance mask), up to its last such class: ``[]`` when every object has pixels; None
     # in an index line written before it was counted (the export cannot tell).
     objects_box_only: ObjectCounts | None = None
+    # The near-duplicate hashes of its stored JPEG (two, 16 hex digits each) and the digest
+    # of the fixture background they were made against (``packing.nearhash``); absent where
+    # none could be made, and in indexes of releases before them.
+    near: tuple[Hex16, Hex16, Hex8] | None = None
 
     def check(self, where: str) -> None:
         shard = SHARD_NAME.fullmatch(self.shard)

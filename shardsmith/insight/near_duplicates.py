@@ -18,9 +18,7 @@ backgrounds (49 KB each), and the part views of the last ``VIEWS_KEPT`` samples 
 from __future__ import annotations
 
 import logging
-import posixpath
-import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,8 @@ import numpy as np
 from ..dataset.formats import shard_format
 from ..dataset.manifest import SampleRecord, iter_sample_index, read_manifest
 from ..errors import ConfigError, ShardFormatError
-from ..neardup import hashing, search
+from ..neardup import fixtures, hashing, search
+from ..packing import nearhash
 from ..packing.jpegcopy import PreviousJpegs
 from ..progress import Progress
 from ..storage import is_url, location
@@ -38,11 +37,7 @@ from ..text import plural, printable
 
 log = logging.getLogger(__name__)
 
-BACKGROUND_SHOTS = 255  # samples of a fixture its background is made from (measured: docs)
-FEW_SHOTS = 32  # a fixture of fewer samples borrows a matching fixture's background
-SAME_PLATE = 6.0  # grey levels (the median pixel) within which two backgrounds are one plate
 VIEWS_KEPT = 1024  # part views kept for the checks (2 x 192 x 192 bytes each: 75 MB)
-_TILE = re.compile(r"_r\d{3}c\d{3}$")  # a tile's key ends with its row and column
 
 
 @dataclass(frozen=True)
@@ -93,12 +88,15 @@ class NearDuplicates:
     distance: int
     threshold: float
     unreadable: tuple[str, ...]  # keys whose stored JPEG could not be read or decoded
+    made: int = 0  # hashes made from the stored samples (the sample index had none)
 
 
 def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
          threshold: float = hashing.DEFAULT_THRESHOLD, cap: int = hashing.DEFAULT_CAP,
          quiet: bool = True) -> NearDuplicates:
-    """The near-duplicate clusters of the dataset in ``directory`` (read from its shards)."""
+    """The near-duplicate clusters of the dataset in ``directory``: the hashes its sample
+    index holds (made from its stored samples where it holds none), the candidate pairs
+    checked on its stored samples."""
     where = location(directory)
     if is_url(where):
         raise ConfigError("--near-duplicates reads the shards of a dataset on disk: stage "
@@ -109,8 +107,9 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     fixture_of = _fixtures(records)
     with PreviousJpegs(shard_format(manifest.format), path, manifest.shards) as jpegs:
         stored = _Stored(jpegs, records)
-        backgrounds = _backgrounds(stored, fixture_of)
-        hashes = _hashes(stored, fixture_of, backgrounds, quiet)
+        backgrounds = _Backgrounds(stored, fixture_of)
+        hashes, made = _hashes(stored, fixture_of, backgrounds,
+                               manifest.near_hash == nearhash.CURRENT, quiet)
         readable = np.flatnonzero(~stored.failed)
         index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
         pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
@@ -119,7 +118,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         progress = Progress(len(pairs), 0, "pair", "check", quiet)
         try:
             for first, second in pairs.tolist():
-                score = hashing.check(views.of(first), views.of(second))
+                score = _checked(views, first, second)
                 if score <= threshold:
                     verified.append((first, second, _nearer(hashes[first], hashes[second]),
                                      score))
@@ -129,7 +128,13 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     clusters = _clusters(records, hashes, stored.failed, verified)
     return NearDuplicates(str(path), len(records), len(set(fixture_of)), len(pairs),
                           tuple(clusters), distance, threshold,
-                          tuple(records[at].key for at in np.flatnonzero(stored.failed)))
+                          tuple(records[at].key for at in np.flatnonzero(stored.failed)), made)
+
+
+def _checked(views: _Views, first: int, second: int) -> float:
+    """The check's score of a pair; UNLIKE where one cannot be read (it is named)."""
+    one, other = views.of(first), views.of(second)
+    return hashing.UNLIKE if one is None or other is None else hashing.check(one, other)
 
 
 def _nearer(first: np.ndarray, second: np.ndarray) -> int:
@@ -137,15 +142,9 @@ def _nearer(first: np.ndarray, second: np.ndarray) -> int:
                .min())
 
 
-def _fixtures(records: list[SampleRecord]) -> list[tuple]:
-    """Each sample's fixture: the folder of its original, the sample's size and, for a tile,
-    its row and column (a tile of another place shows another part of the plate)."""
-    fixtures = []
-    for record in records:
-        tile = _TILE.search(record.key)
-        fixtures.append((posixpath.dirname(record.path), record.width, record.height,
-                         tile.group() if tile else ""))
-    return fixtures
+def _fixtures(records: list[SampleRecord]) -> list[fixtures.Fixture]:
+    return [fixtures.fixture_of(record.path, record.width, record.height, record.key)
+            for record in records]
 
 
 class _Stored:
@@ -168,74 +167,95 @@ class _Stored:
             return None
 
 
-def _backgrounds(stored: _Stored, fixture_of: list[tuple]) -> dict[tuple, np.ndarray]:
-    """Each fixture's background, from the frames of its first BACKGROUND_SHOTS samples.  A
-    folder of fewer than FEW_SHOTS (a re-exported handful, a retake folder) makes a poor
-    one, its parts' ghost in it: it takes the background of the fixture with more samples
-    that it matches (the median pixel within SAME_PLATE grey levels), if one does."""
-    shots: dict[tuple, list[int]] = {}
-    for at, fixture in enumerate(fixture_of):
-        chosen = shots.setdefault(fixture, [])
-        if len(chosen) < BACKGROUND_SHOTS:
-            chosen.append(at)
-    backgrounds = {}
-    for fixture, chosen in shots.items():
-        frames = [frame for frame in map(stored.frame, chosen) if frame is not None]
-        if frames:
-            backgrounds[fixture] = hashing.fixture_median(frames)
-    full = [fixture for fixture in backgrounds if len(shots[fixture]) >= FEW_SHOTS]
-    for fixture, own in list(backgrounds.items()):
-        if len(shots[fixture]) >= FEW_SHOTS:
-            continue
-        unlike = {other: float(np.median(np.abs(own.astype(np.int16) - backgrounds[other])))
-                  for other in full if backgrounds[other].shape == own.shape}
-        nearest = min(unlike, key=unlike.__getitem__, default=None)
-        if nearest is not None and unlike[nearest] <= SAME_PLATE:
-            backgrounds[fixture] = backgrounds[nearest]
-    return backgrounds
+class _Backgrounds:
+    """Each fixture's background, made when first asked for, from the frames of its first
+    samples (``neardup.fixtures``); a fixture of few samples compares its own with those of
+    the fuller fixtures of its size."""
+
+    def __init__(self, stored: _Stored, fixture_of: list[fixtures.Fixture]):
+        self.stored = stored
+        self.counts: Counter[fixtures.Fixture] = Counter(fixture_of)
+        self.shots: dict[fixtures.Fixture, list[int]] = {}
+        for at, fixture in enumerate(fixture_of):
+            chosen = self.shots.setdefault(fixture, [])
+            if len(chosen) < fixtures.BACKGROUND_SHOTS:
+                chosen.append(at)
+        self.own: dict[fixtures.Fixture, np.ndarray | None] = {}
+        self.chosen: dict[fixtures.Fixture, np.ndarray | None] = {}
+
+    def _own(self, fixture: fixtures.Fixture) -> np.ndarray | None:
+        if fixture not in self.own:
+            frames = [frame for frame in map(self.stored.frame, self.shots[fixture])
+                      if frame is not None]
+            self.own[fixture] = hashing.fixture_median(frames) if frames else None
+        return self.own[fixture]
+
+    def of(self, fixture: fixtures.Fixture) -> np.ndarray | None:
+        if fixture not in self.chosen:
+            own = self._own(fixture)
+            choices = {fixture: own} if own is not None else {}
+            if own is not None and self.counts[fixture] < fixtures.FEW_SHOTS:
+                for other in self.counts:
+                    if other[1:3] == fixture[1:3] and self.counts[other] >= fixtures.FEW_SHOTS:
+                        background = self._own(other)
+                        if background is not None:
+                            choices[other] = background
+            self.chosen[fixture] = fixtures.borrowed(choices, self.counts).get(fixture)
+        return self.chosen[fixture]
 
 
-def _hashes(stored: _Stored, fixture_of: list[tuple], backgrounds: dict[tuple, np.ndarray],
-            quiet: bool) -> np.ndarray:
-    """(samples, 2) uint64: ``part_hashes`` of each sample (0 where it cannot be read)."""
+def _hashes(stored: _Stored, fixture_of: list[fixtures.Fixture], backgrounds: _Backgrounds,
+            indexed: bool, quiet: bool) -> tuple[np.ndarray, int]:
+    """(samples, 2) uint64: the part hashes of each sample, as the sample index holds them
+    (``indexed``: made by this algorithm), else made from its stored JPEG; and how many were
+    made.  A sample that cannot be read is marked failed."""
     hashes = np.zeros((len(fixture_of), 2), np.uint64)
-    progress = Progress(len(fixture_of), 0, "img", "hash", quiet)
+    missing = []
+    for at, record in enumerate(stored.records):
+        if indexed and record.near is not None:
+            hashes[at] = int(record.near[0], 16), int(record.near[1], 16)
+        else:
+            missing.append(at)
+    if not missing:
+        return hashes, 0
+    progress = Progress(len(missing), 0, "img", "hash", quiet)
     try:
-        for at in _shard_order(stored.records):
-            frame = stored.frame(at)
-            if frame is not None:
-                hashes[at] = hashing.part_hashes(frame, backgrounds[fixture_of[at]])
+        for at in sorted(missing, key=lambda at: stored.records[at].shard):  # a shard at a time
+            frame, background = stored.frame(at), backgrounds.of(fixture_of[at])
+            if frame is not None and background is not None \
+                    and frame.shape == background.shape:
+                hashes[at] = hashing.part_hashes(frame, background)
+            else:
+                stored.failed[at] = True
             progress.update(1)
     finally:
         progress.close()
-    return hashes
-
-
-def _shard_order(records: list[SampleRecord]) -> list[int]:
-    """Sample positions shard by shard: each shard is located once."""
-    return sorted(range(len(records)), key=lambda at: records[at].shard)
+    return hashes, len(missing)
 
 
 class _Views:
     """Part views (``hashing.part_view``) of the samples checked, the last VIEWS_KEPT kept:
     the candidate pairs come sorted, so a sample's pairs are checked together."""
 
-    def __init__(self, stored: _Stored, fixture_of: list[tuple],
-                 backgrounds: dict[tuple, np.ndarray]):
+    def __init__(self, stored: _Stored, fixture_of: list[fixtures.Fixture],
+                 backgrounds: _Backgrounds):
         self.stored, self.fixture_of, self.backgrounds = stored, fixture_of, backgrounds
-        self.kept: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.kept: OrderedDict[int, np.ndarray | None] = OrderedDict()
 
-    def of(self, at: int) -> np.ndarray:
-        view = self.kept.get(at)
-        if view is None:
-            frame = self.stored.frame(at)
-            assert frame is not None  # the search holds only the readable
-            view = hashing.part_view(frame, self.backgrounds[self.fixture_of[at]])
-            self.kept[at] = view
-            if len(self.kept) > VIEWS_KEPT:
-                self.kept.popitem(last=False)
-        else:
+    def of(self, at: int) -> np.ndarray | None:
+        if at in self.kept:
             self.kept.move_to_end(at)
+            return self.kept[at]
+        frame = self.stored.frame(at)
+        background = self.backgrounds.of(self.fixture_of[at])
+        view = None
+        if frame is not None and background is not None and frame.shape == background.shape:
+            view = hashing.part_view(frame, background)
+        else:
+            self.stored.failed[at] = True
+        self.kept[at] = view
+        if len(self.kept) > VIEWS_KEPT:
+            self.kept.popitem(last=False)
         return view
 
 
@@ -305,6 +325,10 @@ def near_duplicates_text(found: NearDuplicates) -> str:
              f"{plural(len(clusters), 'cluster')}: {leaking:,} across splits (leakage), "
              f"{dense:,} dense (over {hashing.DENSE_SIZE} samples: a slow belt's frames chain "
              "into one)"]
+    if found.made:
+        lines.append(f"{plural(found.made, 'hash', 'hashes')} made from the stored samples: the "
+                     "sample index holds none for them (a dataset of an older release, or "
+                     "output.near_hashes: false); the next pack stores them")
     if found.unreadable:
         lines.append(f"{plural(len(found.unreadable), 'sample')} could not be read and were "
                      f"left out (shardsmith verify --decode): {', '.join(found.unreadable[:3])}"
@@ -342,6 +366,7 @@ def near_duplicates_json(found: NearDuplicates) -> dict:
         "threshold": found.threshold,
         "algorithm": {"name": hashing.ALGORITHM, "version": hashing.VERSION},
         "dense_size": hashing.DENSE_SIZE,
+        "hashes_made": found.made,
         "unreadable": list(found.unreadable),
         "clusters": [{
             "leakage": cluster.leakage,

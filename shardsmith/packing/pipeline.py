@@ -48,11 +48,13 @@ from ..dataset.statedir import DatasetDir
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
 from ..storage import BACKENDS, Location, is_url
+from . import nearhash
 from .changes import ChangesRecorder, index_tally, wrong_totals
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
 from .journal import Journal, JournalMirror, JournalState
 from .jpegcopy import Decoded, PreviousJpegs, copy_jpegs
+from .nearhash import NearHashes
 from .originals import original_cap, use_storage
 from .outputdir import clear_previous_output, previous_dataset
 from .parallel import WorkerPool
@@ -165,12 +167,24 @@ def _pack_scanned(
                                    execution),
                        annotation_sources=job.notes.report)
     moved = done.moved
+
+    def kept(observe: Callable | None) -> Iterator[SampleRecord]:
+        return kept_samples(output, outcome, moved, observe)
+
+    def packed() -> Iterator[dict[str, Any]]:
+        return (dict(s, shard=moved.get(s["key"], s.get("shard")))
+                for s in journal.samples(state.samples_end))
+
+    near = NearHashes({})
+    if config.output.near_hashes:  # one more pass over the lines, before they are written
+        near = NearHashes.make(itertools.chain(kept(None), packed()), output,
+                               config.output.format, done.shards, pool, config.run.quiet)
+        manifest = replace(manifest, near_hash=nearhash.CURRENT)
     # What the version changed is recorded from the same two streams, as they are written.
     changes = ChangesRecorder(output, previous, manifest)
     samples = itertools.chain(
-        changes.kept(kept_samples(output, outcome, moved, changes.previous_sample)),
-        changes.packed(dict(s, shard=moved.get(s["key"], s.get("shard")))
-                       for s in journal.samples(state.samples_end)),
+        changes.kept(near.attached(kept(changes.previous_sample))),
+        changes.packed(near.attached(packed())),
     )
     try:
         index = write_sample_index(output, samples_index_name(manifest.version), samples)
@@ -278,10 +292,12 @@ def _source_entries(table: SourceTable, notes: Prepared, config: Config,
 
 def up_to_date(output: Path, previous: Manifest, job: Job) -> bool:
     """Nothing to do: same sources, same settings (classes appended to are not: a reject may
-    be packed now), this schema and these annotation rules, and every listed file there at
-    its size."""
+    be packed now), this schema, these annotation rules and near-duplicate hashes, and every
+    listed file there at its size."""
+    hashed = nearhash.CURRENT if job.config.output.near_hashes else None  # or made now
     if not previous.current or previous.sources_fingerprint != job.sources_fingerprint \
             or previous.fingerprint != job.config.fingerprint() \
+            or (hashed is not None and previous.near_hash != hashed) \
             or (previous.rules is not None and previous.rules != ANNOTATION_RULES):
         return False
     damaged = [shard.name for shard in previous.shards

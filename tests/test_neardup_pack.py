@@ -1,0 +1,134 @@
+"""The pack stores each sample's near-duplicate hashes in the sample index (never in a shard):
+the hashes a dataset of an older release is given by its next pack are those a pack makes, an
+increment's equal a fresh pack's, tiles are hashed per place, and forged hashes are refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from test_neardup_inspect import _originals
+
+from shardsmith.cli import main
+from shardsmith.neardup import hashing
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+
+def _run(*args: object) -> tuple[int, str]:
+    result = CliRunner().invoke(main, [str(arg) for arg in args])
+    return result.exit_code, result.output
+
+
+def _tree(root: Path, count: int | None = None) -> Path:
+    for path, (jpeg, _) in list(_originals().items())[:count]:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(jpeg)
+    return root
+
+
+def _job(tmp_path: Path, source: Path, out: Path, fmt: str, hashes: bool = True,
+         **image: object) -> Path:
+    job = tmp_path / f"job-{out.name}.yaml"
+    job.write_text(yaml.safe_dump({
+        "source": {"path": str(source), "labels": "none"},
+        "output": {"path": str(out), "format": fmt, "near_hashes": hashes},
+        "image": {"size": 256, **image},
+        "splits": {"train": 0.5, "val": 0.5},
+        "run": {"workers": 2, "quiet": True},
+    }))
+    return job
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _lines(out: Path) -> dict[str, dict]:
+    name = _manifest(out)["samples_index"]["name"]
+    lines = [json.loads(line) for line in (out / name).read_text().splitlines()]
+    return {line["key"]: line for line in lines}
+
+
+def _shards(out: Path) -> dict[str, str]:
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(out.iterdir()) if path.suffix in (".tar", ".tfrecord", ".idx")}
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_an_older_dataset_is_given_the_hashes_a_pack_makes_and_its_shards_stay(
+        tmp_path: Path, fmt: str) -> None:
+    source = _tree(tmp_path / "src")
+    fresh, older = tmp_path / "fresh", tmp_path / "older"
+    assert _run("pack", "--config", _job(tmp_path, source, fresh, fmt))[0] == 0
+    assert _manifest(fresh)["near_hash"] == {"algorithm": hashing.ALGORITHM,
+                                             "version": hashing.VERSION}
+    made = _lines(fresh)
+    assert all(len(line["near"]) == 3 for line in made.values())
+    # a dataset without hashes, as an older release leaves it
+    assert _run("pack", "--config", _job(tmp_path, source, older, fmt, hashes=False))[0] == 0
+    assert "near_hash" not in _manifest(older)
+    assert not any("near" in line for line in _lines(older).values())
+    shards = _shards(older)
+    assert _run("pack", "--config", _job(tmp_path, source, older, fmt))[0] == 0
+    assert _manifest(older)["version"] == 2
+    assert _shards(older) == shards == _shards(fresh)  # nothing decoded, nothing rewritten
+    backfilled = _lines(older)
+    assert {key: line["near"] for key, line in backfilled.items()} == \
+        {key: line["near"] for key, line in made.items()}  # 0 bits differ
+    assert _run("pack", "--config", _job(tmp_path, source, older, fmt))[0] == 0
+    assert _manifest(older)["version"] == 2  # up to date now
+
+
+def test_an_increment_hashes_as_a_fresh_pack_of_the_same_originals(tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src", 30)
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset"))[0] == 0
+    before = _lines(out)
+    _tree(source)  # the night's new shots, a re-exported folder among them
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset"))[0] == 0
+    assert _run("pack", "--config", _job(tmp_path, source, fresh, "webdataset"))[0] == 0
+    after, expected = _lines(out), _lines(fresh)
+    assert {key: line["near"] for key, line in after.items()} == \
+        {key: line["near"] for key, line in expected.items()}
+    # the fixture grew under BACKGROUND_SHOTS samples: its background, and so its hashes, too
+    assert all(after[key]["near"][2] != line["near"][2] for key, line in before.items())
+
+
+def test_tiles_are_hashed_against_the_background_of_their_place(tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src", 12)
+    out = tmp_path / "out"
+    code, output = _run("pack", "--config", _job(tmp_path, source, out, "webdataset",
+                                                 tiles={"size": 128, "overlap": 0}))
+    assert code == 0, output
+    lines = _lines(out)
+    places = {}
+    for key, line in lines.items():
+        places.setdefault(key[-8:], set()).add(line["near"][2])
+    assert len(places) > 1 and all(len(digests) == 1 for digests in places.values())
+    assert len({next(iter(digests)) for digests in places.values()}) == len(places)
+
+
+@pytest.mark.parametrize("near", [["zz" * 8, "00" * 8, "0" * 8], ["0" * 16, "0" * 16],
+                                  ["0" * 16, "0" * 16, "0" * 8, "x"], "0" * 40, [1, 2, 3]])
+def test_a_forged_hash_is_one_line_and_exit_2(tmp_path: Path, near: object) -> None:
+    out = tmp_path / "out"
+    assert _run("pack", "--config", _job(tmp_path, _tree(tmp_path / "src", 6), out,
+                                         "webdataset"))[0] == 0
+    manifest = _manifest(out)
+    index = out / manifest["samples_index"]["name"]
+    lines = index.read_text().splitlines()
+    first = json.loads(lines[0]) | {"near": near}
+    data = ("\n".join([json.dumps(first, sort_keys=True), *lines[1:]]) + "\n").encode()
+    index.write_bytes(data)
+    manifest["samples_index"] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(main, ["inspect", str(out), "--near-duplicates"])
+    assert result.exit_code == 2, result.output
+    assert "near" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
