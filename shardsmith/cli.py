@@ -487,7 +487,7 @@ def inspect(command: InspectCommand) -> None:
 @declared_command(SheetCommand)
 def sheet(command: SheetCommand) -> None:
     """Draw a contact sheet of DATASET as one PNG: seeded samples per class, class counts per
-    split, and the rejected originals."""
+    split, and the rejected originals; or, with --near-duplicates, its near-duplicates."""
     import time
 
     from .dataset.manifest import read_manifest
@@ -498,6 +498,16 @@ def sheet(command: SheetCommand) -> None:
     directory, config = _dataset_at(command)
     _refuse_output_inside(target, directory)
     manifest = read_manifest(directory)
+    if command.near_duplicates:
+        from .insight.near_duplicates import find
+        from .insight.near_sheet import near_sheet_png
+
+        found = find(directory, quiet=False)
+        write_bytes_atomic(check_output_file(output),
+                           near_sheet_png(found, directory, manifest, command.thumb))
+        _echo(f"wrote {printable(output)}: {len(found.clusters):,} near-duplicate clusters "
+              f"({time.monotonic() - started:.1f}s)")
+        return
     drawn = render_sheet(directory, manifest, command.per_class, command.seed, command.split,
                          command.thumb, command.objects,
                          _originals(command, config, manifest.source))

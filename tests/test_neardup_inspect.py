@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -121,3 +122,17 @@ def test_a_sample_that_cannot_be_read_is_named_and_left_out(tmp_path: Path) -> N
 def test_a_distance_needs_the_near_duplicates(tmp_path: Path) -> None:
     code, output = _run("inspect", tmp_path, "--distance", "3")
     assert code == 2 and "--near-duplicates" in output
+
+
+def test_the_sheet_draws_each_cluster_the_same_twice(dataset: Path, tmp_path: Path) -> None:
+    first, second = tmp_path / "a.png", tmp_path / "b.png"
+    for target in (first, second):
+        code, output = _run("sheet", dataset, "--near-duplicates", "-o", target)
+        assert code == 0, output
+    assert first.read_bytes() == second.read_bytes()
+    report = json.loads(_run("inspect", dataset, "--near-duplicates", "--json")[1])
+    with Image.open(first) as sheet:
+        rows = (sheet.height - 2 * 28 - 40 - 20) // (22 + 160 + 30 + 10)
+        assert rows == min(len(report["clusters"]), 24)
+        pixels = np.asarray(sheet.convert("L"))
+    assert pixels[28 + 40 + 22 + 20 : 28 + 40 + 22 + 140, 28 + 20 : 28 + 140].std() > 10

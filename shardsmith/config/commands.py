@@ -134,6 +134,9 @@ class SheetCommand:
     objects: bool = option(False, "--objects", help=(
         "Draw each sample's boxes (with class names) and class mask outlines, one colour per "
         "object class (an annotated dataset)."))
+    near_duplicates: bool = option(False, "--near-duplicates", help=(
+        "Instead, draw the clusters of inspect --near-duplicates side by side, those across "
+        "splits first (reads every stored sample)."))
     named_source: str | None = _named_source()
     config_file: str | None = _config_file()
     storage_options: tuple[str, ...] = _storage()

@@ -47,6 +47,7 @@ class Member:
     key: str
     path: str
     split: str
+    shard: str  # where its JPEG is (for the sheet)
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,7 @@ def _clusters(records: list[SampleRecord], hashes: np.ndarray, failed: np.ndarra
             continue
         position = {item: number for number, item in enumerate(items)}
         clusters.append(Cluster(
-            tuple(Member(records[at].key, records[at].path, records[at].split)
+            tuple(Member(records[at].key, records[at].path, records[at].split, records[at].shard)
                   for at in items),
             tuple(Pair(position[a], position[b], near, round(score, 3))
                   for a, b, near, score in by_root.get(top, ())),
