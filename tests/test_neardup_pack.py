@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -132,3 +133,40 @@ def test_a_forged_hash_is_one_line_and_exit_2(tmp_path: Path, near: object) -> N
     assert result.exit_code == 2, result.output
     assert "near" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def _section(html: str) -> str:
+    start = html.index('id="near-duplicates"')
+    return re.sub(r"<[^>]+>", " ", html[start : html.index("</section>", start)])
+
+
+def test_the_nightly_report_lists_the_clusters_across_splits_new_samples_joined(
+        tmp_path: Path) -> None:
+    originals = list(_originals().items())
+    first = [(path, value) for path, value in originals if path.endswith("_s0.jpg")]
+    source, out = tmp_path / "src", tmp_path / "out"
+    for path, (jpeg, _) in first:
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        (source / path).write_bytes(jpeg)
+    job = _job(tmp_path, source, out, "webdataset")
+    assert _run("pack", "--config", job)[0] == 0
+    _tree(source)  # the night: re-shots of parts packed before, and a re-exported folder
+    assert _run("pack", "--config", job)[0] == 0
+    assert _run("report", out, "-o", tmp_path / "report.html")[0] == 0
+    section = _section((tmp_path / "report.html").read_text())
+    report = json.loads(_run("inspect", out, "--near-duplicates", "--json")[1])
+    old = {path for path, _ in first}
+    leaking_with_new = [cluster for cluster in report["clusters"] if cluster["leakage"]
+                        and any(sample["path"] not in old for sample in cluster["samples"])]
+    assert leaking_with_new
+    assert f"new in this version ({len(leaking_with_new)})" in section
+    for cluster in leaking_with_new:
+        assert all(sample["path"] in section for sample in cluster["samples"])
+
+
+def test_the_report_of_a_dataset_without_hashes_says_so_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert _run("pack", "--config", _job(tmp_path, _tree(tmp_path / "src", 6), out,
+                                         "webdataset", hashes=False))[0] == 0
+    assert _run("report", out, "-o", tmp_path / "report.html")[0] == 0
+    assert "holds no near-duplicate hashes" in _section((tmp_path / "report.html").read_text())

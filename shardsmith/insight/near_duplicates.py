@@ -94,10 +94,11 @@ class NearDuplicates:
 
 def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
          threshold: float = hashing.DEFAULT_THRESHOLD, cap: int = hashing.DEFAULT_CAP,
-         quiet: bool = True) -> NearDuplicates:
+         quiet: bool = True, touching: frozenset[str] | None = None) -> NearDuplicates:
     """The near-duplicate clusters of the dataset in ``directory``: the hashes its sample
     index holds (made from its stored samples where it holds none), the candidate pairs
-    checked on its stored samples."""
+    checked on its stored samples.  ``touching``: only the pairs with a sample of these keys
+    are checked (a version's new samples: what the nightly report shows)."""
     where = location(directory)
     if is_url(where):
         raise ConfigError("--near-duplicates reads the shards of a dataset on disk: stage "
@@ -114,6 +115,9 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         readable = np.flatnonzero(~stored.failed)
         index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
         pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
+        if touching is not None:
+            new = np.array([record.key in touching for record in records], bool)
+            pairs = pairs[new[pairs].any(axis=1)]
         views = _Views(stored, fixture_of, backgrounds)
         verified = []
         progress = Progress(len(pairs), 0, "pair", "check", quiet)
@@ -126,7 +130,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
                 progress.update(1)
         finally:
             progress.close()
-    clusters = _clusters(records, hashes, stored.failed, verified)
+    clusters = _clusters(records, hashes, stored.failed, verified, touching)
     return NearDuplicates(str(path), len(records), len(set(fixture_of)), len(pairs),
                           tuple(clusters), distance, threshold,
                           tuple(records[at].key for at in np.flatnonzero(stored.failed)), made)
@@ -261,9 +265,11 @@ class _Views:
 
 
 def _clusters(records: list[SampleRecord], hashes: np.ndarray, failed: np.ndarray,
-              verified: Iterable[tuple[int, int, int, float]]) -> list[Cluster]:
+              verified: Iterable[tuple[int, int, int, float]],
+              touching: frozenset[str] | None = None) -> list[Cluster]:
     """Connected components of the verified pairs and of samples with equal hashes (the
-    same image, whatever the check says), leakage first, then the largest."""
+    same image, whatever the check says), leakage first, then the largest; with
+    ``touching``, those holding one of its keys."""
     parent = list(range(len(records)))
 
     def root(item: int) -> int:
@@ -296,7 +302,8 @@ def _clusters(records: list[SampleRecord], hashes: np.ndarray, failed: np.ndarra
         by_root.setdefault(root(pair[0]), []).append(pair)
     clusters = []
     for top, items in members.items():
-        if len(items) < 2:
+        if len(items) < 2 or touching is not None and \
+                not any(records[at].key in touching for at in items):
             continue
         position = {item: number for number, item in enumerate(items)}
         clusters.append(Cluster(

@@ -5,7 +5,9 @@ From top to bottom: the key numbers; the version history (``manifest.history``);
 against the previous version (``insight.diff``, or why there is none); the class x split
 balance as an SVG chart; the rejects with thumbnails of their originals and their reasons; a
 contact sheet of the new samples (the diff's added ones, else the newest by source time) with
-their objects drawn; the timings of the last run (``manifest.run``).
+their objects drawn; the near-duplicate clusters across splits that the new samples joined
+(``insight.near_duplicates``, from the sample index's hashes: only pairs with a new sample
+are checked); the timings of the last run (``manifest.run``).
 
 One file: CSS inline, the chart inline SVG, pictures ``data:`` URIs; no script and no
 reference to anything outside the page.  Every string from the dataset is escaped
@@ -31,17 +33,20 @@ from ...dataset.changes import history_counts
 from ...dataset.manifest import Manifest, RejectEntry, SampleRecord, iter_sample_index
 from ...door import Refused
 from ...errors import ManifestError
-from ...storage import Location
+from ...packing import nearhash
+from ...storage import Location, is_url
 from ...text import human_bytes, plural, printable
 from ..census import packed_config
 from ..diff import VersionDiff, diff_versions
 from ..named_source import Originals, not_named
+from ..near_duplicates import NearDuplicates, find
 from . import page
 from .pictures import reject_pictures, sample_pictures
 from .sections import (
     class_name,
     diff_section,
     history_section,
+    near_duplicates_section,
     orphans_section,
     rejects_section,
     samples_section,
@@ -125,6 +130,7 @@ def render_report(directory: Location, manifest: Manifest,
         rejects_section(manifest, rejects, reject_shots, reject_note),
         orphans_section(manifest),
         samples_section(manifest, facts.chosen, sample_shots, facts.newest, sample_note),
+        near_duplicates_section(_new_near_duplicates(directory, manifest, added)),
         timings_section(manifest),
         f'<footer class="muted">shardsmith {page.text(__version__)} report of version '
         f"{manifest.version} ({page.text(manifest.created)}); no script, no network: "
@@ -157,6 +163,21 @@ def _index_facts(directory: Path, manifest: Manifest, added: list[str],
                           False)
     chosen = [record for _, _, record in sorted(newest, key=lambda e: (-e[0], e[1]))]
     return IndexFacts(dict(counts), chosen, True)
+
+
+def _new_near_duplicates(directory: Location, manifest: Manifest,
+                         added: list[str]) -> NearDuplicates | str:
+    """The near-duplicate clusters holding a sample new in this version, from the hashes the
+    sample index holds; or why not."""
+    if manifest.near_hash != nearhash.CURRENT:
+        return ("The sample index holds no near-duplicate hashes (a dataset of an older "
+                "release, or output.near_hashes: false): the next pack adds them.")
+    if is_url(directory):
+        return ("Near-duplicates are checked on the stored samples: stage the dataset and "
+                "report on the copy.")
+    if not added:
+        return "No sample is new in this version."
+    return find(directory, touching=frozenset(added))
 
 
 def _rejects_in_order(rejects: tuple[RejectEntry, ...], diff: VersionDiff | str,

@@ -10,6 +10,7 @@ from typing import Any
 from ...dataset.changes import as_recorded
 from ...dataset.manifest import ChangeCounts, Manifest, RejectEntry, SampleRecord
 from ...text import human_bytes
+from ..near_duplicates import MEMBERS_SHOWN, NearDuplicates
 from ..versiondiff import VersionDiff
 from . import page
 from .pictures import Picture
@@ -292,3 +293,28 @@ def _run_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return page.number(value)
+
+
+def near_duplicates_section(found: NearDuplicates | str) -> str:
+    """The clusters across splits that this version's new samples joined (``found``), or why
+    there are none to show (a dataset without near-duplicate hashes)."""
+    heading = "Near-duplicates across splits, new in this version"
+    if isinstance(found, str):
+        return page.section("near-duplicates", heading, [page.paragraph(page.text(found),
+                                                                         muted=True)])
+    leaking = [cluster for cluster in found.clusters if cluster.leakage]
+    if not leaking:
+        return page.section("near-duplicates", heading, [page.paragraph(
+            f"None: {found.candidates:,} pairs with a new sample checked.", muted=True)])
+    rows = []
+    for cluster in leaking[:LISTED]:
+        best = min(cluster.pairs, key=lambda pair: pair.score, default=None)
+        rows.append([page.text(", ".join(cluster.splits)),
+                     "<br>".join(page.text(f"{member.split}: {member.path}")
+                                 for member in cluster.members[:MEMBERS_SHOWN]),
+                     page.text(f"{best.distance} bits, {best.score:g}%" if best is not None
+                               else "the same image")])
+    return page.section("near-duplicates", f"{heading} ({len(leaking):,})", [
+        page.paragraph("The same part in two splits: validation would measure memory. "
+                       "shardsmith sheet --near-duplicates draws them.", muted=True),
+        page.table(["splits", "samples", "nearest pair"], rows)])
