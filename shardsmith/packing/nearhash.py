@@ -16,15 +16,16 @@ samples were only removed keeps the background its hashes were made against.
 The driver reads the JPEG bytes (the shards were just written: the page cache holds them) and
 the pool hashes them, a task of ``CHUNK`` samples, results in order; a sample whose bytes
 cannot be read or decoded keeps no hash, with a warning (``inspect`` tries it again and names
-it).  Memory in the driver: a key, a shard and a fixture number a line (~150 bytes), and the
-hashes made (~150 bytes each) until the index is written.
+it).  Memory in the driver: ~120 bytes a line (its key, and numbers in arrays) until the
+index is written.
 """
 
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from ..dataset.formats import shard_format
 from ..dataset.manifest import NearHashEntry, SampleRecord, ShardEntry
-from ..errors import ShardFormatError
+from ..errors import OutputStateError, ShardFormatError
 from ..neardup import fixtures, hashing
 from ..progress import Progress
 from .jpegcopy import PreviousJpegs
@@ -44,48 +45,60 @@ CURRENT = NearHashEntry(hashing.ALGORITHM, hashing.VERSION)
 CHUNK = 64  # samples a task: ~2 MB of JPEG bytes at 512 px, ~0.2 s of one worker's time
 
 Line = dict[str, Any] | SampleRecord
-Hashes = tuple[str, str, str]  # the two part hashes (16 hex digits each), the background's
 
 
 def _get(line: Line, name: str) -> Any:
     return line.get(name) if isinstance(line, dict) else getattr(line, name)
 
 
-@dataclass
 class _Lines:
-    """What the pass needs of each line, in the index's order."""
+    """What the pass needs of each line, in the index's order: ~100 bytes a line (its key,
+    numbers in arrays)."""
 
-    keys: list[str] = field(default_factory=list)
-    shards: list[str] = field(default_factory=list)
-    fixture: list[int] = field(default_factory=list)
-    made_against: list[str | None] = field(default_factory=list)  # its hash's background
-    fixtures: dict[fixtures.Fixture, int] = field(default_factory=dict)
-    shots: list[list[int]] = field(default_factory=list)  # each fixture's first lines
-    counts: list[int] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.shard_numbers: dict[str, int] = {}
+        self.shard_names: list[str] = []
+        self.shard = array("i")
+        self.fixture = array("i")
+        self.against = array("q")  # the background its hash was made against, or -1
+        self.fixtures: dict[fixtures.Fixture, int] = {}
+        self.shots: list[list[int]] = []  # each fixture's first lines
+        self.counts: list[int] = []
 
     def add(self, line: Line) -> None:
-        at = len(self.keys)
+        at, key = len(self.keys), _get(line, "key")
         fixture = fixtures.fixture_of(_get(line, "path"), _get(line, "width"),
-                                      _get(line, "height"), _get(line, "key"))
-        number = self.fixtures.setdefault(fixture, len(self.fixtures))
-        if number == len(self.shots):
+                                      _get(line, "height"), key)
+        place = self.fixtures.setdefault(fixture, len(self.fixtures))
+        if place == len(self.shots):
             self.shots.append([])
             self.counts.append(0)
-        if len(self.shots[number]) < fixtures.BACKGROUND_SHOTS:
-            self.shots[number].append(at)
-        self.counts[number] += 1
+        if len(self.shots[place]) < fixtures.BACKGROUND_SHOTS:
+            self.shots[place].append(at)
+        self.counts[place] += 1
         near = _get(line, "near")
-        self.keys.append(_get(line, "key"))
-        self.shards.append(_get(line, "shard"))
-        self.fixture.append(number)
-        self.made_against.append(near[2] if near is not None else None)
+        self.keys.append(key)
+        shard = _get(line, "shard")
+        number = self.shard_numbers.setdefault(shard, len(self.shard_numbers))
+        if number == len(self.shard_names):
+            self.shard_names.append(shard)
+        self.shard.append(number)
+        self.fixture.append(place)
+        self.against.append(int(near[2], 16) if near is not None else -1)
+
+    def shard_of(self, at: int) -> str:
+        return self.shard_names[self.shard[at]]
 
 
 class NearHashes:
-    """The hashes one run makes (``make``), then set into the lines (``attached``)."""
+    """The hashes one run makes (``make``), then set into the lines (``attached``: the same
+    lines in the same order, a position each)."""
 
-    def __init__(self, made: dict[str, Hashes]):
-        self.made = made
+    def __init__(self, seen: _Lines | None = None, hashes: np.ndarray | None = None,
+                 made: np.ndarray | None = None, digests: dict[int, str] | None = None):
+        self.seen, self.hashes, self.made, self.digests = seen, hashes, made, digests or {}
+        self.position = 0
 
     @classmethod
     def make(cls, lines: Iterable[Line], output: Path, fmt: str,
@@ -93,29 +106,36 @@ class NearHashes:
         seen = _Lines()
         for line in lines:
             seen.add(line)
-        touched = {seen.fixture[at] for at, against in enumerate(seen.made_against)
-                   if against is None}
+        touched = {seen.fixture[at] for at, against in enumerate(seen.against) if against < 0}
         if not touched:
-            return cls({})
+            return cls()
         with PreviousJpegs(shard_format(fmt), output, shards) as jpegs:
             backgrounds = _backgrounds(seen, touched, jpegs, pool)
             digests = {number: fixtures.digest(background)
                        for number, background in backgrounds.items()}
             wanted = [at for at, number in enumerate(seen.fixture)
-                      if number in digests and seen.made_against[at] != digests[number]]
-            made = _hashed(seen, wanted, backgrounds, digests, jpegs, pool, quiet)
-        return cls(made)
+                      if number in digests and seen.against[at] != int(digests[number], 16)]
+            hashes, made = _hashed(seen, wanted, backgrounds, jpegs, pool, quiet)
+        return cls(seen, hashes, made, digests)
 
     def attached(self, lines: Iterable[Line]) -> Iterator[Line]:
         """``lines`` with the hashes made for them."""
+        if self.seen is None:
+            yield from lines
+            return
         for line in lines:
-            near = self.made.get(_get(line, "key"))
-            if near is None:
+            at = self.position
+            self.position += 1
+            if self.seen.keys[at] != _get(line, "key"):
+                raise OutputStateError(f"sample {_get(line, 'key')}: the sample lines changed "
+                                       "while the pack ran; run it again")
+            if not self.made[at]:
                 yield line
-            elif isinstance(line, dict):
-                yield line | {"near": list(near)}
-            else:
-                yield replace(line, near=near)
+                continue
+            near = (f"{int(self.hashes[at, 0]):016x}", f"{int(self.hashes[at, 1]):016x}",
+                    self.digests[self.seen.fixture[at]])
+            yield line | {"near": list(near)} if isinstance(line, dict) \
+                else replace(line, near=near)
 
 
 def _backgrounds(seen: _Lines, touched: set[int], jpegs: PreviousJpegs,
@@ -141,22 +161,22 @@ def _backgrounds(seen: _Lines, touched: set[int], jpegs: PreviousJpegs,
 
 
 def _hashed(seen: _Lines, wanted: list[int], backgrounds: dict[int, np.ndarray],
-            digests: dict[int, str], jpegs: PreviousJpegs, pool: WorkerPool,
-            quiet: bool) -> dict[str, Hashes]:
+            jpegs: PreviousJpegs, pool: WorkerPool, quiet: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The part hashes of the ``wanted`` lines (uint64, a row a line), and which were made."""
     chunks = _Chunks(seen, wanted, backgrounds, jpegs)
-    made: dict[str, Hashes] = {}
+    hashes = np.zeros((len(seen.keys), 2), np.uint64)
+    made = np.zeros(len(seen.keys), bool)
     progress = Progress(len(wanted), 0, "img", "hash", quiet)
     try:
         for number, results in enumerate(pool.map_ordered(_hash_task, chunks)):
             chunk = chunks.lines(number)
             for at, result in zip(chunk, results, strict=True):
                 if result is not None:
-                    made[seen.keys[at]] = (f"{result[0]:016x}", f"{result[1]:016x}",
-                                           digests[seen.fixture[at]])
+                    hashes[at], made[at] = result, True
             progress.update(len(chunk))
     finally:
         progress.close()
-    return made
+    return hashes, made
 
 
 class _Chunks(Sequence):
@@ -182,7 +202,7 @@ class _Chunks(Sequence):
 
 def _jpeg(jpegs: PreviousJpegs, seen: _Lines, at: int) -> bytes | None:
     try:
-        return jpegs.jpeg(seen.shards[at], seen.keys[at])
+        return jpegs.jpeg(seen.shard_of(at), seen.keys[at])
     except (ShardFormatError, OSError) as exc:
         log.warning("sample %s: its JPEG cannot be read for its near-duplicate hash: %s",
                     seen.keys[at], exc)

@@ -175,7 +175,7 @@ def _pack_scanned(
         return (dict(s, shard=moved.get(s["key"], s.get("shard")))
                 for s in journal.samples(state.samples_end))
 
-    near = NearHashes({})
+    near = NearHashes()
     if config.output.near_hashes:  # one more pass over the lines, before they are written
         near = NearHashes.make(itertools.chain(kept(None), packed()), output,
                                config.output.format, done.shards, pool, config.run.quiet)

@@ -23,6 +23,7 @@ from ..dataset.manifest import (
     shard_list_names,
 )
 from ..errors import OutputStateError
+from . import nearhash
 from .delta import Execution, Job, Outcome
 from .incremental import Rewritten
 
@@ -53,6 +54,9 @@ def version_manifest(job: Job, outcome: Outcome, execution: Execution,
     version = delta.version + 1
     notes = [] if previous is None or previous.current else \
         [f"upgraded from schema {previous.schema_version}"]
+    if previous is not None and config.output.near_hashes \
+            and previous.near_hash != nearhash.CURRENT:
+        notes.append("near-duplicate hashes made from the stored samples")
     reannotated = outcome.changes.get("reannotated", 0)
     if reannotated and previous is not None:
         notes.append(f"{reannotated:,} re-annotated: objects derived by annotation rules "
