@@ -114,6 +114,10 @@ class InspectCommand:
         "Hash bits within which two samples are checked as --near-duplicates."),
         needs="near_duplicates",
         needs_why="--distance is the reach of --near-duplicates: give --near-duplicates too")
+    workers: int = option(0, "--workers", bounds=(0, None), show_default=True, help=(
+        "Processes that check --near-duplicates (and hash a dataset packed without "
+        "hashes); 0 = all cores."), needs="near_duplicates",
+        needs_why="--workers runs the checks of --near-duplicates: give --near-duplicates too")
     named_source: str | None = _named_source()
     config_file: str | None = _config_file()
     storage_options: tuple[str, ...] = _storage()

@@ -1,43 +1,40 @@
 """``inspect --near-duplicates``: the originals of a dataset shot more than once, found from
 the samples it stores.
 
-Each sample's stored JPEG is reduced to the hash frame (grey, 256 px on the long side,
-``hashing.frame``); its fixture is the folder of its original with the sample's size (and a
-tile's place in its original), and the fixture's background is made from the first
-``BACKGROUND_SHOTS`` of its samples in the sample index's order, so it is the same however
-the dataset is read.  Then: two hashes a sample (``hashing.part_hashes``), the ``cap`` nearest
-of each within ``distance`` bits from a multi-index search (``search.build``), each candidate
-pair checked on the parts registered (``hashing.check``), and the clusters are the connected
-components of the pairs that pass.  A cluster of more than ``hashing.DENSE_SIZE`` originals is
-reported as dense (a slow belt's frames chain into one), not as one part.
+Two hashes a sample, as the pack stores them in the sample index (``packing.nearhash``; made
+the same way from the stored samples of a dataset whose index holds none), the ``cap``
+nearest of each within ``distance`` bits from a multi-index search (``search.build``), each
+candidate pair checked on the parts registered (``hashing.check``) by the worker processes,
+and the clusters are the connected components of the pairs that pass, and of equal hashes.
+A cluster of more than ``hashing.DENSE_SIZE`` samples is reported as dense (a slow belt's
+frames chain into one), not as one part.
 
-Memory: two hashes, a fixture and a few ints a sample (~100 bytes), the fixtures'
-backgrounds (49 KB each), and the part views of the last ``VIEWS_KEPT`` samples checked.
+Memory: the sample index's records (~0.5 KB a sample) and the pass's arrays; the fixtures'
+backgrounds (49 KB each).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..config import RunConfig, check_workers
 from ..dataset.formats import shard_format
 from ..dataset.manifest import SampleRecord, iter_sample_index, read_manifest
-from ..errors import ConfigError, ShardFormatError
-from ..neardup import fixtures, hashing, search
+from ..errors import ConfigError
+from ..neardup import hashing, search
 from ..packing import nearhash
 from ..packing.jpegcopy import PreviousJpegs
-from ..progress import Progress
+from ..packing.parallel import WorkerPool
 from ..storage import is_url, location
 from ..text import plural, printable
 
 log = logging.getLogger(__name__)
 
-VIEWS_KEPT = 1024  # part views kept for the checks (2 x 192 x 192 bytes each: 75 MB)
 
 
 @dataclass(frozen=True)
@@ -94,11 +91,13 @@ class NearDuplicates:
 
 def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
          threshold: float = hashing.DEFAULT_THRESHOLD, cap: int = hashing.DEFAULT_CAP,
-         quiet: bool = True, touching: frozenset[str] | None = None) -> NearDuplicates:
+         quiet: bool = True, touching: frozenset[str] | None = None,
+         workers: int = 0) -> NearDuplicates:
     """The near-duplicate clusters of the dataset in ``directory``: the hashes its sample
     index holds (made from its stored samples where it holds none), the candidate pairs
-    checked on its stored samples.  ``touching``: only the pairs with a sample of these keys
-    are checked (a version's new samples: what the nightly report shows)."""
+    checked on its stored samples by ``workers`` processes (0: a core each).  ``touching``:
+    only the pairs with a sample of these keys are checked (a version's new samples: what
+    the nightly report shows)."""
     where = location(directory)
     if is_url(where):
         raise ConfigError("--near-duplicates reads the shards of a dataset on disk: stage "
@@ -106,162 +105,61 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     path = Path(where)
     manifest = read_manifest(path)
     records = list(iter_sample_index(path, manifest))
-    fixture_of = _fixtures(records)
-    with PreviousJpegs(shard_format(manifest.format), path, manifest.shards) as jpegs:
-        stored = _Stored(jpegs, records)
-        backgrounds = _Backgrounds(stored, fixture_of)
-        hashes, made = _hashes(stored, fixture_of, backgrounds,
-                               manifest.near_hash == nearhash.CURRENT, quiet)
-        readable = np.flatnonzero(~stored.failed)
+    seen = nearhash.SampleLines()
+    for record in records:
+        seen.add(record)
+    hashes, have = _indexed(records, manifest.near_hash == nearhash.CURRENT)
+    missing = np.flatnonzero(~have)
+    run = RunConfig(workers=workers)
+    check_workers(run)
+    with WorkerPool(run) as pool, \
+            PreviousJpegs(shard_format(manifest.format), path, manifest.shards) as jpegs:
+        grounds: dict[int, np.ndarray] = {}
+        if len(missing):  # a dataset of an older release: made as its next pack makes them
+            grounds = nearhash.backgrounds(seen, {seen.fixture[at] for at in missing}, jpegs,
+                                           pool)
+            made_hashes, made = nearhash.hashed(
+                seen, [at for at in missing.tolist() if seen.fixture[at] in grounds], grounds,
+                jpegs, pool, quiet)
+            hashes[made], have = made_hashes[made], have | made
+        readable = np.flatnonzero(have)
         index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
         pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
         if touching is not None:
             new = np.array([record.key in touching for record in records], bool)
             pairs = pairs[new[pairs].any(axis=1)]
-        views = _Views(stored, fixture_of, backgrounds)
-        verified = []
-        progress = Progress(len(pairs), 0, "pair", "check", quiet)
-        try:
-            for first, second in pairs.tolist():
-                score = _checked(views, first, second)
-                if score <= threshold:
-                    verified.append((first, second, _nearer(hashes[first], hashes[second]),
-                                     score))
-                progress.update(1)
-        finally:
-            progress.close()
-    clusters = _clusters(records, hashes, stored.failed, verified, touching)
-    return NearDuplicates(str(path), len(records), len(set(fixture_of)), len(pairs),
+        needed = {seen.fixture[at] for at in np.unique(pairs).tolist()} - grounds.keys()
+        if needed:
+            grounds |= nearhash.backgrounds(seen, needed, jpegs, pool)
+        scores, unreadable = nearhash.checked(seen, pairs, grounds, jpegs, pool, quiet)
+    failed = ~have
+    failed[list(unreadable)] = True
+    verified = [(first, second, _nearer(hashes[first], hashes[second]), float(score))
+                for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
+                if score <= threshold]
+    clusters = _clusters(records, hashes, failed, verified, touching)
+    return NearDuplicates(str(path), len(records), len(seen.fixtures), len(pairs),
                           tuple(clusters), distance, threshold,
-                          tuple(records[at].key for at in np.flatnonzero(stored.failed)), made)
+                          tuple(records[at].key for at in np.flatnonzero(failed)),
+                          int(len(missing)))
 
 
-def _checked(views: _Views, first: int, second: int) -> float:
-    """The check's score of a pair; UNLIKE where one cannot be read (it is named)."""
-    one, other = views.of(first), views.of(second)
-    return hashing.UNLIKE if one is None or other is None else hashing.check(one, other)
+def _indexed(records: list[SampleRecord], current: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The hashes the sample index holds (uint64, a row a sample; ``current``: made by this
+    algorithm), and which samples have them."""
+    hashes = np.zeros((len(records), 2), np.uint64)
+    have = np.zeros(len(records), bool)
+    if current:
+        for at, record in enumerate(records):
+            if record.near is not None:
+                hashes[at] = int(record.near[0], 16), int(record.near[1], 16)
+                have[at] = True
+    return hashes, have
 
 
 def _nearer(first: np.ndarray, second: np.ndarray) -> int:
     return int(search.popcount(np.asarray(first, np.uint64) ^ np.asarray(second, np.uint64))
                .min())
-
-
-def _fixtures(records: list[SampleRecord]) -> list[fixtures.Fixture]:
-    return [fixtures.fixture_of(record.path, record.width, record.height, record.key)
-            for record in records]
-
-
-class _Stored:
-    """The hash frame of each sample, from its stored JPEG; a sample that cannot be read is
-    marked in ``failed`` and left out of the search (named in the report)."""
-
-    def __init__(self, jpegs: PreviousJpegs, records: list[SampleRecord]):
-        self.jpegs, self.records = jpegs, records
-        self.failed = np.zeros(len(records), bool)
-
-    def frame(self, at: int) -> np.ndarray | None:
-        record = self.records[at]
-        try:
-            return hashing.frame(self.jpegs.jpeg(record.shard, record.key))
-        except (ShardFormatError, OSError, ValueError) as exc:
-            if not self.failed[at]:
-                log.warning("%s (%s): cannot be read for near-duplicates: %s", record.key,
-                            record.path, exc)
-            self.failed[at] = True
-            return None
-
-
-class _Backgrounds:
-    """Each fixture's background, made when first asked for, from the frames of its first
-    samples (``neardup.fixtures``); a fixture of few samples compares its own with those of
-    the fuller fixtures of its size."""
-
-    def __init__(self, stored: _Stored, fixture_of: list[fixtures.Fixture]):
-        self.stored = stored
-        self.counts: Counter[fixtures.Fixture] = Counter(fixture_of)
-        self.shots: dict[fixtures.Fixture, list[int]] = {}
-        for at, fixture in enumerate(fixture_of):
-            chosen = self.shots.setdefault(fixture, [])
-            if len(chosen) < fixtures.BACKGROUND_SHOTS:
-                chosen.append(at)
-        self.own: dict[fixtures.Fixture, np.ndarray | None] = {}
-        self.chosen: dict[fixtures.Fixture, np.ndarray | None] = {}
-
-    def _own(self, fixture: fixtures.Fixture) -> np.ndarray | None:
-        if fixture not in self.own:
-            frames = [frame for frame in map(self.stored.frame, self.shots[fixture])
-                      if frame is not None]
-            self.own[fixture] = hashing.fixture_median(frames) if frames else None
-        return self.own[fixture]
-
-    def of(self, fixture: fixtures.Fixture) -> np.ndarray | None:
-        if fixture not in self.chosen:
-            own = self._own(fixture)
-            choices = {fixture: own} if own is not None else {}
-            if own is not None and self.counts[fixture] < fixtures.FEW_SHOTS:
-                for other in self.counts:
-                    if other[1:3] == fixture[1:3] and self.counts[other] >= fixtures.FEW_SHOTS:
-                        background = self._own(other)
-                        if background is not None:
-                            choices[other] = background
-            self.chosen[fixture] = fixtures.borrowed(choices, self.counts).get(fixture)
-        return self.chosen[fixture]
-
-
-def _hashes(stored: _Stored, fixture_of: list[fixtures.Fixture], backgrounds: _Backgrounds,
-            indexed: bool, quiet: bool) -> tuple[np.ndarray, int]:
-    """(samples, 2) uint64: the part hashes of each sample, as the sample index holds them
-    (``indexed``: made by this algorithm), else made from its stored JPEG; and how many were
-    made.  A sample that cannot be read is marked failed."""
-    hashes = np.zeros((len(fixture_of), 2), np.uint64)
-    missing = []
-    for at, record in enumerate(stored.records):
-        if indexed and record.near is not None:
-            hashes[at] = int(record.near[0], 16), int(record.near[1], 16)
-        else:
-            missing.append(at)
-    if not missing:
-        return hashes, 0
-    progress = Progress(len(missing), 0, "img", "hash", quiet)
-    try:
-        for at in sorted(missing, key=lambda at: stored.records[at].shard):  # a shard at a time
-            frame, background = stored.frame(at), backgrounds.of(fixture_of[at])
-            if frame is not None and background is not None \
-                    and frame.shape == background.shape:
-                hashes[at] = hashing.part_hashes(frame, background)
-            else:
-                stored.failed[at] = True
-            progress.update(1)
-    finally:
-        progress.close()
-    return hashes, len(missing)
-
-
-class _Views:
-    """Part views (``hashing.part_view``) of the samples checked, the last VIEWS_KEPT kept:
-    the candidate pairs come sorted, so a sample's pairs are checked together."""
-
-    def __init__(self, stored: _Stored, fixture_of: list[fixtures.Fixture],
-                 backgrounds: _Backgrounds):
-        self.stored, self.fixture_of, self.backgrounds = stored, fixture_of, backgrounds
-        self.kept: OrderedDict[int, np.ndarray | None] = OrderedDict()
-
-    def of(self, at: int) -> np.ndarray | None:
-        if at in self.kept:
-            self.kept.move_to_end(at)
-            return self.kept[at]
-        frame = self.stored.frame(at)
-        background = self.backgrounds.of(self.fixture_of[at])
-        view = None
-        if frame is not None and background is not None and frame.shape == background.shape:
-            view = hashing.part_view(frame, background)
-        else:
-            self.stored.failed[at] = True
-        self.kept[at] = view
-        if len(self.kept) > VIEWS_KEPT:
-            self.kept.popitem(last=False)
-        return view
 
 
 def _clusters(records: list[SampleRecord], hashes: np.ndarray, failed: np.ndarray,

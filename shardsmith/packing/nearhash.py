@@ -51,7 +51,7 @@ def _get(line: Line, name: str) -> Any:
     return line.get(name) if isinstance(line, dict) else getattr(line, name)
 
 
-class _Lines:
+class SampleLines:
     """What the pass needs of each line, in the index's order: ~100 bytes a line (its key,
     numbers in arrays)."""
 
@@ -95,7 +95,7 @@ class NearHashes:
     """The hashes one run makes (``make``), then set into the lines (``attached``: the same
     lines in the same order, a position each)."""
 
-    def __init__(self, seen: _Lines | None = None, hashes: np.ndarray | None = None,
+    def __init__(self, seen: SampleLines | None = None, hashes: np.ndarray | None = None,
                  made: np.ndarray | None = None, digests: dict[int, str] | None = None):
         self.seen, self.hashes, self.made, self.digests = seen, hashes, made, digests or {}
         self.position = 0
@@ -103,19 +103,19 @@ class NearHashes:
     @classmethod
     def make(cls, lines: Iterable[Line], output: Path, fmt: str,
              shards: Iterable[ShardEntry], pool: WorkerPool, quiet: bool) -> NearHashes:
-        seen = _Lines()
+        seen = SampleLines()
         for line in lines:
             seen.add(line)
         touched = {seen.fixture[at] for at, against in enumerate(seen.against) if against < 0}
         if not touched:
             return cls()
         with PreviousJpegs(shard_format(fmt), output, shards) as jpegs:
-            backgrounds = _backgrounds(seen, touched, jpegs, pool)
+            grounds = backgrounds(seen, touched, jpegs, pool)
             digests = {number: fixtures.digest(background)
-                       for number, background in backgrounds.items()}
+                       for number, background in grounds.items()}
             wanted = [at for at, number in enumerate(seen.fixture)
                       if number in digests and seen.against[at] != int(digests[number], 16)]
-            hashes, made = _hashed(seen, wanted, backgrounds, jpegs, pool, quiet)
+            hashes, made = hashed(seen, wanted, grounds, jpegs, pool, quiet)
         return cls(seen, hashes, made, digests)
 
     def attached(self, lines: Iterable[Line]) -> Iterator[Line]:
@@ -138,7 +138,7 @@ class NearHashes:
                 else replace(line, near=near)
 
 
-def _backgrounds(seen: _Lines, touched: set[int], jpegs: PreviousJpegs,
+def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
                  pool: WorkerPool) -> dict[int, np.ndarray]:
     """The backgrounds of the touched fixtures, and of the fuller ones a touched fixture of
     few samples may borrow from (``fixtures.borrowed``)."""
@@ -160,10 +160,11 @@ def _backgrounds(seen: _Lines, touched: set[int], jpegs: PreviousJpegs,
     return {seen.fixtures[fixture]: background for fixture, background in backgrounds.items()}
 
 
-def _hashed(seen: _Lines, wanted: list[int], backgrounds: dict[int, np.ndarray],
-            jpegs: PreviousJpegs, pool: WorkerPool, quiet: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The part hashes of the ``wanted`` lines (uint64, a row a line), and which were made."""
-    chunks = _Chunks(seen, wanted, backgrounds, jpegs)
+def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],
+           jpegs: PreviousJpegs, pool: WorkerPool, quiet: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The part hashes of the ``wanted`` lines (uint64, a row a line) against their
+    fixtures' backgrounds (``grounds``, by fixture number), and which were made."""
+    chunks = _Chunks(seen, wanted, grounds, jpegs)
     hashes = np.zeros((len(seen.keys), 2), np.uint64)
     made = np.zeros(len(seen.keys), bool)
     progress = Progress(len(wanted), 0, "img", "hash", quiet)
@@ -183,7 +184,7 @@ class _Chunks(Sequence):
     """The hash tasks, CHUNK lines each: a task's JPEG bytes are read when the pool takes
     it, so what waits in memory is the pool's window of tasks."""
 
-    def __init__(self, seen: _Lines, wanted: list[int], backgrounds: dict[int, np.ndarray],
+    def __init__(self, seen: SampleLines, wanted: list[int], backgrounds: dict[int, np.ndarray],
                  jpegs: PreviousJpegs):
         self.seen, self.wanted, self.backgrounds, self.jpegs = seen, wanted, backgrounds, jpegs
 
@@ -200,7 +201,7 @@ class _Chunks(Sequence):
                 for at in self.lines(number)]
 
 
-def _jpeg(jpegs: PreviousJpegs, seen: _Lines, at: int) -> bytes | None:
+def _jpeg(jpegs: PreviousJpegs, seen: SampleLines, at: int) -> bytes | None:
     try:
         return jpegs.jpeg(seen.shard_of(at), seen.keys[at])
     except (ShardFormatError, OSError) as exc:
@@ -232,3 +233,64 @@ def _hash_task(work: list[tuple[bytes | None, np.ndarray]]) -> list[tuple[int, i
         results.append(None if frame is None or frame.shape != background.shape
                        else hashing.part_hashes(frame, background))
     return results
+
+
+def checked(seen: SampleLines, pairs: np.ndarray, grounds: dict[int, np.ndarray],
+            jpegs: PreviousJpegs, pool: WorkerPool, quiet: bool) -> tuple[np.ndarray, set[int]]:
+    """The check's score of each pair of lines (``hashing.check``; UNLIKE where a sample
+    cannot be read), and the lines that could not be read."""
+    chunks = _PairChunks(seen, pairs, grounds, jpegs)
+    scores = np.full(len(pairs), hashing.UNLIKE)
+    unreadable: set[int] = set()
+    progress = Progress(len(pairs), 0, "pair", "check", quiet)
+    try:
+        for number, (results, failed) in enumerate(pool.map_ordered(_check_task, chunks)):
+            start = number * CHUNK
+            scores[start : start + len(results)] = results
+            unreadable.update(chunks.samples(number)[at] for at in failed)
+            progress.update(len(results))
+    finally:
+        progress.close()
+    return scores, unreadable
+
+
+class _PairChunks(Sequence):
+    """The check tasks, CHUNK pairs each (sorted: a sample's pairs mostly in one task), with
+    the JPEG bytes and background of each sample they name, once."""
+
+    def __init__(self, seen: SampleLines, pairs: np.ndarray, grounds: dict[int, np.ndarray],
+                 jpegs: PreviousJpegs):
+        self.seen, self.pairs, self.grounds, self.jpegs = seen, pairs, grounds, jpegs
+
+    def samples(self, number: int) -> list[int]:
+        return list(dict.fromkeys(self.pairs[number * CHUNK : (number + 1) * CHUNK].ravel()
+                                  .tolist()))
+
+    def __len__(self) -> int:
+        return -(-len(self.pairs) // CHUNK)
+
+    def __getitem__(self, number: int) -> tuple[list, list[tuple[int, int]]]:  # type: ignore[override]
+        if not 0 <= number < len(self):
+            raise IndexError(number)
+        samples = self.samples(number)
+        local = {at: place for place, at in enumerate(samples)}
+        work = [(_jpeg(self.jpegs, self.seen, at), self.grounds[self.seen.fixture[at]])
+                for at in samples]
+        pairs = [(local[a], local[b])
+                 for a, b in self.pairs[number * CHUNK : (number + 1) * CHUNK].tolist()]
+        return work, pairs
+
+
+def _check_task(task: tuple[list[tuple[bytes | None, np.ndarray]], list[tuple[int, int]]]
+                ) -> tuple[list[float], list[int]]:
+    """The check's scores of pairs of samples (each from its JPEG bytes and background), and
+    the samples that could not be read (their pairs score UNLIKE)."""
+    work, pairs = task
+    views = []
+    for jpeg, background in work:
+        frame = _frame(jpeg)
+        views.append(None if frame is None or frame.shape != background.shape
+                     else hashing.part_view(frame, background))
+    scores = [hashing.UNLIKE if views[a] is None or views[b] is None
+              else hashing.check(views[a], views[b]) for a, b in pairs]
+    return scores, [at for at, view in enumerate(views) if view is None]
