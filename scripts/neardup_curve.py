@@ -117,8 +117,14 @@ def less_fixture(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
 
 
 def gradient(image: np.ndarray) -> np.ndarray:
-    """|d/dx| + |d/dy| with integer 3x3 Sobel kernels (``neardup.gradient``), in int64."""
-    return neardup.gradient(image.astype(np.int64))
+    """|d/dx| + |d/dy| with integer 3x3 Sobel kernels, edges replicated, in int64 (of any
+    integer image: ``neardup.gradient`` takes uint8)."""
+    padded = np.pad(image.astype(np.int64), 1, mode="edge")
+    gx = (padded[:-2, 2:] + 2 * padded[1:-1, 2:] + padded[2:, 2:]
+          - padded[:-2, :-2] - 2 * padded[1:-1, :-2] - padded[2:, :-2])
+    gy = (padded[2:, :-2] + 2 * padded[2:, 1:-1] + padded[2:, 2:]
+          - padded[:-2, :-2] - 2 * padded[:-2, 1:-1] - padded[:-2, 2:])
+    return np.abs(gx) + np.abs(gy)
 
 
 def part_centre(residual: np.ndarray) -> tuple[int, int]:

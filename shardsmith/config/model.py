@@ -223,7 +223,7 @@ class OutputConfig:
         comment="or a fixed number of samples per shard (takes precedence)")
     near_hashes: bool = setting(True, comment=(
         "hash each sample for shardsmith inspect --near-duplicates: the sample index",
-        "only, ~3 ms a sample of the pool's time (not part of the fingerprint)"))
+        "only, ~2 ms a sample of the pool's time (not part of the fingerprint)"))
     keep_changes: int = setting(30, comment=(
         "keep changes-vN.jsonl (what a version changed: shardsmith diff) for the",
         "last this many versions; 0 = none (not part of the fingerprint)"))
