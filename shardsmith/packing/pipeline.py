@@ -163,9 +163,6 @@ def _pack_scanned(
     execution = execute(delta, job, journal, state, pool)
     outcome = resolve(delta, state.rejects, state.sources, state.unchanged)
     done = _rewrite(job, outcome, execution)
-    manifest = replace(with_copies(version_manifest(job, outcome, execution, done),
-                                   execution),
-                       annotation_sources=job.notes.report)
     moved = done.moved
 
     def kept(observe: Callable | None) -> Iterator[SampleRecord]:
@@ -179,7 +176,10 @@ def _pack_scanned(
     if config.output.near_hashes:  # one more pass over the lines, before they are written
         near = NearHashes.make(itertools.chain(kept(None), packed()), output,
                                config.output.format, done.shards, pool, config.run.quiet)
-        manifest = replace(manifest, near_hash=nearhash.CURRENT)
+    manifest = replace(with_copies(version_manifest(job, outcome, execution, done),
+                                   execution),
+                       annotation_sources=job.notes.report,
+                       near_hash=nearhash.CURRENT if config.output.near_hashes else None)
     # What the version changed is recorded from the same two streams, as they are written.
     changes = ChangesRecorder(output, previous, manifest)
     samples = itertools.chain(
