@@ -305,7 +305,8 @@ def near_duplicates_section(found: NearDuplicates | str) -> str:
     leaking = [cluster for cluster in found.clusters if cluster.leakage]
     if not leaking:
         return page.section("near-duplicates", heading, [page.paragraph(
-            f"None: {found.candidates:,} pairs with a new sample checked.", muted=True)])
+            f"No new sample joins a cluster across splits ({found.candidates:,} pairs with a "
+            "new sample checked).", muted=True)])
     rows = []
     for cluster in leaking[:LISTED]:
         best = min(cluster.pairs, key=lambda pair: pair.score, default=None)
