@@ -9,13 +9,14 @@ and the clusters are the connected components of the pairs that pass, and of equ
 A cluster of more than ``hashing.DENSE_SIZE`` samples is reported as dense (a slow belt's
 frames chain into one), not as one part.
 
-Memory: the sample index's records (~0.5 KB a sample) and the pass's arrays; the fixtures'
-backgrounds (49 KB each).
+Memory: ~250 bytes a sample (its key, path and shard; numbers in arrays), the fixtures'
+backgrounds (49 KB each), and the clusters found.
 """
 
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..config import RunConfig, check_workers
 from ..dataset.formats import shard_format
-from ..dataset.manifest import SampleRecord, iter_sample_index, read_manifest
+from ..dataset.manifest import Manifest, iter_sample_index, read_manifest
 from ..errors import ConfigError
 from ..neardup import hashing, search
 from ..packing import nearhash
@@ -104,11 +105,8 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
                           f"{where} first and inspect the copy")
     path = Path(where)
     manifest = read_manifest(path)
-    records = list(iter_sample_index(path, manifest))
-    seen = nearhash.SampleLines()
-    for record in records:
-        seen.add(record)
-    hashes, have = _indexed(records, manifest.near_hash == nearhash.CURRENT)
+    samples = _Samples.read(path, manifest)
+    seen, hashes, have = samples.lines, samples.hashes, samples.have
     missing = np.flatnonzero(~have)
     run = RunConfig(workers=workers)
     check_workers(run)
@@ -126,7 +124,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
         pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
         if touching is not None:
-            new = np.array([record.key in touching for record in records], bool)
+            new = np.array([key in touching for key in seen.keys], bool)
             pairs = pairs[new[pairs].any(axis=1)]
         needed = {seen.fixture[at] for at in np.unique(pairs).tolist()} - grounds.keys()
         if needed:
@@ -137,24 +135,45 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     verified = [(first, second, _nearer(hashes[first], hashes[second]), float(score))
                 for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
                 if score <= threshold]
-    clusters = _clusters(records, hashes, failed, verified, touching)
-    return NearDuplicates(str(path), len(records), len(seen.fixtures), len(pairs),
+    clusters = _clusters(samples, failed, verified, touching)
+    return NearDuplicates(str(path), len(seen.keys), len(seen.fixtures), len(pairs),
                           tuple(clusters), distance, threshold,
-                          tuple(records[at].key for at in np.flatnonzero(failed)),
+                          tuple(seen.keys[at] for at in np.flatnonzero(failed)),
                           int(len(missing)))
 
 
-def _indexed(records: list[SampleRecord], current: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The hashes the sample index holds (uint64, a row a sample; ``current``: made by this
-    algorithm), and which samples have them."""
-    hashes = np.zeros((len(records), 2), np.uint64)
-    have = np.zeros(len(records), bool)
-    if current:
-        for at, record in enumerate(records):
-            if record.near is not None:
-                hashes[at] = int(record.near[0], 16), int(record.near[1], 16)
-                have[at] = True
-    return hashes, have
+class _Samples:
+    """What ``find`` keeps of each line of the sample index (~250 bytes a sample: its key,
+    path and shard, numbers in arrays), and the hashes it holds."""
+
+    def __init__(self) -> None:
+        self.lines = nearhash.SampleLines()
+        self.paths: list[str] = []
+        self.split_names: dict[str, int] = {}
+        self.split = array("i")
+        self.hashes = np.zeros((0, 2), np.uint64)
+        self.have = np.zeros(0, bool)
+
+    @classmethod
+    def read(cls, directory: Path, manifest: Manifest) -> _Samples:
+        """The lines of ``manifest``'s sample index, with the hashes it holds when they were
+        made by this algorithm."""
+        samples, current = cls(), manifest.near_hash == nearhash.CURRENT
+        hashes = array("Q")  # two a line
+        for record in iter_sample_index(directory, manifest):
+            samples.lines.add(record)
+            samples.paths.append(record.path)
+            samples.split.append(samples.split_names.setdefault(record.split,
+                                                                len(samples.split_names)))
+            near = record.near if current else None
+            hashes.extend((0, 0) if near is None else (int(near[0], 16), int(near[1], 16)))
+        samples.hashes = np.frombuffer(hashes, np.uint64).reshape(-1, 2).copy()
+        samples.have = samples.hashes.any(axis=1)
+        return samples
+
+    def member(self, at: int) -> Member:
+        return Member(self.lines.keys[at], self.paths[at],
+                      list(self.split_names)[self.split[at]], self.lines.shard_of(at))
 
 
 def _nearer(first: np.ndarray, second: np.ndarray) -> int:
@@ -162,18 +181,19 @@ def _nearer(first: np.ndarray, second: np.ndarray) -> int:
                .min())
 
 
-def _clusters(records: list[SampleRecord], hashes: np.ndarray, failed: np.ndarray,
+def _clusters(samples: _Samples, failed: np.ndarray,
               verified: Iterable[tuple[int, int, int, float]],
               touching: frozenset[str] | None = None) -> list[Cluster]:
     """Connected components of the verified pairs and of samples with equal hashes (the
     same image, whatever the check says), leakage first, then the largest; with
     ``touching``, those holding one of its keys."""
-    parent = list(range(len(records)))
+    count = len(samples.paths)
+    parent = np.arange(count)
 
     def root(item: int) -> int:
         while parent[item] != item:
             parent[item] = parent[parent[item]]
-            item = parent[item]
+            item = int(parent[item])
         return item
 
     def join(a: int, b: int) -> None:
@@ -182,38 +202,35 @@ def _clusters(records: list[SampleRecord], hashes: np.ndarray, failed: np.ndarra
             parent[max(a, b)] = min(a, b)
 
     readable = np.flatnonzero(~failed)
-    if len(readable):
-        _, first, group = np.unique(hashes[readable], axis=0, return_index=True,
+    if len(readable):  # equal hashes: joined to the first of them, in one sort
+        _, first, group = np.unique(samples.hashes[readable], axis=0, return_index=True,
                                     return_inverse=True)
-        for member, same in zip(readable.tolist(), readable[first[group.reshape(-1)]].tolist(),
-                                strict=True):
-            if member != same:
-                join(member, same)
+        same = readable[first[group.reshape(-1)]]
+        parent[readable] = np.minimum(parent[readable], same)
     verified = list(verified)
-    for first, second, _, _ in verified:
-        join(first, second)
-    members: dict[int, list[int]] = {}
-    for item in range(len(records)):
-        members.setdefault(root(item), []).append(item)
+    for first_item, second, _, _ in verified:
+        join(first_item, second)
+    roots = np.array([root(item) for item in range(count)], np.int64)
+    order = np.argsort(roots, kind="stable")
+    cuts = np.flatnonzero(np.diff(roots[order])) + 1
     by_root: dict[int, list[tuple[int, int, int, float]]] = {}
     for pair in verified:
         by_root.setdefault(root(pair[0]), []).append(pair)
+    keys = samples.lines.keys
     clusters = []
-    for top, items in members.items():
+    for items in np.split(order, cuts):
         if len(items) < 2 or touching is not None and \
-                not any(records[at].key in touching for at in items):
+                not any(keys[at] in touching for at in items.tolist()):
             continue
-        position = {item: number for number, item in enumerate(items)}
+        position = {item: number for number, item in enumerate(items.tolist())}
         clusters.append(Cluster(
-            tuple(Member(records[at].key, records[at].path, records[at].split, records[at].shard)
-                  for at in items),
+            tuple(samples.member(at) for at in items.tolist()),
             tuple(Pair(position[a], position[b], near, round(score, 3))
-                  for a, b, near, score in by_root.get(top, ())),
+                  for a, b, near, score in by_root.get(int(roots[items[0]]), ())),
             len(items) > hashing.DENSE_SIZE))
     clusters.sort(key=lambda cluster: (not cluster.leakage, -len(cluster.members),
                                        cluster.members[0].key))
     return clusters
-
 
 
 CLUSTERS_SHOWN = 20  # clusters the text lists (--json has every one)
