@@ -461,7 +461,7 @@ def inspect(command: InspectCommand) -> None:
         from .insight.near_duplicates import find, near_duplicates_json, near_duplicates_text
 
         found = find(dataset, distance=command.distance, quiet=command.as_json,
-                     workers=command.workers)
+                     workers=command.workers, split=command.split)
         _echo(json.dumps(near_duplicates_json(found), indent=1) if command.as_json
               else near_duplicates_text(found))
         return

@@ -136,3 +136,20 @@ def test_the_sheet_draws_each_cluster_the_same_twice(dataset: Path, tmp_path: Pa
         assert rows == min(len(report["clusters"]), 24)
         pixels = np.asarray(sheet.convert("L"))
     assert pixels[28 + 40 + 22 + 20 : 28 + 40 + 22 + 140, 28 + 20 : 28 + 140].std() > 10
+
+
+def test_a_split_shows_the_clusters_holding_one_of_its_samples(dataset: Path) -> None:
+    every = json.loads(_run("inspect", dataset, "--near-duplicates", "--json")[1])
+    code, output = _run("inspect", dataset, "--near-duplicates", "--json", "--split", "val")
+    assert code == 0, output
+    shown = json.loads(output)
+    assert all("val" in cluster["splits"] for cluster in shown["clusters"])
+
+    def clustered_val(report: dict) -> set[str]:  # only pairs with a val sample are checked:
+        return {sample["path"] for cluster in report["clusters"]  # val's are all there
+                for sample in cluster["samples"] if sample["split"] == "val"}
+
+    assert clustered_val(shown) == clustered_val(every) != set()
+    assert 0 < shown["pairs_checked"] < every["pairs_checked"]
+    code, output = _run("inspect", dataset, "--near-duplicates", "--split", "nope")
+    assert code == 2 and "no split 'nope'" in output

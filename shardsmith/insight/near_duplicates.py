@@ -33,6 +33,7 @@ from ..packing.jpegcopy import PreviousJpegs
 from ..packing.parallel import WorkerPool
 from ..storage import is_url, location
 from ..text import plural, printable
+from .census import require_split
 
 log = logging.getLogger(__name__)
 
@@ -93,18 +94,19 @@ class NearDuplicates:
 def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
          threshold: float = hashing.DEFAULT_THRESHOLD, cap: int = hashing.DEFAULT_CAP,
          quiet: bool = True, touching: frozenset[str] | None = None,
-         workers: int = 0) -> NearDuplicates:
+         workers: int = 0, split: str | None = None) -> NearDuplicates:
     """The near-duplicate clusters of the dataset in ``directory``: the hashes its sample
     index holds (made from its stored samples where it holds none), the candidate pairs
     checked on its stored samples by ``workers`` processes (0: a core each).  ``touching``:
     only the pairs with a sample of these keys are checked (a version's new samples: what
-    the nightly report shows)."""
+    the nightly report shows); ``split``: only those with a sample of that split."""
     where = location(directory)
     if is_url(where):
         raise ConfigError("--near-duplicates reads the shards of a dataset on disk: stage "
                           f"{where} first and inspect the copy")
     path = Path(where)
     manifest = read_manifest(path)
+    require_split(manifest, split)
     samples = _Samples.read(path, manifest)
     seen, hashes, have = samples.lines, samples.hashes, samples.have
     missing = np.flatnonzero(~have)
@@ -123,9 +125,9 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         readable = np.flatnonzero(have)
         index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
         pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
-        if touching is not None:
-            new = np.array([key in touching for key in seen.keys], bool)
-            pairs = pairs[new[pairs].any(axis=1)]
+        focus = samples.focus(touching, split)
+        if focus is not None:
+            pairs = pairs[focus[pairs].any(axis=1)]
         needed = {seen.fixture[at] for at in np.unique(pairs).tolist()} - grounds.keys()
         if needed:
             grounds |= nearhash.backgrounds(seen, needed, jpegs, pool)
@@ -135,7 +137,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     verified = [(first, second, _nearer(hashes[first], hashes[second]), float(score))
                 for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
                 if score <= threshold]
-    clusters = _clusters(samples, failed, verified, touching)
+    clusters = _clusters(samples, failed, verified, focus)
     return NearDuplicates(str(path), len(seen.keys), len(seen.fixtures), len(pairs),
                           tuple(clusters), distance, threshold,
                           tuple(seen.keys[at] for at in np.flatnonzero(failed)),
@@ -171,6 +173,17 @@ class _Samples:
         samples.have = samples.hashes.any(axis=1)
         return samples
 
+    def focus(self, touching: frozenset[str] | None, split: str | None) -> np.ndarray | None:
+        """The samples of these keys and of this split (None: every sample)."""
+        if touching is None and split is None:
+            return None
+        mask = np.ones(len(self.paths), bool)
+        if touching is not None:
+            mask &= np.array([key in touching for key in self.lines.keys], bool)
+        if split is not None:
+            mask &= np.frombuffer(self.split, np.int32) == self.split_names.get(split, -1)
+        return mask
+
     def member(self, at: int) -> Member:
         return Member(self.lines.keys[at], self.paths[at],
                       list(self.split_names)[self.split[at]], self.lines.shard_of(at))
@@ -183,10 +196,10 @@ def _nearer(first: np.ndarray, second: np.ndarray) -> int:
 
 def _clusters(samples: _Samples, failed: np.ndarray,
               verified: Iterable[tuple[int, int, int, float]],
-              touching: frozenset[str] | None = None) -> list[Cluster]:
+              focus: np.ndarray | None = None) -> list[Cluster]:
     """Connected components of the verified pairs and of samples with equal hashes (the
-    same image, whatever the check says), leakage first, then the largest; with
-    ``touching``, those holding one of its keys."""
+    same image, whatever the check says), leakage first, then the largest; with ``focus``
+    (a mask of the samples), those holding one of them."""
     count = len(samples.paths)
     parent = np.arange(count)
 
@@ -216,11 +229,9 @@ def _clusters(samples: _Samples, failed: np.ndarray,
     by_root: dict[int, list[tuple[int, int, int, float]]] = {}
     for pair in verified:
         by_root.setdefault(root(pair[0]), []).append(pair)
-    keys = samples.lines.keys
     clusters = []
     for items in np.split(order, cuts):
-        if len(items) < 2 or touching is not None and \
-                not any(keys[at] in touching for at in items.tolist()):
+        if len(items) < 2 or focus is not None and not focus[items].any():
             continue
         position = {item: number for number, item in enumerate(items.tolist())}
         clusters.append(Cluster(
