@@ -67,6 +67,7 @@ demo: $(CORE)  ## generate a small image tree, pack, stage, verify; then what to
 	@echo "  $(BIN)/shardsmith inspect $(DEMO)/shards                    # classes x splits, rejects, duplicates"
 	@echo "  $(BIN)/shardsmith sheet $(DEMO)/shards -o $(DEMO)/sheet.png --source $(DEMO)/source  # a contact sheet"
 	@echo "  $(BIN)/shardsmith inspect $(DEMO)/shards --quality 12 --source $(DEMO)/source  # PSNR and SSIM per class"
+	@echo "  $(BIN)/shardsmith inspect $(DEMO)/shards --near-duplicates   # the same part shot twice, across splits first"
 	@echo "  $(BIN)/shardsmith log $(DEMO)/shards                        # the dataset's versions"
 	@echo "  $(BIN)/shardsmith init-config > job.yaml                     # your own job: edit its paths, then"
 	@echo "  $(BIN)/shardsmith pack --config job.yaml"

@@ -82,8 +82,9 @@ def test_make_demo_installs_only_the_core_package_and_ends_with_what_to_try(tmp_
     installs = [line for line in commands.splitlines() if "pip install" in line]
     assert any(line.endswith("pip install --quiet -e .") for line in installs)
     assert not any("[dev]" in line or "[test]" in line or "torch" in line for line in installs)
-    tail = commands.splitlines()[-7:]
-    assert "Next, try:" in tail[0]
+    lines = commands.splitlines()
+    tail = lines[next(at for at, line in enumerate(lines) if "Next, try:" in line):]
+    assert len(tail) <= 9
     assert any("shardsmith inspect" in line for line in tail)
     assert any("shardsmith sheet" in line for line in tail)
     tests = make("-n", "test", f"VENV={tmp_path / 'venv'}")
