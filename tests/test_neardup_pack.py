@@ -170,3 +170,22 @@ def test_the_report_of_a_dataset_without_hashes_says_so_in_one_line(tmp_path: Pa
                                          "webdataset", hashes=False))[0] == 0
     assert _run("report", out, "-o", tmp_path / "report.html")[0] == 0
     assert "holds no near-duplicate hashes" in _section((tmp_path / "report.html").read_text())
+
+
+def test_hashes_of_another_version_are_made_again_not_kept(tmp_path: Path) -> None:
+    source, out = _tree(tmp_path / "src", 12), tmp_path / "out"
+    job = _job(tmp_path, source, out, "webdataset")
+    assert _run("pack", "--config", job)[0] == 0
+    made = {key: line["near"] for key, line in _lines(out).items()}
+    manifest = _manifest(out)  # as a later (or forged) release would leave it
+    index = out / manifest["samples_index"]["name"]
+    lines = [json.loads(line) | {"near": ["0" * 16, "0" * 16, "0" * 8]}
+             for line in index.read_text().splitlines()]
+    data = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
+    index.write_bytes(data)
+    manifest["samples_index"] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest["near_hash"]["version"] = hashing.VERSION + 1
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert _run("pack", "--config", job)[0] == 0
+    assert _manifest(out)["near_hash"]["version"] == hashing.VERSION
+    assert {key: line["near"] for key, line in _lines(out).items()} == made

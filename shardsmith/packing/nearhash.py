@@ -66,7 +66,9 @@ class SampleLines:
         self.shots: list[list[int]] = []  # each fixture's first lines
         self.counts: list[int] = []
 
-    def add(self, line: Line) -> None:
+    def add(self, line: Line, trusted: bool = True) -> None:
+        """One more line; ``trusted``: its ``near``, if any, is of this algorithm (else it is
+        made again)."""
         at, key = len(self.keys), _get(line, "key")
         fixture = fixtures.fixture_of(_get(line, "path"), _get(line, "width"),
                                       _get(line, "height"), key)
@@ -77,7 +79,7 @@ class SampleLines:
         if len(self.shots[place]) < fixtures.BACKGROUND_SHOTS:
             self.shots[place].append(at)
         self.counts[place] += 1
-        near = _get(line, "near")
+        near = _get(line, "near") if trusted else None
         self.keys.append(key)
         shard = _get(line, "shard")
         number = self.shard_numbers.setdefault(shard, len(self.shard_numbers))
@@ -102,10 +104,14 @@ class NearHashes:
 
     @classmethod
     def make(cls, lines: Iterable[Line], output: Path, fmt: str,
-             shards: Iterable[ShardEntry], pool: WorkerPool, quiet: bool) -> NearHashes:
+             shards: Iterable[ShardEntry], pool: WorkerPool, quiet: bool,
+             trusted: bool) -> NearHashes:
+        """The hashes ``lines`` lack, from the JPEG bytes in ``shards``; ``trusted``: the
+        hashes the lines hold are of this algorithm (the previous manifest's ``near_hash``
+        says so), else every line is hashed again."""
         seen = SampleLines()
         for line in lines:
-            seen.add(line)
+            seen.add(line, trusted)
         touched = {seen.fixture[at] for at, against in enumerate(seen.against) if against < 0}
         if not touched:
             return cls()
