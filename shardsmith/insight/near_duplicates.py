@@ -131,9 +131,13 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         needed = {seen.fixture[at] for at in np.unique(pairs).tolist()} - grounds.keys()
         if needed:
             grounds |= nearhash.backgrounds(seen, needed, jpegs, pool)
+        grounded = np.array([number in grounds for number in seen.fixture], bool)
+        # a sample of a fixture none of whose first samples reads: named, its pairs dropped
+        without = np.unique(pairs[~grounded[pairs]]) if len(pairs) else pairs.ravel()
+        pairs = pairs[grounded[pairs].all(axis=1)] if len(pairs) else pairs
         scores, unreadable = nearhash.checked(seen, pairs, grounds, jpegs, pool, quiet)
     failed = ~have
-    failed[list(unreadable)] = True
+    failed[list(unreadable) + without.tolist()] = True
     verified = [(first, second, _nearer(hashes[first], hashes[second]), float(score))
                 for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
                 if score <= threshold]
@@ -145,7 +149,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
 
 
 class _Samples:
-    """What ``find`` keeps of each line of the sample index (~250 bytes a sample: its key,
+    """What ``find`` keeps of each line of the sample index (~210 bytes a sample: its key,
     path and shard, numbers in arrays), and the hashes it holds."""
 
     def __init__(self) -> None:

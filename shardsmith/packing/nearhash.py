@@ -16,7 +16,7 @@ samples were only removed keeps the background its hashes were made against.
 The driver reads the JPEG bytes (the shards were just written: the page cache holds them) and
 the pool hashes them, a task of ``CHUNK`` samples, results in order; a sample whose bytes
 cannot be read or decoded keeps no hash, with a warning (``inspect`` tries it again and names
-it).  Memory in the driver: ~120 bytes a line (its key, and numbers in arrays) until the
+it).  Memory in the driver: ~110 bytes a line (its key, and numbers in arrays) until the
 index is written.
 """
 
@@ -52,7 +52,7 @@ def _get(line: Line, name: str) -> Any:
 
 
 class SampleLines:
-    """What the pass needs of each line, in the index's order: ~100 bytes a line (its key,
+    """What the pass needs of each line, in the index's order: ~110 bytes a line (its key,
     numbers in arrays)."""
 
     def __init__(self) -> None:
