@@ -1,0 +1,50 @@
+"""Near-duplicates against a hostile dataset: a damaged shard is read once, not once a sample,
+and what cannot be read is named and counted as such."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from test_neardup_pack import _job, _lines, _manifest, _run, _tree
+
+from shardsmith.dataset.formats import FORMATS
+from shardsmith.insight import near_duplicates
+
+
+def _forge(out: Path, near: object, near_hash: object) -> None:
+    """Every line's ``near`` and the manifest's ``near_hash`` replaced, the sums made to fit."""
+    manifest = _manifest(out)
+    index = out / manifest["samples_index"]["name"]
+    lines = [line | {"near": near} for line in _lines(out).values()]
+    data = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
+    index.write_bytes(data)
+    manifest["samples_index"] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (out / "manifest.json").write_text(json.dumps(manifest | {"near_hash": near_hash}))
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_a_truncated_shard_is_read_once_and_its_samples_named(
+        tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    assert _run("pack", "--config", _job(tmp_path, _tree(tmp_path / "src", 24), out, fmt))[0] == 0
+    _forge(out, None, None)  # no hashes: inspect makes them, reading every sample
+    shard = max((path for path in out.iterdir() if path.suffix in (".tar", ".tfrecord")),
+                key=lambda path: path.stat().st_size)
+    with shard.open("r+b") as handle:
+        handle.truncate(shard.stat().st_size - 600)
+    reads: list[str] = []
+    records = FORMATS[fmt].records
+
+    def counted(self: object, path: Path, size: int):  # noqa: ANN202 (a generator)
+        reads.append(path.name)
+        return records(self, path, size)
+
+    monkeypatch.setattr(FORMATS[fmt], "records", counted)
+    found = near_duplicates.find(out, workers=1)
+    keys = {json.loads(line)["key"] for line in (out / "samples-v1.jsonl").read_text()
+            .splitlines() if json.loads(line)["shard"] == shard.name}
+    assert reads.count(shard.name) == 1
+    assert set(found.unreadable) == keys
