@@ -26,7 +26,7 @@ def _forge(out: Path, near: object, near_hash: object) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
-def test_a_truncated_shard_is_read_once_and_its_samples_named(
+def test_a_truncated_shard_is_read_once_and_its_samples_named_not_counted_as_hashed(
         tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
     assert _run("pack", "--config", _job(tmp_path, _tree(tmp_path / "src", 24), out, fmt))[0] == 0
@@ -48,3 +48,4 @@ def test_a_truncated_shard_is_read_once_and_its_samples_named(
             .splitlines() if json.loads(line)["shard"] == shard.name}
     assert reads.count(shard.name) == 1
     assert set(found.unreadable) == keys
+    assert found.made == found.samples - len(keys)

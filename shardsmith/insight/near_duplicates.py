@@ -110,6 +110,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     samples = _Samples.read(path, manifest)
     seen, hashes, have = samples.lines, samples.hashes, samples.have
     missing = np.flatnonzero(~have)
+    made_count = 0
     run = RunConfig(workers=workers)
     check_workers(run)
     with WorkerPool(run) as pool, \
@@ -122,6 +123,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
                 seen, [at for at in missing.tolist() if seen.fixture[at] in grounds], grounds,
                 jpegs, pool, quiet)
             hashes[made], have = made_hashes[made], have | made
+            made_count = int(made.sum())
         readable = np.flatnonzero(have)
         index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
         pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
@@ -144,8 +146,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     clusters = _clusters(samples, failed, verified, focus)
     return NearDuplicates(str(path), len(seen.keys), len(seen.fixtures), len(pairs),
                           tuple(clusters), distance, threshold,
-                          tuple(seen.keys[at] for at in np.flatnonzero(failed)),
-                          int(len(missing)))
+                          tuple(seen.keys[at] for at in np.flatnonzero(failed)), made_count)
 
 
 class _Samples:
