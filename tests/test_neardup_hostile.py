@@ -49,3 +49,28 @@ def test_a_truncated_shard_is_read_once_and_its_samples_named_not_counted_as_has
     assert reads.count(shard.name) == 1
     assert set(found.unreadable) == keys
     assert found.made == found.samples - len(keys)
+
+
+def test_strips_too_thin_to_show_a_part_get_no_hash_and_join_no_cluster(
+        tmp_path: Path) -> None:
+    import cv2
+    import numpy as np
+    from test_neardup_inspect import _originals
+
+    source, out = tmp_path / "src", tmp_path / "out"
+    parts = [jpeg for path, (jpeg, _) in _originals().items() if path.startswith("fixture0/")]
+    for height in (2, 64):
+        (source / f"h{height}").mkdir(parents=True)
+        for number, jpeg in enumerate(parts):
+            image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+            strip = cv2.resize(image, (256, height), interpolation=cv2.INTER_AREA)
+            cv2.imwrite(str(source / f"h{height}" / f"p{number:03d}.jpg"), strip)
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset"))[0] == 0
+    lines = [json.loads(line) for line in (out / "samples-v1.jsonl").read_text().splitlines()]
+    assert {line["path"].split("/")[0] for line in lines if "near" in line} == {"h64"}
+    code, output = _run("inspect", out, "--near-duplicates", "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    assert all(sample["path"].startswith("h64/") for cluster in report["clusters"]
+               for sample in cluster["samples"])
+    assert len(report["unreadable"]) == len(parts)

@@ -87,7 +87,7 @@ class NearDuplicates:
     clusters: tuple[Cluster, ...]
     distance: int
     threshold: float
-    unreadable: tuple[str, ...]  # keys whose stored JPEG could not be read or decoded
+    unreadable: tuple[str, ...]  # keys whose stored JPEG could not be read, decoded or hashed
     made: int = 0  # hashes made from the stored samples (the sample index had none)
 
 
@@ -269,8 +269,9 @@ def near_duplicates_text(found: NearDuplicates) -> str:
                      "sample index holds none for them (a dataset of an older release, or "
                      "output.near_hashes: false); the next pack stores them")
     if found.unreadable:
-        lines.append(f"{plural(len(found.unreadable), 'sample')} could not be read and were "
-                     f"left out (shardsmith verify --decode): {', '.join(found.unreadable[:3])}"
+        lines.append(f"{plural(len(found.unreadable), 'sample')} could not be read (shardsmith "
+                     f"verify --decode) or are under {hashing.MIN_SIDE} px on the short side at "
+                     f"{hashing.FRAME} px, left out: {', '.join(found.unreadable[:3])}"
                      + (", ..." if len(found.unreadable) > 3 else ""))
     for cluster in clusters[:CLUSTERS_SHOWN]:
         kind = "leakage" if cluster.leakage else "one split"
