@@ -130,6 +130,12 @@ class NearHashes:
         if removed is not None:
             touched |= {seen.fixtures[fixture] for fixture in removed.fixtures
                         if fixture in seen.fixtures}
+        # a fixture of few samples may borrow a fuller one's background: when that one's
+        # changes, it may borrow another, or the new one (``fixtures.borrowed``)
+        sizes = {fixture[1:3] for fixture, number in seen.fixtures.items()
+                 if number in touched and seen.counts[number] >= fixtures.FEW_SHOTS}
+        touched |= {number for fixture, number in seen.fixtures.items()
+                    if fixture[1:3] in sizes and seen.counts[number] < fixtures.FEW_SHOTS}
         if not touched:
             return cls()
         with PreviousJpegs(shard_format(fmt), output, shards) as jpegs:
