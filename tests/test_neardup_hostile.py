@@ -1,17 +1,22 @@
 """Near-duplicates against a hostile dataset: a damaged shard is read once, not once a sample,
-and what cannot be read is named and counted as such."""
+and what cannot be read is named and counted as such; a strip too thin to show a part gets no
+hash; a pack to a bucket stores the hashes a local pack makes, night after night."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from hostile_helpers import cli
 from test_neardup_pack import _job, _lines, _manifest, _run, _tree
 
 from shardsmith.dataset.formats import FORMATS
 from shardsmith.insight import near_duplicates
+
+pytest_plugins = ("s3server",)  # its fixtures: s3, fault_proxy, s3_server
 
 
 def _forge(out: Path, near: object, near_hash: object) -> None:
@@ -74,3 +79,33 @@ def test_strips_too_thin_to_show_a_part_get_no_hash_and_join_no_cluster(
     assert all(sample["path"].startswith("h64/") for cluster in report["clusters"]
                for sample in cluster["samples"])
     assert len(report["unreadable"]) == len(parts)
+
+
+def _hashes(read) -> tuple[object, dict[str, list[str]]]:  # noqa: ANN001 (name -> bytes)
+    manifest = json.loads(read("manifest.json"))
+    lines = read(manifest["samples_index"]["name"]).decode().splitlines()
+    return manifest["near_hash"], {json.loads(line)["key"]: json.loads(line)["near"]
+                                   for line in lines}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_bucket_holds_the_hashes_of_a_local_pack_after_each_night_and_is_not_inspected(
+        tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "spool"))
+    args = ("--size", "256", "--split", "train=0.5,val=0.5", "--workers", "2", "--quiet")
+    source, local = _tree(tmp_path / "src", 30), tmp_path / "local"
+    for night in ("first", "new shots and a re-exported folder", "one shot removed"):
+        if night.startswith("new"):
+            _tree(source)
+        elif night.startswith("one"):
+            sorted((source / "fixture0").iterdir())[0].unlink()
+        result = cli("pack", source, f"{s3.url}/ds", *args)
+        assert result.exit_code == 0, result.output
+        shutil.rmtree(local, ignore_errors=True)
+        assert cli("pack", source, local, *args).exit_code == 0
+        assert _hashes(lambda name: s3.fs.cat_file(f"{s3.name}/ds/{name}")) == \
+            _hashes(lambda name: (local / name).read_bytes()), night
+    result = cli("inspect", f"{s3.url}/ds", "--near-duplicates")
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and "stage" in result.output
