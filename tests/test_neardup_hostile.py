@@ -109,3 +109,16 @@ def test_a_bucket_holds_the_hashes_of_a_local_pack_after_each_night_and_is_not_i
     result = cli("inspect", f"{s3.url}/ds", "--near-duplicates")
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1 and "stage" in result.output
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_a_dataset_whose_every_shard_is_gone_names_its_samples_not_a_traceback(
+        tmp_path: Path, fmt: str) -> None:
+    out = tmp_path / "out"
+    assert _run("pack", "--config", _job(tmp_path, _tree(tmp_path / "src", 12), out, fmt))[0] == 0
+    for shard in [*out.glob("*.tar"), *out.glob("*.tfrecord")]:
+        shard.unlink()  # the hashes stay in the index; no fixture's background can be made
+    code, output = _run("inspect", out, "--near-duplicates", "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    assert len(report["unreadable"]) == 12 and report["clusters"] == []
