@@ -189,3 +189,30 @@ def test_hashes_of_another_version_are_made_again_not_kept(tmp_path: Path) -> No
     assert _run("pack", "--config", job)[0] == 0
     assert _manifest(out)["near_hash"]["version"] == hashing.VERSION
     assert {key: line["near"] for key, line in _lines(out).items()} == made
+
+
+def test_a_fixture_that_lost_samples_hashes_as_a_fresh_pack_of_the_originals_left(
+        tmp_path: Path) -> None:
+    source, out, fresh = _tree(tmp_path / "src", 30), tmp_path / "out", tmp_path / "fresh"
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset"))[0] == 0
+    before = _lines(out)
+    next(iter(sorted((source / "fixture0").iterdir()))).unlink()
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset"))[0] == 0
+    assert _run("pack", "--config", _job(tmp_path, source, fresh, "webdataset"))[0] == 0
+    after = {key: line["near"] for key, line in _lines(out).items()}
+    assert after == {key: line["near"] for key, line in _lines(fresh).items()}
+    assert all(after[key][2] != before[key]["near"][2] for key in after)  # a new background
+
+
+def test_a_folder_of_few_samples_borrows_the_new_background_of_the_fixture_that_grew(
+        tmp_path: Path) -> None:
+    source, out, fresh = _tree(tmp_path / "src"), tmp_path / "out", tmp_path / "fresh"
+    for path in sorted((source / "fixture0").iterdir())[-8:]:
+        path.unlink()  # the re-exported folder (12 samples) borrows this fixture's background
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset"))[0] == 0
+    _tree(source)  # the fixture grows; the re-exported folder does not change
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset"))[0] == 0
+    assert _run("pack", "--config", _job(tmp_path, source, fresh, "webdataset"))[0] == 0
+    after = {key: line["near"] for key, line in _lines(out).items()}
+    assert after == {key: line["near"] for key, line in _lines(fresh).items()}
+    assert len({near[2] for near in after.values()}) == 1  # one background, borrowed

@@ -87,7 +87,7 @@ class NearDuplicates:
     clusters: tuple[Cluster, ...]
     distance: int
     threshold: float
-    unreadable: tuple[str, ...]  # keys whose stored JPEG could not be read or decoded
+    unreadable: tuple[str, ...]  # keys whose stored JPEG could not be read, decoded or hashed
     made: int = 0  # hashes made from the stored samples (the sample index had none)
 
 
@@ -110,6 +110,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     samples = _Samples.read(path, manifest)
     seen, hashes, have = samples.lines, samples.hashes, samples.have
     missing = np.flatnonzero(~have)
+    made_count = 0
     run = RunConfig(workers=workers)
     check_workers(run)
     with WorkerPool(run) as pool, \
@@ -122,6 +123,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
                 seen, [at for at in missing.tolist() if seen.fixture[at] in grounds], grounds,
                 jpegs, pool, quiet)
             hashes[made], have = made_hashes[made], have | made
+            made_count = int(made.sum())
         readable = np.flatnonzero(have)
         index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
         pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
@@ -144,8 +146,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     clusters = _clusters(samples, failed, verified, focus)
     return NearDuplicates(str(path), len(seen.keys), len(seen.fixtures), len(pairs),
                           tuple(clusters), distance, threshold,
-                          tuple(seen.keys[at] for at in np.flatnonzero(failed)),
-                          int(len(missing)))
+                          tuple(seen.keys[at] for at in np.flatnonzero(failed)), made_count)
 
 
 class _Samples:
@@ -268,8 +269,9 @@ def near_duplicates_text(found: NearDuplicates) -> str:
                      "sample index holds none for them (a dataset of an older release, or "
                      "output.near_hashes: false); the next pack stores them")
     if found.unreadable:
-        lines.append(f"{plural(len(found.unreadable), 'sample')} could not be read and were "
-                     f"left out (shardsmith verify --decode): {', '.join(found.unreadable[:3])}"
+        lines.append(f"{plural(len(found.unreadable), 'sample')} could not be read (shardsmith "
+                     f"verify --decode) or are under {hashing.MIN_SIDE} px on the short side at "
+                     f"{hashing.FRAME} px, left out: {', '.join(found.unreadable[:3])}"
                      + (", ..." if len(found.unreadable) > 3 else ""))
     for cluster in clusters[:CLUSTERS_SHOWN]:
         kind = "leakage" if cluster.leakage else "one split"

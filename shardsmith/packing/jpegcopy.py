@@ -40,6 +40,9 @@ class PreviousJpegs:
         self.fmt, self.output, self.keep = fmt, output, keep
         self.sizes = {shard.name: shard.bytes for shard in shards}
         self._open: OrderedDict[str, tuple[OpenFile, dict[str, Place]]] = OrderedDict()
+        # A shard that could not be located stays so: reading it again for each of its
+        # samples made a truncated 15 MB shard of 1,920 samples take 5 minutes, not 9 s.
+        self._broken: dict[str, str] = {}
 
     def jpeg(self, shard: str, key: str) -> bytes:
         """The JPEG bytes of sample ``key`` in ``shard``.  Raises ShardFormatError when the
@@ -60,16 +63,23 @@ class PreviousJpegs:
         if found is not None:
             self._open.move_to_end(shard)
             return found
+        if shard in self._broken:
+            raise ShardFormatError(self._broken[shard])
         size = self.sizes.get(shard)
         if size is None:
             raise ShardFormatError(f"{shard} is not a shard of the previous version")
         path = self.output / shard
-        places = {record.key: (offset, len(record.data), record.members)
-                  for offset, record in self.fmt.records(path, size)}
-        handle = open_shard(path)
+        try:
+            places = {record.key: (offset, len(record.data), record.members)
+                      for offset, record in self.fmt.records(path, size)}
+            handle = open_shard(path)
+        except (ShardFormatError, OSError) as exc:
+            self._broken[shard] = str(exc)
+            raise
         if handle.size < size:
             handle.close()
-            raise ShardFormatError(f"{shard} is shorter than the manifest says")
+            self._broken[shard] = f"{shard} is shorter than the manifest says"
+            raise ShardFormatError(self._broken[shard])
         self._open[shard] = (handle, places)
         while len(self._open) > self.keep:
             _, (oldest, _) = self._open.popitem(last=False)

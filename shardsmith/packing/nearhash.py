@@ -10,8 +10,8 @@ what a pack would have made).
 
 What is hashed: every line without a hash, and every line of a fixture whose background this
 run makes and which differs from the one its hash was made against (a fixture of under
-``BACKGROUND_SHOTS`` samples that grew; one whose first samples changed).  A fixture whose
-samples were only removed keeps the background its hashes were made against.
+``BACKGROUND_SHOTS`` samples that grew or lost samples; one whose first samples changed), so
+that a version's hashes are those a fresh pack of its originals makes.
 
 The driver reads the JPEG bytes (the shards were just written: the page cache holds them) and
 the pool hashes them, a task of ``CHUNK`` samples, results in order; a sample whose bytes
@@ -93,6 +93,19 @@ class SampleLines:
         return self.shard_names[self.shard[at]]
 
 
+class Removed:
+    """The fixtures that lose samples in this version: an observer of the previous version's
+    lines as they are read (``incremental.kept_samples``)."""
+
+    def __init__(self) -> None:
+        self.fixtures: set[fixtures.Fixture] = set()
+
+    def __call__(self, record: SampleRecord, leaves: bool) -> None:
+        if leaves:
+            self.fixtures.add(fixtures.fixture_of(record.path, record.width, record.height,
+                                                  record.key))
+
+
 class NearHashes:
     """The hashes one run makes (``make``), then set into the lines (``attached``: the same
     lines in the same order, a position each)."""
@@ -105,14 +118,24 @@ class NearHashes:
     @classmethod
     def make(cls, lines: Iterable[Line], output: Path, fmt: str,
              shards: Iterable[ShardEntry], pool: WorkerPool, quiet: bool,
-             trusted: bool) -> NearHashes:
+             trusted: bool, removed: Removed | None = None) -> NearHashes:
         """The hashes ``lines`` lack, from the JPEG bytes in ``shards``; ``trusted``: the
         hashes the lines hold are of this algorithm (the previous manifest's ``near_hash``
-        says so), else every line is hashed again."""
+        says so), else every line is hashed again.  A fixture that lost samples (``removed``,
+        filled as ``lines`` are read) has its background made again."""
         seen = SampleLines()
         for line in lines:
             seen.add(line, trusted)
         touched = {seen.fixture[at] for at, against in enumerate(seen.against) if against < 0}
+        if removed is not None:
+            touched |= {seen.fixtures[fixture] for fixture in removed.fixtures
+                        if fixture in seen.fixtures}
+        # a fixture of few samples may borrow a fuller one's background: when that one's
+        # changes, it may borrow another, or the new one (``fixtures.borrowed``)
+        sizes = {fixture[1:3] for fixture, number in seen.fixtures.items()
+                 if number in touched and seen.counts[number] >= fixtures.FEW_SHOTS}
+        touched |= {number for fixture, number in seen.fixtures.items()
+                    if fixture[1:3] in sizes and seen.counts[number] < fixtures.FEW_SHOTS}
         if not touched:
             return cls()
         with PreviousJpegs(shard_format(fmt), output, shards) as jpegs:

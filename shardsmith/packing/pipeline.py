@@ -174,9 +174,11 @@ def _pack_scanned(
 
     near = NearHashes()
     if config.output.near_hashes:  # one more pass over the lines, before they are written
-        near = NearHashes.make(itertools.chain(kept(None), packed()), output,
+        removed = nearhash.Removed()
+        near = NearHashes.make(itertools.chain(kept(removed), packed()), output,
                                config.output.format, done.shards, pool, config.run.quiet,
-                               previous is not None and previous.near_hash == nearhash.CURRENT)
+                               previous is not None and previous.near_hash == nearhash.CURRENT,
+                               removed)
     manifest = replace(with_copies(version_manifest(job, outcome, execution, done),
                                    execution),
                        annotation_sources=job.notes.report,
