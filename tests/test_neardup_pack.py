@@ -216,3 +216,22 @@ def test_a_folder_of_few_samples_borrows_the_new_background_of_the_fixture_that_
     after = {key: line["near"] for key, line in _lines(out).items()}
     assert after == {key: line["near"] for key, line in _lines(fresh).items()}
     assert len({near[2] for near in after.values()}) == 1  # one background, borrowed
+
+
+def test_a_hash_of_another_version_that_cannot_be_made_again_is_dropped(
+        tmp_path: Path) -> None:
+    source, out = _tree(tmp_path / "src", 12), tmp_path / "out"
+    job = _job(tmp_path, source, out, "webdataset")
+    assert _run("pack", "--config", job)[0] == 0
+    manifest = _manifest(out)
+    manifest["near_hash"]["version"] = hashing.VERSION + 1  # its hashes: not of this release
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    shard = next(out.glob("*.tar"))
+    data = bytearray(shard.read_bytes())
+    start = data.index(b"\xff\xd8\xff")  # the first sample's JPEG, nonsense at the same size
+    data[start : start + 400] = bytes(400)
+    shard.write_bytes(bytes(data))
+    assert _run("pack", "--config", job)[0] == 0
+    lines = list(_lines(out).values())
+    assert sum("near" not in line for line in lines) == 1
+    assert all(len(line["near"]) == 3 for line in lines if "near" in line)

@@ -111,8 +111,10 @@ class NearHashes:
     lines in the same order, a position each)."""
 
     def __init__(self, seen: SampleLines | None = None, hashes: np.ndarray | None = None,
-                 made: np.ndarray | None = None, digests: dict[int, str] | None = None):
+                 made: np.ndarray | None = None, digests: dict[int, str] | None = None,
+                 trusted: bool = True):
         self.seen, self.hashes, self.made, self.digests = seen, hashes, made, digests or {}
+        self.trusted = trusted  # else a line's own hash, of another algorithm, is dropped
         self.position = 0
 
     @classmethod
@@ -145,7 +147,7 @@ class NearHashes:
             wanted = [at for at, number in enumerate(seen.fixture)
                       if number in digests and seen.against[at] != int(digests[number], 16)]
             hashes, made = hashed(seen, wanted, grounds, jpegs, pool, quiet)
-        return cls(seen, hashes, made, digests)
+        return cls(seen, hashes, made, digests, trusted)
 
     def attached(self, lines: Iterable[Line]) -> Iterator[Line]:
         """``lines`` with the hashes made for them."""
@@ -159,7 +161,12 @@ class NearHashes:
                 raise OutputStateError(f"sample {_get(line, 'key')}: the sample lines changed "
                                        "while the pack ran; run it again")
             if not self.made[at]:
-                yield line
+                if self.trusted or _get(line, "near") is None:
+                    yield line
+                elif isinstance(line, dict):
+                    yield {name: value for name, value in line.items() if name != "near"}
+                else:
+                    yield replace(line, near=None)
                 continue
             near = (f"{int(self.hashes[at, 0]):016x}", f"{int(self.hashes[at, 1]):016x}",
                     self.digests[self.seen.fixture[at]])
