@@ -17,6 +17,7 @@ from test_neardup_inspect import _originals
 
 from shardsmith.cli import main
 from shardsmith.neardup import hashing
+from shardsmith.packing import nearhash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -235,3 +236,15 @@ def test_a_hash_of_another_version_that_cannot_be_made_again_is_dropped(
     lines = list(_lines(out).values())
     assert sum("near" not in line for line in lines) == 1
     assert all(len(line["near"]) == 3 for line in lines if "near" in line)
+
+
+def test_fixtures_hashed_a_few_at_a_time_get_the_hashes_of_all_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _tree(tmp_path / "src")  # two folders: a fixture and a re-export that borrows
+    assert _run("pack", "--config", _job(tmp_path, source, tmp_path / "all", "webdataset"))[0] \
+        == 0
+    monkeypatch.setattr(nearhash, "GROUP", 1)  # memory: one background held at a time
+    assert _run("pack", "--config", _job(tmp_path, source, tmp_path / "one", "webdataset"))[0] \
+        == 0
+    assert {key: line["near"] for key, line in _lines(tmp_path / "one").items()} == \
+        {key: line["near"] for key, line in _lines(tmp_path / "all").items()}

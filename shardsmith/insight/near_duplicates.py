@@ -31,6 +31,7 @@ from ..neardup import hashing, search
 from ..packing import nearhash
 from ..packing.jpegcopy import PreviousJpegs
 from ..packing.parallel import WorkerPool
+from ..progress import Progress
 from ..storage import is_url, location
 from ..text import plural, printable
 from .census import require_split
@@ -119,11 +120,14 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         if len(missing):  # a dataset of an older release: made as its next pack makes them
             grounds = nearhash.backgrounds(seen, {seen.fixture[at] for at in missing}, jpegs,
                                            pool)
-            made_hashes, made = nearhash.hashed(
-                seen, [at for at in missing.tolist() if seen.fixture[at] in grounds], grounds,
-                jpegs, pool, quiet)
-            hashes[made], have = made_hashes[made], have | made
-            made_count = int(made.sum())
+            wanted = [at for at in missing.tolist() if seen.fixture[at] in grounds]
+            made = np.zeros(len(have), bool)
+            progress = Progress(len(wanted), 0, "img", "hash", quiet)
+            try:
+                nearhash.hashed(seen, wanted, grounds, jpegs, pool, progress, hashes, made)
+            finally:
+                progress.close()
+            have, made_count = have | made, int(made.sum())
         readable = np.flatnonzero(have)
         index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
         pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)

@@ -42,6 +42,7 @@ from .parallel import WorkerPool
 log = logging.getLogger(__name__)
 
 CURRENT = NearHashEntry(hashing.ALGORITHM, hashing.VERSION)
+GROUP = 256  # fixtures whose backgrounds are held at once (49 KB each at 256 x 192)
 CHUNK = 64  # samples a task: ~2 MB of JPEG bytes at 512 px, ~0.2 s of one worker's time
 
 Line = dict[str, Any] | SampleRecord
@@ -140,13 +141,27 @@ class NearHashes:
                     if fixture[1:3] in sizes and seen.counts[number] < fixtures.FEW_SHOTS}
         if not touched:
             return cls()
-        with PreviousJpegs(shard_format(fmt), output, shards) as jpegs:
-            grounds = backgrounds(seen, touched, jpegs, pool)
-            digests = {number: fixtures.digest(background)
-                       for number, background in grounds.items()}
-            wanted = [at for at, number in enumerate(seen.fixture)
-                      if number in digests and seen.against[at] != int(digests[number], 16)]
-            hashes, made = hashed(seen, wanted, grounds, jpegs, pool, quiet)
+        hashes = np.zeros((len(seen.keys), 2), np.uint64)
+        made = np.zeros(len(seen.keys), bool)
+        digests: dict[int, str] = {}
+        lines_of = _lines_by_fixture(seen)
+        progress = Progress(sum(seen.counts[number] for number in touched), 0, "img", "hash",
+                            quiet)
+        lenders: dict[int, np.ndarray] = {}
+        try:
+            with PreviousJpegs(shard_format(fmt), output, shards) as jpegs:
+                ordered = sorted(touched)
+                for start in range(0, len(ordered), GROUP):  # GROUP backgrounds held at once
+                    group = set(ordered[start : start + GROUP])
+                    grounds = backgrounds(seen, group, jpegs, pool, lenders)
+                    digests |= {number: fixtures.digest(background)
+                                for number, background in grounds.items()}
+                    wanted = [at for number in sorted(grounds) for at in lines_of[number]
+                              if seen.against[at] != int(digests[number], 16)]
+                    progress.update(sum(seen.counts[number] for number in group) - len(wanted))
+                    hashed(seen, wanted, grounds, jpegs, pool, progress, hashes, made)
+        finally:
+            progress.close()
         return cls(seen, hashes, made, digests, trusted)
 
     def attached(self, lines: Iterable[Line]) -> Iterator[Line]:
@@ -175,45 +190,45 @@ class NearHashes:
 
 
 def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
-                 pool: WorkerPool) -> dict[int, np.ndarray]:
-    """The backgrounds of the touched fixtures, and of the fuller ones a touched fixture of
-    few samples may borrow from (``fixtures.borrowed``)."""
+                pool: WorkerPool, lenders: dict[int, np.ndarray] | None = None
+                ) -> dict[int, np.ndarray]:
+    """The backgrounds of the touched fixtures (by number): each its own, or for one of few
+    samples the one it borrows (``fixtures.borrowed``) from the fuller fixtures of its size,
+    whose backgrounds are kept in ``lenders`` from one call to the next."""
     by_number = {number: fixture for fixture, number in seen.fixtures.items()}
-    made = set(touched)
-    if any(seen.counts[number] < fixtures.FEW_SHOTS for number in touched):
-        sizes = {by_number[number][1:3] for number in touched}
-        made |= {number for number, fixture in by_number.items()
-                 if fixture[1:3] in sizes and seen.counts[number] >= fixtures.FEW_SHOTS}
-    order = sorted(made)
+    lenders = {} if lenders is None else lenders
+    sizes = {by_number[number][1:3] for number in touched
+             if seen.counts[number] < fixtures.FEW_SHOTS}
+    full = {number for number, fixture in by_number.items()
+            if fixture[1:3] in sizes and seen.counts[number] >= fixtures.FEW_SHOTS}
+    order = sorted((touched | full) - lenders.keys())
     work = [[_jpeg(jpegs, seen, at) for at in seen.shots[number]] for number in order]
     own = {number: background for number, background
            in zip(order, pool.map_ordered(_background_task, work), strict=True)
            if background is not None}
-    backgrounds = fixtures.borrowed({by_number[number]: background
-                                     for number, background in own.items()},
-                                    {fixture: seen.counts[number]
-                                     for fixture, number in seen.fixtures.items()})
-    return {seen.fixtures[fixture]: background for fixture, background in backgrounds.items()}
+    lenders.update({number: own[number] for number in full if number in own})
+    choices = {by_number[number]: background for number, background
+               in (own | {number: lenders[number] for number in full if number in lenders})
+               .items() if number in touched or number in full}
+    chosen = fixtures.borrowed(choices, {by_number[number]: seen.counts[number]
+                                         for number in touched | full})
+    return {number: chosen[by_number[number]] for number in touched
+            if by_number[number] in chosen}
 
 
 def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],
-           jpegs: PreviousJpegs, pool: WorkerPool, quiet: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The part hashes of the ``wanted`` lines (uint64, a row a line) against their
-    fixtures' backgrounds (``grounds``, by fixture number), and which were made."""
+           jpegs: PreviousJpegs, pool: WorkerPool, progress: Progress,
+           hashes: np.ndarray, made: np.ndarray) -> None:
+    """The part hashes of the ``wanted`` lines against their fixtures' backgrounds
+    (``grounds``, by fixture number), into ``hashes`` (uint64, a row a line); ``made``
+    marks those made."""
     chunks = _Chunks(seen, wanted, grounds, jpegs)
-    hashes = np.zeros((len(seen.keys), 2), np.uint64)
-    made = np.zeros(len(seen.keys), bool)
-    progress = Progress(len(wanted), 0, "img", "hash", quiet)
-    try:
-        for number, results in enumerate(pool.map_ordered(_hash_task, chunks)):
-            chunk = chunks.lines(number)
-            for at, result in zip(chunk, results, strict=True):
-                if result is not None:
-                    hashes[at], made[at] = result, True
-            progress.update(len(chunk))
-    finally:
-        progress.close()
-    return hashes, made
+    for number, results in enumerate(pool.map_ordered(_hash_task, chunks)):
+        chunk = chunks.lines(number)
+        for at, result in zip(chunk, results, strict=True):
+            if result is not None:
+                hashes[at], made[at] = result, True
+        progress.update(len(chunk))
 
 
 class _Chunks(Sequence):
@@ -235,6 +250,13 @@ class _Chunks(Sequence):
             raise IndexError(number)
         return [(_jpeg(self.jpegs, self.seen, at), self.backgrounds[self.seen.fixture[at]])
                 for at in self.lines(number)]
+
+
+def _lines_by_fixture(seen: SampleLines) -> list[list[int]]:
+    """Each fixture's lines, in the index's order."""
+    order = np.argsort(np.frombuffer(seen.fixture, np.int32), kind="stable")
+    counts = np.bincount(np.frombuffer(seen.fixture, np.int32), minlength=len(seen.counts))
+    return [part.tolist() for part in np.split(order, np.cumsum(counts)[:-1])]
 
 
 def _jpeg(jpegs: PreviousJpegs, seen: SampleLines, at: int) -> bytes | None:
