@@ -222,7 +222,9 @@ def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],
     """The part hashes of the ``wanted`` lines against their fixtures' backgrounds
     (``grounds``, by fixture number), into ``hashes`` (uint64, a row a line); ``made``
     marks those made."""
-    chunks = _Chunks(seen, wanted, grounds, jpegs)
+    # a task each worker's share of a small job (96 samples on 2 workers: 24, not 64 and 32)
+    size = max(1, min(CHUNK, -(-len(wanted) // (2 * pool.workers))))
+    chunks = _Chunks(seen, wanted, grounds, jpegs, size)
     for number, results in enumerate(pool.map_ordered(_hash_task, chunks)):
         chunk = chunks.lines(number)
         for at, result in zip(chunk, results, strict=True):
@@ -232,18 +234,19 @@ def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],
 
 
 class _Chunks(Sequence):
-    """The hash tasks, CHUNK lines each: a task's JPEG bytes are read when the pool takes
+    """The hash tasks, ``size`` lines each: a task's JPEG bytes are read when the pool takes
     it, so what waits in memory is the pool's window of tasks."""
 
     def __init__(self, seen: SampleLines, wanted: list[int], backgrounds: dict[int, np.ndarray],
-                 jpegs: PreviousJpegs):
+                 jpegs: PreviousJpegs, size: int = CHUNK):
         self.seen, self.wanted, self.backgrounds, self.jpegs = seen, wanted, backgrounds, jpegs
+        self.size = size
 
     def lines(self, number: int) -> list[int]:
-        return self.wanted[number * CHUNK : (number + 1) * CHUNK]
+        return self.wanted[number * self.size : (number + 1) * self.size]
 
     def __len__(self) -> int:
-        return -(-len(self.wanted) // CHUNK)
+        return -(-len(self.wanted) // self.size)
 
     def __getitem__(self, number: int) -> list[tuple[bytes | None, np.ndarray]]:  # type: ignore[override]
         if not 0 <= number < len(self):
