@@ -44,10 +44,7 @@ PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
 
 
 def _import_image_libraries() -> None:
-    from . import (
-        imaging,  # noqa: F401  (cv2, numpy, Pillow, simplejpeg, tifffile)
-        nearhash,  # noqa: F401  (its tasks, once the shards are written: 0.15 s)
-    )
+    from . import imaging  # noqa: F401  (cv2, numpy, Pillow, simplejpeg, tifffile)
 
 
 def local_executor(workers: int) -> Any:
