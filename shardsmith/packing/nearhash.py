@@ -34,7 +34,7 @@ import numpy as np
 from ..dataset.formats import shard_format
 from ..dataset.manifest import NearHashEntry, SampleRecord, ShardEntry
 from ..errors import OutputStateError, ShardFormatError
-from ..neardup import fixtures, hashing
+from ..neardup import fixtures, hashing, tasks
 from ..progress import Progress
 from .jpegcopy import PreviousJpegs
 from .parallel import WorkerPool
@@ -204,7 +204,7 @@ def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
     order = sorted((touched | full) - lenders.keys())
     work = [[_jpeg(jpegs, seen, at) for at in seen.shots[number]] for number in order]
     own = {number: background for number, background
-           in zip(order, pool.map_ordered(_background_task, work), strict=True)
+           in zip(order, pool.map_ordered(tasks.background_task, work), strict=True)
            if background is not None}
     lenders.update({number: own[number] for number in full if number in own})
     choices = {by_number[number]: background for number, background
@@ -225,7 +225,7 @@ def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],
     # a task each worker's share of a small job (96 samples on 2 workers: 24, not 64 and 32)
     size = max(1, min(CHUNK, -(-len(wanted) // (2 * pool.workers))))
     chunks = _Chunks(seen, wanted, grounds, jpegs, size)
-    for number, results in enumerate(pool.map_ordered(_hash_task, chunks)):
+    for number, results in enumerate(pool.map_ordered(tasks.hash_task, chunks)):
         chunk = chunks.lines(number)
         for at, result in zip(chunk, results, strict=True):
             if result is not None:
@@ -271,31 +271,6 @@ def _jpeg(jpegs: PreviousJpegs, seen: SampleLines, at: int) -> bytes | None:
         return None
 
 
-def _frame(jpeg: bytes | None) -> np.ndarray | None:
-    if jpeg is None:
-        return None
-    try:
-        return hashing.frame(jpeg)
-    except ValueError:
-        return None
-
-
-def _background_task(shots: list[bytes | None]) -> np.ndarray | None:
-    """A fixture's background from the JPEG bytes of its first samples (a worker's task)."""
-    frames = [frame for frame in map(_frame, shots) if frame is not None]
-    return hashing.fixture_median(frames) if frames else None
-
-
-def _hash_task(work: list[tuple[bytes | None, np.ndarray]]) -> list[tuple[int, int] | None]:
-    """The part hashes of samples, each from its JPEG bytes and its fixture's background."""
-    results: list[tuple[int, int] | None] = []
-    for jpeg, background in work:
-        frame = _frame(jpeg)
-        results.append(None if frame is None or frame.shape != background.shape
-                       else hashing.part_hashes(frame, background))
-    return results
-
-
 def checked(seen: SampleLines, pairs: np.ndarray, grounds: dict[int, np.ndarray],
             jpegs: PreviousJpegs, pool: WorkerPool, quiet: bool) -> tuple[np.ndarray, set[int]]:
     """The check's score of each pair of lines (``hashing.check``; UNLIKE where a sample
@@ -305,7 +280,7 @@ def checked(seen: SampleLines, pairs: np.ndarray, grounds: dict[int, np.ndarray]
     unreadable: set[int] = set()
     progress = Progress(len(pairs), 0, "pair", "check", quiet)
     try:
-        for number, (results, failed) in enumerate(pool.map_ordered(_check_task, chunks)):
+        for number, (results, failed) in enumerate(pool.map_ordered(tasks.check_task, chunks)):
             start = number * CHUNK
             scores[start : start + len(results)] = results
             unreadable.update(chunks.samples(number)[at] for at in failed)
@@ -340,18 +315,3 @@ class _PairChunks(Sequence):
         pairs = [(local[a], local[b])
                  for a, b in self.pairs[number * CHUNK : (number + 1) * CHUNK].tolist()]
         return work, pairs
-
-
-def _check_task(task: tuple[list[tuple[bytes | None, np.ndarray]], list[tuple[int, int]]]
-                ) -> tuple[list[float], list[int]]:
-    """The check's scores of pairs of samples (each from its JPEG bytes and background), and
-    the samples that could not be read (their pairs score UNLIKE)."""
-    work, pairs = task
-    views = []
-    for jpeg, background in work:
-        frame = _frame(jpeg)
-        views.append(None if frame is None or frame.shape != background.shape
-                     else hashing.part_view(frame, background))
-    scores = [hashing.UNLIKE if views[a] is None or views[b] is None
-              else hashing.check(views[a], views[b]) for a, b in pairs]
-    return scores, [at for at, view in enumerate(views) if view is None]

@@ -1,0 +1,54 @@
+"""The work of the near-duplicate passes that runs in worker processes: a fixture's
+background, samples' hashes and pairs' checks, each from JPEG bytes the driver sends.
+
+Apart from ``packing.nearhash`` (the driver's side) so that a worker imports only this and
+``hashing`` to run it: importing the driver's module took 0.15 s a worker, 1.4% of packing 96
+originals of 19 MB.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import hashing
+
+
+def frame_or_none(jpeg: bytes | None) -> np.ndarray | None:
+    """The hash frame of JPEG bytes; None for none, or for bytes that give no frame."""
+    if jpeg is None:
+        return None
+    try:
+        return hashing.frame(jpeg)
+    except ValueError:
+        return None
+
+
+def background_task(shots: list[bytes | None]) -> np.ndarray | None:
+    """A fixture's background from the JPEG bytes of its first samples (a worker's task)."""
+    frames = [frame for frame in map(frame_or_none, shots) if frame is not None]
+    return hashing.fixture_median(frames) if frames else None
+
+
+def hash_task(work: list[tuple[bytes | None, np.ndarray]]) -> list[tuple[int, int] | None]:
+    """The part hashes of samples, each from its JPEG bytes and its fixture's background."""
+    results: list[tuple[int, int] | None] = []
+    for jpeg, background in work:
+        frame = frame_or_none(jpeg)
+        results.append(None if frame is None or frame.shape != background.shape
+                       else hashing.part_hashes(frame, background))
+    return results
+
+
+def check_task(task: tuple[list[tuple[bytes | None, np.ndarray]], list[tuple[int, int]]]
+                ) -> tuple[list[float], list[int]]:
+    """The check's scores of pairs of samples (each from its JPEG bytes and background), and
+    the samples that could not be read (their pairs score UNLIKE)."""
+    work, pairs = task
+    views = []
+    for jpeg, background in work:
+        frame = frame_or_none(jpeg)
+        views.append(None if frame is None or frame.shape != background.shape
+                     else hashing.part_view(frame, background))
+    scores = [hashing.UNLIKE if views[a] is None or views[b] is None
+              else hashing.check(views[a], views[b]) for a, b in pairs]
+    return scores, [at for at, view in enumerate(views) if view is None]
