@@ -1,4 +1,4 @@
-"""Time the near-duplicate candidates: the exhaustive search (``neardup.hashing.candidates``),
+"""Time the near-duplicate candidates: the exhaustive search (scripts/neardup_reference.py),
 the index (``neardup.search``) at up to a million hashes, and the check.
 
     scripts/bench_neardup.py [--counts 5000,10000,20000] [--index-counts 10000,100000,1000000]
@@ -7,7 +7,7 @@ the index (``neardup.search``) at up to a million hashes, and the check.
 
 Two kinds of hashes. ``random``: 64-bit values with 32 bits set (the part hash's shape); the
 exhaustive search costs the same whatever the values are. ``parts``: the part hashes
-(neardup.part_hash) of ``--parts`` parts of scripts/reshots.py on two fixtures, each copied
+(reference.part_hash) of ``--parts`` parts of scripts/reshots.py on two fixtures, each copied
 with 2 to 8 random bits flipped (uniform) up to the count: the copies of one part sit as far
 apart as re-shots do (4 to 16 bits) and the parts keep the real spread of different parts on
 one fixture, so hashes crowd as a defect line's do.
@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import neardup_reference as reference  # noqa: E402
 from neardup_curve import reduce  # noqa: E402
 from reshots import fixture_scene, render  # noqa: E402
 
@@ -61,7 +62,7 @@ def _part_hashes(parts: int) -> np.ndarray:
         scene = fixture_scene(0, fixture)
         greys = [reduce(render(0, fixture, part, 0, scene)) for part in range(parts // 2)]
         median = neardup.fixture_median(greys[:63])
-        hashes += [neardup.part_hash(grey, median) for grey in greys]
+        hashes += [reference.part_hash(grey, median) for grey in greys]
     return np.array(hashes, np.uint64)
 
 
@@ -190,9 +191,9 @@ def main() -> None:
     baseline = None
     for count in (int(value) for value in arguments.counts.split(",") if value):
         hashes = _hashes(count, rng)
-        pairs = neardup.candidates(hashes)
-        search = _median_seconds(lambda h=hashes: neardup.candidates(h), arguments.repeat)
-        cluster = _median_seconds(lambda p=pairs, c=count: neardup.clusters(p, c),
+        pairs = reference.candidates(hashes)
+        search = _median_seconds(lambda h=hashes: reference.candidates(h), arguments.repeat)
+        cluster = _median_seconds(lambda p=pairs, c=count: reference.clusters(p, c),
                                   arguments.repeat)
         baseline = baseline or search
         print(f"{count:8d}  {search:12.2f}  {len(pairs):7d}  {cluster:10.3f}  "
@@ -211,7 +212,7 @@ def _index_table(arguments: argparse.Namespace) -> None:
     if "parts" in arguments.kinds:
         sources["parts"] = _crowded(_part_hashes(arguments.parts), largest,
                                     np.random.default_rng(3))
-    exhaustive = _median_seconds(lambda: neardup.candidates(random[: arguments.exhaustive]),
+    exhaustive = _median_seconds(lambda: reference.candidates(random[: arguments.exhaustive]),
                                  arguments.repeat)
     print(f"\nindex {neardup_index.DEFAULT_SCHEME} (certain within "
           f"{neardup_index.DEFAULT_SCHEME.certain} bits), D {DISTANCE}, cap {CAP}; "
@@ -240,7 +241,7 @@ def _check_timing() -> None:
              for shot in range(2 if part < 8 else 1)]
     median = neardup.fixture_median(greys[:63])
     views = [neardup.part_view(grey, median) for grey in greys]
-    pairs = neardup.candidates(np.array([neardup.part_hash(g, median) for g in greys],
+    pairs = reference.candidates(np.array([reference.part_hash(g, median) for g in greys],
                                         np.uint64))
     timings = []
     for first, second in pairs:
@@ -250,7 +251,7 @@ def _check_timing() -> None:
     hash_timings = []
     for grey in greys:
         started = time.perf_counter_ns()
-        neardup.part_hash(grey, median)
+        reference.part_hash(grey, median)
         hash_timings.append(time.perf_counter_ns() - started)
     print(f"\ncheck: median {np.median(timings) / 1e6:.2f} ms a pair ({len(pairs)} candidates "
           f"of {len(greys)} shots on one fixture); "

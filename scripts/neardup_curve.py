@@ -49,6 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import neardup_reference as reference  # noqa: E402
 from reshots import read_truth, write_tree  # noqa: E402
 
 from shardsmith.neardup import hashing as neardup  # noqa: E402
@@ -226,7 +227,7 @@ def different_part_histogram(hashes: np.ndarray, fixtures: np.ndarray,
 def co_cluster(pairs: list[tuple[int, int]], count: int, truth: set[tuple[int, int]]
                ) -> tuple[float, float]:
     """Recall and precision of "in one connected component" against the true pairs."""
-    groups, cluster_of = neardup.clusters(pairs, count), {}
+    groups, cluster_of = reference.clusters(pairs, count), {}
     for number, members in enumerate(groups):
         cluster_of.update(dict.fromkeys(members, number))
     predicted = sum(len(members) * (len(members) - 1) // 2 for members in groups)
@@ -287,7 +288,7 @@ def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) ->
         found = []
         for count, kept in capped.items():
             for column in (0, 1, slice(None)):
-                local = neardup.candidates(hashes[members, column], MAX_DISTANCE, count)
+                local = reference.candidates(hashes[members, column], MAX_DISTANCE, count)
                 pairs = {(members[i], members[j]) for i, j in local}
                 found.append(f"{sum(p in pairs for p in here) / len(here):.3f}")
             kept.update(pairs)

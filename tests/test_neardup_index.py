@@ -1,5 +1,5 @@
 """The candidate search at scale (shardsmith/neardup/search.py): the pairs of the exhaustive
-search (``hashing.candidates``), a night's new hashes, equal hashes collapsed,
+search (scripts/neardup_reference.py), a night's new hashes, equal hashes collapsed,
 untrusted arrays refused."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from shardsmith.neardup import hashing as neardup  # noqa: E402
+import neardup_reference as reference  # noqa: E402
+
 from shardsmith.neardup.search import (  # noqa: E402
     DEFAULT_SCHEME,
     EXACT_SCHEME,
@@ -41,8 +42,8 @@ def _tied_hashes(seed: int, count: int) -> np.ndarray:
 
 
 def _exhaustive(hashes: np.ndarray, first: np.ndarray, distance: int, cap: int) -> np.ndarray:
-    """neardup.candidates over the distinct hashes, as pairs of their first items."""
-    pairs = np.array(neardup.candidates(hashes[first], distance, cap), np.int64).reshape(-1, 2)
+    """reference.candidates over the distinct hashes, as pairs of their first items."""
+    pairs = np.array(reference.candidates(hashes[first], distance, cap), np.int64).reshape(-1, 2)
     return np.unique(np.sort(first[pairs], axis=1), axis=0).reshape(-1, 2)
 
 

@@ -6,21 +6,21 @@ pixel the tightest run of an eighth of their greys, the plate without the parts'
 
 * ``part_hashes``: two 64-bit hashes of the part, in integer arithmetic (the same bits on every
   CPU): the DCT hash of the image's gradient, clipped, in a window centred on the centroid of
-  the image less its fixture, and in one centred on the part's mask (``part_hash``: the
-  first). ``candidates``: the ``cap`` nearest of either hash within a distance, pooled.
+  the image less its fixture, and in one centred on the part's mask.
 * ``part_view`` and ``check``: a candidate pair is registered (ECC affine on the part alone,
   then made a similarity: a re-shot moves, turns and scales a part, never stretches it) and
   scored as the share of the parts' pixels that differ by more than ``CHECK_LEVEL`` grey levels
   from a 3x3 neighbourhood of the other (a 1 px registration error is no difference).
-* ``clusters``: connected components of the verified pairs; one over ``DENSE_SIZE`` members
-  is dense (a slow belt's frames chain), for the caller to report, not to force into a split.
+
+The candidates of a hash are found by ``search``; the exhaustive search it is tested against,
+and the plain clusters of the measurement, are in scripts/neardup_reference.py.
 
 Why these, with the numbers: docs/know-your-data.md, "Near-duplicates: the measurement".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -57,7 +57,6 @@ def _dct_basis(size: int = 32, rows: int = 8) -> np.ndarray:
 
 
 _DCT_BASIS = _dct_basis()
-_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
 
 
 def frame(jpeg: bytes) -> np.ndarray:
@@ -184,11 +183,6 @@ def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int]:
     return first, second
 
 
-def part_hash(grey: np.ndarray, median: np.ndarray) -> int:
-    """The first of ``part_hashes``: the window on the centroid of the image less its fixture."""
-    return part_hashes(grey, median)[0]
-
-
 def part_view(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
     """What the check compares: uint8 (2, VIEW, VIEW), the grey window around the part and the
     part's mask (0/1)."""
@@ -245,50 +239,3 @@ def check(first: np.ndarray, second: np.ndarray) -> float:
     differ = ((grey_a > high + CHECK_LEVEL) | (grey_a < low - CHECK_LEVEL)) & union
     differ = cv2.morphologyEx(differ.astype(np.uint8), cv2.MORPH_OPEN, _KERNEL3)
     return 100.0 * float(differ.sum()) / float(union.sum())
-
-
-def distances(hashes: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """Hamming distances (uint8) of each uint64 hash to each of ``others``: (len, len)."""
-    xor = hashes[:, None] ^ others[None, :]
-    return _POPCOUNT[xor.view(np.uint8).reshape(*xor.shape, 8)].sum(axis=-1, dtype=np.uint8)
-
-
-def candidates(hashes: np.ndarray, distance: int = DEFAULT_DISTANCE, cap: int = DEFAULT_CAP,
-               block: int = 256) -> list[tuple[int, int]]:
-    """Pairs (i < j) where j is among the ``cap`` nearest of i within ``distance``, or i of j
-    (nearest by distance, then by index), by any column of ``hashes`` (uint64, one hash or
-    ``part_hashes``' two a sample): the pairs to check. Exhaustive in blocks."""
-    hashes = np.asarray(hashes, np.uint64)
-    pairs: set[tuple[int, int]] = set()
-    for column in hashes.reshape(len(hashes), -1).T:
-        for start in range(0, len(column), block):
-            near = distances(column[start : start + block], column).astype(np.int16)
-            rows = np.arange(len(near))
-            near[rows, rows + start] = 99  # not itself
-            order = np.argsort(near, axis=1, kind="stable")[:, :cap]
-            within = np.take_along_axis(near, order, 1) <= distance
-            for row, index in zip(*np.nonzero(within), strict=True):
-                i, j = start + int(row), int(order[row, index])
-                pairs.add((min(i, j), max(i, j)))
-    return sorted(pairs)
-
-
-def clusters(pairs: Iterable[tuple[int, int]], count: int) -> list[list[int]]:
-    """Connected components of ``pairs`` over ``count`` items, those of two or more, each
-    sorted, in order of their first member."""
-    parent = list(range(count))
-
-    def root(item: int) -> int:
-        while parent[item] != item:
-            parent[item] = parent[parent[item]]
-            item = parent[item]
-        return item
-
-    for first, second in pairs:
-        a, b = root(first), root(second)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    members: dict[int, list[int]] = {}
-    for item in range(count):
-        members.setdefault(root(item), []).append(item)
-    return [group for group in members.values() if len(group) > 1]
