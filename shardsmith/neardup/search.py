@@ -1,5 +1,6 @@
 """The candidate pairs of the exhaustive search (scripts/neardup_reference.py) at a million
-hashes: an index instead of every hash against every other, and a night's new hashes against the rest.
+hashes: an index instead of every hash against every other, and a night's new hashes against
+the rest.
 
 Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
 
