@@ -503,7 +503,7 @@ def sheet(command: SheetCommand) -> None:
         from .insight.near_duplicates import find
         from .insight.near_sheet import near_sheet_png
 
-        found = find(directory, quiet=False)
+        found = find(directory, quiet=False, split=command.split)
         write_bytes_atomic(check_output_file(output),
                            near_sheet_png(found, directory, manifest, command.thumb))
         _echo(f"wrote {printable(output)}: {len(found.clusters):,} near-duplicate clusters "

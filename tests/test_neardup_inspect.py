@@ -153,3 +153,12 @@ def test_a_split_shows_the_clusters_holding_one_of_its_samples(dataset: Path) ->
     assert 0 < shown["pairs_checked"] < every["pairs_checked"]
     code, output = _run("inspect", dataset, "--near-duplicates", "--split", "nope")
     assert code == 2 and "no split 'nope'" in output
+
+
+def test_the_sheet_of_a_split_draws_its_clusters_only(dataset: Path, tmp_path: Path) -> None:
+    report = json.loads(_run("inspect", dataset, "--near-duplicates", "--json", "--split",
+                             "val")[1])
+    code, output = _run("sheet", dataset, "--near-duplicates", "--split", "val", "-o",
+                        tmp_path / "val.png")
+    assert code == 0, output
+    assert f"{len(report['clusters']):,} near-duplicate clusters" in output
