@@ -506,8 +506,8 @@ def sheet(command: SheetCommand) -> None:
         found = find(directory, quiet=False, split=command.split)
         write_bytes_atomic(check_output_file(output),
                            near_sheet_png(found, directory, manifest, command.thumb))
-        _echo(f"wrote {printable(output)}: {len(found.clusters):,} near-duplicate clusters "
-              f"({time.monotonic() - started:.1f}s)")
+        _echo(f"wrote {printable(output)}: {len(found.clusters):,} near-duplicate clusters, "
+              f"{found.candidates:,} pairs checked ({time.monotonic() - started:.1f}s)")
         return
     drawn = render_sheet(directory, manifest, command.per_class, command.seed, command.split,
                          command.thumb, command.objects,

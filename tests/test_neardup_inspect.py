@@ -161,4 +161,7 @@ def test_the_sheet_of_a_split_draws_its_clusters_only(dataset: Path, tmp_path: P
     code, output = _run("sheet", dataset, "--near-duplicates", "--split", "val", "-o",
                         tmp_path / "val.png")
     assert code == 0, output
-    assert f"{len(report['clusters']):,} near-duplicate clusters" in output
+    every = json.loads(_run("inspect", dataset, "--near-duplicates", "--json")[1])
+    assert report["pairs_checked"] < every["pairs_checked"]  # val's pairs only, as inspect's
+    assert f"{len(report['clusters']):,} near-duplicate clusters, " \
+           f"{report['pairs_checked']:,} pairs checked" in output
