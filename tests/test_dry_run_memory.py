@@ -5,7 +5,8 @@ a real pack's peak is measured by ``scripts/check_dry_run_memory.py``, not asser
 The worst case is the driver (its baseline, the per-file state, the results waiting) plus, per
 worker process, its baseline, the decode budget (``image.max_decoded_mb``) and its batch's
 results, plus loky's helpers.  A real pack's process tree (driver, loky workers, helpers),
-sampled from /proc every 20 ms, never takes more than the dry run said.
+sampled from /proc every 20 ms, never takes more than the dry run said; on a machine whose
+baselines are heavier than the measured constants, by no more than that excess.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from shardsmith.cli import main
 import images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from measure_baselines import children, rss_bytes  # noqa: E402  (the same /proc reader)
+from measure_baselines import children, one_run, rss_bytes  # noqa: E402  (the same /proc reader)
 
 REPO = Path(__file__).resolve().parents[1]
 MiB = 2**20
@@ -141,7 +142,27 @@ def test_a_real_pack_stays_under_the_worst_case_the_dry_run_printed(tmp_path, wo
     assert manifest["totals"]["packed"] == 16  # every original decoded within the budget
     if workers > 1:
         assert processes >= 1 + workers  # the sampling saw the workers
-    assert peak <= memory["total_bytes"], (peak / MiB, memory["total_bytes"] / MiB, memory)
+    # The baselines are constants measured on one kind of machine; another (CI's took 24 MiB
+    # more for the same in-process driver) is held to the terms that grow with the images.
+    heavier = max(0, machine_baseline(tmp_path / "baseline", workers) - model_baseline(memory))
+    assert peak <= memory["total_bytes"] + heavier, \
+        (peak / MiB, memory["total_bytes"] / MiB, heavier / MiB, memory)
+
+
+def machine_baseline(root: Path, workers: int) -> int:
+    """The process tree's peak on this machine for a pack of 6 tiny JPEGs, which is what the
+    baselines of ``probe/memory.py`` stand for (``scripts/measure_baselines.py``)."""
+    peaks = one_run(root, workers)
+    return (peaks["driver"] + (workers if workers > 1 else 0) * peaks["worker"]
+            + peaks["helpers"] * peaks["helper"])
+
+
+def model_baseline(memory: dict) -> int:
+    """The baseline terms of the dry run's worst case, for the whole process tree."""
+    def baseline(terms: list[dict]) -> int:
+        return sum(term["bytes"] for term in terms if term["name"] == "baseline")
+    return (baseline(memory["driver"]) + memory["workers"] * baseline(memory["worker"])
+            + memory["helpers_bytes"])
 
 
 @pytest.mark.slow
