@@ -143,7 +143,7 @@ def test_a_real_pack_stays_under_the_worst_case_the_dry_run_printed(tmp_path, wo
     if workers > 1:
         assert processes >= 1 + workers  # the sampling saw the workers
     # The baselines are constants measured on one kind of machine; another (CI's took 24 MiB
-    # more for the same in-process driver) is held to the terms that grow with the images.
+    # more than ours for this same pack, in-process) is held to the terms that grow with the images.
     heavier = max(0, machine_baseline(tmp_path / "baseline", workers) - model_baseline(memory))
     assert peak <= memory["total_bytes"] + heavier, \
         (peak / MiB, memory["total_bytes"] / MiB, heavier / MiB, memory)
