@@ -118,6 +118,22 @@ def test_the_dry_run_report_sums_its_memory_terms(tmp_path):
     assert all(term["basis"] for term in memory["driver"] + memory["worker"])
 
 
+def test_the_hash_pass_is_counted_where_it_takes_more_than_the_conversion_before_it(tmp_path):
+    source = pngs(tmp_path / "source", 4)
+    config = budget_config(tmp_path, 16)  # a small budget: a background task takes more
+    memory = dry_run_report(source, tmp_path / "out", tmp_path / "report.json", "--workers", 2,
+                            "--config", config)
+    worker = {term["name"]: term["bytes"] for term in memory["worker"]}
+    driver = {term["name"]: term["bytes"] for term in memory["driver"]}
+    assert worker["hash task"] > 0 and driver["hash pass"] > 0
+    config.write_text(config.read_text() + "output:\n  near_hashes: false\n")
+    unhashed = dry_run_report(source, tmp_path / "out", tmp_path / "report.json", "--workers",
+                              2, "--config", config)
+    names = {term["name"] for term in unhashed["worker"] + unhashed["driver"]}
+    assert not names & {"hash task", "hash pass", "hash tasks waiting"}
+    assert unhashed["total_bytes"] < memory["total_bytes"]
+
+
 def test_one_worker_converts_in_the_driver_and_counts_the_budget_there(tmp_path):
     source = pngs(tmp_path / "source", 2)
     memory = dry_run_report(source, tmp_path / "out", tmp_path / "report.json", "--workers", 1,

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from test_neardup_inspect import _originals
 
 from shardsmith.cli import main
-from shardsmith.neardup import hashing
-from shardsmith.packing import nearhash
+from shardsmith.neardup import hashing, tasks
+from shardsmith.packing import jpegcopy, nearhash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -248,3 +248,26 @@ def test_fixtures_hashed_a_few_at_a_time_get_the_hashes_of_all_at_once(
         == 0
     assert {key: line["near"] for key, line in _lines(tmp_path / "one").items()} == \
         {key: line["near"] for key, line in _lines(tmp_path / "all").items()}
+
+
+def test_a_fixtures_shots_are_read_when_its_background_is_made_not_all_fixtures_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _tree(tmp_path / "src")  # two folders: two backgrounds to make
+    reads, made = [0], []
+    read, make = jpegcopy.PreviousJpegs.jpeg, tasks.background_task
+
+    def counted(self: jpegcopy.PreviousJpegs, *args: object) -> bytes:
+        reads[0] += 1
+        return read(self, *args)
+
+    def background(shots: list[bytes | None]):
+        made.append((reads[0], len(shots)))
+        return make(shots)
+
+    monkeypatch.setattr(jpegcopy.PreviousJpegs, "jpeg", counted)
+    monkeypatch.setattr(nearhash.tasks, "background_task", background)
+    job = _job(tmp_path, source, tmp_path / "out", "webdataset")
+    assert _run("pack", "--config", job, "--workers", 1)[0] == 0
+    assert len(made) == 2
+    # in one process, each task is read as it is taken: the shots of one fixture at a time
+    assert [read for read, _ in made] == [made[0][1], made[0][1] + made[1][1]]

@@ -202,7 +202,7 @@ def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
     full = {number for number, fixture in by_number.items()
             if fixture[1:3] in sizes and seen.counts[number] >= fixtures.FEW_SHOTS}
     order = sorted((touched | full) - lenders.keys())
-    work = [[_jpeg(jpegs, seen, at) for at in seen.shots[number]] for number in order]
+    work = _Shots(seen, order, jpegs)
     own = {number: background for number, background
            in zip(order, pool.map_ordered(tasks.background_task, work), strict=True)
            if background is not None}
@@ -214,6 +214,23 @@ def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
                                          for number in touched | full})
     return {number: chosen[by_number[number]] for number in touched
             if by_number[number] in chosen}
+
+
+class _Shots(Sequence):
+    """The background tasks: the JPEG bytes of each fixture's first samples, read when the
+    pool takes its task (up to 255 shots a fixture, ~5 MB at 256 px: 256 fixtures read at
+    once would hold over a GB)."""
+
+    def __init__(self, seen: SampleLines, order: list[int], jpegs: PreviousJpegs):
+        self.seen, self.order, self.jpegs = seen, order, jpegs
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, number: int) -> list[bytes | None]:  # type: ignore[override]
+        if not 0 <= number < len(self):
+            raise IndexError(number)
+        return [_jpeg(self.jpegs, self.seen, at) for at in self.seen.shots[self.order[number]]]
 
 
 def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],

@@ -3,7 +3,9 @@ arithmetic.  ``pack_memory`` sums the terms for a given cost of converting one o
 ``worst_case_memory`` at the limits, the dry run's prediction at what the headers say.
 
 A pack's process tree is one driver (scan, plan, the single writer), ``run.workers`` loky
-worker processes (each converts one original at a time) and loky's helper processes.  Each
+worker processes (each converts one original at a time) and loky's helper processes.  After
+the conversions, the near-duplicate hash pass uses the same processes: where it takes more
+than the conversion did, the excess is a term of its own.  Each
 term below is either a setting that bounds memory (``image.max_decoded_mb``, ``image.
 max_pixels``, the annotation caps) or a number measured on this kind of machine, named with
 the script that measures it.  There is no safety factor: where a term is only an expectation
@@ -23,6 +25,9 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..door import ANNOTATION_CAP, MIB
+from ..neardup.fixtures import BACKGROUND_SHOTS, FEW_SHOTS
+from ..neardup.hashing import FRAME
+from ..packing.nearhash import GROUP
 from ..packing.pipeline import TASK_BYTES
 
 DRIVER_BASELINE_BYTES = 98 * MIB
@@ -41,6 +46,13 @@ PARSED_BYTES_PER_FILE_BYTE = 8
 # (1.37x its raw RGB; 4:2:0 at quality 90 is 0.9 bytes).
 JPEG_WORST_BYTES_PER_PIXEL = 4.2
 RESULT_WINDOW_PER_WORKER = 2  # parallel.WorkerPool keeps 2 x workers batches out
+# The near-duplicate hash pass (packing.nearhash) runs after the conversions: a background
+# task holds its fixture's 255 shots (and their pickled copy) and their frames, stacked and
+# sorted: 3.84 B a frame pixel (tracemalloc over tasks.background_task, 255 frames of 256 x
+# 256), taken as 4.  The driver keeps ~110 B a sample index line, GROUP backgrounds, and the
+# backgrounds a fixture of few samples may borrow: at most one per FEW_SHOTS samples.
+FRAME_BYTES_PER_PIXEL = 4
+HASH_BYTES_PER_LINE = 110
 
 
 @dataclass(frozen=True)
@@ -140,9 +152,18 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
     if coco_bytes:
         driver.append(MemoryTerm("COCO file", coco_bytes * PARSED_BYTES_PER_FILE_BYTE,
                                  f"{coco_bytes:,} B parsed ({PARSED_BYTES_PER_FILE_BYTE}x)"))
+    shot = _shot_bytes(config, per_original)
+    if config.output.near_hashes:
+        driver.append(MemoryTerm(
+            "hash pass", files * HASH_BYTES_PER_LINE + (GROUP + files // FEW_SHOTS) * FRAME ** 2,
+            f"{HASH_BYTES_PER_LINE} B a sample index line; {GROUP} backgrounds, and one per "
+            f"{FEW_SHOTS} samples to lend, {FRAME} x {FRAME} B each"))
     if in_process:
+        conversion_bytes = sum(term.bytes for term in converting) + per_original
         driver += converting
         driver.append(MemoryTerm("result", per_original, per_original_basis))
+        if config.output.near_hashes:
+            driver.append(_hash_task_excess(shot, 1, conversion_bytes))
         return MemoryEstimate(0, (), tuple(driver), None)
 
     window = RESULT_WINDOW_PER_WORKER * local_workers * batch + batch
@@ -150,20 +171,50 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
         "results waiting", window * per_original,
         f"({RESULT_WINDOW_PER_WORKER} x {local_workers} workers + 1 pickled) batches of "
         f"{batch} originals; {per_original_basis}"))
+    if config.output.near_hashes:
+        tasks = RESULT_WINDOW_PER_WORKER * local_workers + 1
+        waiting = tasks * BACKGROUND_SHOTS * shot
+        driver.append(MemoryTerm(
+            "hash tasks waiting", max(0, waiting - window * per_original),
+            f"({RESULT_WINDOW_PER_WORKER} x {local_workers} workers + 1 pickled) tasks of "
+            f"{BACKGROUND_SHOTS} samples of up to {shot:,} B, beyond the results waiting "
+            "(the hash pass follows the conversions)"))
     note = ""
     if config.run.backend != "local":
         note = "dask: the workers run on the cluster and are not counted here"
         return MemoryEstimate(0, (), tuple(driver), None, note)
+    batch_results = MemoryTerm("batch results", 2 * batch * per_original,
+                               f"{batch} originals and their pickled copy; {per_original_basis}")
     per_worker = (
         MemoryTerm("baseline", WORKER_BASELINE_BYTES, "measured: scripts/measure_baselines.py"),
         *converting,
-        MemoryTerm("batch results", 2 * batch * per_original,
-                   f"{batch} originals and their pickled copy; {per_original_basis}"),
+        batch_results,
     )
+    if config.output.near_hashes:
+        conversion_bytes = sum(term.bytes for term in converting) + batch_results.bytes
+        per_worker += (_hash_task_excess(shot, 2, conversion_bytes),)
     helpers = MemoryTerm("loky helpers", HELPERS * HELPER_BASELINE_BYTES,
                          f"{HELPERS} x {HELPER_BASELINE_BYTES // MIB} MiB, measured: "
                          "scripts/measure_baselines.py")
     return MemoryEstimate(local_workers, per_worker, tuple(driver), helpers, note)
+
+
+def _shot_bytes(config: Config, per_original: int) -> int:
+    """The most bytes one sample's JPEG takes: a tile's, or the one sample of an original."""
+    tiles = config.image.tiles
+    if tiles.enabled:
+        return min(per_original, math.ceil(tiles.size ** 2 * JPEG_WORST_BYTES_PER_PIXEL))
+    return per_original
+
+
+def _hash_task_excess(shot: int, copies: int, conversion_bytes: int) -> MemoryTerm:
+    """A background task of the hash pass, beyond what converting took before it: its
+    ``copies`` of the shots (a worker's: the task and its pickled copy) and their frames."""
+    task = BACKGROUND_SHOTS * (copies * shot + FRAME_BYTES_PER_PIXEL * FRAME ** 2)
+    return MemoryTerm(
+        "hash task", max(0, task - conversion_bytes),
+        f"{BACKGROUND_SHOTS} samples of up to {shot:,} B ({copies}x) and their frames at "
+        f"{FRAME_BYTES_PER_PIXEL} B a pixel, beyond the conversion (the hash pass follows it)")
 
 
 def _output_bound(config: Config, budget: int) -> tuple[int, str]:
