@@ -495,6 +495,14 @@ def sheet(command: SheetCommand) -> None:
     from .insight.sheet import render_sheet
 
     started, output = time.monotonic(), command.output
+    if command.near_duplicates:
+        defaults = {field.name: field.default for field in dataclasses.fields(command)}
+        given = ", ".join(flag for flag, name in (("--per-class", "per_class"),
+                                                   ("--seed", "seed"), ("--objects", "objects"))
+                          if getattr(command, name) != defaults[name])
+        if given:
+            raise click.UsageError(f"{given}: the sheet of --near-duplicates draws every "
+                                   "cluster, with no draw or objects to choose")
     target = check_output_file(output)
     directory, config = _dataset_at(command)
     _refuse_output_inside(target, directory)

@@ -165,3 +165,13 @@ def test_the_sheet_of_a_split_draws_its_clusters_only(dataset: Path, tmp_path: P
     assert report["pairs_checked"] < every["pairs_checked"]  # val's pairs only, as inspect's
     assert f"{len(report['clusters']):,} near-duplicate clusters, " \
            f"{report['pairs_checked']:,} pairs checked" in output
+
+
+def test_the_sheet_refuses_the_draws_options_it_would_ignore(tmp_path: Path) -> None:
+    for flags in (["--per-class", "3"], ["--seed", "1"], ["--objects"]):
+        result = CliRunner().invoke(main, ["sheet", str(tmp_path), "--near-duplicates",
+                                           *flags, "-o", str(tmp_path / "near.png")])
+        assert result.exit_code == 2, result.output
+        line = result.output.strip()
+        assert "\n" not in line and f"{flags[0]}: the sheet of --near-duplicates" in line
+        assert not (tmp_path / "near.png").exists()
