@@ -135,7 +135,8 @@ def predicted_conversion(survey: HeaderSurvey) -> Conversion:
     sample_bytes = round(pixels * ASSUMED_BITS_PER_PIXEL / 8 + samples * ASSUMED_FRAMING_BYTES)
     return Conversion(decode, sample_bytes,
                       f"{samples:,.1f} samples of {pixels / max(samples, 1.0) / 1e6:,.2f} MP "
-                      f"an original (headers) at {ASSUMED_BITS_PER_PIXEL:g} bits a pixel")
+                      f"an original (headers) at {ASSUMED_BITS_PER_PIXEL:g} bits a pixel",
+                      samples=max(1.0, samples))
 
 
 def forecast_rejects(survey: HeaderSurvey, notes: AnnotationCheck | None, unreadable: int,

@@ -97,6 +97,7 @@ class Conversion:
     sample_bytes: int
     sample_basis: str
     annotation: MemoryTerm | None = None  # an image's own annotation file, parsed
+    samples: float = 1.0  # the samples (sample index lines) of one original: tiles, or one
 
 
 def worst_case_memory(config: Config, files: int, bytes_in: int,
@@ -116,7 +117,7 @@ def worst_case_memory(config: Config, files: int, bytes_in: int,
     """
     image = config.image
     budget = image.max_decoded_mb * MIB
-    per_original, per_original_basis = _output_bound(config, budget)
+    per_original, per_original_basis, samples = _output_bound(config, budget)
     notes = config.source.annotations
     annotation = None
     if notes.files or notes.masks or notes.preset:
@@ -127,7 +128,8 @@ def worst_case_memory(config: Config, files: int, bytes_in: int,
     decode = MemoryTerm("decode budget", budget,
                         f"image.max_decoded_mb: {image.max_decoded_mb:,} MiB")
     return pack_memory(config, files, bytes_in, coco_bytes,
-                       Conversion(decode, per_original, per_original_basis, annotation))
+                       Conversion(decode, per_original, per_original_basis, annotation,
+                                  samples))
 
 
 def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
@@ -152,12 +154,13 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
     if coco_bytes:
         driver.append(MemoryTerm("COCO file", coco_bytes * PARSED_BYTES_PER_FILE_BYTE,
                                  f"{coco_bytes:,} B parsed ({PARSED_BYTES_PER_FILE_BYTE}x)"))
-    shot = _shot_bytes(config, per_original)
+    lines = math.ceil(files * conversion.samples)
+    shot = math.ceil(per_original / max(1.0, conversion.samples))  # one sample's JPEG
     if config.output.near_hashes:
         driver.append(MemoryTerm(
-            "hash pass", files * HASH_BYTES_PER_LINE + (GROUP + files // FEW_SHOTS) * FRAME ** 2,
-            f"{HASH_BYTES_PER_LINE} B a sample index line; {GROUP} backgrounds, and one per "
-            f"{FEW_SHOTS} samples to lend, {FRAME} x {FRAME} B each"))
+            "hash pass", lines * HASH_BYTES_PER_LINE + (GROUP + lines // FEW_SHOTS) * FRAME ** 2,
+            f"{lines:,} sample index lines x {HASH_BYTES_PER_LINE} B; {GROUP} backgrounds, and "
+            f"one per {FEW_SHOTS} samples to lend, {FRAME} x {FRAME} B each"))
     if in_process:
         conversion_bytes = sum(term.bytes for term in converting) + per_original
         driver += converting
@@ -199,14 +202,6 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
     return MemoryEstimate(local_workers, per_worker, tuple(driver), helpers, note)
 
 
-def _shot_bytes(config: Config, per_original: int) -> int:
-    """The most bytes one sample's JPEG takes: a tile's, or the one sample of an original."""
-    tiles = config.image.tiles
-    if tiles.enabled:
-        return min(per_original, math.ceil(tiles.size ** 2 * JPEG_WORST_BYTES_PER_PIXEL))
-    return per_original
-
-
 def _hash_task_excess(shot: int, copies: int, conversion_bytes: int) -> MemoryTerm:
     """A background task of the hash pass, beyond what converting took before it: its
     ``copies`` of the shots (a worker's: the task and its pickled copy) and their frames."""
@@ -217,8 +212,9 @@ def _hash_task_excess(shot: int, copies: int, conversion_bytes: int) -> MemoryTe
         f"{FRAME_BYTES_PER_PIXEL} B a pixel, beyond the conversion (the hash pass follows it)")
 
 
-def _output_bound(config: Config, budget: int) -> tuple[int, str]:
-    """The most bytes the samples of one original take, and how that is found.
+def _output_bound(config: Config, budget: int) -> tuple[int, str, float]:
+    """The most bytes the samples of one original take, how that is found, and how many
+    samples that is at most.
 
     The pixels of a decoded original are at most ``image.max_pixels`` and at most the decode
     budget (a decoded pixel takes at least a byte).  Resized: ``size`` x ``size`` pixels, or
@@ -229,14 +225,15 @@ def _output_bound(config: Config, budget: int) -> tuple[int, str]:
     """
     image = config.image
     pixels_decoded = min(image.max_pixels, budget)
-    tiles = image.tiles
+    tiles, samples = image.tiles, 1.0
     if tiles.enabled:
         stride = max(1, tiles.size - tiles.overlap)
         pixels = pixels_decoded * tiles.scale ** 2 * (tiles.size / stride) ** 2
         what = f"tiles of {pixels / 1e6:,.0f} MP"
+        samples = max(1.0, pixels / tiles.size ** 2)
     elif image.resize == "shorter":
         pixels, what = pixels_decoded, f"a sample of {pixels_decoded / 1e6:,.0f} MP (shorter)"
     else:
         pixels, what = image.size ** 2, f"a sample of {image.size} x {image.size} px"
     return math.ceil(pixels * JPEG_WORST_BYTES_PER_PIXEL), \
-        f"{what} at {JPEG_WORST_BYTES_PER_PIXEL} B a pixel"
+        f"{what} at {JPEG_WORST_BYTES_PER_PIXEL} B a pixel", samples
