@@ -260,9 +260,9 @@ def test_a_fixtures_shots_are_read_when_its_background_is_made_not_all_fixtures_
         reads[0] += 1
         return read(self, *args)
 
-    def background(shots: list[bytes | None]):
-        made.append((reads[0], len(shots)))
-        return make(shots)
+    def background(task: tuple[list[bytes | None], bool]):
+        made.append((reads[0], len(task[0])))
+        return make(task)
 
     monkeypatch.setattr(jpegcopy.PreviousJpegs, "jpeg", counted)
     monkeypatch.setattr(nearhash.tasks, "background_task", background)

@@ -23,20 +23,29 @@ def frame_or_none(jpeg: bytes | None) -> np.ndarray | None:
         return None
 
 
-def background_task(shots: list[bytes | None]) -> np.ndarray | None:
-    """A fixture's background from the JPEG bytes of its first samples (a worker's task)."""
-    frames = [frame for frame in map(frame_or_none, shots) if frame is not None]
-    return hashing.fixture_median(frames) if frames else None
+def background_task(task: tuple[list[bytes | None], bool]
+                    ) -> tuple[np.ndarray | None, list[tuple[int, int] | None]]:
+    """A fixture's background from the JPEG bytes of its first samples (a worker's task),
+    and when asked, the part hashes of those samples against it (a fixture that keeps its
+    own background: its first samples are then decoded once, not twice)."""
+    shots, hashes = task
+    frames = list(map(frame_or_none, shots))
+    present = [frame for frame in frames if frame is not None]
+    if not present:
+        return None, []
+    background = hashing.fixture_median(present)
+    return background, [_hashes(frame, background) for frame in frames] if hashes else []
+
+
+def _hashes(frame: np.ndarray | None, background: np.ndarray) -> tuple[int, int] | None:
+    if frame is None or frame.shape != background.shape:
+        return None
+    return hashing.part_hashes(frame, background)
 
 
 def hash_task(work: list[tuple[bytes | None, np.ndarray]]) -> list[tuple[int, int] | None]:
     """The part hashes of samples, each from its JPEG bytes and its fixture's background."""
-    results: list[tuple[int, int] | None] = []
-    for jpeg, background in work:
-        frame = frame_or_none(jpeg)
-        results.append(None if frame is None or frame.shape != background.shape
-                       else hashing.part_hashes(frame, background))
-    return results
+    return [_hashes(frame_or_none(jpeg), background) for jpeg, background in work]
 
 
 def check_task(task: tuple[list[tuple[bytes | None, np.ndarray]], list[tuple[int, int]]]

@@ -153,11 +153,16 @@ class NearHashes:
                 ordered = sorted(touched)
                 for start in range(0, len(ordered), GROUP):  # GROUP backgrounds held at once
                     group = set(ordered[start : start + GROUP])
-                    grounds = backgrounds(seen, group, jpegs, pool, lenders)
+                    early: dict[int, tuple[int, int] | None] = {}
+                    grounds = backgrounds(seen, group, jpegs, pool, lenders, early)
                     digests |= {number: fixtures.digest(background)
                                 for number, background in grounds.items()}
                     wanted = [at for number in sorted(grounds) for at in lines_of[number]
                               if seen.against[at] != int(digests[number], 16)]
+                    for at in wanted:
+                        if early.get(at) is not None:
+                            hashes[at], made[at] = early[at], True
+                    wanted = [at for at in wanted if at not in early]
                     progress.update(sum(seen.counts[number] for number in group) - len(wanted))
                     hashed(seen, wanted, grounds, jpegs, pool, progress, hashes, made)
         finally:
@@ -190,11 +195,14 @@ class NearHashes:
 
 
 def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
-                pool: WorkerPool, lenders: dict[int, np.ndarray] | None = None
+                pool: WorkerPool, lenders: dict[int, np.ndarray] | None = None,
+                early: dict[int, tuple[int, int] | None] | None = None
                 ) -> dict[int, np.ndarray]:
     """The backgrounds of the touched fixtures (by number): each its own, or for one of few
     samples the one it borrows (``fixtures.borrowed``) from the fuller fixtures of its size,
-    whose backgrounds are kept in ``lenders`` from one call to the next."""
+    whose backgrounds are kept in ``lenders`` from one call to the next.  With ``early``,
+    the hashes of a touched full fixture's first samples (by line; None: no hash), made in
+    the same task as its background, which is its own."""
     by_number = {number: fixture for fixture, number in seen.fixtures.items()}
     lenders = {} if lenders is None else lenders
     sizes = {by_number[number][1:3] for number in touched
@@ -202,10 +210,16 @@ def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
     full = {number for number, fixture in by_number.items()
             if fixture[1:3] in sizes and seen.counts[number] >= fixtures.FEW_SHOTS}
     order = sorted((touched | full) - lenders.keys())
-    work = _Shots(seen, order, jpegs)
-    own = {number: background for number, background
-           in zip(order, pool.map_ordered(tasks.background_task, work), strict=True)
-           if background is not None}
+    with_hashes = set() if early is None else \
+        {number for number in touched if seen.counts[number] >= fixtures.FEW_SHOTS}
+    own: dict[int, np.ndarray] = {}
+    work = _Shots(seen, order, jpegs, with_hashes)
+    for number, (background, made) in zip(order, pool.map_ordered(tasks.background_task, work),
+                                          strict=True):
+        if background is not None:
+            own[number] = background
+        if early is not None and made:
+            early.update(zip(seen.shots[number], made, strict=True))
     lenders.update({number: own[number] for number in full if number in own})
     choices = {by_number[number]: background for number, background
                in (own | {number: lenders[number] for number in full if number in lenders})
@@ -221,16 +235,19 @@ class _Shots(Sequence):
     pool takes its task (up to 255 shots a fixture, ~5 MB at 256 px: 256 fixtures read at
     once would hold over a GB)."""
 
-    def __init__(self, seen: SampleLines, order: list[int], jpegs: PreviousJpegs):
-        self.seen, self.order, self.jpegs = seen, order, jpegs
+    def __init__(self, seen: SampleLines, order: list[int], jpegs: PreviousJpegs,
+                 hashing: set[int]):
+        self.seen, self.order, self.jpegs, self.hashing = seen, order, jpegs, hashing
 
     def __len__(self) -> int:
         return len(self.order)
 
-    def __getitem__(self, number: int) -> list[bytes | None]:  # type: ignore[override]
+    def __getitem__(self, number: int) -> tuple[list[bytes | None], bool]:  # type: ignore[override]
         if not 0 <= number < len(self):
             raise IndexError(number)
-        return [_jpeg(self.jpegs, self.seen, at) for at in self.seen.shots[self.order[number]]]
+        fixture = self.order[number]
+        return ([_jpeg(self.jpegs, self.seen, at) for at in self.seen.shots[fixture]],
+                fixture in self.hashing)
 
 
 def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],
