@@ -201,8 +201,8 @@ def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
     """The backgrounds of the touched fixtures (by number): each its own, or for one of few
     samples the one it borrows (``fixtures.borrowed``) from the fuller fixtures of its size,
     whose backgrounds are kept in ``lenders`` from one call to the next.  With ``early``,
-    the hashes of a touched full fixture's first samples (by line; None: no hash), made in
-    the same task as its background, which is its own."""
+    the hashes of the first samples of a touched full fixture, some without a hash (by line;
+    None: no hash), made in the same task as its background, which is its own."""
     by_number = {number: fixture for fixture, number in seen.fixtures.items()}
     lenders = {} if lenders is None else lenders
     sizes = {by_number[number][1:3] for number in touched
@@ -210,8 +210,11 @@ def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
     full = {number for number, fixture in by_number.items()
             if fixture[1:3] in sizes and seen.counts[number] >= fixtures.FEW_SHOTS}
     order = sorted((touched | full) - lenders.keys())
+    # a new pack's fixtures, or a fixture whose first samples are new; in an increment to a
+    # full fixture they have their hashes, most likely against the background it keeps
     with_hashes = set() if early is None else \
-        {number for number in touched if seen.counts[number] >= fixtures.FEW_SHOTS}
+        {number for number in touched if seen.counts[number] >= fixtures.FEW_SHOTS
+         and any(seen.against[at] < 0 for at in seen.shots[number])}
     own: dict[int, np.ndarray] = {}
     work = _Shots(seen, order, jpegs, with_hashes)
     for number, (background, made) in zip(order, pool.map_ordered(tasks.background_task, work),
