@@ -271,3 +271,24 @@ def test_a_fixtures_shots_are_read_when_its_background_is_made_not_all_fixtures_
     assert len(made) == 2
     # in one process, each task is read as it is taken: the shots of one fixture at a time
     assert [read for read, _ in made] == [made[0][1], made[0][1] + made[1][1]]
+
+
+def test_inspect_a_few_fixtures_at_a_time_finds_what_all_at_once_find_with_or_without_hashes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _tree(tmp_path / "src")  # two folders: pairs within each and across them
+    hashed, older = tmp_path / "hashed", tmp_path / "older"
+    assert _run("pack", "--config", _job(tmp_path, source, hashed, "webdataset"))[0] == 0
+    assert _run("pack", "--config", _job(tmp_path, source, older, "webdataset",
+                                         hashes=False))[0] == 0
+
+    def report(dataset: Path) -> dict:
+        code, output = _run("inspect", dataset, "--near-duplicates", "--json")
+        assert code == 0, output
+        return {name: value for name, value in json.loads(output).items()
+                if name not in ("dataset", "hashes_made")}
+
+    every = report(hashed)
+    assert every["clusters"] and report(older) == every  # made from the stored samples
+    monkeypatch.setattr(nearhash, "GROUP", 1)  # memory: one fixture's background at a time
+    monkeypatch.setattr(nearhash, "KEPT", 1)  # hashed, and checked
+    assert report(hashed) == every and report(older) == every

@@ -9,8 +9,9 @@ and the clusters are the connected components of the pairs that pass, and of equ
 A cluster of more than ``hashing.DENSE_SIZE`` samples is reported as dense (a slow belt's
 frames chain into one), not as one part.
 
-Memory: ~250 bytes a sample (its key, path and shard; numbers in arrays), the fixtures'
-backgrounds (49 KB each), and the clusters found.
+Memory: ~250 bytes a sample (its key, path and shard; numbers in arrays), the backgrounds
+(49 KB each) of the fixtures of one block of pairs (``nearhash.GROUP`` fixtures at most) and
+of those a fixture of few samples may borrow, and the clusters found.
 """
 
 from __future__ import annotations
@@ -116,15 +117,13 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     check_workers(run)
     with WorkerPool(run) as pool, \
             PreviousJpegs(shard_format(manifest.format), path, manifest.shards) as jpegs:
-        grounds: dict[int, np.ndarray] = {}
         if len(missing):  # a dataset of an older release: made as its next pack makes them
-            grounds = nearhash.backgrounds(seen, {seen.fixture[at] for at in missing}, jpegs,
-                                           pool)
-            wanted = [at for at in missing.tolist() if seen.fixture[at] in grounds]
+            touched = {seen.fixture[at] for at in missing.tolist()}
             made = np.zeros(len(have), bool)
-            progress = Progress(len(wanted), 0, "img", "hash", quiet)
+            progress = Progress(sum(seen.counts[number] for number in touched), 0, "img",
+                                "hash", quiet)
             try:
-                nearhash.hashed(seen, wanted, grounds, jpegs, pool, progress, hashes, made)
+                nearhash.hash_fixtures(seen, touched, jpegs, pool, progress, hashes, made)
             finally:
                 progress.close()
             have, made_count = have | made, int(made.sum())
@@ -134,16 +133,12 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         focus = samples.focus(touching, split)
         if focus is not None:
             pairs = pairs[focus[pairs].any(axis=1)]
-        needed = {seen.fixture[at] for at in np.unique(pairs).tolist()} - grounds.keys()
-        if needed:
-            grounds |= nearhash.backgrounds(seen, needed, jpegs, pool)
-        grounded = np.array([number in grounds for number in seen.fixture], bool)
-        # a sample of a fixture none of whose first samples reads: named, its pairs dropped
-        without = np.unique(pairs[~grounded[pairs]]) if len(pairs) else pairs.ravel()
-        pairs = pairs[grounded[pairs].all(axis=1)] if len(pairs) else pairs
-        scores, unreadable = nearhash.checked(seen, pairs, grounds, jpegs, pool, quiet)
+        scores, unreadable, without = nearhash.checked(seen, pairs, jpegs, pool, quiet)
+    # a sample of a fixture none of whose first samples reads: named, its pairs dropped
+    grounded = ~np.isin(pairs, list(without)).any(axis=1) if len(pairs) else np.ones(0, bool)
+    pairs, scores = pairs[grounded], scores[grounded]
     failed = ~have
-    failed[list(unreadable) + without.tolist()] = True
+    failed[list(unreadable | without)] = True
     verified = [(first, second, _nearer(hashes[first], hashes[second]), float(score))
                 for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
                 if score <= threshold]
@@ -172,7 +167,7 @@ class _Samples:
         samples, current = cls(), manifest.near_hash == nearhash.CURRENT
         hashes = array("Q")  # two a line
         for record in iter_sample_index(directory, manifest):
-            samples.lines.add(record)
+            samples.lines.add(record, current)  # else its hash is made again
             samples.paths.append(record.path)
             samples.split.append(samples.split_names.setdefault(record.split,
                                                                 len(samples.split_names)))

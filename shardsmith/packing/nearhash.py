@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +44,11 @@ log = logging.getLogger(__name__)
 
 CURRENT = NearHashEntry(hashing.ALGORITHM, hashing.VERSION)
 GROUP = 256  # fixtures whose backgrounds are held at once (49 KB each at 256 x 192)
+# fixtures a block of the check's pairs may name, and backgrounds kept from one block to the
+# next (~50 MB): pairs may join any two fixtures, a sample's pairs split over blocks are read
+# again, and a background made again costs up to 255 decodes.  (On 300 fixtures whose pairs
+# crossed at random, blocks of 256 and none kept made 4,343 backgrounds: 125 s against 79.)
+KEPT = 1024
 CHUNK = 64  # samples a task: ~2 MB of JPEG bytes at 512 px, ~0.2 s of one worker's time
 
 Line = dict[str, Any] | SampleRecord
@@ -143,28 +149,11 @@ class NearHashes:
             return cls()
         hashes = np.zeros((len(seen.keys), 2), np.uint64)
         made = np.zeros(len(seen.keys), bool)
-        digests: dict[int, str] = {}
-        lines_of = _lines_by_fixture(seen)
         progress = Progress(sum(seen.counts[number] for number in touched), 0, "img", "hash",
                             quiet)
-        lenders: dict[int, np.ndarray] = {}
         try:
             with PreviousJpegs(shard_format(fmt), output, shards) as jpegs:
-                ordered = sorted(touched)
-                for start in range(0, len(ordered), GROUP):  # GROUP backgrounds held at once
-                    group = set(ordered[start : start + GROUP])
-                    early: dict[int, tuple[int, int] | None] = {}
-                    grounds = backgrounds(seen, group, jpegs, pool, lenders, early)
-                    digests |= {number: fixtures.digest(background)
-                                for number, background in grounds.items()}
-                    wanted = [at for number in sorted(grounds) for at in lines_of[number]
-                              if seen.against[at] != int(digests[number], 16)]
-                    for at in wanted:
-                        if early.get(at) is not None:
-                            hashes[at], made[at] = early[at], True
-                    wanted = [at for at in wanted if at not in early]
-                    progress.update(sum(seen.counts[number] for number in group) - len(wanted))
-                    hashed(seen, wanted, grounds, jpegs, pool, progress, hashes, made)
+                digests = hash_fixtures(seen, touched, jpegs, pool, progress, hashes, made)
         finally:
             progress.close()
         return cls(seen, hashes, made, digests, trusted)
@@ -192,6 +181,33 @@ class NearHashes:
                     self.digests[self.seen.fixture[at]])
             yield line | {"near": list(near)} if isinstance(line, dict) \
                 else replace(line, near=near)
+
+
+def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
+                  pool: WorkerPool, progress: Progress, hashes: np.ndarray,
+                  made: np.ndarray) -> dict[int, str]:
+    """Hash the lines of the ``touched`` fixtures that have no hash or one made against
+    another background, into ``hashes`` (``made`` marks them), GROUP fixtures' backgrounds
+    held at a time; the digest of each touched fixture's background (by number)."""
+    digests: dict[int, str] = {}
+    lines_of = _lines_by_fixture(seen)
+    lenders: dict[int, np.ndarray] = {}
+    ordered = sorted(touched)
+    for start in range(0, len(ordered), GROUP):
+        group = set(ordered[start : start + GROUP])
+        early: dict[int, tuple[int, int] | None] = {}
+        grounds = backgrounds(seen, group, jpegs, pool, lenders, early)
+        digests |= {number: fixtures.digest(background)
+                    for number, background in grounds.items()}
+        wanted = [at for number in sorted(grounds) for at in lines_of[number]
+                  if seen.against[at] != int(digests[number], 16)]
+        for at in wanted:
+            if early.get(at) is not None:
+                hashes[at], made[at] = early[at], True
+        wanted = [at for at in wanted if at not in early]
+        progress.update(sum(seen.counts[number] for number in group) - len(wanted))
+        hashed(seen, wanted, grounds, jpegs, pool, progress, hashes, made)
+    return digests
 
 
 def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
@@ -308,23 +324,66 @@ def _jpeg(jpegs: PreviousJpegs, seen: SampleLines, at: int) -> bytes | None:
         return None
 
 
-def checked(seen: SampleLines, pairs: np.ndarray, grounds: dict[int, np.ndarray],
-            jpegs: PreviousJpegs, pool: WorkerPool, quiet: bool) -> tuple[np.ndarray, set[int]]:
+def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: WorkerPool,
+            quiet: bool) -> tuple[np.ndarray, set[int], set[int]]:
     """The check's score of each pair of lines (``hashing.check``; UNLIKE where a sample
-    cannot be read), and the lines that could not be read."""
-    chunks = _PairChunks(seen, pairs, grounds, jpegs)
+    cannot be read or its fixture has no background), the lines that could not be read, and
+    those of a fixture none of whose first samples reads.  The pairs are checked a block of
+    at most KEPT fixtures at a time; the KEPT backgrounds used last are held."""
     scores = np.full(len(pairs), hashing.UNLIKE)
     unreadable: set[int] = set()
+    without: set[int] = set()
+    lenders: dict[int, np.ndarray] = {}
+    kept: OrderedDict[int, np.ndarray | None] = OrderedDict()  # None: it has none
+    fixture = np.frombuffer(seen.fixture, np.int32)
     progress = Progress(len(pairs), 0, "pair", "check", quiet)
     try:
-        for number, (results, failed) in enumerate(pool.map_ordered(tasks.check_task, chunks)):
-            start = number * CHUNK
-            scores[start : start + len(results)] = results
-            unreadable.update(chunks.samples(number)[at] for at in failed)
-            progress.update(len(results))
+        for block in _fixture_blocks(fixture[pairs]):
+            part = pairs[block]
+            named = set(fixture[part].ravel().tolist())
+            made = backgrounds(seen, named - kept.keys(), jpegs, pool, lenders)
+            kept.update({number: made.get(number) for number in named - kept.keys()})
+            for number in named:  # the block's last: kept over the others
+                kept.move_to_end(number)
+            while len(kept) > max(KEPT, len(named)):
+                kept.popitem(last=False)
+            grounds = {number: kept[number] for number in named if kept[number] is not None}
+            grounded = np.isin(fixture[part], list(grounds))
+            without.update(part[~grounded].tolist())
+            block, part = block[grounded.all(axis=1)], part[grounded.all(axis=1)]
+            progress.update(len(grounded) - len(part))
+            chunks = _PairChunks(seen, part, grounds, jpegs)
+            for number, (results, failed) in enumerate(pool.map_ordered(tasks.check_task,
+                                                                         chunks)):
+                start = number * CHUNK
+                scores[block[start : start + len(results)]] = results
+                unreadable.update(chunks.samples(number)[at] for at in failed)
+                progress.update(len(results))
     finally:
         progress.close()
-    return scores, unreadable
+    return scores, unreadable, without
+
+
+def _fixture_blocks(fixtures_of: np.ndarray) -> Iterator[np.ndarray]:
+    """Positions of pairs (``fixtures_of``: the fixture of each member) in blocks naming at
+    most KEPT fixtures, each block in the pairs' order (a sample's pairs stay together)."""
+    if not len(fixtures_of):
+        return
+    if len(np.unique(fixtures_of)) <= KEPT:
+        yield np.arange(len(fixtures_of))
+        return
+    low, high = fixtures_of.min(axis=1), fixtures_of.max(axis=1)
+    block: list[int] = []
+    named: set[int] = set()
+    for at in np.lexsort((high, low)).tolist():
+        pair = {int(low[at]), int(high[at])}
+        if block and len(named | pair) > KEPT:
+            yield np.sort(np.array(block))
+            block, named = [], set()
+        block.append(at)
+        named |= pair
+    if block:
+        yield np.sort(np.array(block))
 
 
 class _PairChunks(Sequence):
