@@ -119,8 +119,9 @@ def test_the_dry_run_report_sums_its_memory_terms(tmp_path):
 
 
 def test_the_hash_pass_is_counted_where_it_takes_more_than_the_conversion_before_it(tmp_path):
-    source = pngs(tmp_path / "source", 4)
-    config = budget_config(tmp_path, 16)  # a small budget: a background task takes more
+    # a small budget: a background task of 12 shots (one per original) takes more
+    source = pngs(tmp_path / "source", 12)
+    config = budget_config(tmp_path, 16)
     memory = dry_run_report(source, tmp_path / "out", tmp_path / "report.json", "--workers", 2,
                             "--config", config)
     worker = {term["name"]: term["bytes"] for term in memory["worker"]}
