@@ -240,9 +240,10 @@ def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
         if early is not None and made:
             early.update(zip(seen.shots[number], made, strict=True))
     lenders.update({number: own[number] for number in full if number in own})
+    # a touched full fixture lent in an earlier call is not made again: it is a lender's
     choices = {by_number[number]: background for number, background
-               in (own | {number: lenders[number] for number in full if number in lenders})
-               .items() if number in touched or number in full}
+               in (own | {number: lenders[number] for number in touched | full
+                          if number in lenders}).items()}
     chosen = fixtures.borrowed(choices, {by_number[number]: seen.counts[number]
                                          for number in touched | full})
     return {number: chosen[by_number[number]] for number in touched
