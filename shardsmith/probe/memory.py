@@ -156,17 +156,19 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
                                  f"{coco_bytes:,} B parsed ({PARSED_BYTES_PER_FILE_BYTE}x)"))
     lines = math.ceil(files * conversion.samples)
     shot = math.ceil(per_original / max(1.0, conversion.samples))  # one sample's JPEG
+    # a fixture's first samples, and the backgrounds held: no more than the samples there are
+    shots, grounds = min(BACKGROUND_SHOTS, lines), min(GROUP, lines)
     if config.output.near_hashes:
         driver.append(MemoryTerm(
-            "hash pass", lines * HASH_BYTES_PER_LINE + (GROUP + lines // FEW_SHOTS) * FRAME ** 2,
-            f"{lines:,} sample index lines x {HASH_BYTES_PER_LINE} B; {GROUP} backgrounds, and "
+            "hash pass", lines * HASH_BYTES_PER_LINE + (grounds + lines // FEW_SHOTS) * FRAME ** 2,
+            f"{lines:,} sample index lines x {HASH_BYTES_PER_LINE} B; {grounds} backgrounds, and "
             f"one per {FEW_SHOTS} samples to lend, {FRAME} x {FRAME} B each"))
     if in_process:
         conversion_bytes = sum(term.bytes for term in converting) + per_original
         driver += converting
         driver.append(MemoryTerm("result", per_original, per_original_basis))
         if config.output.near_hashes:
-            driver.append(_hash_task_excess(shot, 1, conversion_bytes))
+            driver.append(_hash_task_excess(shot, shots, 1, conversion_bytes))
         return MemoryEstimate(0, (), tuple(driver), None)
 
     window = RESULT_WINDOW_PER_WORKER * local_workers * batch + batch
@@ -176,11 +178,11 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
         f"{batch} originals; {per_original_basis}"))
     if config.output.near_hashes:
         tasks = RESULT_WINDOW_PER_WORKER * local_workers + 1
-        waiting = tasks * BACKGROUND_SHOTS * shot
+        waiting = min(tasks * shots, lines) * shot
         driver.append(MemoryTerm(
             "hash tasks waiting", max(0, waiting - window * per_original),
             f"({RESULT_WINDOW_PER_WORKER} x {local_workers} workers + 1 pickled) tasks of "
-            f"{BACKGROUND_SHOTS} samples of up to {shot:,} B, beyond the results waiting "
+            f"{shots} samples of up to {shot:,} B, beyond the results waiting "
             "(the hash pass follows the conversions)"))
     note = ""
     if config.run.backend != "local":
@@ -195,20 +197,22 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
     )
     if config.output.near_hashes:
         conversion_bytes = sum(term.bytes for term in converting) + batch_results.bytes
-        per_worker += (_hash_task_excess(shot, 2, conversion_bytes),)
+        per_worker += (_hash_task_excess(shot, shots, 2, conversion_bytes),)
     helpers = MemoryTerm("loky helpers", HELPERS * HELPER_BASELINE_BYTES,
                          f"{HELPERS} x {HELPER_BASELINE_BYTES // MIB} MiB, measured: "
                          "scripts/measure_baselines.py")
     return MemoryEstimate(local_workers, per_worker, tuple(driver), helpers, note)
 
 
-def _hash_task_excess(shot: int, copies: int, conversion_bytes: int) -> MemoryTerm:
+def _hash_task_excess(shot: int, shots: int, copies: int, conversion_bytes: int
+                      ) -> MemoryTerm:
     """A background task of the hash pass, beyond what converting took before it: its
-    ``copies`` of the shots (a worker's: the task and its pickled copy) and their frames."""
-    task = BACKGROUND_SHOTS * (copies * shot + FRAME_BYTES_PER_PIXEL * FRAME ** 2)
+    ``copies`` of the ``shots`` (a worker's: the task and its pickled copy) and their
+    frames."""
+    task = shots * (copies * shot + FRAME_BYTES_PER_PIXEL * FRAME ** 2)
     return MemoryTerm(
         "hash task", max(0, task - conversion_bytes),
-        f"{BACKGROUND_SHOTS} samples of up to {shot:,} B ({copies}x) and their frames at "
+        f"{shots} samples of up to {shot:,} B ({copies}x) and their frames at "
         f"{FRAME_BYTES_PER_PIXEL} B a pixel, beyond the conversion (the hash pass follows it)")
 
 
