@@ -329,3 +329,23 @@ def test_a_full_fixture_that_lent_its_background_before_its_turn_is_hashed_and_c
     code, output = _run("inspect", tmp_path / "all", "--near-duplicates", "--json")
     assert code == 0, output
     assert json.loads(output) == every
+
+
+def test_inspect_of_a_dataset_without_hashes_makes_each_background_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _tree(tmp_path / "src")  # two folders: two backgrounds, for hashes and checks
+    out = tmp_path / "out"
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset", hashes=False))[0] \
+        == 0
+    made, make = [], tasks.background_task
+
+    def background(task: tuple[list[bytes | None], bool]):
+        made.append(len(task[0]))
+        return make(task)
+
+    monkeypatch.setattr(nearhash.tasks, "background_task", background)
+    code, output = _run("inspect", out, "--near-duplicates", "--json", "--workers", 1)
+    assert code == 0, output
+    report = json.loads(output)
+    assert report["hashes_made"] == report["samples"] and report["pairs_checked"]
+    assert len(made) == report["fixtures"] == 2  # up to 255 decodes each, not twice

@@ -52,6 +52,7 @@ KEPT = 1024
 CHUNK = 64  # samples a task: ~2 MB of JPEG bytes at 512 px, ~0.2 s of one worker's time
 
 Line = dict[str, Any] | SampleRecord
+Kept = OrderedDict[int, np.ndarray | None]  # backgrounds by fixture, last used last; None: none
 
 
 def _get(line: Line, name: str) -> Any:
@@ -185,10 +186,11 @@ class NearHashes:
 
 def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
                   pool: WorkerPool, progress: Progress, hashes: np.ndarray,
-                  made: np.ndarray) -> dict[int, str]:
+                  made: np.ndarray, kept: Kept | None = None) -> dict[int, str]:
     """Hash the lines of the ``touched`` fixtures that have no hash or one made against
     another background, into ``hashes`` (``made`` marks them), GROUP fixtures' backgrounds
-    held at a time; the digest of each touched fixture's background (by number)."""
+    held at a time; the digest of each touched fixture's background (by number).  ``kept``:
+    the last KEPT backgrounds are left there for ``checked``, not made again."""
     digests: dict[int, str] = {}
     lines_of = _lines_by_fixture(seen)
     lenders: dict[int, np.ndarray] = {}
@@ -197,6 +199,8 @@ def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
         group = set(ordered[start : start + GROUP])
         early: dict[int, tuple[int, int] | None] = {}
         grounds = backgrounds(seen, group, jpegs, pool, lenders, early)
+        if kept is not None:
+            _keep(kept, {number: grounds.get(number) for number in group}, KEPT)
         digests |= {number: fixtures.digest(background)
                     for number, background in grounds.items()}
         wanted = [at for number in sorted(grounds) for at in lines_of[number]
@@ -326,16 +330,17 @@ def _jpeg(jpegs: PreviousJpegs, seen: SampleLines, at: int) -> bytes | None:
 
 
 def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: WorkerPool,
-            quiet: bool) -> tuple[np.ndarray, set[int], set[int]]:
+            quiet: bool, kept: Kept | None = None) -> tuple[np.ndarray, set[int], set[int]]:
     """The check's score of each pair of lines (``hashing.check``; UNLIKE where a sample
     cannot be read or its fixture has no background), the lines that could not be read, and
     those of a fixture none of whose first samples reads.  The pairs are checked a block of
-    at most KEPT fixtures at a time; the KEPT backgrounds used last are held."""
+    at most KEPT fixtures at a time; the KEPT backgrounds used last are held (in ``kept``,
+    which may hold those ``hash_fixtures`` made)."""
     scores = np.full(len(pairs), hashing.UNLIKE)
     unreadable: set[int] = set()
     without: set[int] = set()
     lenders: dict[int, np.ndarray] = {}
-    kept: OrderedDict[int, np.ndarray | None] = OrderedDict()  # None: it has none
+    kept = OrderedDict() if kept is None else kept
     fixture = np.frombuffer(seen.fixture, np.int32)
     progress = Progress(len(pairs), 0, "pair", "check", quiet)
     try:
@@ -343,11 +348,8 @@ def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: Wo
             part = pairs[block]
             named = set(fixture[part].ravel().tolist())
             made = backgrounds(seen, named - kept.keys(), jpegs, pool, lenders)
-            kept.update({number: made.get(number) for number in named - kept.keys()})
-            for number in named:  # the block's last: kept over the others
-                kept.move_to_end(number)
-            while len(kept) > max(KEPT, len(named)):
-                kept.popitem(last=False)
+            _keep(kept, {number: kept.get(number, made.get(number)) for number in named},
+                  max(KEPT, len(named)))
             grounds = {number: kept[number] for number in named if kept[number] is not None}
             grounded = np.isin(fixture[part], list(grounds))
             without.update(part[~grounded].tolist())
@@ -363,6 +365,15 @@ def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: Wo
     finally:
         progress.close()
     return scores, unreadable, without
+
+
+def _keep(kept: Kept, grounds: dict[int, np.ndarray | None], most: int) -> None:
+    """``grounds`` kept as the last used, the least recently used dropped past ``most``."""
+    kept.update(grounds)
+    for number in grounds:
+        kept.move_to_end(number)
+    while len(kept) > most:
+        kept.popitem(last=False)
 
 
 def _fixture_blocks(fixtures_of: np.ndarray) -> Iterator[np.ndarray]:
