@@ -11,7 +11,8 @@ what a pack would have made).
 What is hashed: every line without a hash, and every line of a fixture whose background this
 run makes and which differs from the one its hash was made against (a fixture of under
 ``BACKGROUND_SHOTS`` samples that grew or lost samples; one whose first samples changed), so
-that a version's hashes are those a fresh pack of its originals makes.
+that a version's hashes are those a fresh pack of its originals makes, but in a fuller
+fixture that changed: its first samples in the index, a fresh pack orders them anew.
 
 The driver reads the JPEG bytes (the shards were just written: the page cache holds them) and
 the pool hashes them, a task of ``CHUNK`` samples, results in order; a sample whose bytes
