@@ -135,6 +135,19 @@ def test_the_hash_pass_is_counted_where_it_takes_more_than_the_conversion_before
     assert unhashed["total_bytes"] < memory["total_bytes"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_hash_pass_holds_no_more_samples_than_the_tree_makes(tmp_path, workers):
+    source = pngs(tmp_path / "source", 4)  # 4 samples: a background task holds 4, not 255
+    memory = dry_run_report(source, tmp_path / "out", tmp_path / "report.json", "--workers",
+                            workers, "--resize", "shorter", "--config",
+                            budget_config(tmp_path, 16))
+    terms = {term["name"]: term["bytes"] for term in memory["driver"] + memory["worker"]}
+    sample = terms.get("result") or terms["results waiting"]  # one sample's bound, or more
+    frame = 4 * 256**2  # a frame at FRAME_BYTES_PER_PIXEL
+    assert terms["hash task"] <= 4 * (2 * sample + frame)
+    assert terms.get("hash tasks waiting", 0) <= 4 * sample
+
+
 def test_one_worker_converts_in_the_driver_and_counts_the_budget_there(tmp_path):
     source = pngs(tmp_path / "source", 2)
     memory = dry_run_report(source, tmp_path / "out", tmp_path / "report.json", "--workers", 1,

@@ -119,6 +119,29 @@ def test_a_sample_that_cannot_be_read_is_named_and_left_out(tmp_path: Path) -> N
                for cluster in report["clusters"])
 
 
+def test_a_stored_jpeg_of_another_size_than_its_line_says_is_named_not_fatal(
+        tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    for path, (jpeg, _) in list(_originals().items())[:20]:
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        (source / path).write_bytes(jpeg)
+    out = tmp_path / "out"
+    assert _run("pack", source, out, "--labels", "none", "--size", "256", "--workers",
+                "1")[0] == 0
+    shard = next(out.glob("train-*.tar"))
+    data = bytearray(shard.read_bytes())
+    at = data.index(b"\xff\xd8\xff")  # the first sample's JPEG: a strip of grey instead
+    _, strip = cv2.imencode(".jpg", np.full((200, 64), 128, np.uint8))
+    data[at : at + len(strip)] = strip.tobytes()
+    shard.write_bytes(bytes(data))
+    code, output = _run("inspect", out, "--near-duplicates", "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    assert len(report["unreadable"]) == 1 and report["clusters"]
+    assert all(report["unreadable"][0] not in [s["key"] for s in cluster["samples"]]
+               for cluster in report["clusters"])
+
+
 def test_a_distance_needs_the_near_duplicates(tmp_path: Path) -> None:
     code, output = _run("inspect", tmp_path, "--distance", "3")
     assert code == 2 and "--near-duplicates" in output

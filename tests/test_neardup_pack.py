@@ -292,3 +292,60 @@ def test_inspect_a_few_fixtures_at_a_time_finds_what_all_at_once_find_with_or_wi
     monkeypatch.setattr(nearhash, "GROUP", 1)  # memory: one fixture's background at a time
     monkeypatch.setattr(nearhash, "KEPT", 1)  # hashed, and checked
     assert report(hashed) == every and report(older) == every
+
+
+def _folders(root: Path, full: int, few: int) -> Path:
+    """``full`` folders of the same 40 originals, and ``few`` folders of 8 of them each
+    (which borrow a full one's background): pairs join every folder."""
+    originals = list(_originals().values())[:40]
+    for number in range(full):
+        for part, (jpeg, _) in enumerate(originals):
+            (root / f"full{number}").mkdir(parents=True, exist_ok=True)
+            (root / f"full{number}" / f"{part:02d}.jpg").write_bytes(jpeg)
+    for number in range(few):
+        for part, (jpeg, _) in enumerate(originals[number * 5 : number * 5 + 8]):
+            (root / f"few{number}").mkdir(parents=True, exist_ok=True)
+            (root / f"few{number}" / f"{part:02d}.jpg").write_bytes(jpeg)
+    return root
+
+
+def test_a_full_fixture_that_lent_its_background_before_its_turn_is_hashed_and_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _folders(tmp_path / "src", 3, 6)  # a full folder after a few one, in the index
+    assert _run("pack", "--config", _job(tmp_path, source, tmp_path / "all", "webdataset"))[0] \
+        == 0
+    code, output = _run("inspect", tmp_path / "all", "--near-duplicates", "--json")
+    assert code == 0, output
+    every = json.loads(output)
+    assert not every["unreadable"] and every["clusters"]
+    monkeypatch.setattr(nearhash, "GROUP", 1)  # a fixture lent to a group, then its own
+    monkeypatch.setattr(nearhash, "KEPT", 2)
+    assert _run("pack", "--config", _job(tmp_path, source, tmp_path / "one", "webdataset"))[0] \
+        == 0
+    lines = _lines(tmp_path / "one")
+    assert all("near" in line for line in lines.values())
+    assert {key: line["near"] for key, line in lines.items()} == \
+        {key: line["near"] for key, line in _lines(tmp_path / "all").items()}
+    code, output = _run("inspect", tmp_path / "all", "--near-duplicates", "--json")
+    assert code == 0, output
+    assert json.loads(output) == every
+
+
+def test_inspect_of_a_dataset_without_hashes_makes_each_background_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _tree(tmp_path / "src")  # two folders: two backgrounds, for hashes and checks
+    out = tmp_path / "out"
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset", hashes=False))[0] \
+        == 0
+    made, make = [], tasks.background_task
+
+    def background(task: tuple[list[bytes | None], bool]):
+        made.append(len(task[0]))
+        return make(task)
+
+    monkeypatch.setattr(nearhash.tasks, "background_task", background)
+    code, output = _run("inspect", out, "--near-duplicates", "--json", "--workers", 1)
+    assert code == 0, output
+    report = json.loads(output)
+    assert report["hashes_made"] == report["samples"] and report["pairs_checked"]
+    assert len(made) == report["fixtures"] == 2  # up to 255 decodes each, not twice

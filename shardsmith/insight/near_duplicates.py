@@ -10,14 +10,16 @@ A cluster of more than ``hashing.DENSE_SIZE`` samples is reported as dense (a sl
 frames chain into one), not as one part.
 
 Memory: ~250 bytes a sample (its key, path and shard; numbers in arrays), the backgrounds
-(49 KB each) of the fixtures of one block of pairs (``nearhash.GROUP`` fixtures at most) and
-of those a fixture of few samples may borrow, and the clusters found.
+(49 KB each) of the ``nearhash.KEPT`` fixtures used last (those made for the hashes a
+dataset lacks are kept for the check, not made again) and of those a fixture of few samples
+may borrow, and the clusters found.
 """
 
 from __future__ import annotations
 
 import logging
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +117,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     made_count = 0
     run = RunConfig(workers=workers)
     check_workers(run)
+    kept: nearhash.Kept = OrderedDict()  # the backgrounds made last, for the check
     with WorkerPool(run) as pool, \
             PreviousJpegs(shard_format(manifest.format), path, manifest.shards) as jpegs:
         if len(missing):  # a dataset of an older release: made as its next pack makes them
@@ -123,7 +126,8 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
             progress = Progress(sum(seen.counts[number] for number in touched), 0, "img",
                                 "hash", quiet)
             try:
-                nearhash.hash_fixtures(seen, touched, jpegs, pool, progress, hashes, made)
+                nearhash.hash_fixtures(seen, touched, jpegs, pool, progress, hashes, made,
+                                       kept)
             finally:
                 progress.close()
             have, made_count = have | made, int(made.sum())
@@ -133,7 +137,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         focus = samples.focus(touching, split)
         if focus is not None:
             pairs = pairs[focus[pairs].any(axis=1)]
-        scores, unreadable, without = nearhash.checked(seen, pairs, jpegs, pool, quiet)
+        scores, unreadable, without = nearhash.checked(seen, pairs, jpegs, pool, quiet, kept)
     # a sample of a fixture none of whose first samples reads: named, its pairs dropped
     grounded = ~np.isin(pairs, list(without)).any(axis=1) if len(pairs) else np.ones(0, bool)
     pairs, scores = pairs[grounded], scores[grounded]

@@ -11,7 +11,8 @@ what a pack would have made).
 What is hashed: every line without a hash, and every line of a fixture whose background this
 run makes and which differs from the one its hash was made against (a fixture of under
 ``BACKGROUND_SHOTS`` samples that grew or lost samples; one whose first samples changed), so
-that a version's hashes are those a fresh pack of its originals makes.
+that a version's hashes are those a fresh pack of its originals makes, but in a fuller
+fixture that changed: its first samples in the index, a fresh pack orders them anew.
 
 The driver reads the JPEG bytes (the shards were just written: the page cache holds them) and
 the pool hashes them, a task of ``CHUNK`` samples, results in order; a sample whose bytes
@@ -52,6 +53,7 @@ KEPT = 1024
 CHUNK = 64  # samples a task: ~2 MB of JPEG bytes at 512 px, ~0.2 s of one worker's time
 
 Line = dict[str, Any] | SampleRecord
+Kept = OrderedDict[int, np.ndarray | None]  # backgrounds by fixture, last used last; None: none
 
 
 def _get(line: Line, name: str) -> Any:
@@ -185,10 +187,11 @@ class NearHashes:
 
 def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
                   pool: WorkerPool, progress: Progress, hashes: np.ndarray,
-                  made: np.ndarray) -> dict[int, str]:
+                  made: np.ndarray, kept: Kept | None = None) -> dict[int, str]:
     """Hash the lines of the ``touched`` fixtures that have no hash or one made against
     another background, into ``hashes`` (``made`` marks them), GROUP fixtures' backgrounds
-    held at a time; the digest of each touched fixture's background (by number)."""
+    held at a time; the digest of each touched fixture's background (by number).  ``kept``:
+    the last KEPT backgrounds are left there for ``checked``, not made again."""
     digests: dict[int, str] = {}
     lines_of = _lines_by_fixture(seen)
     lenders: dict[int, np.ndarray] = {}
@@ -197,6 +200,8 @@ def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
         group = set(ordered[start : start + GROUP])
         early: dict[int, tuple[int, int] | None] = {}
         grounds = backgrounds(seen, group, jpegs, pool, lenders, early)
+        if kept is not None:
+            _keep(kept, {number: grounds.get(number) for number in group}, KEPT)
         digests |= {number: fixtures.digest(background)
                     for number, background in grounds.items()}
         wanted = [at for number in sorted(grounds) for at in lines_of[number]
@@ -240,9 +245,10 @@ def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
         if early is not None and made:
             early.update(zip(seen.shots[number], made, strict=True))
     lenders.update({number: own[number] for number in full if number in own})
+    # a touched full fixture lent in an earlier call is not made again: it is a lender's
     choices = {by_number[number]: background for number, background
-               in (own | {number: lenders[number] for number in full if number in lenders})
-               .items() if number in touched or number in full}
+               in (own | {number: lenders[number] for number in touched | full
+                          if number in lenders}).items()}
     chosen = fixtures.borrowed(choices, {by_number[number]: seen.counts[number]
                                          for number in touched | full})
     return {number: chosen[by_number[number]] for number in touched
@@ -325,16 +331,17 @@ def _jpeg(jpegs: PreviousJpegs, seen: SampleLines, at: int) -> bytes | None:
 
 
 def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: WorkerPool,
-            quiet: bool) -> tuple[np.ndarray, set[int], set[int]]:
+            quiet: bool, kept: Kept | None = None) -> tuple[np.ndarray, set[int], set[int]]:
     """The check's score of each pair of lines (``hashing.check``; UNLIKE where a sample
     cannot be read or its fixture has no background), the lines that could not be read, and
     those of a fixture none of whose first samples reads.  The pairs are checked a block of
-    at most KEPT fixtures at a time; the KEPT backgrounds used last are held."""
+    at most KEPT fixtures at a time; the KEPT backgrounds used last are held (in ``kept``,
+    which may hold those ``hash_fixtures`` made)."""
     scores = np.full(len(pairs), hashing.UNLIKE)
     unreadable: set[int] = set()
     without: set[int] = set()
     lenders: dict[int, np.ndarray] = {}
-    kept: OrderedDict[int, np.ndarray | None] = OrderedDict()  # None: it has none
+    kept = OrderedDict() if kept is None else kept
     fixture = np.frombuffer(seen.fixture, np.int32)
     progress = Progress(len(pairs), 0, "pair", "check", quiet)
     try:
@@ -342,11 +349,8 @@ def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: Wo
             part = pairs[block]
             named = set(fixture[part].ravel().tolist())
             made = backgrounds(seen, named - kept.keys(), jpegs, pool, lenders)
-            kept.update({number: made.get(number) for number in named - kept.keys()})
-            for number in named:  # the block's last: kept over the others
-                kept.move_to_end(number)
-            while len(kept) > max(KEPT, len(named)):
-                kept.popitem(last=False)
+            _keep(kept, {number: kept.get(number, made.get(number)) for number in named},
+                  max(KEPT, len(named)))
             grounds = {number: kept[number] for number in named if kept[number] is not None}
             grounded = np.isin(fixture[part], list(grounds))
             without.update(part[~grounded].tolist())
@@ -362,6 +366,15 @@ def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: Wo
     finally:
         progress.close()
     return scores, unreadable, without
+
+
+def _keep(kept: Kept, grounds: dict[int, np.ndarray | None], most: int) -> None:
+    """``grounds`` kept as the last used, the least recently used dropped past ``most``."""
+    kept.update(grounds)
+    for number in grounds:
+        kept.move_to_end(number)
+    while len(kept) > most:
+        kept.popitem(last=False)
 
 
 def _fixture_blocks(fixtures_of: np.ndarray) -> Iterator[np.ndarray]:

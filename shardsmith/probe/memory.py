@@ -156,12 +156,13 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
                                  f"{coco_bytes:,} B parsed ({PARSED_BYTES_PER_FILE_BYTE}x)"))
     lines = math.ceil(files * conversion.samples)
     shot = math.ceil(per_original / max(1.0, conversion.samples))  # one sample's JPEG
-    # a fixture holds at most one sample (or tile at one place) of each original
-    shots = max(1, min(BACKGROUND_SHOTS, files))
+    # a fixture holds at most one sample (or tile at one place) of each original, and
+    # no more backgrounds are held than there are samples
+    shots, grounds = max(1, min(BACKGROUND_SHOTS, files)), min(GROUP, lines)
     if config.output.near_hashes:
         driver.append(MemoryTerm(
-            "hash pass", lines * HASH_BYTES_PER_LINE + (GROUP + lines // FEW_SHOTS) * FRAME ** 2,
-            f"{lines:,} sample index lines x {HASH_BYTES_PER_LINE} B; {GROUP} backgrounds, and "
+            "hash pass", lines * HASH_BYTES_PER_LINE + (grounds + lines // FEW_SHOTS) * FRAME ** 2,
+            f"{lines:,} sample index lines x {HASH_BYTES_PER_LINE} B; {grounds} backgrounds, and "
             f"one per {FEW_SHOTS} samples to lend, {FRAME} x {FRAME} B each"))
     if in_process:
         conversion_bytes = sum(term.bytes for term in converting) + per_original
@@ -178,7 +179,7 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
         f"{batch} originals; {per_original_basis}"))
     if config.output.near_hashes:
         tasks = RESULT_WINDOW_PER_WORKER * local_workers + 1
-        waiting = tasks * shots * shot
+        waiting = min(tasks * shots, lines) * shot
         driver.append(MemoryTerm(
             "hash tasks waiting", max(0, waiting - window * per_original),
             f"({RESULT_WINDOW_PER_WORKER} x {local_workers} workers + 1 pickled) tasks of "
