@@ -98,14 +98,19 @@ def test_clusters_are_parts_shot_twice_leakage_first(dataset: Path) -> None:
     assert heads == ["leakage"] * sum(leaking) + ["one split"] * (len(leaking) - sum(leaking))
 
 
-def test_a_sample_that_cannot_be_read_is_named_and_left_out(tmp_path: Path) -> None:
-    source = tmp_path / "src"
-    for path, (jpeg, _) in list(_originals().items())[:20]:
+def _packed(tmp_path: Path, count: int) -> Path:
+    """The first ``count`` originals of the corpus packed to 256 px, one worker."""
+    source, out = tmp_path / "src", tmp_path / "out"
+    for path, (jpeg, _) in list(_originals().items())[:count]:
         (source / path).parent.mkdir(parents=True, exist_ok=True)
         (source / path).write_bytes(jpeg)
-    out = tmp_path / "out"
     assert _run("pack", source, out, "--labels", "none", "--size", "256", "--workers",
                 "1")[0] == 0
+    return out
+
+
+def test_a_sample_that_cannot_be_read_is_named_and_left_out(tmp_path: Path) -> None:
+    out = _packed(tmp_path, 20)
     shard = next(out.glob("train-*.tar"))
     data = bytearray(shard.read_bytes())
     at = data.index(b"\xff\xd8\xff")  # the first sample's JPEG: its header made nonsense
@@ -121,13 +126,7 @@ def test_a_sample_that_cannot_be_read_is_named_and_left_out(tmp_path: Path) -> N
 
 def test_a_stored_jpeg_of_another_size_than_its_line_says_is_named_not_fatal(
         tmp_path: Path) -> None:
-    source = tmp_path / "src"
-    for path, (jpeg, _) in list(_originals().items())[:20]:
-        (source / path).parent.mkdir(parents=True, exist_ok=True)
-        (source / path).write_bytes(jpeg)
-    out = tmp_path / "out"
-    assert _run("pack", source, out, "--labels", "none", "--size", "256", "--workers",
-                "1")[0] == 0
+    out = _packed(tmp_path, 20)
     shard = next(out.glob("train-*.tar"))
     data = bytearray(shard.read_bytes())
     at = data.index(b"\xff\xd8\xff")  # the first sample's JPEG: a strip of grey instead
