@@ -8,9 +8,14 @@ originals of 19 MB.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 
 from . import hashing
+
+T = TypeVar("T")
 
 
 def frame_or_none(jpeg: bytes | None) -> np.ndarray | None:
@@ -38,18 +43,23 @@ def background_task(task: tuple[list[bytes | None], bool]
     shapes = [frame.shape for frame in present]
     shape = max(shapes, key=shapes.count)
     background = hashing.fixture_median([frame for frame in present if frame.shape == shape])
-    return background, [_hashes(frame, background) for frame in frames] if hashes else []
+    return background, ([_against(hashing.part_hashes, frame, background) for frame in frames]
+                        if hashes else [])
 
 
-def _hashes(frame: np.ndarray | None, background: np.ndarray) -> tuple[int, int] | None:
+def _against(make: Callable[[np.ndarray, np.ndarray], T], frame: np.ndarray | None,
+             background: np.ndarray) -> T | None:
+    """``make(frame, background)``; None for no frame, or one of another size than its
+    fixture's (a sample that cannot be read, a stored JPEG of another size than its line)."""
     if frame is None or frame.shape != background.shape:
         return None
-    return hashing.part_hashes(frame, background)
+    return make(frame, background)
 
 
 def hash_task(work: list[tuple[bytes | None, np.ndarray]]) -> list[tuple[int, int] | None]:
     """The part hashes of samples, each from its JPEG bytes and its fixture's background."""
-    return [_hashes(frame_or_none(jpeg), background) for jpeg, background in work]
+    return [_against(hashing.part_hashes, frame_or_none(jpeg), background)
+            for jpeg, background in work]
 
 
 def check_task(task: tuple[list[tuple[bytes | None, np.ndarray]], list[tuple[int, int]]]
@@ -57,11 +67,8 @@ def check_task(task: tuple[list[tuple[bytes | None, np.ndarray]], list[tuple[int
     """The check's scores of pairs of samples (each from its JPEG bytes and background), and
     the samples that could not be read (their pairs score UNLIKE)."""
     work, pairs = task
-    views = []
-    for jpeg, background in work:
-        frame = frame_or_none(jpeg)
-        views.append(None if frame is None or frame.shape != background.shape
-                     else hashing.part_view(frame, background))
+    views = [_against(hashing.part_view, frame_or_none(jpeg), background)
+             for jpeg, background in work]
     scores = [hashing.UNLIKE if views[a] is None or views[b] is None
               else hashing.check(views[a], views[b]) for a, b in pairs]
     return scores, [at for at, view in enumerate(views) if view is None]

@@ -261,8 +261,8 @@ class _Shots(Sequence):
     once would hold over a GB)."""
 
     def __init__(self, seen: SampleLines, order: list[int], jpegs: PreviousJpegs,
-                 hashing: set[int]):
-        self.seen, self.order, self.jpegs, self.hashing = seen, order, jpegs, hashing
+                 with_hashes: set[int]):
+        self.seen, self.order, self.jpegs, self.with_hashes = seen, order, jpegs, with_hashes
 
     def __len__(self) -> int:
         return len(self.order)
@@ -272,7 +272,7 @@ class _Shots(Sequence):
             raise IndexError(number)
         fixture = self.order[number]
         return ([_jpeg(self.jpegs, self.seen, at) for at in self.seen.shots[fixture]],
-                fixture in self.hashing)
+                fixture in self.with_hashes)
 
 
 def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],
