@@ -141,7 +141,7 @@ def test_example_config_documents_every_key():
 
     tree = yaml.safe_load(EXAMPLE.read_text())
     documented = _leaf_keys(tree) | {f"splits.{key}" for key in tree["splits"]
-                                     if key in ("group", "folder")}
+                                     if key in ("group", "folder", "near_duplicates")}
     assert documented == _config_keys(Config)
 
 

@@ -375,6 +375,13 @@ class Config:
         False, yaml="splits.folder",
         comment=("true: the top folder names the split (train/, test/) and the class",
                  "folder is the one below it; the fractions are not used"))
+    split_near_duplicates: str = setting(
+        "independent", yaml="splits.near_duplicates", choices=("independent", "together"),
+        comment=("together: the shots of one part (a cluster",
+                 "of shardsmith inspect --near-duplicates) go to one split, so validation",
+                 "does not score what training saw; a new image joins its cluster's split,",
+                 "a packed one never moves (docs/know-your-data.md); needs",
+                 "output.near_hashes (not part of the fingerprint)"))
     seed: int = setting(
         0, flag="--seed", help="Shuffle seed.",
         comment="shuffle seed: samples are shuffled (per split) before sharding")

@@ -166,14 +166,16 @@ def _build(raw: dict[str, Any]) -> Config:
     config = parse(Config, raw, "", error=ConfigError)
     if splits is None:
         return config
-    fractions, group, folder = splits
-    return dataclasses.replace(config, splits=fractions, split_group=group, split_folder=folder)
+    fractions, group, folder, near = splits
+    return dataclasses.replace(config, splits=fractions, split_group=group, split_folder=folder,
+                               split_near_duplicates=near)
 
 
 @cache
 def _keys(cls: type) -> dict[str, Any]:
-    """The YAML keys of a settings section and their types (``splits.group`` and
-    ``splits.folder`` are keys of ``splits``, not of the section holding their fields)."""
+    """The YAML keys of a settings section and their types (``splits.group``,
+    ``splits.folder`` and ``splits.near_duplicates`` are keys of ``splits``, not of the
+    section holding their fields)."""
     hints = typing.get_type_hints(cls)
     return {item.name: hints[item.name] for item in dataclasses.fields(cls)
             if "yaml" not in item.metadata}
@@ -242,11 +244,12 @@ def split_mapping(value: Any, key: str) -> Any:
     return pairs
 
 
-def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str, bool]:
+def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str, bool, str]:
     """Accept ``{train: 0.9, val: 0.1, group: REGEX}`` or the CLI form ``"train=0.9,val=0.1"``.
 
     Returns the fractions in order (``train: 1`` when only a group is given), the group
-    pattern ("" for none) and whether the top folder names the split (``folder: true``).
+    pattern ("" for none), whether the top folder names the split (``folder: true``) and
+    what near-duplicates do (``near_duplicates``: independent or together).
     """
     value = split_mapping(value, key)
     if not isinstance(value, dict) or not value:
@@ -255,6 +258,10 @@ def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str, b
     folder = value.pop("folder", False)
     if not isinstance(folder, bool):
         raise ConfigError(f"{key}.folder: expected true or false, got {shown(folder)}")
+    near = value.pop("near_duplicates", "independent")
+    if near not in ("independent", "together"):
+        raise ConfigError(f"{key}.near_duplicates: expected independent or together, got "
+                          f"{shown(near)}")
     splits = []
     for name, fraction in value.items():
         if not isinstance(name, str) or not SPLIT_NAME.match(name):
@@ -267,11 +274,11 @@ def _splits(value: Any, key: str) -> tuple[tuple[tuple[str, float], ...], str, b
             raise ConfigError(f"{key}.{name}: fraction must be in (0, 1], got {fraction}")
         splits.append((name, float(fraction)))
     if not splits:
-        return DEFAULT_SPLITS, group, folder
+        return DEFAULT_SPLITS, group, folder, near
     total = sum(fraction for _, fraction in splits)
     if abs(total - 1.0) > 1e-6 and not folder:
         raise ConfigError(f"{key}: fractions must add up to 1, they add up to {total:g}")
-    return tuple(splits), group, folder
+    return tuple(splits), group, folder, near
 
 
 def _group_pattern(value: Any, key: str) -> str:
@@ -328,6 +335,9 @@ def _validate(config: Config) -> Config:
         raise ConfigError(
             f"run.max_reject_fraction: expected 0..1, got {run.max_reject_fraction}"
         )
+    if config.split_near_duplicates == "together" and not out.near_hashes:
+        raise ConfigError("splits.near_duplicates: together finds the clusters from the "
+                          "samples' hashes; leave output.near_hashes on")
     _validate_tiles(img.tiles)
     config = _validate_annotations(config)
     src = config.source
@@ -437,7 +447,7 @@ def load_config(
         if dotted == "splits":  # --split replaces the fractions, not the file's splits.group
             value = split_mapping(value, "splits")
             previous = raw.get("splits")
-            for kept in ("group", "folder"):
+            for kept in ("group", "folder", "near_duplicates"):
                 if isinstance(previous, dict) and kept in previous and kept not in value:
                     value[kept] = previous[kept]
         node = raw

@@ -27,7 +27,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -306,6 +306,9 @@ class Manifest:
     # How the sample index's ``near`` hashes were made; none in a dataset of an older
     # release (its next pack makes them from the stored samples).
     near_hash: NearHashEntry | None = None
+    # "together" when the pack kept each cluster of near-duplicates in one split
+    # (``splits.near_duplicates``, not part of the fingerprint); absent otherwise.
+    near_duplicates: Literal["together"] | None = None
 
     def __post_init__(self) -> None:
         if self.image_size is None or self.image_resize is None or self.has_masks is None:

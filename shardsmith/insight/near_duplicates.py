@@ -131,18 +131,9 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
             finally:
                 progress.close()
             have, made_count = have | made, int(made.sum())
-        readable = np.flatnonzero(have)
-        index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
-        pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
         focus = samples.focus(touching, split)
-        if focus is not None:
-            pairs = pairs[focus[pairs].any(axis=1)]
-        scores, unreadable, without = nearhash.checked(seen, pairs, jpegs, pool, quiet, kept)
-    # a sample of a fixture none of whose first samples reads: named, its pairs dropped
-    grounded = ~np.isin(pairs, list(without)).any(axis=1) if len(pairs) else np.ones(0, bool)
-    pairs, scores = pairs[grounded], scores[grounded]
-    failed = ~have
-    failed[list(unreadable | without)] = True
+        pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
+                                                  distance, cap, kept, focus)
     verified = [(first, second, _nearer(hashes[first], hashes[second]), float(score))
                 for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
                 if score <= threshold]
@@ -208,35 +199,14 @@ def _clusters(samples: _Samples, failed: np.ndarray,
     """Connected components of the verified pairs and of samples with equal hashes (the
     same image, whatever the check says), leakage first, then the largest; with ``focus``
     (a mask of the samples), those holding one of them."""
-    count = len(samples.paths)
-    parent = np.arange(count)
-
-    def root(item: int) -> int:
-        while parent[item] != item:
-            parent[item] = parent[parent[item]]
-            item = int(parent[item])
-        return item
-
-    def join(a: int, b: int) -> None:
-        a, b = root(a), root(b)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-
-    readable = np.flatnonzero(~failed)
-    if len(readable):  # equal hashes: joined to the first of them, in one sort
-        _, first, group = np.unique(samples.hashes[readable], axis=0, return_index=True,
-                                    return_inverse=True)
-        same = readable[first[group.reshape(-1)]]
-        parent[readable] = np.minimum(parent[readable], same)
     verified = list(verified)
-    for first_item, second, _, _ in verified:
-        join(first_item, second)
-    roots = np.array([root(item) for item in range(count)], np.int64)
+    roots = nearhash.components(samples.hashes, failed,
+                                np.array([pair[:2] for pair in verified], np.int64))
     order = np.argsort(roots, kind="stable")
     cuts = np.flatnonzero(np.diff(roots[order])) + 1
     by_root: dict[int, list[tuple[int, int, int, float]]] = {}
     for pair in verified:
-        by_root.setdefault(root(pair[0]), []).append(pair)
+        by_root.setdefault(int(roots[pair[0]]), []).append(pair)
     clusters = []
     for items in np.split(order, cuts):
         if len(items) < 2 or focus is not None and not focus[items].any():

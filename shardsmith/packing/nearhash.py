@@ -36,7 +36,7 @@ import numpy as np
 from ..dataset.formats import shard_format
 from ..dataset.manifest import NearHashEntry, SampleRecord, ShardEntry
 from ..errors import OutputStateError, ShardFormatError
-from ..neardup import fixtures, hashing, tasks
+from ..neardup import fixtures, hashing, search, tasks
 from ..progress import Progress
 from .jpegcopy import PreviousJpegs
 from .parallel import WorkerPool
@@ -148,7 +148,7 @@ class NearHashes:
         touched |= {number for fixture, number in seen.fixtures.items()
                     if fixture[1:3] in sizes and seen.counts[number] < fixtures.FEW_SHOTS}
         if not touched:
-            return cls()
+            return cls(seen)
         hashes = np.zeros((len(seen.keys), 2), np.uint64)
         made = np.zeros(len(seen.keys), bool)
         progress = Progress(sum(seen.counts[number] for number in touched), 0, "img", "hash",
@@ -162,7 +162,7 @@ class NearHashes:
 
     def attached(self, lines: Iterable[Line]) -> Iterator[Line]:
         """``lines`` with the hashes made for them."""
-        if self.seen is None:
+        if self.made is None:
             yield from lines
             return
         for line in lines:
@@ -328,6 +328,49 @@ def _jpeg(jpegs: PreviousJpegs, seen: SampleLines, at: int) -> bytes | None:
         log.warning("sample %s: its JPEG cannot be read for its near-duplicate hash: %s",
                     seen.keys[at], exc)
         return None
+
+
+def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: PreviousJpegs,
+             pool: WorkerPool, quiet: bool, distance: int = hashing.DEFAULT_DISTANCE,
+             cap: int = hashing.DEFAULT_CAP, kept: Kept | None = None,
+             focus: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The candidate pairs of lines (``cap`` nearest of each hash within ``distance`` bits,
+    over the lines that ``have`` a hash; with ``focus``, a mask, those touching one of its
+    lines), checked: (pairs, their scores, the lines that failed: no hash, unreadable, or
+    of a fixture without a background).  A pair with a failed line is left out."""
+    readable = np.flatnonzero(have)
+    index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
+    pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
+    if focus is not None:
+        pairs = pairs[focus[pairs].any(axis=1)]
+    scores, unreadable, without = checked(seen, pairs, jpegs, pool, quiet, kept)
+    grounded = ~np.isin(pairs, list(without)).any(axis=1) if len(pairs) else np.ones(0, bool)
+    failed = ~have
+    failed[list(unreadable | without)] = True
+    return pairs[grounded], scores[grounded], failed
+
+
+def components(hashes: np.ndarray, failed: np.ndarray, joined: np.ndarray) -> np.ndarray:
+    """The connected component of each line (its smallest line): of the ``joined`` pairs and
+    of equal hashes (the same image, whatever the check says); a failed line alone."""
+    parent = np.arange(len(hashes))
+    readable = np.flatnonzero(~failed)
+    if len(readable):  # equal hashes: joined to the first of them, in one sort
+        _, first, group = np.unique(hashes[readable], axis=0, return_index=True,
+                                    return_inverse=True)
+        parent[readable] = np.minimum(parent[readable], readable[first[group.reshape(-1)]])
+
+    def root(item: int) -> int:
+        while parent[item] != item:
+            parent[item] = parent[parent[item]]
+            item = int(parent[item])
+        return item
+
+    for a, b in np.asarray(joined, np.int64).reshape(-1, 2).tolist():
+        a, b = root(a), root(b)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    return np.array([root(item) for item in range(len(parent))], np.int64)
 
 
 def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: WorkerPool,

@@ -48,7 +48,8 @@ from ..dataset.statedir import DatasetDir
 from ..errors import OutputStateError, ShardsmithError
 from ..progress import Progress
 from ..storage import BACKENDS, Location, is_url
-from . import nearhash
+from ..text import plural
+from . import nearhash, nearsplit
 from .changes import ChangesRecorder, index_tally, wrong_totals
 from .delta import Delta, Execution, Job, Outcome, RederiveItem, WorkItems, diff, resolve
 from .incremental import Rewritten, append_classes, kept_samples, rewrite
@@ -163,26 +164,39 @@ def _pack_scanned(
     execution = execute(delta, job, journal, state, pool)
     outcome = resolve(delta, state.rejects, state.sources, state.unchanged)
     done = _rewrite(job, outcome, execution)
-    moved = done.moved
+    moved, split_of = done.moved, {}  # key -> new shard; key -> new split
 
     def kept(observe: Callable | None) -> Iterator[SampleRecord]:
-        return kept_samples(output, outcome, moved, observe)
+        records = kept_samples(output, outcome, moved, observe)
+        return (replace(r, split=split_of[r.key]) if r.key in split_of else r for r in records)
 
     def packed() -> Iterator[dict[str, Any]]:
-        return (dict(s, shard=moved.get(s["key"], s.get("shard")))
+        return (dict(s, shard=moved.get(s["key"], s.get("shard")),
+                     split=split_of.get(s["key"], s["split"]))
                 for s in journal.samples(state.samples_end))
 
-    near = NearHashes()
+    near, notes = NearHashes(), []
     if config.output.near_hashes:  # one more pass over the lines, before they are written
+        together = config.split_near_duplicates == "together"
         removed = nearhash.Removed()
-        near = NearHashes.make(itertools.chain(kept(removed), packed()), output,
-                               config.output.format, done.shards, pool, config.run.quiet,
+        placement = nearsplit.Placement(name for name, _ in config.splits)
+        seen = itertools.chain(placement.kept(kept(lambda record, leaves: (
+            removed(record, leaves), placement.previous(record, leaves)))),
+            placement.packed(packed())) if together else \
+            itertools.chain(kept(removed), packed())
+        near = NearHashes.make(seen, output, config.output.format, done.shards, pool,
+                               config.run.quiet,
                                previous is not None and previous.near_hash == nearhash.CURRENT,
                                removed)
-    manifest = replace(with_copies(version_manifest(job, outcome, execution, done),
+        if together:
+            done, split_of, notes = _together(job, done, placement, near, pool)
+            moved = done.moved
+    manifest = replace(with_copies(version_manifest(job, outcome, execution, done, notes),
                                    execution),
                        annotation_sources=job.notes.report,
-                       near_hash=nearhash.CURRENT if config.output.near_hashes else None)
+                       near_hash=nearhash.CURRENT if config.output.near_hashes else None,
+                       near_duplicates="together"
+                       if config.split_near_duplicates == "together" else None)
     # What the version changed is recorded from the same two streams, as they are written.
     changes = ChangesRecorder(output, previous, manifest)
     samples = itertools.chain(
@@ -278,6 +292,30 @@ def _rewrite(job: Job, outcome: Outcome, execution: Execution) -> Rewritten:
     return replace(done, shards=tuple(shard if shard.index is not None
                                       else write_index(fmt, output, shard)
                                       for shard in done.shards))
+
+
+def _together(job: Job, done: Rewritten, placement: nearsplit.Placement, near: NearHashes,
+              pool: WorkerPool) -> tuple[Rewritten, dict[str, str], list[str]]:
+    """``splits.near_duplicates: together``: the version's shards with each sample that joins
+    its near-duplicates' split moved there, the new split of each (by key), and the note
+    its history entry gets."""
+    config, output = job.config, job.output
+    fmt = shard_format(config.output.format)
+    with PreviousJpegs(fmt, output, done.shards) as jpegs:
+        placed = nearsplit.settle(placement, near, jpegs, pool, config.run.quiet,
+                                  move=not config.split_folder)
+    if not placed.moves:
+        return done, {}, []
+    names = list(placement.number)
+    seen = near.seen
+    split_of = {seen.keys[at]: names[split] for at, split in placed.moves.items()}
+    done = nearsplit.relocate(
+        done, split_of, {seen.keys[at]: seen.shard_of(at) for at in placed.moves}, output,
+        fmt, ShardLimits(config.output.shard_bytes, config.output.shard_samples),
+        [name for name, _ in config.splits])
+    moved = placed.moved_originals
+    return done, split_of, [f"{plural(moved, 'original')} put in the split of their "
+                            "near-duplicates"] if moved else []
 
 
 def _source_entries(table: SourceTable, notes: Prepared, config: Config,

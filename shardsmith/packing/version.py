@@ -29,10 +29,11 @@ from .incremental import Rewritten
 
 
 def version_manifest(job: Job, outcome: Outcome, execution: Execution,
-                     done: Rewritten) -> Manifest:
+                     done: Rewritten, more_notes: Sequence[str] = ()) -> Manifest:
     """The new version's manifest, less its sample index (written next, from the records):
     what ``job`` packed, what changed (``outcome``), how the run went (``execution``), and
-    the shards the version lists (``done``, with the shard numbers it used)."""
+    the shards the version lists (``done``, with the shard numbers it used); ``more_notes``
+    go into its history entry's note."""
     config, scanned, delta, shards = job.config, job.scanned, outcome.delta, done.shards
     previous, state = delta.previous, execution.state
     scan_rejects = [RejectEntry(path, "unreadable", detail) for path, detail in scanned.unreadable]
@@ -61,6 +62,7 @@ def version_manifest(job: Job, outcome: Outcome, execution: Execution,
     if reannotated and previous is not None:
         notes.append(f"{reannotated:,} re-annotated: objects derived by annotation rules "
                      f"{ANNOTATION_RULES}, not {previous.rules}")
+    notes += more_notes
     decoded = state.next_index - execution.resumed_at - execution.unchanged
     _check_numbers(version, done.numbers)
     manifest = Manifest(

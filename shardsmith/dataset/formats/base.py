@@ -110,6 +110,11 @@ class ShardFormat(Protocol):
 
     def jpeg(self, record: Record) -> bytes: ...
 
+    def with_split(self, record: Record, split: str) -> Record:
+        """``record`` as ``encode`` makes it for the same sample in ``split``: a sample moved
+        to another split (``splits.near_duplicates``) is copied, not encoded again."""
+        ...
+
     def label(self, record: Record) -> int: ...
 
     def metadata(self, record: Record) -> dict:

@@ -661,6 +661,10 @@ class TFRecordFormat:
         features = example_features(sample, classes, object_classes)
         return Record(sample.key, frame_record(encode_example(features)))
 
+    def with_split(self, record: Record, split: str) -> Record:
+        """The record itself: a record holds no split (the sample index does)."""
+        return record
+
     def records(self, path: Path, size: int) -> Iterator[tuple[int, Record]]:
         """(offset, record) of each framed record, unchanged, with its ``image/key``."""
         for offset, payload in iter_records(path, size):

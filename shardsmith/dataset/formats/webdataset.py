@@ -119,6 +119,15 @@ class WebDatasetFormat:
                     Member(m.extension, m.header - start, m.data - start, m.size)
                     for m in members))
 
+    def with_split(self, record: Record, split: str) -> Record:
+        """The record with ``split`` in its ``KEY.json``, the other members as they are."""
+        payloads = {member.extension: _member(record, member.extension)
+                    for member in record.members}
+        metadata = self.metadata(record)
+        metadata["split"] = split
+        payloads["json"] = json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode()
+        return _record(record.key, payloads)
+
     def label(self, record: Record) -> int:
         """The integer label (``KEY.cls``) of a record as ``records`` yields it."""
         data = _member(record, "cls")

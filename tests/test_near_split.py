@@ -1,0 +1,246 @@
+"""``splits.near_duplicates: together``: the shots of one part in one split, in both formats,
+whatever the worker count; an increment puts a new shot in its cluster's split and moves no
+packed sample; groups and clusters join; folder splits and dense clusters are reported, not
+forced."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import webdataset as wds
+import yaml
+from click.testing import CliRunner
+from test_neardup_inspect import _originals
+
+from shardsmith.cli import main
+from shardsmith.packing import nearsplit
+from shardsmith.packing.plan import assign_split
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+SPLITS = (("train", 0.5), ("val", 0.5))
+
+
+def _run(*args: object) -> tuple[int, str]:
+    result = CliRunner().invoke(main, [str(arg) for arg in args])
+    return result.exit_code, result.output
+
+
+def _tree(root: Path, keep=lambda path: True) -> Path:
+    for path, (jpeg, _) in _originals().items():
+        if keep(path):
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_bytes(jpeg)
+    return root
+
+
+def _pack(tmp_path: Path, source: Path, out: Path, fmt: str = "webdataset",
+          together: bool = True, workers: int = 2, labels: str = "none",
+          **splits: object) -> str:
+    job = tmp_path / f"job-{out.name}.yaml"
+    job.write_text(yaml.safe_dump({
+        "source": {"path": str(source), "labels": labels},
+        "output": {"path": str(out), "format": fmt},
+        "image": {"size": 256},
+        "splits": {"train": 0.5, "val": 0.5, **splits}
+        | ({"near_duplicates": "together"} if together else {}),
+        "run": {"workers": workers, "quiet": True},
+    }))
+    code, output = _run("pack", "--config", job)
+    assert code == 0, output
+    return output
+
+
+def _lines(out: Path) -> dict[str, dict]:
+    name = json.loads((out / "manifest.json").read_text())["samples_index"]["name"]
+    return {line["path"]: line for line in map(json.loads,
+                                               (out / name).read_text().splitlines())}
+
+
+def _clusters(out: Path) -> list[list[dict]]:
+    code, output = _run("inspect", out, "--near-duplicates", "--json")
+    assert code == 0, output
+    return [cluster["samples"] for cluster in json.loads(output)["clusters"]]
+
+
+def _leaking(out: Path) -> list[list[str]]:
+    return [sorted(sample["path"] for sample in samples) for samples in _clusters(out)
+            if len({sample["split"] for sample in samples}) > 1]
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_every_cluster_lands_in_one_split_and_the_dataset_reads_back(
+        tmp_path: Path, fmt: str) -> None:
+    source = _tree(tmp_path / "src")
+    apart, together = tmp_path / "apart", tmp_path / "together"
+    _pack(tmp_path, source, apart, fmt, together=False)
+    _pack(tmp_path, source, together, fmt)
+    assert len(_leaking(apart)) >= 3  # the corpus leaks by path alone
+    assert _leaking(together) == []
+    lines = _lines(together)
+    assert len(lines) == len(_originals())
+    moved = [path for path, line in lines.items()
+             if line["split"] != assign_split(path, SPLITS)]
+    assert moved  # some originals left the split of their path
+    for line in lines.values():
+        assert line["shard"].startswith(line["split"] + "-")
+    manifest = json.loads((together / "manifest.json").read_text())
+    assert manifest["near_duplicates"] == "together"
+    assert f"{len(moved)} originals put in the split" in manifest["history"][-1]["note"]
+    for split, totals in manifest["splits"].items():
+        assert totals["samples"] == sum(line["split"] == split for line in lines.values())
+    code, output = _run("verify", together, "--decode")
+    assert code == 0, output
+    if fmt == "webdataset":  # KEY.json names the split of its shard, as webdataset reads it
+        for shard in together.glob("*.tar"):
+            split = shard.name.split("-")[0]
+            for sample in wds.WebDataset(str(shard), shardshuffle=False):
+                assert json.loads(sample["json"])["split"] == split
+
+
+def _digests(out: Path) -> dict[str, str]:
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(out.iterdir())
+            if path.suffix in (".tar", ".tfrecord", ".idx", ".txt")}
+
+
+def test_the_same_bytes_whatever_the_worker_count(tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src")
+    one, three = tmp_path / "one", tmp_path / "three"
+    _pack(tmp_path, source, one, workers=1)
+    _pack(tmp_path, source, three, workers=3)
+    assert _digests(one) == _digests(three)
+    assert [{k: v for k, v in line.items()} for line in _lines(one).values()] == \
+        list(_lines(three).values())
+
+
+def test_an_increment_puts_new_shots_in_their_clusters_split_and_moves_no_packed_sample(
+        tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src", lambda path: not path.startswith("export/"))
+    out = tmp_path / "out"
+    _pack(tmp_path, source, out)
+    before = _lines(out)
+    shards_before = {name: digest for name, digest in _digests(out).items()
+                     if not name.endswith(".txt")}  # a split's list of shards grows
+    _tree(source)  # the re-exported folder arrives: copies of parts already packed
+    _pack(tmp_path, source, out)
+    after = _lines(out)
+    for path, line in before.items():  # nothing packed moved, no shard was rewritten
+        assert (after[path]["split"], after[path]["shard"]) == (line["split"], line["shard"])
+    assert all(_digests(out)[name] == digest for name, digest in shards_before.items())
+    assert _leaking(out) == []
+    new = [path for path in after if path.startswith("export/")]
+    assert any(after[path]["split"] != assign_split(path, SPLITS) for path in new)
+    changes = out / json.loads((out / "manifest.json").read_text())["changes"][-1]["name"]
+    added = [json.loads(line) for line in changes.read_text().splitlines()[1:]]
+    assert {(line["path"], line["split"]) for line in added} == \
+        {(path, after[path]["split"]) for path in new}
+
+
+def test_a_changed_original_stays_in_the_split_its_cluster_put_it_in(tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src")
+    out = tmp_path / "out"
+    _pack(tmp_path, source, out)
+    lines = _lines(out)
+    path = next(path for path, line in lines.items()
+                if line["split"] != assign_split(path, SPLITS))
+    pixels = cv2.imread(str(source / path))
+    cv2.imwrite(str(source / path), pixels, [cv2.IMWRITE_JPEG_QUALITY, 55])
+    _pack(tmp_path, source, out)
+    after = _lines(out)
+    assert after[path]["split"] == lines[path]["split"]
+    assert after[path]["source_digest"] != lines[path]["source_digest"]
+    assert {p: line["split"] for p, line in after.items()} == \
+        {p: line["split"] for p, line in lines.items()}
+
+
+def test_a_group_and_a_cluster_join_as_one_unit(tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src")
+    out = tmp_path / "out"
+    # a group of each part number's tens: p00000x, p00001x, ... (shots of other parts)
+    _pack(tmp_path, source, out, group=r"p0000(?P<group>[0-9])[0-9]_")
+    lines = _lines(out)
+    assert _leaking(out) == []
+    groups: dict[str, set[str]] = {}
+    for line in lines.values():
+        groups.setdefault(line["group"], set()).add(line["split"])
+    assert all(len(splits) == 1 for splits in groups.values()), groups
+
+
+def test_folder_splits_report_the_clusters_across_them_and_move_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    source = tmp_path / "src"
+    for number, (path, (jpeg, _)) in enumerate(_originals().items()):
+        target = source / ("train" if number % 2 else "val") / "good" / path.replace("/", "_")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(jpeg)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING):
+        _pack(tmp_path, source, out, labels="folders", folder=True)
+    assert all(line["split"] == path.split("/")[0] for path, line in _lines(out).items())
+    assert _leaking(out)
+    assert "the folders name the splits" in caplog.text
+
+
+def test_a_dense_cluster_is_reported_not_forced_into_one_split(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    source = _tree(tmp_path / "src")
+    jpeg = next(iter(_originals().values()))[0]
+    for number in range(12):  # one frame copied twelve times: a belt that stood still
+        (source / "belt" / f"frame{number:02d}.jpg").parent.mkdir(exist_ok=True)
+        (source / "belt" / f"frame{number:02d}.jpg").write_bytes(jpeg)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING):
+        _pack(tmp_path, source, out)
+    lines = _lines(out)
+    frames = {path: line["split"] for path, line in lines.items() if path.startswith("belt/")}
+    assert frames == {path: assign_split(path, SPLITS) for path in frames}
+    assert len(set(frames.values())) == 2
+    assert "dense" in caplog.text
+
+
+def test_the_option_needs_the_hashes_and_one_of_two_words(tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src")
+    for extra, said in (({"output": {"near_hashes": False}}, "leave output.near_hashes on"),
+                        ({}, "expected independent or together, got 'yes'")):
+        job = tmp_path / "job.yaml"
+        job.write_text(yaml.safe_dump({
+            "source": {"path": str(source)}, "output": {"path": str(tmp_path / "out")},
+            "splits": {"train": 1.0, "near_duplicates": "together" if extra else "yes"},
+            **extra}))
+        code, output = _run("pack", "--config", job)
+        assert code == 2 and said in output and len(output.strip().splitlines()) == 1, output
+
+
+def _placed(paths: list[str], split: list[int], fixed: list[int], roots: list[int],
+            groups: list[str | None] | None = None) -> nearsplit.Placed:
+    return nearsplit.place(paths, np.array(split), np.array(fixed),
+                           groups or [None] * len(paths), np.array(roots))
+
+
+def test_a_unit_goes_to_the_split_of_its_first_packed_original_else_its_first_by_path(
+        ) -> None:
+    # a, b, c one cluster; b packed before in split 1: a and c join it
+    placed = _placed(["c", "a", "b"], [0, 0, 1], [-1, -1, 1], [0, 0, 0])
+    assert dict(placed.moves) == {0: 1, 1: 1} and placed.moved_originals == 2
+    # none packed before: the split "a" has on its own
+    placed = _placed(["c", "a", "b"], [0, 1, 0], [-1, -1, -1], [0, 0, 0])
+    assert dict(placed.moves) == {0: 1, 2: 1}
+    # packed apart before: nothing packed moves, the new one named, the cluster reported
+    placed = _placed(["a", "b", "n"], [0, 1, 0], [0, 1, -1], [0, 0, 0])
+    assert dict(placed.moves) == {} and placed.torn == ("n",)
+    assert dict(placed.across) == {"earlier": 1}
+    # a group joins two clusters, x-y and z-w (y and z of one group): w is first
+    placed = _placed(["x", "y", "z", "w"], [0, 1, 1, 1], [-1] * 4, [0, 0, 2, 2],
+                     [None, "g", "g", None])
+    assert dict(placed.moves) == {0: 1}
+    # the tiles of one original move together
+    placed = _placed(["t", "t", "s"], [1, 1, 0], [-1] * 3, [0, 1, 0])
+    assert dict(placed.moves) == {0: 0, 1: 0} and placed.moved_originals == 1
