@@ -23,6 +23,10 @@ from shardsmith.cli import main
 from shardsmith.packing import nearsplit
 from shardsmith.packing.plan import assign_split
 
+import images
+
+pytest_plugins = ("s3server",)  # its fixtures: s3 (a real S3 server on 127.0.0.1)
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 SPLITS = (("train", 0.5), ("val", 0.5))
@@ -41,14 +45,14 @@ def _tree(root: Path, keep=lambda path: True) -> Path:
     return root
 
 
-def _pack(tmp_path: Path, source: Path, out: Path, fmt: str = "webdataset",
+def _pack(tmp_path: Path, source: Path, out: Path | str, fmt: str = "webdataset",
           together: bool = True, workers: int = 2, labels: str = "none",
-          **splits: object) -> str:
-    job = tmp_path / f"job-{out.name}.yaml"
+          image: dict | None = None, **splits: object) -> str:
+    job = tmp_path / f"job-{str(out).rsplit('/', 1)[-1]}.yaml"
     job.write_text(yaml.safe_dump({
         "source": {"path": str(source), "labels": labels},
         "output": {"path": str(out), "format": fmt},
-        "image": {"size": 256},
+        "image": {"size": 256, **(image or {})},
         "splits": {"train": 0.5, "val": 0.5, **splits}
         | ({"near_duplicates": "together"} if together else {}),
         "run": {"workers": workers, "quiet": True},
@@ -244,3 +248,71 @@ def test_a_unit_goes_to_the_split_of_its_first_packed_original_else_its_first_by
     # the tiles of one original move together
     placed = _placed(["t", "t", "s"], [1, 1, 0], [-1] * 3, [0, 1, 0])
     assert dict(placed.moves) == {0: 0, 1: 0} and placed.moved_originals == 1
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_turning_the_option_on_makes_one_resplit_version_that_lists_each_moved_original(
+        tmp_path: Path, fmt: str) -> None:
+    source = _tree(tmp_path / "src")
+    out = tmp_path / "out"
+    _pack(tmp_path, source, out, fmt, together=False)
+    before = _lines(out)
+    assert _leaking(out)
+    _pack(tmp_path, source, out, fmt)
+    after = _lines(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["version"] == 2 and manifest["near_duplicates"] == "together"
+    assert "resplit" in manifest["history"][-1]["note"]
+    assert _leaking(out) == []
+    moved = {path for path in before if after[path]["split"] != before[path]["split"]}
+    assert moved
+    changes = (out / manifest["changes"][-1]["name"]).read_text().splitlines()[1:]
+    lines = [json.loads(line) for line in changes]
+    assert all(line["change"] == "moved" for line in lines)
+    assert {line["path"]: (line["split_before"], line["split"]) for line in lines} == \
+        {path: (before[path]["split"], after[path]["split"]) for path in moved}
+    assert manifest["history"][-1]["originals"]["moved"] == len(moved)
+    code, output = _run("diff", out, "--json")
+    assert code == 0 and json.loads(output)["originals"]["moved"] == len(moved), output
+    code, output = _run("log", out)
+    assert code == 0 and "moved" in output.splitlines()[0], output
+    code, output = _run("verify", out, "--decode")
+    assert code == 0, output
+    _pack(tmp_path, source, out, fmt)  # nothing left to do
+    assert json.loads((out / "manifest.json").read_text())["version"] == 2
+    _pack(tmp_path, source, out, fmt, together=False)  # off again: nothing moves back
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["version"] == 3 and "near_duplicates" not in manifest
+    assert {path: line["split"] for path, line in _lines(out).items()} == \
+        {path: line["split"] for path, line in after.items()}
+
+
+def test_the_tiles_of_an_original_move_together_and_no_cluster_of_tiles_leaks(
+        tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src")
+    out = tmp_path / "out"
+    _pack(tmp_path, source, out, image={"tiles": {"size": 128, "overlap": 0}})
+    name = json.loads((out / "manifest.json").read_text())["samples_index"]["name"]
+    splits: dict[str, set[str]] = {}
+    for line in map(json.loads, (out / name).read_text().splitlines()):
+        splits.setdefault(line["path"], set()).add(line["split"])
+        assert line["shard"].startswith(line["split"] + "-")
+    assert all(len(found) == 1 for found in splits.values())
+    assert any(found != {assign_split(path, SPLITS)} for path, found in splits.items())
+    assert _leaking(out) == []
+    code, output = _run("verify", out, "--decode")
+    assert code == 0, output
+
+
+@pytest.mark.slow
+def test_a_pack_to_a_bucket_holds_the_bytes_of_a_local_pack(
+        tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "spool"))
+    source = _tree(tmp_path / "src")
+    local = tmp_path / "local"
+    _pack(tmp_path, source, local)
+    _pack(tmp_path, source, f"{s3.url}/ds")
+    objects = {Path(key).name: s3.fs.cat_file(key)
+               for key in s3.fs.ls(f"{s3.name}/ds", detail=False)
+               if s3.fs.info(key)["type"] == "file"}
+    assert images.without_timings(objects) == images.dataset_bytes(local)

@@ -53,9 +53,11 @@ from .manifest import (
 
 log = logging.getLogger(__name__)
 
-CHANGES_FORMAT = 2
-READ_FORMATS = (1, 2)  # 1: before ``reannotated`` and the objects before and after
-SAMPLE_CHANGES = ("added", "removed", "changed", "relabelled", "reannotated")
+# 1: before ``reannotated`` and the objects before and after; 2: before ``moved`` and
+# ``split_before``, which only a file holding one is written in (older releases read it)
+CHANGES_FORMAT, MOVES_FORMAT = 2, 3
+READ_FORMATS = (1, 2, 3)
+SAMPLE_CHANGES = ("added", "removed", "changed", "relabelled", "reannotated", "moved")
 REJECT_CHANGES = ("rejected", "fixed")
 ALL_CHANGES = frozenset(SAMPLE_CHANGES + REJECT_CHANGES)
 # Bytes read and hashed at once while streaming the lines: a chunk is held ~3 times while it
@@ -112,8 +114,10 @@ class ChangeLine:
     the class name (absent: none), ``was`` the class before a relabelling ("" for none);
     ``samples`` how many samples the source made (tiles; absent: one); ``objects_before``
     and ``objects_after`` its objects per object class (a changed, relabelled or
-    re-annotated source of a dataset with objects); ``reason`` and ``detail`` those of a
-    reject.  Fields that do not apply are left out of the line."""
+    re-annotated source of a dataset with objects); ``split_before`` the split it left (a
+    ``moved`` one, the same pixels in another split; or a changed one that moved too);
+    ``reason`` and ``detail`` those of a reject.  Fields that do not apply are left out of
+    the line."""
 
     change: str
     path: str
@@ -126,6 +130,7 @@ class ChangeLine:
     detail: str | None = None
     objects_before: dict[str, Count] | None = None
     objects_after: dict[str, Count] | None = None
+    split_before: str | None = None
 
     def check(self, where: str) -> None:
         if self.change in SAMPLE_CHANGES:
@@ -136,6 +141,12 @@ class ChangeLine:
                                     "name")
             if (self.was is None) != (self.change != "relabelled"):
                 raise ManifestError(f"{where}.was: a relabelled sample has one, no other")
+            before = self.split_before
+            if self.change == "moved" and before is None or before is not None and (
+                    self.change in ("added", "removed") or before == self.split
+                    or SPLIT_NAME.fullmatch(before) is None):
+                raise ManifestError(f"{where}.split_before: a moved sample names the other "
+                                    "split it was in; an added or removed one, none")
         elif self.change in REJECT_CHANGES:
             if self.reason is None:
                 raise ManifestError(f"{where}.reason: a reject's reason is missing")
@@ -180,7 +191,12 @@ def count_changes(changes: ChangesFile) -> tuple[ChangeCounts, ChangeCounts]:
         if line.change in originals:
             originals[line.change] += 1
             samples[line.change] += 1 if line.samples is None else line.samples
-    return ChangeCounts(**originals), ChangeCounts(**samples)
+    return counts_of(originals), counts_of(samples)
+
+
+def counts_of(counts: dict[str, int]) -> ChangeCounts:
+    """``ChangeCounts`` of a count per kind, ``moved`` left out when none moved."""
+    return ChangeCounts(**counts | {"moved": counts.get("moved") or None})
 _read_header = line_reader(ChangesHeader)
 _read_line = line_reader(ChangeLine)
 
@@ -358,6 +374,7 @@ def change_line(entry: VersionEntry) -> str:
     parts += [f"{value:,} {name}" for name, value in (
         ("relabelled", originals.relabelled), ("re-annotated", originals.reannotated)) if value]
     parts.append(f"{originals.removed:,} removed")
+    parts += [f"{originals.moved:,} moved to another split"] if originals.moved else []
     parts += [f"{value:,} {name}" for name, value in (
         ("rejected", entry.rejected), ("touched (same content)", entry.touched)) if value]
     line = "originals: " + ", ".join(parts)
@@ -372,4 +389,4 @@ def change_kinds(counts: ChangeCounts) -> list[tuple[str, int]]:
     """(kind as written, count) of ``counts`` in the order every command shows them."""
     return [("added", counts.added), ("changed", counts.changed),
             ("relabelled", counts.relabelled), ("re-annotated", counts.reannotated),
-            ("removed", counts.removed)]
+            ("removed", counts.removed), ("moved", counts.moved or 0)]

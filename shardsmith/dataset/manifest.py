@@ -221,15 +221,17 @@ class Totals:
 @dataclass(frozen=True)
 class ChangeCounts:
     """How many originals, or how many samples (the unit is the field that holds it), a
-    version added, changed (content), relabelled, re-annotated (same pixels, other objects)
-    and removed: the count of each kind of line in its changes file, or the sum of their
-    ``samples`` (a tile's original makes several)."""
+    version added, changed (content), relabelled, re-annotated (same pixels, other objects),
+    removed and moved to another split (``splits.near_duplicates``): the count of each kind
+    of line in its changes file, or the sum of their ``samples`` (a tile's original makes
+    several)."""
 
     added: Count = 0
     changed: Count = 0
     relabelled: Count = 0
     reannotated: Count = 0
     removed: Count = 0
+    moved: Count | None = None  # None: none (left out, as in a release before moves)
 
 
 @dataclass(frozen=True)

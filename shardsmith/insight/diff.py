@@ -149,13 +149,15 @@ def _opened(directory: Path, entry) -> ChangesFile:
 
 
 # The kinds of sample change, and per kind: present before, present after, content changed,
-# objects changed on the same pixels.
-SAMPLE_KINDS = {"added": 0, "removed": 1, "changed": 2, "relabelled": 3, "reannotated": 4}
+# objects changed on the same pixels, in another split.
+SAMPLE_KINDS = {"added": 0, "removed": 1, "changed": 2, "relabelled": 3, "reannotated": 4,
+                "moved": 5}
 RELABELLED = SAMPLE_KINDS["relabelled"]
-_BEFORE = np.array([False, True, True, True, True])
-_AFTER = np.array([True, False, True, True, True])
-_CHANGED = np.array([False, False, True, False, False])
-_REANNOTATED = np.array([False, False, False, False, True])
+_BEFORE = np.array([False, True, True, True, True, True])
+_AFTER = np.array([True, False, True, True, True, True])
+_CHANGED = np.array([False, False, True, False, False, False])
+_REANNOTATED = np.array([False, False, False, False, True, False])
+_MOVED = np.array([False, False, False, False, False, True])
 
 
 class _Composer:
@@ -221,6 +223,8 @@ class _Composer:
     def result(self, old: int, new: int, files: list[ChangesFile],
                examples: int) -> VersionDiff:
         kinds, samples = self._compose()
+        if not len(kinds["moved"]):  # left out, as before moves were recorded
+            del kinds["moved"], samples["moved"]
         counts = {kind: len(events) for kind, events in kinds.items()}
         shown = {kind: self._examples(kind, events[:examples], files)
                  for kind, events in kinds.items()}
@@ -238,7 +242,8 @@ class _Composer:
             [line.path for line in self._reject_lines(fixed[:examples], files)],
             len(new_rejects), len(fixed),
             [line.path for line in self._reject_lines(gone[:examples], files)], len(gone),
-            sample_counts=samples, reannotated=shown["reannotated"])
+            sample_counts=samples, reannotated=shown["reannotated"],
+            moved=shown.get("moved", []))
 
     def _rejects(self) -> tuple[np.ndarray, np.ndarray]:
         """The reject lines (their numbers among the reject lines, in the order their paths
@@ -278,13 +283,13 @@ class _Composer:
                 dict.fromkeys(SAMPLE_KINDS, 0)
         kinds = np.frombuffer(self.kinds, np.int8)
         before, after, changed = _BEFORE[kinds], _AFTER[kinds], _CHANGED[kinds]
-        reannotated = _REANNOTATED[kinds]
+        reannotated, moved = _REANNOTATED[kinds], _MOVED[kinds]
         if self.files == 1:  # one version: a line per path, nothing to compose
             first = last = np.arange(total, dtype=np.int32)
-            touched_any, reannotated_any = changed, reannotated
+            touched_any, reannotated_any, moved_any = changed, reannotated, moved
         else:
-            first, last, touched_any, reannotated_any = self._paths(total, after, changed,
-                                                                    reannotated)
+            first, last, touched_any, reannotated_any, moved_any = self._paths(
+                total, after, changed, reannotated, moved)
         was = np.frombuffer(self.class_before, np.int32)[first]
         now = np.frombuffer(self.class_after, np.int32)[last]
         present_before, present_after = before[first], after[last]
@@ -300,6 +305,7 @@ class _Composer:
             "changed": both & ~relabelled & touched_any,
             "relabelled": relabelled,
             "reannotated": both & ~relabelled & ~touched_any & reannotated_any,
+            "moved": both & ~relabelled & ~touched_any & ~reannotated_any & moved_any,
         }
         tiles = np.frombuffer(self.samples, np.uint32)[last]
         samples = {kind: int(tiles[paths].sum(dtype=np.int64)) for kind, paths in chosen.items()}
@@ -307,17 +313,19 @@ class _Composer:
                 for kind, paths in chosen.items()}, samples
 
     def _paths(self, total: int, after: np.ndarray, changed: np.ndarray,
-               reannotated: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+               reannotated: np.ndarray, moved: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per path: its first line, its last, whether its content changed on the way (a
         changed line, or absent in between: removed, then added again, nothing says its
-        content is the one it had), and whether its objects did (a re-annotated line)."""
+        content is the one it had), whether its objects did (a re-annotated line) and
+        whether it moved to another split (a moved line)."""
         order, starts, ends = _grouped(self.digests, total)
         first, last = order[starts], order[ends]
         touched = (changed | ~after)[order]
         touched[ends] = changed[last]
         return first, last, np.logical_or.reduceat(touched, starts), \
-            np.logical_or.reduceat(reannotated[order], starts)
+            np.logical_or.reduceat(reannotated[order], starts), \
+            np.logical_or.reduceat(moved[order], starts)
 
     def _examples(self, kind: str, events: np.ndarray,
                   files: list[ChangesFile]) -> list[dict[str, Any]]:
@@ -336,6 +344,8 @@ class _Composer:
             else:
                 item = {"path": line.path, "key": line.key, "split": line.split,
                         "class": line.label}
+            if kind == "moved" and line.split_before is not None:
+                item["split_before"] = line.split_before
             if line.samples is not None:
                 item["samples"] = line.samples
             # the objects of this version's change (composed versions: of the last one)

@@ -43,6 +43,7 @@ class VersionDiff:
     # per kind: the samples of those originals (tiles: several an original)
     sample_counts: dict[str, int] = field(default_factory=dict)
     reannotated: list[dict[str, Any]] = field(default_factory=list)
+    moved: list[dict[str, Any]] = field(default_factory=list)  # to another split
 
     @property
     def classes_added(self) -> list[str]:
@@ -71,7 +72,7 @@ class VersionDiff:
                         "removed_count": self.rejects_removed_count},
             "added": self.added, "removed": self.removed, "changed": self.changed,
             "relabelled": self.relabelled, "reannotated": self.reannotated,
-        }
+        } | ({"moved": self.moved} if self.counts.get("moved") else {})
 
     def summary(self) -> str:
         """A readable summary: the changes, the counts per split and class before and
@@ -116,6 +117,10 @@ class VersionDiff:
             lines.append(f"  re-annotated{_first(counts['reannotated'])}:")
             lines += [f"    {_shown(item['path'])}{_objects_shown(item)}"
                       for item in self.reannotated[:EXAMPLES_SHOWN]]
+        if self.moved:
+            lines.append(f"  moved to another split{_first(counts['moved'])}:")
+            lines += [f"    {_shown(item['path'])}  {_shown(item.get('split_before', '?'))} -> "
+                      f"{_shown(item['split'])}" for item in self.moved[:EXAMPLES_SHOWN]]
         if self.rejects_new:
             lines.append(f"  new rejects{_first(self.rejects_new_count)}:")
             lines += [f"    {_shown(item['path'])}  {_shown(item['reason'])}: "
@@ -135,7 +140,10 @@ def change_counts(counts: dict[str, int]) -> str:
     parts = [f"{counts.get(kind, 0):,} {kind}" for kind in ("added", "changed", "relabelled")]
     if counts.get("reannotated"):
         parts.append(f"{counts['reannotated']:,} re-annotated")
-    return ", ".join([*parts, f"{counts.get('removed', 0):,} removed"])
+    parts.append(f"{counts.get('removed', 0):,} removed")
+    if counts.get("moved"):
+        parts.append(f"{counts['moved']:,} moved to another split")
+    return ", ".join(parts)
 
 
 def _objects_shown(item: dict[str, Any]) -> str:

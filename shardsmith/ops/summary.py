@@ -136,7 +136,8 @@ def version_log(manifest: Manifest, directory: Location | None = None) -> str:
 
     counts = history_counts(directory, manifest)
     lines = [f"{'version':>7}  {'created':<25} {'added':>13} {'changed':>13} "
-             f"{'relabelled':>13} {'re-annotated':>13} {'removed':>13} {'rejected':>8} "
+             f"{'relabelled':>13} {'re-annotated':>13} {'removed':>13} {'moved':>13} "
+             f"{'rejected':>8} "
              f"{'new shards':>10} {'gone shards':>11}"]
     for entry in manifest.history:
         notes = [entry.note] if entry.note else []
@@ -145,7 +146,8 @@ def version_log(manifest: Manifest, directory: Location | None = None) -> str:
             cells = [_cell(original, sample) for (_, original), (_, sample)
                      in zip(change_kinds(originals), change_kinds(samples), strict=True)]
         else:
-            cells = [f"{entry.added:,}", f"{entry.changed:,}", "-", "-", f"{entry.removed:,}"]
+            cells = [f"{entry.added:,}", f"{entry.changed:,}", "-", "-", f"{entry.removed:,}",
+                     "-"]
             notes.append(as_recorded(entry))
         lines.append(
             f"{entry.version:>7}  {entry.created:<25} "

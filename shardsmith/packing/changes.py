@@ -21,7 +21,7 @@ import contextlib
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,15 +29,16 @@ from typing import Any
 from ..atomic import HashingFile
 from ..dataset.changes import (
     CHANGES_FORMAT,
+    MOVES_FORMAT,
     SAMPLE_CHANGES,
     ChangeLine,
     ChangesHeader,
     VersionTotals,
+    counts_of,
     json_line,
 )
 from ..dataset.formats.base import class_name
 from ..dataset.manifest import (
-    ChangeCounts,
     ChangesEntry,
     Manifest,
     SampleRecord,
@@ -147,8 +148,14 @@ class ChangesRecorder:
     index is written: ``previous_sample`` is ``kept_samples``'s observer, ``kept`` and
     ``packed`` wrap the two streams of the new index; then ``publish`` writes the file."""
 
-    def __init__(self, output: Path, previous: Manifest | None, manifest: Manifest):
+    def __init__(self, output: Path, previous: Manifest | None, manifest: Manifest,
+                 moved_from: Mapping[str, str] | None = None):
         self.previous, self.manifest = previous, manifest
+        # key -> split before, of the kept samples this version moves to another split;
+        # path -> [key, split, split before, label, samples] of their originals
+        self.moved_from = moved_from or {}
+        self.moved: dict[str, list[Any]] = {}
+        self.split_moved = False  # a line names the split it left: the format that reads it
         self.before = Tally(previous.classes, previous.object_classes) \
             if previous is not None else None
         self.after = Tally(manifest.classes, manifest.object_classes)
@@ -174,10 +181,14 @@ class ChangesRecorder:
                 _add_counts(known[6], record.objects)
 
     def kept(self, records: Iterable[SampleRecord]) -> Iterator[SampleRecord]:
-        """The previous samples that stay, counted."""
+        """The previous samples that stay, counted; those moved to another split noted."""
         for record in records:
             self.after.add(record.split, record.label, record.objects, record.path,
                            record.source_size)
+            if record.key in self.moved_from:
+                known = self.moved.setdefault(record.path, [
+                    record.key, record.split, self.moved_from[record.key], record.label, 0])
+                known[4] += 1
             yield record
 
     def packed(self, records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -207,7 +218,10 @@ class ChangesRecorder:
         line = ChangeLine("added", path, key, split, _label(classes, label),
                           samples=_count(samples))
         if before is not None:
-            _, _, old_label, old_digest, old_annotation, old_samples, old_objects = before
+            _, old_split, old_label, old_digest, old_annotation, old_samples, old_objects = \
+                before
+            moved = {"split_before": old_split} if old_split != split else {}
+            self.split_moved = self.split_moved or bool(moved)
             was = _named(self.previous.object_classes, old_objects)
             now = _named(self.manifest.object_classes, objects)
             shown = {"objects_before": was, "objects_after": now} \
@@ -215,13 +229,16 @@ class ChangesRecorder:
             if old_label != label:
                 line = ChangeLine("relabelled", path, key, split, _label(classes, label),
                                   class_name(self.previous.classes, old_label),
-                                  _count(samples), **shown)
+                                  _count(samples), **shown, **moved)
             elif old_digest != digest:
                 line = ChangeLine("changed", path, key, split, _label(classes, label),
-                                  samples=_count(samples), **shown)
+                                  samples=_count(samples), **shown, **moved)
             elif (old_annotation, old_samples, was) != (annotation, samples, now):
                 line = ChangeLine("reannotated", path, key, split, _label(classes, label),
-                                  samples=_count(samples), **shown)
+                                  samples=_count(samples), **shown, **moved)
+            elif moved:  # the same content and objects, packed again in another split
+                line = ChangeLine("moved", path, key, split, _label(classes, label),
+                                  samples=_count(samples), **moved)
             else:  # the same content and objects packed again: repaired, or new rules
                 return
         self.counts[line.change, 0] += 1
@@ -241,11 +258,16 @@ class ChangesRecorder:
             raise OSError(exc.errno, exc.strerror, str(self.spool_folder)) from None
 
     def lines(self) -> Iterator[bytes]:
-        """Every change line: this run's sources in plan order, then the sources removed (in
-        the previous index's order), the new rejects and the fixed ones."""
+        """Every change line: this run's sources in plan order, then the kept sources moved
+        to another split and the sources removed (both in the previous index's order), the
+        new rejects and the fixed ones."""
         with self._named():
             self.spool.flush()
             yield from chunks(self.spool.fileno(), self.spool.tell())
+        classes = self.manifest.classes
+        for path, (key, split, before, label, samples) in self.moved.items():
+            yield json_line(ChangeLine("moved", path, key, split, _label(classes, label),
+                                       samples=_count(samples), split_before=before))
         classes = self.previous.classes if self.previous is not None else ()
         for path, (key, split, label, _, _, samples, _) in self.leaving.items():
             yield json_line(ChangeLine("removed", path, key, split, _label(classes, label),
@@ -279,8 +301,11 @@ class ChangesRecorder:
         for samples in self.leaving.values():
             counts["removed", 0] += 1
             counts["removed", 1] += samples[5]
-        originals, samples = (ChangeCounts(**{kind: counts[kind, unit]
-                                              for kind in SAMPLE_CHANGES}) for unit in (0, 1))
+        for moved in self.moved.values():
+            counts["moved", 0] += 1
+            counts["moved", 1] += moved[4]
+        originals, samples = (counts_of({kind: counts[kind, unit] for kind in SAMPLE_CHANGES})
+                              for unit in (0, 1))
         entry = manifest.history[-1]
         notes = [entry.note] if entry.note else []
         if self.previous is not None:
@@ -305,7 +330,8 @@ class ChangesRecorder:
     def header(self) -> ChangesHeader:
         previous, manifest = self.previous, self.manifest
         return ChangesHeader(
-            CHANGES_FORMAT, manifest.version, self.after.totals(len(manifest.rejects)),
+            MOVES_FORMAT if self.moved or self.split_moved else CHANGES_FORMAT,
+            manifest.version, self.after.totals(len(manifest.rejects)),
             self.before.totals(len(previous.rejects)) if self.before is not None else None)
 
     def publish(self, output: Path, keep: int) -> tuple[ChangesEntry, ...]:

@@ -59,22 +59,25 @@ class Placement:
     observer of the previous version's lines (``previous``) and of the two streams
     (``kept``, then ``packed``)."""
 
-    def __init__(self, split_names: Iterable[str]) -> None:
+    def __init__(self, split_names: Iterable[str], resplit: bool = False) -> None:
         self.number = {name: number for number, name in enumerate(split_names)}
+        self.resplit = resplit  # nothing is where an earlier version put it: all placed anew
         self.paths: list[str] = []
         self.groups: list[str | None] = []
         self.split = array("i")  # where the line is now
         self.fixed = array("i")  # where an earlier version put its original, or -1
         self.own = array("Q")  # its hashes as the line holds them (two a line; 0, 0: none)
         self.was: dict[str, int] = {}  # an original the new version packs again: its split
+        self.kept_lines = 0  # the lines of earlier versions come first
 
     def previous(self, record: SampleRecord, leaves: bool) -> None:
-        if leaves:
+        if leaves and not self.resplit:
             self.was[record.path] = self._number(record.split)
 
     def kept(self, lines: Iterable[SampleRecord]) -> Iterator[SampleRecord]:
         for line in lines:
-            self._add(line, self._number(line.split))
+            self._add(line, -1 if self.resplit else self._number(line.split))
+            self.kept_lines += 1
             yield line
 
     def packed(self, lines: Iterable[dict]) -> Iterator[dict]:
@@ -173,10 +176,19 @@ def settle(placement: Placement, near: NearHashes, jpegs: PreviousJpegs, pool: W
     hashes = own.copy() if near.made is None else np.where(near.made[:, None], near.hashes,
                                                            own if near.trusted else 0)
     have = hashes.any(axis=1)
-    pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet)
-    roots = nearhash.components(hashes, failed, pairs[scores <= hashing.DEFAULT_THRESHOLD])
-    placed = place(placement.paths, np.frombuffer(placement.split, np.int32),
-                   np.frombuffer(placement.fixed, np.int32), placement.groups, roots, move)
+    fixed = np.frombuffer(placement.fixed, np.int32)
+    # the pairs of a sample that may move: in an increment, those of its new samples (a
+    # packed sample stays where it is, whatever joins it to another)
+    focus = None if (fixed < 0).all() else fixed < 0
+    if focus is None or focus.any():
+        pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
+                                                  focus=focus)
+        roots = nearhash.components(hashes, failed,
+                                    pairs[scores <= hashing.DEFAULT_THRESHOLD])
+    else:  # nothing new: only an original packed again goes back to its split
+        roots = np.arange(len(fixed))
+    placed = place(placement.paths, np.frombuffer(placement.split, np.int32), fixed,
+                   placement.groups, roots, move)
     _report(placed, move)
     return placed
 

@@ -164,7 +164,7 @@ def _pack_scanned(
     execution = execute(delta, job, journal, state, pool)
     outcome = resolve(delta, state.rejects, state.sources, state.unchanged)
     done = _rewrite(job, outcome, execution)
-    moved, split_of = done.moved, {}  # key -> new shard; key -> new split
+    moved, split_of, moved_from = done.moved, {}, {}  # key -> new shard, split, split before
 
     def kept(observe: Callable | None) -> Iterator[SampleRecord]:
         records = kept_samples(output, outcome, moved, observe)
@@ -176,10 +176,13 @@ def _pack_scanned(
                 for s in journal.samples(state.samples_end))
 
     near, notes = NearHashes(), []
+    together = config.split_near_duplicates == "together"
+    resplit = previous is not None and together != (previous.near_duplicates == "together")
+    if resplit and not together:
+        notes.append("splits.near_duplicates: independent; packed samples stay in their split")
     if config.output.near_hashes:  # one more pass over the lines, before they are written
-        together = config.split_near_duplicates == "together"
         removed = nearhash.Removed()
-        placement = nearsplit.Placement(name for name, _ in config.splits)
+        placement = nearsplit.Placement((name for name, _ in config.splits), resplit)
         seen = itertools.chain(placement.kept(kept(lambda record, leaves: (
             removed(record, leaves), placement.previous(record, leaves)))),
             placement.packed(packed())) if together else \
@@ -189,7 +192,7 @@ def _pack_scanned(
                                previous is not None and previous.near_hash == nearhash.CURRENT,
                                removed)
         if together:
-            done, split_of, notes = _together(job, done, placement, near, pool)
+            done, split_of, moved_from, notes = _together(job, done, placement, near, pool)
             moved = done.moved
     manifest = replace(with_copies(version_manifest(job, outcome, execution, done, notes),
                                    execution),
@@ -198,7 +201,7 @@ def _pack_scanned(
                        near_duplicates="together"
                        if config.split_near_duplicates == "together" else None)
     # What the version changed is recorded from the same two streams, as they are written.
-    changes = ChangesRecorder(output, previous, manifest)
+    changes = ChangesRecorder(output, previous, manifest, moved_from)
     samples = itertools.chain(
         changes.kept(near.attached(kept(changes.previous_sample))),
         changes.packed(near.attached(packed())),
@@ -295,27 +298,32 @@ def _rewrite(job: Job, outcome: Outcome, execution: Execution) -> Rewritten:
 
 
 def _together(job: Job, done: Rewritten, placement: nearsplit.Placement, near: NearHashes,
-              pool: WorkerPool) -> tuple[Rewritten, dict[str, str], list[str]]:
+              pool: WorkerPool) -> tuple[Rewritten, dict[str, str], dict[str, str], list[str]]:
     """``splits.near_duplicates: together``: the version's shards with each sample that joins
-    its near-duplicates' split moved there, the new split of each (by key), and the note
-    its history entry gets."""
+    its near-duplicates' split moved there, the new split of each and the split before of
+    the kept ones among them (by key), and the note its history entry gets."""
     config, output = job.config, job.output
     fmt = shard_format(config.output.format)
     with PreviousJpegs(fmt, output, done.shards) as jpegs:
         placed = nearsplit.settle(placement, near, jpegs, pool, config.run.quiet,
                                   move=not config.split_folder)
+    resplit = ["resplit: splits.near_duplicates together"] if placement.resplit else []
     if not placed.moves:
-        return done, {}, []
-    names = list(placement.number)
+        return done, {}, {}, resplit
+    names = list(placement.number)  # the config's splits first: a sample goes to one only
     seen = near.seen
-    split_of = {seen.keys[at]: names[split] for at, split in placed.moves.items()}
+    split_of = {seen.keys[at]: names[split] for at, split in placed.moves.items()
+                if split < len(config.splits)}
+    moved_from = {seen.keys[at]: names[placement.split[at]] for at in placed.moves
+                  if at < placement.kept_lines and seen.keys[at] in split_of}
     done = nearsplit.relocate(
         done, split_of, {seen.keys[at]: seen.shard_of(at) for at in placed.moves}, output,
         fmt, ShardLimits(config.output.shard_bytes, config.output.shard_samples),
         [name for name, _ in config.splits])
     moved = placed.moved_originals
-    return done, split_of, [f"{plural(moved, 'original')} put in the split of their "
-                            "near-duplicates"] if moved else []
+    return done, split_of, moved_from, resplit + ([
+        f"{plural(moved, 'original')} put in the split of their near-duplicates"]
+        if moved else [])
 
 
 def _source_entries(table: SourceTable, notes: Prepared, config: Config,
@@ -336,7 +344,9 @@ def up_to_date(output: Path, previous: Manifest, job: Job) -> bool:
     be packed now), this schema, these annotation rules and near-duplicate hashes, and every
     listed file there at its size."""
     hashed = nearhash.CURRENT if job.config.output.near_hashes else None  # or made now
+    together = "together" if job.config.split_near_duplicates == "together" else None
     if not previous.current or previous.sources_fingerprint != job.sources_fingerprint \
+            or previous.near_duplicates != together \
             or previous.fingerprint != job.config.fingerprint() \
             or (hashed is not None and previous.near_hash != hashed) \
             or (previous.rules is not None and previous.rules != ANNOTATION_RULES):

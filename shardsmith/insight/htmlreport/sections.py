@@ -52,7 +52,7 @@ def summary_section(directory: Path, manifest: Manifest,
             + page.cards(items) + "</header>")
 
 
-KINDS = ("added", "changed", "relabelled", "reannotated", "removed")
+KINDS = ("added", "changed", "relabelled", "reannotated", "removed", "moved")
 
 
 def history_section(manifest: Manifest,
@@ -70,7 +70,7 @@ def history_section(manifest: Manifest,
                      for kind in KINDS]
         else:
             cells = [page.number(entry.added), page.number(entry.changed), "-", "-",
-                     page.number(entry.removed)]
+                     page.number(entry.removed), "-"]
             note = "; ".join(filter(None, [note, as_recorded(entry)]))
         rows.append([page.number(entry.version), page.text(entry.created), *cells,
                      page.number(entry.rejected), page.number(len(entry.shards_added)),
@@ -78,8 +78,8 @@ def history_section(manifest: Manifest,
     parts = [page.paragraph("Counts of originals; in brackets the samples, where an "
                             "original made several (tiles).", muted=True),
              page.table(["version", "written", "added", "changed", "relabelled",
-                         "re-annotated", "removed", "rejected", "shards new", "shards gone",
-                         "note"], rows, (True, False, *[True] * 8))] if rows else \
+                         "re-annotated", "removed", "moved", "rejected", "shards new",
+                         "shards gone", "note"], rows, (True, False, *[True] * 9))] if rows else \
         [page.paragraph("No history recorded.", muted=True)]
     if len(versions) > HISTORY_SHOWN:
         parts.append(page.paragraph(f"and {len(versions) - HISTORY_SHOWN:,} older versions "
@@ -98,7 +98,7 @@ def diff_section(diff: VersionDiff | str, manifest: Manifest) -> str:
                             "made several", muted=True),
              page.cards([(_KIND_NAMES[name], _both(originals.get(name, 0),
                                                    samples.get(name, 0)))
-                         for name in KINDS if name != "reannotated"
+                         for name in KINDS if name not in ("reannotated", "moved")
                          or originals.get(name)]
                         + [("rejects new", page.number(diff.rejects_new_count)),
                            ("rejects fixed", page.number(diff.rejects_fixed_count)),
@@ -128,12 +128,16 @@ def diff_section(diff: VersionDiff | str, manifest: Manifest) -> str:
         [page.text(entry.get("path", "")), page.text(_class(entry.get("from"))),
          page.text(_class(entry.get("to"))), _objects(entry), page.text(entry.get("key", ""))]
         for entry in diff.relabelled], originals.get("relabelled")))
+    parts.append(_listed("Originals moved to another split", ["path", "from", "to", "key"], [
+        [page.text(entry.get("path", "")), page.text(entry.get("split_before", "")),
+         page.text(entry.get("split", "")), page.text(entry.get("key", ""))]
+        for entry in diff.moved], originals.get("moved")))
     return page.section("diff", "Changes since the previous version",
                         [part for part in parts if part])
 
 
 _KIND_NAMES = {"added": "added", "changed": "changed", "relabelled": "relabelled",
-               "reannotated": "re-annotated", "removed": "removed"}
+               "reannotated": "re-annotated", "removed": "removed", "moved": "moved"}
 
 
 def _both(originals: int, samples: int) -> str:
