@@ -31,10 +31,11 @@ until the index is written.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -69,6 +70,17 @@ class Placement:
         self.own = array("Q")  # its hashes as the line holds them (two a line; 0, 0: none)
         self.was: dict[str, int] = {}  # an original the new version packs again: its split
         self.kept_lines = 0  # the lines of earlier versions come first
+
+    def lines(self, kept: Callable[[Callable | None], Iterable[SampleRecord]],
+              packed: Callable[[], Iterable[dict]], removed: nearhash.Removed
+              ) -> Iterator[Line]:
+        """The new version's lines, observed: ``kept(observer)`` (whose observer sees the
+        previous version's lines, as ``removed`` does too), then ``packed()``."""
+        def previous(record: SampleRecord, leaves: bool) -> None:
+            removed(record, leaves)
+            self.previous(record, leaves)
+
+        return itertools.chain(self.kept(kept(previous)), self.packed(packed()))
 
     def previous(self, record: SampleRecord, leaves: bool) -> None:
         if leaves and not self.resplit:

@@ -175,31 +175,29 @@ def _pack_scanned(
                      split=split_of.get(s["key"], s["split"]))
                 for s in journal.samples(state.samples_end))
 
-    near, notes = NearHashes(), []
+    near = NearHashes()
     together = config.split_near_duplicates == "together"
-    resplit = previous is not None and together != (previous.near_duplicates == "together")
-    if resplit and not together:
-        notes.append("splits.near_duplicates: independent; packed samples stay in their split")
+    # turned on: every unit placed anew (one "resplit" version); turned off: nothing moves
+    switched = previous is not None and together != (previous.near_duplicates == "together")
+    notes = ["splits.near_duplicates: independent; packed samples stay in their split"] \
+        if switched and not together else []
     if config.output.near_hashes:  # one more pass over the lines, before they are written
         removed = nearhash.Removed()
-        placement = nearsplit.Placement((name for name, _ in config.splits), resplit)
-        seen = itertools.chain(placement.kept(kept(lambda record, leaves: (
-            removed(record, leaves), placement.previous(record, leaves)))),
-            placement.packed(packed())) if together else \
-            itertools.chain(kept(removed), packed())
-        near = NearHashes.make(seen, output, config.output.format, done.shards, pool,
-                               config.run.quiet,
-                               previous is not None and previous.near_hash == nearhash.CURRENT,
-                               removed)
-        if together:
+        placement = nearsplit.Placement((name for name, _ in config.splits), switched) \
+            if together else None
+        near = NearHashes.make(
+            placement.lines(kept, packed, removed) if placement is not None
+            else itertools.chain(kept(removed), packed()),
+            output, config.output.format, done.shards, pool, config.run.quiet,
+            previous is not None and previous.near_hash == nearhash.CURRENT, removed)
+        if placement is not None:
             done, split_of, moved_from, notes = _together(job, done, placement, near, pool)
             moved = done.moved
     manifest = replace(with_copies(version_manifest(job, outcome, execution, done, notes),
                                    execution),
                        annotation_sources=job.notes.report,
                        near_hash=nearhash.CURRENT if config.output.near_hashes else None,
-                       near_duplicates="together"
-                       if config.split_near_duplicates == "together" else None)
+                       near_duplicates="together" if together else None)
     # What the version changed is recorded from the same two streams, as they are written.
     changes = ChangesRecorder(output, previous, manifest, moved_from)
     samples = itertools.chain(
