@@ -316,3 +316,18 @@ def test_a_pack_to_a_bucket_holds_the_bytes_of_a_local_pack(
                for key in s3.fs.ls(f"{s3.name}/ds", detail=False)
                if s3.fs.info(key)["type"] == "file"}
     assert images.without_timings(objects) == images.dataset_bytes(local)
+
+
+def test_the_dry_run_counts_the_clusters_memory_only_when_they_are_kept_together(
+        tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src", lambda path: path.startswith("export/"))
+    for together in (True, False):
+        job = tmp_path / "job.yaml"
+        job.write_text(yaml.safe_dump({
+            "source": {"path": str(source), "labels": "none"},
+            "output": {"path": str(tmp_path / "out")}, "image": {"size": 256},
+            "splits": {"train": 0.5, "val": 0.5}
+            | ({"near_duplicates": "together"} if together else {})}))
+        code, output = _run("pack", "--config", job, "--dry-run")
+        assert code == 0, output
+        assert ("near-dup splits" in output) == together, output

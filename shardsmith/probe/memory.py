@@ -27,7 +27,7 @@ from ..config import Config
 from ..door import ANNOTATION_CAP, MIB
 from ..neardup.fixtures import BACKGROUND_SHOTS, FEW_SHOTS
 from ..neardup.hashing import FRAME
-from ..packing.nearhash import GROUP
+from ..packing.nearhash import GROUP, KEPT
 from ..packing.pipeline import TASK_BYTES
 
 DRIVER_BASELINE_BYTES = 98 * MIB
@@ -53,6 +53,12 @@ RESULT_WINDOW_PER_WORKER = 2  # parallel.WorkerPool keeps 2 x workers batches ou
 # backgrounds a fixture of few samples may borrow: at most one per FEW_SHOTS samples.
 FRAME_BYTES_PER_PIXEL = 4
 HASH_BYTES_PER_LINE = 110
+# ``splits.near_duplicates: together`` (packing.nearsplit) then holds, beside the hash pass's
+# lines: 129 B a line of what the rule needs (its path, split, group, hashes), 373 B a line
+# at the peak of the rule itself (tracemalloc over 200,000 synthetic lines of 50-character
+# paths), ~300 B a line of candidate pairs (5.4 a sample, two int64 and a score, and the
+# copies np.unique makes), and the KEPT backgrounds the check holds.  Taken as 800 B a line.
+SPLIT_BYTES_PER_LINE = 800
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,11 @@ def pack_memory(config: Config, files: int, bytes_in: int, coco_bytes: int,
             "hash pass", lines * HASH_BYTES_PER_LINE + (grounds + lines // FEW_SHOTS) * FRAME ** 2,
             f"{lines:,} sample index lines x {HASH_BYTES_PER_LINE} B; {grounds} backgrounds, and "
             f"one per {FEW_SHOTS} samples to lend, {FRAME} x {FRAME} B each"))
+    if config.split_near_duplicates == "together":
+        driver.append(MemoryTerm(
+            "near-dup splits", lines * SPLIT_BYTES_PER_LINE + min(KEPT, lines) * FRAME ** 2,
+            f"{lines:,} sample index lines x {SPLIT_BYTES_PER_LINE} B (the rule, the pairs); "
+            f"{min(KEPT, lines)} backgrounds of the check, {FRAME} x {FRAME} B each"))
     if in_process:
         conversion_bytes = sum(term.bytes for term in converting) + per_original
         driver += converting
