@@ -276,6 +276,9 @@ def test_turning_the_option_on_makes_one_resplit_version_that_lists_each_moved_o
     assert code == 0 and json.loads(output)["originals"]["moved"] == len(moved), output
     code, output = _run("log", out)
     assert code == 0 and "moved" in output.splitlines()[0], output
+    code, output = _run("report", out, "-o", tmp_path / "report.html")
+    html = (tmp_path / "report.html").read_text()
+    assert code == 0 and "Originals moved to another split" in html and "None" not in html
     code, output = _run("verify", out, "--decode")
     assert code == 0, output
     _pack(tmp_path, source, out, fmt)  # nothing left to do

@@ -135,10 +135,12 @@ def version_log(manifest: Manifest, directory: Location | None = None) -> str:
     from ..dataset.changes import as_recorded, change_kinds, history_counts
 
     counts = history_counts(directory, manifest)
+    # moves to another split (splits.near_duplicates) get a column where a version made any
+    moves = any(originals.moved for originals, _ in counts.values())
     lines = [f"{'version':>7}  {'created':<25} {'added':>13} {'changed':>13} "
-             f"{'relabelled':>13} {'re-annotated':>13} {'removed':>13} {'moved':>13} "
-             f"{'rejected':>8} "
-             f"{'new shards':>10} {'gone shards':>11}"]
+             f"{'relabelled':>13} {'re-annotated':>13} {'removed':>13} "
+             + (f"{'moved':>13} " if moves else "")
+             + f"{'rejected':>8} {'new shards':>10} {'gone shards':>11}"]
     for entry in manifest.history:
         notes = [entry.note] if entry.note else []
         if entry.version in counts:
@@ -149,6 +151,7 @@ def version_log(manifest: Manifest, directory: Location | None = None) -> str:
             cells = [f"{entry.added:,}", f"{entry.changed:,}", "-", "-", f"{entry.removed:,}",
                      "-"]
             notes.append(as_recorded(entry))
+        cells = cells if moves else cells[:-1]  # moved is the last kind
         lines.append(
             f"{entry.version:>7}  {entry.created:<25} "
             + " ".join(f"{cell:>13}" for cell in cells)

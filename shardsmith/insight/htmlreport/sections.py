@@ -61,16 +61,18 @@ def history_section(manifest: Manifest,
     original made several), from ``counts`` (``dataset.changes.history_counts``); a version
     it lacks is shown as recorded, and said so."""
     versions = list(reversed(manifest.history))
+    # moves to another split (splits.near_duplicates) get a column where a version made any
+    kinds = KINDS if any(originals.moved for originals, _ in counts.values()) else KINDS[:-1]
     rows = []
     for entry in versions[:HISTORY_SHOWN]:
         note = entry.note or ""
         if entry.version in counts:
             originals, samples = counts[entry.version]
-            cells = [_both(getattr(originals, kind), getattr(samples, kind))
-                     for kind in KINDS]
+            cells = [_both(getattr(originals, kind) or 0, getattr(samples, kind) or 0)
+                     for kind in kinds]
         else:
             cells = [page.number(entry.added), page.number(entry.changed), "-", "-",
-                     page.number(entry.removed), "-"]
+                     page.number(entry.removed), "-"][: len(kinds)]
             note = "; ".join(filter(None, [note, as_recorded(entry)]))
         rows.append([page.number(entry.version), page.text(entry.created), *cells,
                      page.number(entry.rejected), page.number(len(entry.shards_added)),
@@ -78,8 +80,9 @@ def history_section(manifest: Manifest,
     parts = [page.paragraph("Counts of originals; in brackets the samples, where an "
                             "original made several (tiles).", muted=True),
              page.table(["version", "written", "added", "changed", "relabelled",
-                         "re-annotated", "removed", "moved", "rejected", "shards new",
-                         "shards gone", "note"], rows, (True, False, *[True] * 9))] if rows else \
+                         "re-annotated", "removed", *(["moved"] if "moved" in kinds else []),
+                         "rejected", "shards new", "shards gone", "note"], rows,
+                        (True, False, *[True] * (len(kinds) + 3)))] if rows else \
         [page.paragraph("No history recorded.", muted=True)]
     if len(versions) > HISTORY_SHOWN:
         parts.append(page.paragraph(f"and {len(versions) - HISTORY_SHOWN:,} older versions "
