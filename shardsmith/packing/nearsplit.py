@@ -213,8 +213,9 @@ def _report(placed: Placed, move: bool) -> None:
         log.warning("splits.near_duplicates: %s joined near-duplicates that earlier versions "
                     "packed in several splits (%s%s); each went to the split of the first "
                     "packed one by path, and the packed ones stay where they are: shardsmith "
-                    "inspect --near-duplicates lists them", plural(len(placed.torn), "new original"),
-                    printable(placed.torn[0]), ", ..." if len(placed.torn) > 1 else "")
+                    "inspect --near-duplicates lists them",
+                    plural(len(placed.torn), "new original"), printable(placed.torn[0]),
+                    ", ..." if len(placed.torn) > 1 else "")
     why = {"dense": f"dense: over {hashing.DENSE_SIZE} samples, a belt's frames, say",
            "earlier": "packed apart by earlier versions, whose samples never move",
            "folders": "the folders name the splits"}
