@@ -127,8 +127,9 @@ def place(paths: list[str], split: np.ndarray, fixed: np.ndarray, groups: list[s
     """The rule of the module docstring, over lines: ``split`` where each is now, ``fixed``
     where an earlier version put it (-1: nowhere), ``groups`` its group id, ``roots`` its
     cluster (``nearhash.components``).  ``move`` False: only report (folder splits)."""
-    original = {}
-    of_line = np.array([original.setdefault(path, len(original)) for path in paths], np.int64)
+    original: dict[str, int] = {}
+    of_line = [original.setdefault(path, len(original)) for path in paths]
+    clusters = roots.tolist()
     parent = np.arange(len(original))
 
     def root(item: int) -> int:
@@ -142,41 +143,41 @@ def place(paths: list[str], split: np.ndarray, fixed: np.ndarray, groups: list[s
         if a != b:
             parent[max(a, b)] = min(a, b)
 
-    sizes = Counter(roots.tolist())
+    sizes = Counter(clusters)
     dense = {cluster for cluster, size in sizes.items() if size > hashing.DENSE_SIZE}
-    first: dict[object, int] = {}
-    for at, (cluster, group) in enumerate(zip(roots.tolist(), groups, strict=True)):
+    first: dict[object, int] = {}  # the first original of each cluster and group
+    for item, cluster, group in zip(of_line, clusters, groups, strict=True):
         for joined in ((0, cluster) if sizes[cluster] > 1 and cluster not in dense else None,
                        (1, group) if group is not None else None):
             if joined is not None:
-                join(first.setdefault(joined, int(of_line[at])), int(of_line[at]))
-    where = np.where(fixed >= 0, fixed, split)
-    unit = np.array([root(int(item)) for item in of_line], np.int64)
+                join(first.setdefault(joined, item), item)
+    fixed_at, split_at = fixed.tolist(), split.tolist()
+    where = [was if was >= 0 else now for was, now in zip(fixed_at, split_at, strict=True)]
+    unit = [root(item) for item in of_line]
     target: dict[int, tuple[bool, str, int]] = {}  # unit -> (not fixed, first path, split)
     splits_fixed: dict[int, set[int]] = {}
-    for at in range(len(paths)):
-        choice = (fixed[at] < 0, paths[at], int(where[at]))
-        if unit[at] not in target or choice < target[unit[at]]:
-            target[unit[at]] = choice
-        if fixed[at] >= 0:
-            splits_fixed.setdefault(int(unit[at]), set()).add(int(fixed[at]))
-    moves = {}
-    for at in range(len(paths)):
-        goes = int(where[at]) if fixed[at] >= 0 else target[unit[at]][2]
-        if goes != split[at]:
-            moves[at] = goes
-    torn = dict.fromkeys(paths[at] for at in range(len(paths))
-                         if fixed[at] < 0 and len(splits_fixed.get(int(unit[at]), ())) > 1)
-    if not move:
-        moves, torn = {}, {}
+    for at, (one, path, was) in enumerate(zip(unit, paths, fixed_at, strict=True)):
+        choice = (was < 0, path, where[at])
+        if one not in target or choice < target[one]:
+            target[one] = choice
+        if was >= 0:
+            splits_fixed.setdefault(one, set()).add(was)
+    goes = [where[at] if was >= 0 else target[one][2]
+            for at, (one, was) in enumerate(zip(unit, fixed_at, strict=True))]
+    moves = {at: to for at, (to, now) in enumerate(zip(goes, split_at, strict=True))
+             if to != now} if move else {}
+    torn = () if not move else tuple(dict.fromkeys(
+        path for path, one, was in zip(paths, unit, fixed_at, strict=True)
+        if was < 0 and len(splits_fixed.get(one, ())) > 1))
     ends: dict[int, set[int]] = {}
-    for at, cluster in enumerate(roots.tolist()):
+    for at, cluster in enumerate(clusters):
         if sizes[cluster] > 1:
-            ends.setdefault(cluster, set()).add(moves.get(at, int(split[at])))
+            ends.setdefault(cluster, set()).add(moves.get(at, split_at[at]))
     across = Counter("folders" if not move else "dense" if cluster in dense else "earlier"
                      for cluster, splits in ends.items() if len(splits) > 1)
-    return Placed(MappingProxyType(moves), len({paths[at] for at in moves if fixed[at] < 0}),
-                  MappingProxyType(dict(across)), tuple(torn))
+    return Placed(MappingProxyType(moves), len({paths[at] for at in moves if fixed_at[at] < 0}),
+                  MappingProxyType(dict(across)), torn)
+
 
 def settle(placement: Placement, near: NearHashes, jpegs: PreviousJpegs, pool: WorkerPool,
            quiet: bool, move: bool) -> Placed:
