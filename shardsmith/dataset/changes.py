@@ -197,6 +197,8 @@ def count_changes(changes: ChangesFile) -> tuple[ChangeCounts, ChangeCounts]:
 def counts_of(counts: dict[str, int]) -> ChangeCounts:
     """``ChangeCounts`` of a count per kind, ``moved`` left out when none moved."""
     return ChangeCounts(**counts | {"moved": counts.get("moved") or None})
+
+
 _read_header = line_reader(ChangesHeader)
 _read_line = line_reader(ChangeLine)
 
