@@ -208,6 +208,8 @@ def test_a_dense_cluster_is_reported_not_forced_into_one_split(
     assert frames == {path: assign_split(path, SPLITS) for path in frames}
     assert len(set(frames.values())) == 2
     assert "dense" in caplog.text
+    code, output = _run("inspect", out, "--near-duplicates")
+    assert code == 0 and "packed with splits.near_duplicates: together" in output, output
 
 
 def test_the_option_needs_the_hashes_and_one_of_two_words(tmp_path: Path) -> None:

@@ -93,6 +93,7 @@ class NearDuplicates:
     threshold: float
     unreadable: tuple[str, ...]  # keys whose stored JPEG could not be read, decoded or hashed
     made: int = 0  # hashes made from the stored samples (the sample index had none)
+    together: bool = False  # packed with splits.near_duplicates: together
 
 
 def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
@@ -140,7 +141,8 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     clusters = _clusters(samples, failed, verified, focus)
     return NearDuplicates(str(path), len(seen.keys), len(seen.fixtures), len(pairs),
                           tuple(clusters), distance, threshold,
-                          tuple(seen.keys[at] for at in np.flatnonzero(failed)), made_count)
+                          tuple(seen.keys[at] for at in np.flatnonzero(failed)), made_count,
+                          manifest.near_duplicates == "together")
 
 
 class _Samples:
@@ -237,6 +239,10 @@ def near_duplicates_text(found: NearDuplicates) -> str:
              f"{plural(len(clusters), 'cluster')}: {leaking:,} across splits (leakage), "
              f"{dense:,} dense (over {hashing.DENSE_SIZE} samples: a slow belt's frames chain "
              "into one)"]
+    if found.together and leaking:
+        lines.append("packed with splits.near_duplicates: together: a cluster across splits is "
+                     "dense (not forced into one), or its samples were packed before they were "
+                     "found together (a packed sample never moves)")
     if found.made:
         lines.append(f"{plural(found.made, 'hash', 'hashes')} made from the stored samples: the "
                      "sample index holds none for them (a dataset of an older release, or "
@@ -280,6 +286,7 @@ def near_duplicates_json(found: NearDuplicates) -> dict:
         "algorithm": {"name": hashing.ALGORITHM, "version": hashing.VERSION},
         "dense_size": hashing.DENSE_SIZE,
         "hashes_made": found.made,
+        "together": found.together,
         "unreadable": list(found.unreadable),
         "clusters": [{
             "leakage": cluster.leakage,
