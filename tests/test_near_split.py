@@ -212,6 +212,19 @@ def test_a_dense_cluster_is_reported_not_forced_into_one_split(
     assert code == 0 and "packed with splits.near_duplicates: together" in output, output
 
 
+def test_the_flag_sets_the_option_over_the_job_files_splits(tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src", lambda path: path.startswith("export/"))
+    job, out = tmp_path / "job.yaml", tmp_path / "out"
+    job.write_text(yaml.safe_dump({"source": {"path": str(source), "labels": "none"},
+                                   "output": {"path": str(out)}, "image": {"size": 256},
+                                   "splits": {"train": 0.5, "val": 0.5}}))
+    code, output = _run("pack", "--config", job, "--near-duplicates", "together", "--quiet")
+    assert code == 0, output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["near_duplicates"] == "together"
+    assert manifest["config"]["splits"] == {"train": 0.5, "val": 0.5}
+
+
 def test_the_option_needs_the_hashes_and_one_of_two_words(tmp_path: Path) -> None:
     source = _tree(tmp_path / "src")
     for extra, said in (({"output": {"near_hashes": False}}, "leave output.near_hashes on"),

@@ -377,6 +377,9 @@ class Config:
                  "folder is the one below it; the fractions are not used"))
     split_near_duplicates: str = setting(
         "independent", yaml="splits.near_duplicates", choices=("independent", "together"),
+        flag="--near-duplicates",
+        help="together: the shots of one part (a cluster of inspect --near-duplicates) go to "
+        "one split; a packed sample never moves (splits.near_duplicates).",
         comment=("together: the shots of one part (a cluster",
                  "of shardsmith inspect --near-duplicates) go to one split, so validation",
                  "does not score what training saw; a new image joins its cluster's split,",
