@@ -149,7 +149,7 @@ def _opened(directory: Path, entry) -> ChangesFile:
 
 
 # The kinds of sample change, and per kind: present before, present after, content changed,
-# objects changed on the same pixels, in another split.
+# objects changed on the same pixels.
 SAMPLE_KINDS = {"added": 0, "removed": 1, "changed": 2, "relabelled": 3, "reannotated": 4,
                 "moved": 5}
 RELABELLED = SAMPLE_KINDS["relabelled"]
@@ -157,12 +157,12 @@ _BEFORE = np.array([False, True, True, True, True, True])
 _AFTER = np.array([True, False, True, True, True, True])
 _CHANGED = np.array([False, False, True, False, False, False])
 _REANNOTATED = np.array([False, False, False, False, True, False])
-_MOVED = np.array([False, False, False, False, False, True])
 
 
 class _Composer:
     """The change lines of consecutive versions, as columns: per line a path digest, present
-    before and after, changed, the class before and after, and where the line is."""
+    before and after, changed, the class and the split before and after, and where the line
+    is."""
 
     def __init__(self) -> None:
         self.digests = bytearray()
@@ -172,6 +172,9 @@ class _Composer:
         self.samples = array("I")  # samples of each sample line (tiles of its original)
         self.class_ids: dict[str | None, int] = {None: NO_CLASS}
         self.class_names: list[str] = []
+        self.split_before, self.split_after = array("i"), array("i")
+        self.split_ids: dict[str, int] = {}
+        self.split_names: list[str] = []
         # reject lines as columns too (a line read whole is let go at once: 115 MB of them
         # took 531 MB when kept): path digest, rejected (not fixed), where the line is
         self.reject_digests = bytearray()
@@ -179,9 +182,12 @@ class _Composer:
         self.reject_where = array("q")
         self.headers: list[VersionTotals] = []
         self.files = 0  # changes files read
-        # the last line of each relabelled path (sorted), and its class before the first
+        # the last line of each relabelled path (sorted), and its class before the first;
+        # the same of each moved path and its split before the first
         self.relabelled_lines = np.zeros(0, np.int64)
         self.relabelled_from = np.zeros(0, np.int32)
+        self.moved_lines = np.zeros(0, np.int64)
+        self.moved_from = np.zeros(0, np.int32)
         self.last_after: np.ndarray | None = None  # digests of the paths present after
 
     def read(self, number: int, changes: ChangesFile) -> None:
@@ -209,9 +215,20 @@ class _Composer:
                 class_after.append(label)
                 class_before.append(class_id(line.was or None) if kind == RELABELLED
                                     else label)
+                split = self._split_id(line.split)
+                self.split_after.append(split)
+                self.split_before.append(split if line.split_before is None
+                                         else self._split_id(line.split_before))
                 where.append(base | offset)
         except ManifestError as exc:
             raise DiffUnavailable(str(exc)) from None
+
+    def _split_id(self, name: str) -> int:
+        number = self.split_ids.get(name)
+        if number is None:
+            number = self.split_ids[name] = len(self.split_names)
+            self.split_names.append(name)
+        return number
 
     def _class_id(self, name: str | None) -> int:
         number = self.class_ids.get(name)
@@ -283,15 +300,19 @@ class _Composer:
                 dict.fromkeys(SAMPLE_KINDS, 0)
         kinds = np.frombuffer(self.kinds, np.int8)
         before, after, changed = _BEFORE[kinds], _AFTER[kinds], _CHANGED[kinds]
-        reannotated, moved = _REANNOTATED[kinds], _MOVED[kinds]
+        reannotated = _REANNOTATED[kinds]
         if self.files == 1:  # one version: a line per path, nothing to compose
             first = last = np.arange(total, dtype=np.int32)
-            touched_any, reannotated_any, moved_any = changed, reannotated, moved
+            touched_any, reannotated_any = changed, reannotated
         else:
-            first, last, touched_any, reannotated_any, moved_any = self._paths(
-                total, after, changed, reannotated, moved)
+            first, last, touched_any, reannotated_any = self._paths(total, after, changed,
+                                                                    reannotated)
         was = np.frombuffer(self.class_before, np.int32)[first]
         now = np.frombuffer(self.class_after, np.int32)[last]
+        # moved: in another split at the end than at the start, not only on the way (a
+        # version that turned splits.near_duplicates on, another that moved it back)
+        split_was = np.frombuffer(self.split_before, np.int32)[first]
+        split_now = np.frombuffer(self.split_after, np.int32)[last]
         present_before, present_after = before[first], after[last]
         self.last_after = np.frombuffer(self.digests, "V16")[last[present_after]]
         both = present_before & present_after
@@ -299,13 +320,16 @@ class _Composer:
         by_line = np.argsort(last[relabelled], kind="stable")
         self.relabelled_lines = last[relabelled][by_line]
         self.relabelled_from = was[relabelled][by_line]
+        moved = both & ~relabelled & ~touched_any & ~reannotated_any & (split_was != split_now)
+        by_line = np.argsort(last[moved], kind="stable")
+        self.moved_lines, self.moved_from = last[moved][by_line], split_was[moved][by_line]
         chosen = {
             "added": ~present_before & present_after,
             "removed": present_before & ~present_after,
             "changed": both & ~relabelled & touched_any,
             "relabelled": relabelled,
             "reannotated": both & ~relabelled & ~touched_any & reannotated_any,
-            "moved": both & ~relabelled & ~touched_any & ~reannotated_any & moved_any,
+            "moved": moved,
         }
         tiles = np.frombuffer(self.samples, np.uint32)[last]
         samples = {kind: int(tiles[paths].sum(dtype=np.int64)) for kind, paths in chosen.items()}
@@ -313,19 +337,17 @@ class _Composer:
                 for kind, paths in chosen.items()}, samples
 
     def _paths(self, total: int, after: np.ndarray, changed: np.ndarray,
-               reannotated: np.ndarray, moved: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+               reannotated: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per path: its first line, its last, whether its content changed on the way (a
         changed line, or absent in between: removed, then added again, nothing says its
-        content is the one it had), whether its objects did (a re-annotated line) and
-        whether it moved to another split (a moved line)."""
+        content is the one it had), and whether its objects did (a re-annotated line)."""
         order, starts, ends = _grouped(self.digests, total)
         first, last = order[starts], order[ends]
         touched = (changed | ~after)[order]
         touched[ends] = changed[last]
         return first, last, np.logical_or.reduceat(touched, starts), \
-            np.logical_or.reduceat(reannotated[order], starts), \
-            np.logical_or.reduceat(moved[order], starts)
+            np.logical_or.reduceat(reannotated[order], starts)
 
     def _examples(self, kind: str, events: np.ndarray,
                   files: list[ChangesFile]) -> list[dict[str, Any]]:
@@ -344,8 +366,9 @@ class _Composer:
             else:
                 item = {"path": line.path, "key": line.key, "split": line.split,
                         "class": line.label}
-            if kind == "moved" and line.split_before is not None:
-                item["split_before"] = line.split_before
+            if kind == "moved":  # the split of the first version (composed: not the last's)
+                item["split_before"] = self.split_names[int(self.moved_from[
+                    np.searchsorted(self.moved_lines, event)])]
             if line.samples is not None:
                 item["samples"] = line.samples
             # the objects of this version's change (composed versions: of the last one)

@@ -1,0 +1,59 @@
+"""``splits.near_duplicates: together`` attacked: a resplit to a bucket, versions composed
+by ``diff``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_near_split import _lines, _pack, _run, _tree
+
+import images
+
+pytest_plugins = ("s3server",)
+
+
+@pytest.mark.slow
+def test_a_resplit_in_a_bucket_holds_the_bytes_of_a_local_resplit(
+        tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "spool"))
+    source = _tree(tmp_path / "src")
+    local = tmp_path / "local"
+    for together in (False, True):
+        _pack(tmp_path, source, local, together=together)
+        _pack(tmp_path, source, f"{s3.url}/ds", together=together)
+    objects = {Path(key).name: s3.fs.cat_file(key)
+               for key in s3.fs.ls(f"{s3.name}/ds", detail=False)
+               if s3.fs.info(key)["type"] == "file"}
+    # the previous version's objects stay until the next commit (a stage may be copying them)
+    expected = images.dataset_bytes(local)
+    assert images.without_timings({name: data for name, data in objects.items()
+                                   if name in expected}) == expected
+
+
+def _splits(out: Path) -> dict[str, str]:
+    return {path: line["split"] for path, line in _lines(out).items()}
+
+
+def test_a_composed_diff_counts_as_moved_only_what_ends_in_another_split(
+        tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src", lambda path: not path.startswith("export/"))
+    out = tmp_path / "out"
+    _pack(tmp_path, source, out, together=False)
+    first = _splits(out)
+    _pack(tmp_path, source, out)  # v2: the resplit moves some
+    moved_once = _splits(out)
+    _tree(source)  # v3, the option off: the copies land by their paths, first of their units
+    _pack(tmp_path, source, out, together=False)
+    _pack(tmp_path, source, out)  # v4: a resplit again, units now led by the copies
+    last = _splits(out)
+    assert any(moved_once[path] != split == last[path] for path, split in first.items())
+    code, output = _run("diff", out, "v1", "v4", "--json")
+    assert code == 0, output
+    diff = json.loads(output)
+    expected = {path: (split, last[path]) for path, split in first.items()
+                if split != last[path]}
+    assert diff["originals"]["moved"] == len(expected)
+    assert {item["path"]: (item["split_before"], item["split"]) for item in diff["moved"]} \
+        == expected
