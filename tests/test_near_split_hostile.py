@@ -1,9 +1,10 @@
 """``splits.near_duplicates: together`` attacked: a resplit to a bucket, versions composed
-by ``diff``."""
+by ``diff``, the report's history."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,22 @@ def test_a_composed_diff_counts_as_moved_only_what_ends_in_another_split(
     assert diff["originals"]["moved"] == len(expected)
     assert {item["path"]: (item["split_before"], item["split"]) for item in diff["moved"]} \
         == expected
+
+
+def test_the_report_s_history_shows_no_move_as_0_and_the_resplit_s_moves(
+        tmp_path: Path) -> None:
+    source = _tree(tmp_path / "src")
+    out = tmp_path / "out"
+    _pack(tmp_path, source, out, together=False)
+    _pack(tmp_path, source, out)
+    code, output = _run("report", out, "-o", tmp_path / "report.html")
+    assert code == 0, output
+    page = (tmp_path / "report.html").read_text()
+    history = page[page.index('<section id="history">'):]
+    history = history[:history.index("</section>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", history, re.S)[1:]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows]
+    moved = {int(row[0]): row[7] for row in cells}  # version -> its moved cell
+    code, output = _run("diff", out, "--json")
+    assert code == 0, output
+    assert moved == {2: str(json.loads(output)["originals"]["moved"]), 1: "0"}

@@ -66,7 +66,8 @@ def history_section(manifest: Manifest,
         note = entry.note or ""
         if entry.version in counts:
             originals, samples = counts[entry.version]
-            cells = [_both(getattr(originals, kind), getattr(samples, kind))
+            # moved is None where none moved (a changes file before moves): 0 then
+            cells = [_both(getattr(originals, kind) or 0, getattr(samples, kind) or 0)
                      for kind in KINDS]
         else:
             cells = [page.number(entry.added), page.number(entry.changed), "-", "-",
