@@ -3,11 +3,13 @@
 Each version's ``changes-vN.jsonl`` (docs/format.md) says what it changed against the one
 before; ``diff_versions`` composes the files of versions A+1..B.  A source path is followed
 from its first change in that range to its last: added then removed is neither, removed then
-added again is changed, relabelled back and forth is nothing.  The counts per split and class
+added again is changed, relabelled back and forth is nothing, and so is moved to another split
+and back (``splits.near_duplicates``).  The counts per split and class
 come from the files' headers: the totals before version A+1 and after version B.
 
 Memory: a sample change line is kept as a 16-byte path digest and 21 bytes of kind,
-samples, classes and offset, a reject line as its digest, kind and offset (the composition
+samples, classes and offset (a line that names the split it left, 12 more: its number and
+the two splits), a reject line as its digest, kind and offset (the composition
 is a sort of those arrays; one version needs no sort), and the examples are read again by
 their offsets: one file of 1M lines peaks at 100 MB RSS, three composed (1.6M lines) at
 143 MB, ~37 MB of it the interpreter (scripts/bench_diff.py).
@@ -161,8 +163,9 @@ _REANNOTATED = np.array([False, False, False, False, True, False])
 
 class _Composer:
     """The change lines of consecutive versions, as columns: per line a path digest, present
-    before and after, changed, the class and the split before and after, and where the line
-    is."""
+    before and after, changed, the class before and after, and where the line is; the splits
+    before and after of the lines that name the split they left (the only changes of
+    split)."""
 
     def __init__(self) -> None:
         self.digests = bytearray()
@@ -172,7 +175,7 @@ class _Composer:
         self.samples = array("I")  # samples of each sample line (tiles of its original)
         self.class_ids: dict[str | None, int] = {None: NO_CLASS}
         self.class_names: list[str] = []
-        self.split_before, self.split_after = array("i"), array("i")
+        self.move_lines, self.move_splits = array("i"), array("i")  # line; before, after
         self.split_ids: dict[str, int] = {}
         self.split_names: list[str] = []
         # reject lines as columns too (a line read whole is let go at once: 115 MB of them
@@ -215,10 +218,10 @@ class _Composer:
                 class_after.append(label)
                 class_before.append(class_id(line.was or None) if kind == RELABELLED
                                     else label)
-                split = self._split_id(line.split)
-                self.split_after.append(split)
-                self.split_before.append(split if line.split_before is None
-                                         else self._split_id(line.split_before))
+                if line.split_before is not None:
+                    self.move_lines.append(len(kinds) - 1)
+                    self.move_splits.extend((self._split_id(line.split_before),
+                                             self._split_id(line.split)))
                 where.append(base | offset)
         except ManifestError as exc:
             raise DiffUnavailable(str(exc)) from None
@@ -301,18 +304,15 @@ class _Composer:
         kinds = np.frombuffer(self.kinds, np.int8)
         before, after, changed = _BEFORE[kinds], _AFTER[kinds], _CHANGED[kinds]
         reannotated = _REANNOTATED[kinds]
+        move_paths = np.frombuffer(self.move_lines, np.int32)
         if self.files == 1:  # one version: a line per path, nothing to compose
             first = last = np.arange(total, dtype=np.int32)
             touched_any, reannotated_any = changed, reannotated
         else:
-            first, last, touched_any, reannotated_any = self._paths(total, after, changed,
-                                                                    reannotated)
+            first, last, touched_any, reannotated_any, move_paths = self._paths(
+                total, after, changed, reannotated, move_paths)
         was = np.frombuffer(self.class_before, np.int32)[first]
         now = np.frombuffer(self.class_after, np.int32)[last]
-        # moved: in another split at the end than at the start, not only on the way (a
-        # version that turned splits.near_duplicates on, another that moved it back)
-        split_was = np.frombuffer(self.split_before, np.int32)[first]
-        split_now = np.frombuffer(self.split_after, np.int32)[last]
         present_before, present_after = before[first], after[last]
         self.last_after = np.frombuffer(self.digests, "V16")[last[present_after]]
         both = present_before & present_after
@@ -320,9 +320,8 @@ class _Composer:
         by_line = np.argsort(last[relabelled], kind="stable")
         self.relabelled_lines = last[relabelled][by_line]
         self.relabelled_from = was[relabelled][by_line]
-        moved = both & ~relabelled & ~touched_any & ~reannotated_any & (split_was != split_now)
-        by_line = np.argsort(last[moved], kind="stable")
-        self.moved_lines, self.moved_from = last[moved][by_line], split_was[moved][by_line]
+        moved = both & ~relabelled & ~touched_any & ~reannotated_any & \
+            self._moved(len(first), last, move_paths)
         chosen = {
             "added": ~present_before & present_after,
             "removed": present_before & ~present_after,
@@ -336,18 +335,45 @@ class _Composer:
         return {kind: np.sort((first if kind == "removed" else last)[paths])
                 for kind, paths in chosen.items()}, samples
 
+    def _moved(self, paths: int, last: np.ndarray, move_paths: np.ndarray) -> np.ndarray:
+        """Per path, whether it ends in another split than it started in: its split changes
+        only on its lines that name the split they left (``move_paths``: the path of each,
+        in file order), from the first one's split before to the last one's split after.  A
+        sample moved by one version and back by another did not move."""
+        moved = np.zeros(paths, np.bool_)
+        if not len(move_paths):
+            return moved
+        by_path = np.argsort(move_paths, kind="stable")
+        grouped = move_paths[by_path]
+        heads = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+        tails = np.r_[heads[1:], len(grouped)].astype(np.int64) - 1
+        splits = np.frombuffer(self.move_splits, np.int32).reshape(-1, 2)
+        split_from, split_to = splits[by_path[heads], 0], splits[by_path[tails], 1]
+        moved[grouped[heads][split_from != split_to]] = True
+        # the split before of each path, by its last line (sorted), for the examples
+        lines = last[grouped[heads]]
+        by_line = np.argsort(lines, kind="stable")
+        self.moved_lines, self.moved_from = lines[by_line], split_from[by_line]
+        return moved
+
     def _paths(self, total: int, after: np.ndarray, changed: np.ndarray,
-               reannotated: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+               reannotated: np.ndarray, move_lines: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per path: its first line, its last, whether its content changed on the way (a
         changed line, or absent in between: removed, then added again, nothing says its
-        content is the one it had), and whether its objects did (a re-annotated line)."""
+        content is the one it had), and whether its objects did (a re-annotated line); and
+        the path of each of ``move_lines``."""
         order, starts, ends = _grouped(self.digests, total)
         first, last = order[starts], order[ends]
         touched = (changed | ~after)[order]
         touched[ends] = changed[last]
+        if len(move_lines):  # where each line is in ``order``, for the few that moved
+            position = np.empty(total, np.int32)
+            position[order] = np.arange(total, dtype=np.int32)
+            move_lines = np.searchsorted(starts, position[move_lines], side="right") - 1
+            del position
         return first, last, np.logical_or.reduceat(touched, starts), \
-            np.logical_or.reduceat(reannotated[order], starts)
+            np.logical_or.reduceat(reannotated[order], starts), move_lines
 
     def _examples(self, kind: str, events: np.ndarray,
                   files: list[ChangesFile]) -> list[dict[str, Any]]:
