@@ -97,6 +97,31 @@ class Placement:
         self.own.extend((0, 0) if near is None else (int(near[0], 16), int(near[1], 16)))
 
 
+class Stay:
+    """``splits.near_duplicates: independent`` (the default): an original packed again (a
+    changed one) stays in the split an earlier version put it in, as with ``together``, not
+    in its path's, which differs where a version kept near-duplicates together (turning the
+    option off moves nothing).  An observer of the previous version's lines that leave
+    (``previous``), then of this run's (``packed``); memory: a path and a split an original
+    packed again."""
+
+    def __init__(self) -> None:
+        self.was: dict[str, str] = {}  # an original the new version packs again: its split
+        self.moves: dict[str, str] = {}  # key -> the split it stays in
+        self.shards: dict[str, str] = {}  # key -> the shard this run wrote it in
+
+    def previous(self, record: SampleRecord, leaves: bool) -> None:
+        if leaves:
+            self.was[record.path] = record.split
+
+    def packed(self, lines: Iterable[dict]) -> Iterator[dict]:
+        for line in lines:
+            split = self.was.get(line["path"])
+            if split is not None and split != line["split"]:
+                self.moves[line["key"]], self.shards[line["key"]] = split, line["shard"]
+            yield line
+
+
 @dataclass(frozen=True)
 class Placed:
     """Where the lines go: the split of each line that moves (by line), and what the pack

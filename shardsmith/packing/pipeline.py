@@ -181,18 +181,27 @@ def _pack_scanned(
     if resplit and not together:
         notes.append("splits.near_duplicates: independent; packed samples stay in their split")
     if config.output.near_hashes:  # one more pass over the lines, before they are written
-        removed = nearhash.Removed()
+        removed, stay = nearhash.Removed(), nearsplit.Stay()
         placement = nearsplit.Placement((name for name, _ in config.splits), resplit)
         seen = itertools.chain(placement.kept(kept(lambda record, leaves: (
             removed(record, leaves), placement.previous(record, leaves)))),
             placement.packed(packed())) if together else \
-            itertools.chain(kept(removed), packed())
+            itertools.chain(kept(lambda record, leaves: (
+                removed(record, leaves), stay.previous(record, leaves))),
+                stay.packed(packed()))
         near = NearHashes.make(seen, output, config.output.format, done.shards, pool,
                                config.run.quiet,
                                previous is not None and previous.near_hash == nearhash.CURRENT,
                                removed)
         if together:
             done, split_of, moved_from, notes = _together(job, done, placement, near, pool)
+            moved = done.moved
+        elif stay.moves:  # changed originals of units an earlier version moved
+            split_of = stay.moves
+            done = nearsplit.relocate(
+                done, split_of, stay.shards, output, shard_format(config.output.format),
+                ShardLimits(config.output.shard_bytes, config.output.shard_samples),
+                [name for name, _ in config.splits])
             moved = done.moved
     manifest = replace(with_copies(version_manifest(job, outcome, execution, done, notes),
                                    execution),
