@@ -146,8 +146,8 @@ def test_log_counts_rejects_apart_from_added_samples(mixed_source, tmp_path):
     cli("pack", str(source), str(output), "--size", "32", "--workers", "1", "--quiet",
         "--max-reject-fraction", "1")
     header, first, second, units, _ = cli("log", str(output)).splitlines()
-    assert header.split()[2:8] == ["added", "changed", "relabelled", "re-annotated", "removed",
-                                   "rejected"]
-    assert first.split()[2:8] == ["16", "0", "0", "0", "0", "3"]
-    assert second.split()[2:8] == ["1", "0", "0", "0", "0", "1"]
+    assert header.split()[2:9] == ["added", "changed", "relabelled", "re-annotated", "removed",
+                                   "moved", "rejected"]
+    assert first.split()[2:9] == ["16", "0", "0", "0", "0", "0", "3"]
+    assert second.split()[2:9] == ["1", "0", "0", "0", "0", "0", "1"]
     assert units.startswith("counts: originals")

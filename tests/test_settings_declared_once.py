@@ -50,8 +50,8 @@ def leaf_keys(tree: dict, prefix: str = "") -> set[str]:
             keys |= leaf_keys(value, f"{prefix}{key}.")
         else:
             keys.add(f"{prefix}{key}")
-    return keys | {f"splits.{key}" for key in tree.get("splits", {}) if key in ("group",
-                                                                              "folder")}
+    return keys | {f"splits.{key}" for key in tree.get("splits", {})
+                   if key in ("group", "folder", "near_duplicates")}
 
 
 def test_configs_example_yaml_is_what_init_config_prints():
