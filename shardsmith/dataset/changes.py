@@ -141,10 +141,7 @@ class ChangeLine:
                                     "name")
             if (self.was is None) != (self.change != "relabelled"):
                 raise ManifestError(f"{where}.was: a relabelled sample has one, no other")
-            before = self.split_before
-            if self.change == "moved" and before is None or before is not None and (
-                    self.change in ("added", "removed") or before == self.split
-                    or SPLIT_NAME.fullmatch(before) is None):
+            if not _split_before_ok(self.change, self.split, self.split_before):
                 raise ManifestError(f"{where}.split_before: a moved sample names the other "
                                     "split it was in; an added or removed one, none")
         elif self.change in REJECT_CHANGES:
@@ -153,6 +150,14 @@ class ChangeLine:
         else:
             raise ManifestError(f"{where}.change: {shown(self.change)} is not one of "
                                 f"{', '.join(SAMPLE_CHANGES + REJECT_CHANGES)}")
+
+
+def _split_before_ok(change: str, split: str | None, before: str | None) -> bool:
+    """A moved sample names the other split it was in; an added or removed one, none."""
+    if before is None:
+        return change != "moved"
+    return change not in ("added", "removed") and before != split \
+        and SPLIT_NAME.fullmatch(before) is not None
 
 
 def json_line(record: Any) -> bytes:
@@ -166,10 +171,12 @@ class BriefLine(msgspec.Struct, frozen=True):
 
     change: str
     path: str
+    split: str | None = None
     label: str | None = None
     was: str | None = None
     samples: Count | None = None
     reason: str | None = None
+    split_before: str | None = None
 
 
 _brief_decoder = msgspec.json.Decoder(BriefLine, strict=True)
@@ -179,7 +186,9 @@ def _brief_ok(line: BriefLine) -> bool:
     """What ``ChangeLine.check`` says of the fields a ``BriefLine`` has."""
     if line.change in REJECT_CHANGES:
         return line.reason is not None
-    return line.change in ALL_CHANGES and (line.was is None) != (line.change == "relabelled")
+    return line.change in ALL_CHANGES and (line.was is None) != (line.change == "relabelled") \
+        and line.split is not None \
+        and _split_before_ok(line.change, line.split, line.split_before)
 
 
 def count_changes(changes: ChangesFile) -> tuple[ChangeCounts, ChangeCounts]:

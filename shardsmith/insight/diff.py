@@ -3,11 +3,13 @@
 Each version's ``changes-vN.jsonl`` (docs/format.md) says what it changed against the one
 before; ``diff_versions`` composes the files of versions A+1..B.  A source path is followed
 from its first change in that range to its last: added then removed is neither, removed then
-added again is changed, relabelled back and forth is nothing.  The counts per split and class
+added again is changed, relabelled back and forth is nothing, and so is moved to another split
+and back (``splits.near_duplicates``).  The counts per split and class
 come from the files' headers: the totals before version A+1 and after version B.
 
 Memory: a sample change line is kept as a 16-byte path digest and 21 bytes of kind,
-samples, classes and offset, a reject line as its digest, kind and offset (the composition
+samples, classes and offset (a line that names the split it left, 12 more: its number and
+the two splits), a reject line as its digest, kind and offset (the composition
 is a sort of those arrays; one version needs no sort), and the examples are read again by
 their offsets: one file of 1M lines peaks at 100 MB RSS, three composed (1.6M lines) at
 143 MB, ~37 MB of it the interpreter (scripts/bench_diff.py).
@@ -149,7 +151,7 @@ def _opened(directory: Path, entry) -> ChangesFile:
 
 
 # The kinds of sample change, and per kind: present before, present after, content changed,
-# objects changed on the same pixels, in another split.
+# objects changed on the same pixels.
 SAMPLE_KINDS = {"added": 0, "removed": 1, "changed": 2, "relabelled": 3, "reannotated": 4,
                 "moved": 5}
 RELABELLED = SAMPLE_KINDS["relabelled"]
@@ -157,12 +159,13 @@ _BEFORE = np.array([False, True, True, True, True, True])
 _AFTER = np.array([True, False, True, True, True, True])
 _CHANGED = np.array([False, False, True, False, False, False])
 _REANNOTATED = np.array([False, False, False, False, True, False])
-_MOVED = np.array([False, False, False, False, False, True])
 
 
 class _Composer:
     """The change lines of consecutive versions, as columns: per line a path digest, present
-    before and after, changed, the class before and after, and where the line is."""
+    before and after, changed, the class before and after, and where the line is; the splits
+    before and after of the lines that name the split they left (the only changes of
+    split)."""
 
     def __init__(self) -> None:
         self.digests = bytearray()
@@ -172,6 +175,9 @@ class _Composer:
         self.samples = array("I")  # samples of each sample line (tiles of its original)
         self.class_ids: dict[str | None, int] = {None: NO_CLASS}
         self.class_names: list[str] = []
+        self.move_lines, self.move_splits = array("i"), array("i")  # line; before, after
+        self.split_ids: dict[str, int] = {}
+        self.split_names: list[str] = []
         # reject lines as columns too (a line read whole is let go at once: 115 MB of them
         # took 531 MB when kept): path digest, rejected (not fixed), where the line is
         self.reject_digests = bytearray()
@@ -179,9 +185,12 @@ class _Composer:
         self.reject_where = array("q")
         self.headers: list[VersionTotals] = []
         self.files = 0  # changes files read
-        # the last line of each relabelled path (sorted), and its class before the first
+        # the last line of each relabelled path (sorted), and its class before the first;
+        # the same of each moved path and its split before the first
         self.relabelled_lines = np.zeros(0, np.int64)
         self.relabelled_from = np.zeros(0, np.int32)
+        self.moved_lines = np.zeros(0, np.int64)
+        self.moved_from = np.zeros(0, np.int32)
         self.last_after: np.ndarray | None = None  # digests of the paths present after
 
     def read(self, number: int, changes: ChangesFile) -> None:
@@ -209,9 +218,20 @@ class _Composer:
                 class_after.append(label)
                 class_before.append(class_id(line.was or None) if kind == RELABELLED
                                     else label)
+                if line.split_before is not None:
+                    self.move_lines.append(len(kinds) - 1)
+                    self.move_splits.extend((self._split_id(line.split_before),
+                                             self._split_id(line.split)))
                 where.append(base | offset)
         except ManifestError as exc:
             raise DiffUnavailable(str(exc)) from None
+
+    def _split_id(self, name: str) -> int:
+        number = self.split_ids.get(name)
+        if number is None:
+            number = self.split_ids[name] = len(self.split_names)
+            self.split_names.append(name)
+        return number
 
     def _class_id(self, name: str | None) -> int:
         number = self.class_ids.get(name)
@@ -283,13 +303,14 @@ class _Composer:
                 dict.fromkeys(SAMPLE_KINDS, 0)
         kinds = np.frombuffer(self.kinds, np.int8)
         before, after, changed = _BEFORE[kinds], _AFTER[kinds], _CHANGED[kinds]
-        reannotated, moved = _REANNOTATED[kinds], _MOVED[kinds]
+        reannotated = _REANNOTATED[kinds]
+        move_paths = np.frombuffer(self.move_lines, np.int32)
         if self.files == 1:  # one version: a line per path, nothing to compose
             first = last = np.arange(total, dtype=np.int32)
-            touched_any, reannotated_any, moved_any = changed, reannotated, moved
+            touched_any, reannotated_any = changed, reannotated
         else:
-            first, last, touched_any, reannotated_any, moved_any = self._paths(
-                total, after, changed, reannotated, moved)
+            first, last, touched_any, reannotated_any, move_paths = self._paths(
+                total, after, changed, reannotated, move_paths)
         was = np.frombuffer(self.class_before, np.int32)[first]
         now = np.frombuffer(self.class_after, np.int32)[last]
         present_before, present_after = before[first], after[last]
@@ -299,33 +320,60 @@ class _Composer:
         by_line = np.argsort(last[relabelled], kind="stable")
         self.relabelled_lines = last[relabelled][by_line]
         self.relabelled_from = was[relabelled][by_line]
+        moved = both & ~relabelled & ~touched_any & ~reannotated_any & \
+            self._moved(len(first), last, move_paths)
         chosen = {
             "added": ~present_before & present_after,
             "removed": present_before & ~present_after,
             "changed": both & ~relabelled & touched_any,
             "relabelled": relabelled,
             "reannotated": both & ~relabelled & ~touched_any & reannotated_any,
-            "moved": both & ~relabelled & ~touched_any & ~reannotated_any & moved_any,
+            "moved": moved,
         }
         tiles = np.frombuffer(self.samples, np.uint32)[last]
         samples = {kind: int(tiles[paths].sum(dtype=np.int64)) for kind, paths in chosen.items()}
         return {kind: np.sort((first if kind == "removed" else last)[paths])
                 for kind, paths in chosen.items()}, samples
 
+    def _moved(self, paths: int, last: np.ndarray, move_paths: np.ndarray) -> np.ndarray:
+        """Per path, whether it ends in another split than it started in: its split changes
+        only on its lines that name the split they left (``move_paths``: the path of each,
+        in file order), from the first one's split before to the last one's split after.  A
+        sample moved by one version and back by another did not move."""
+        moved = np.zeros(paths, np.bool_)
+        if not len(move_paths):
+            return moved
+        by_path = np.argsort(move_paths, kind="stable")
+        grouped = move_paths[by_path]
+        heads = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+        tails = np.r_[heads[1:], len(grouped)].astype(np.int64) - 1
+        splits = np.frombuffer(self.move_splits, np.int32).reshape(-1, 2)
+        split_from, split_to = splits[by_path[heads], 0], splits[by_path[tails], 1]
+        moved[grouped[heads][split_from != split_to]] = True
+        # the split before of each path, by its last line (sorted), for the examples
+        lines = last[grouped[heads]]
+        by_line = np.argsort(lines, kind="stable")
+        self.moved_lines, self.moved_from = lines[by_line], split_from[by_line]
+        return moved
+
     def _paths(self, total: int, after: np.ndarray, changed: np.ndarray,
-               reannotated: np.ndarray, moved: np.ndarray
+               reannotated: np.ndarray, move_lines: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per path: its first line, its last, whether its content changed on the way (a
         changed line, or absent in between: removed, then added again, nothing says its
-        content is the one it had), whether its objects did (a re-annotated line) and
-        whether it moved to another split (a moved line)."""
+        content is the one it had), and whether its objects did (a re-annotated line); and
+        the path of each of ``move_lines``."""
         order, starts, ends = _grouped(self.digests, total)
         first, last = order[starts], order[ends]
         touched = (changed | ~after)[order]
         touched[ends] = changed[last]
+        if len(move_lines):  # where each line is in ``order``, for the few that moved
+            position = np.empty(total, np.int32)
+            position[order] = np.arange(total, dtype=np.int32)
+            move_lines = np.searchsorted(starts, position[move_lines], side="right") - 1
+            del position
         return first, last, np.logical_or.reduceat(touched, starts), \
-            np.logical_or.reduceat(reannotated[order], starts), \
-            np.logical_or.reduceat(moved[order], starts)
+            np.logical_or.reduceat(reannotated[order], starts), move_lines
 
     def _examples(self, kind: str, events: np.ndarray,
                   files: list[ChangesFile]) -> list[dict[str, Any]]:
@@ -344,8 +392,9 @@ class _Composer:
             else:
                 item = {"path": line.path, "key": line.key, "split": line.split,
                         "class": line.label}
-            if kind == "moved" and line.split_before is not None:
-                item["split_before"] = line.split_before
+            if kind == "moved":  # the split of the first version (composed: not the last's)
+                item["split_before"] = self.split_names[int(self.moved_from[
+                    np.searchsorted(self.moved_lines, event)])]
             if line.samples is not None:
                 item["samples"] = line.samples
             # the objects of this version's change (composed versions: of the last one)

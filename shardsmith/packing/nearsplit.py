@@ -55,10 +55,31 @@ from .parallel import WorkerPool
 log = logging.getLogger(__name__)
 
 
-class Placement:
-    """What the rule needs of each line of the new version, in the index's order: an
-    observer of the previous version's lines (``previous``) and of the two streams
-    (``kept``, then ``packed``)."""
+class _Observer:
+    """Sees the new version's lines as the hash pass reads them (``lines``): the previous
+    version's (``previous``), then the two streams (``kept``, then ``packed``)."""
+
+    def lines(self, kept: Callable[[Callable | None], Iterable[SampleRecord]],
+              packed: Callable[[], Iterable[dict]], removed: nearhash.Removed
+              ) -> Iterator[Line]:
+        """``kept(observer)`` (whose observer sees the previous version's lines, as
+        ``removed`` does too), then ``packed()``, observed."""
+        def previous(record: SampleRecord, leaves: bool) -> None:
+            removed(record, leaves)
+            self.previous(record, leaves)
+
+        return itertools.chain(self.kept(kept(previous)), self.packed(packed()))
+
+    def previous(self, record: SampleRecord, leaves: bool) -> None: ...
+
+    def kept(self, lines: Iterable[SampleRecord]) -> Iterable[SampleRecord]:
+        return lines
+
+    def packed(self, lines: Iterable[dict]) -> Iterable[dict]: ...
+
+
+class Placement(_Observer):
+    """What the rule needs of each line of the new version, in the index's order."""
 
     def __init__(self, split_names: Iterable[str], resplit: bool = False) -> None:
         self.number = {name: number for number, name in enumerate(split_names)}
@@ -70,17 +91,6 @@ class Placement:
         self.own = array("Q")  # its hashes as the line holds them (two a line; 0, 0: none)
         self.was: dict[str, int] = {}  # an original the new version packs again: its split
         self.kept_lines = 0  # the lines of earlier versions come first
-
-    def lines(self, kept: Callable[[Callable | None], Iterable[SampleRecord]],
-              packed: Callable[[], Iterable[dict]], removed: nearhash.Removed
-              ) -> Iterator[Line]:
-        """The new version's lines, observed: ``kept(observer)`` (whose observer sees the
-        previous version's lines, as ``removed`` does too), then ``packed()``."""
-        def previous(record: SampleRecord, leaves: bool) -> None:
-            removed(record, leaves)
-            self.previous(record, leaves)
-
-        return itertools.chain(self.kept(kept(previous)), self.packed(packed()))
 
     def previous(self, record: SampleRecord, leaves: bool) -> None:
         if leaves and not self.resplit:
@@ -107,6 +117,29 @@ class Placement:
         self.fixed.append(fixed)
         near = _get(line, "near")
         self.own.extend((0, 0) if near is None else (int(near[0], 16), int(near[1], 16)))
+
+
+class Stay(_Observer):
+    """``splits.near_duplicates: independent`` (the default): an original packed again (a
+    changed one) stays in the split an earlier version put it in, as with ``together``, not
+    in its path's, which differs where a version kept near-duplicates together (turning the
+    option off moves nothing).  Memory: a path and a split an original that leaves."""
+
+    def __init__(self) -> None:
+        self.was: dict[str, str] = {}  # an original the new version packs again: its split
+        self.moves: dict[str, str] = {}  # key -> the split it stays in
+        self.shards: dict[str, str] = {}  # key -> the shard this run wrote it in
+
+    def previous(self, record: SampleRecord, leaves: bool) -> None:
+        if leaves:
+            self.was[record.path] = record.split
+
+    def packed(self, lines: Iterable[dict]) -> Iterator[dict]:
+        for line in lines:
+            split = self.was.get(line["path"])
+            if split is not None and split != line["split"]:
+                self.moves[line["key"]], self.shards[line["key"]] = split, line["shard"]
+            yield line
 
 
 @dataclass(frozen=True)

@@ -183,16 +183,23 @@ def _pack_scanned(
         if switched and not together else []
     if config.output.near_hashes:  # one more pass over the lines, before they are written
         removed = nearhash.Removed()
-        placement = nearsplit.Placement((name for name, _ in config.splits), switched) \
-            if together else None
+        # together: every unit placed by its clusters; independent: an original packed
+        # again stays in the split an earlier version (kept together) put it in
+        observer = nearsplit.Placement((name for name, _ in config.splits), switched) \
+            if together else nearsplit.Stay()
         near = NearHashes.make(
-            placement.lines(kept, packed, removed) if placement is not None
-            else itertools.chain(kept(removed), packed()),
-            output, config.output.format, done.shards, pool, config.run.quiet,
+            observer.lines(kept, packed, removed), output, config.output.format, done.shards,
+            pool, config.run.quiet,
             previous is not None and previous.near_hash == nearhash.CURRENT, removed)
-        if placement is not None:
-            done, split_of, moved_from, notes = _together(job, done, placement, near, pool)
-            moved = done.moved
+        if isinstance(observer, nearsplit.Placement):
+            done, split_of, moved_from, notes = _together(job, done, observer, near, pool)
+        elif observer.moves:  # changed originals of units an earlier version moved
+            split_of = observer.moves
+            done = nearsplit.relocate(
+                done, split_of, observer.shards, output, shard_format(config.output.format),
+                ShardLimits(config.output.shard_bytes, config.output.shard_samples),
+                [name for name, _ in config.splits])
+        moved = done.moved
     manifest = replace(with_copies(version_manifest(job, outcome, execution, done, notes),
                                    execution),
                        annotation_sources=job.notes.report,
