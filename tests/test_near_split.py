@@ -144,21 +144,30 @@ def test_an_increment_puts_new_shots_in_their_clusters_split_and_moves_no_packed
         {(path, after[path]["split"]) for path in new}
 
 
-def test_a_changed_original_stays_in_the_split_its_cluster_put_it_in(tmp_path: Path) -> None:
+@pytest.mark.parametrize("together", [True, False])
+def test_a_changed_original_stays_in_the_split_it_was_moved_to_with_the_option_on_or_off(
+        tmp_path: Path, together: bool) -> None:
     source = _tree(tmp_path / "src")
     out = tmp_path / "out"
     _pack(tmp_path, source, out)
-    lines = _lines(out)
-    path = next(path for path, line in lines.items()
+    before = _lines(out)
+    path = next(path for path, line in before.items()
                 if line["split"] != assign_split(path, SPLITS))
     pixels = cv2.imread(str(source / path))
     cv2.imwrite(str(source / path), pixels, [cv2.IMWRITE_JPEG_QUALITY, 55])
-    _pack(tmp_path, source, out)
+    _pack(tmp_path, source, out, together=together)  # off: nothing moves back either
     after = _lines(out)
-    assert after[path]["split"] == lines[path]["split"]
-    assert after[path]["source_digest"] != lines[path]["source_digest"]
+    assert after[path]["source_digest"] != before[path]["source_digest"]
     assert {p: line["split"] for p, line in after.items()} == \
-        {p: line["split"] for p, line in lines.items()}
+        {p: line["split"] for p, line in before.items()}
+    assert after[path]["shard"].startswith(before[path]["split"] + "-")
+    manifest = json.loads((out / "manifest.json").read_text())
+    changes = (out / manifest["changes"][-1]["name"]).read_text().splitlines()
+    assert [(line["change"], line["path"], line["split"], "split_before" in line)
+            for line in map(json.loads, changes[1:])] == \
+        [("changed", path, before[path]["split"], False)]
+    code, output = _run("verify", out, "--decode")
+    assert code == 0, output
 
 
 def test_a_group_and_a_cluster_join_as_one_unit(tmp_path: Path) -> None:
@@ -319,17 +328,21 @@ def test_the_tiles_of_an_original_move_together_and_no_cluster_of_tiles_leaks(
 
 
 @pytest.mark.slow
-def test_a_pack_to_a_bucket_holds_the_bytes_of_a_local_pack(
+def test_packs_to_a_bucket_hold_the_bytes_of_local_ones_kept_together_off_and_resplit(
         tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHARDSMITH_SPOOL", str(tmp_path / "spool"))
     source = _tree(tmp_path / "src")
     local = tmp_path / "local"
-    _pack(tmp_path, source, local)
-    _pack(tmp_path, source, f"{s3.url}/ds")
-    objects = {Path(key).name: s3.fs.cat_file(key)
-               for key in s3.fs.ls(f"{s3.name}/ds", detail=False)
-               if s3.fs.info(key)["type"] == "file"}
-    assert images.without_timings(objects) == images.dataset_bytes(local)
+    for together in (True, False, True):  # a fresh pack, off, on again: a resplit
+        _pack(tmp_path, source, local, together=together)
+        _pack(tmp_path, source, f"{s3.url}/ds", together=together)
+        objects = {Path(key).name: s3.fs.cat_file(key)
+                   for key in s3.fs.ls(f"{s3.name}/ds", detail=False)
+                   if s3.fs.info(key)["type"] == "file"}
+        # the previous version's objects stay until the next commit (a stage may copy them)
+        expected = images.dataset_bytes(local)
+        assert images.without_timings({name: data for name, data in objects.items()
+                                       if name in expected}) == expected
 
 
 def test_the_dry_run_counts_the_clusters_memory_only_when_they_are_kept_together(
