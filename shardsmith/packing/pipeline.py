@@ -194,7 +194,8 @@ def _pack_scanned(
         if isinstance(observer, nearsplit.Placement):
             done, split_of, moved_from, notes = _together(job, done, observer, near, pool)
         elif observer.moves:  # changed originals of units an earlier version moved
-            split_of = observer.moves
+            split_of = {key: split for key, split in observer.moves.items()
+                        if split in dict(config.splits)}  # a forged index names no other
             done = nearsplit.relocate(
                 done, split_of, observer.shards, output, shard_format(config.output.format),
                 ShardLimits(config.output.shard_bytes, config.output.shard_samples),
