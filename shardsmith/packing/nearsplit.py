@@ -258,6 +258,7 @@ def _report(placed: Placed, move: bool) -> None:
                     "(%s): shardsmith inspect --near-duplicates lists them",
                     plural(count, "cluster"), why[reason])
 
+
 def relocate(done: Rewritten, moves: Mapping[str, str], shard_of: Mapping[str, str],
              output: Path, fmt: ShardFormat, limits: ShardLimits,
              split_order: list[str]) -> Rewritten:

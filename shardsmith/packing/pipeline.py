@@ -196,10 +196,7 @@ def _pack_scanned(
         elif observer.moves:  # changed originals of units an earlier version moved
             split_of = {key: split for key, split in observer.moves.items()
                         if split in dict(config.splits)}  # a forged index names no other
-            done = nearsplit.relocate(
-                done, split_of, observer.shards, output, shard_format(config.output.format),
-                ShardLimits(config.output.shard_bytes, config.output.shard_samples),
-                [name for name, _ in config.splits])
+            done = _relocate(job, done, split_of, observer.shards)
         moved = done.moved
     manifest = replace(with_copies(version_manifest(job, outcome, execution, done, notes),
                                    execution),
@@ -308,9 +305,8 @@ def _together(job: Job, done: Rewritten, placement: nearsplit.Placement, near: N
     """``splits.near_duplicates: together``: the version's shards with each sample that joins
     its near-duplicates' split moved there, the new split of each and the split before of
     the kept ones among them (by key), and the note its history entry gets."""
-    config, output = job.config, job.output
-    fmt = shard_format(config.output.format)
-    with PreviousJpegs(fmt, output, done.shards) as jpegs:
+    config = job.config
+    with PreviousJpegs(shard_format(config.output.format), job.output, done.shards) as jpegs:
         placed = nearsplit.settle(placement, near, jpegs, pool, config.run.quiet,
                                   move=not config.split_folder)
     resplit = ["resplit: splits.near_duplicates together"] if placement.resplit else []
@@ -322,14 +318,23 @@ def _together(job: Job, done: Rewritten, placement: nearsplit.Placement, near: N
                 if split < len(config.splits)}
     moved_from = {seen.keys[at]: names[placement.split[at]] for at in placed.moves
                   if at < placement.kept_lines and seen.keys[at] in split_of}
-    done = nearsplit.relocate(
-        done, split_of, {seen.keys[at]: seen.shard_of(at) for at in placed.moves}, output,
-        fmt, ShardLimits(config.output.shard_bytes, config.output.shard_samples),
-        [name for name, _ in config.splits])
+    done = _relocate(job, done, split_of,
+                     {seen.keys[at]: seen.shard_of(at) for at in placed.moves})
     moved = placed.moved_originals
     return done, split_of, moved_from, resplit + ([
         f"{plural(moved, 'original')} put in the split of their near-duplicates"]
         if moved else [])
+
+
+def _relocate(job: Job, done: Rewritten, split_of: Mapping[str, str],
+              shard_of: Mapping[str, str]) -> Rewritten:
+    """``done`` with the samples of ``split_of`` (key -> split) moved there from their shards
+    (``shard_of``), in new shards of the output's format and limits."""
+    config = job.config
+    return nearsplit.relocate(
+        done, split_of, shard_of, job.output, shard_format(config.output.format),
+        ShardLimits(config.output.shard_bytes, config.output.shard_samples),
+        [name for name, _ in config.splits])
 
 
 def _source_entries(table: SourceTable, notes: Prepared, config: Config,

@@ -54,7 +54,7 @@ RESULT_WINDOW_PER_WORKER = 2  # parallel.WorkerPool keeps 2 x workers batches ou
 FRAME_BYTES_PER_PIXEL = 4
 HASH_BYTES_PER_LINE = 110
 # ``splits.near_duplicates: together`` (packing.nearsplit) then holds, beside the hash pass's
-# lines: 129 B a line of what the rule needs (its path, split, group, hashes), 373 B a line
+# lines: 129 B a line of what the rule needs (its path, split, group, hashes), 348-373 B a line
 # at the peak of the rule itself (tracemalloc over 200,000 synthetic lines of 50-character
 # paths), ~300 B a line of candidate pairs (5.4 a sample, two int64 and a score, and the
 # copies np.unique makes), and the KEPT backgrounds the check holds.  Taken as 800 B a line.
