@@ -15,6 +15,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import neardup_reference as reference  # noqa: E402
 
+from shardsmith.neardup import search  # noqa: E402
 from shardsmith.neardup.search import (  # noqa: E402
     DEFAULT_SCHEME,
     EXACT_SCHEME,
@@ -60,6 +61,19 @@ def test_an_index_certain_within_the_distance_gives_exactly_the_exhaustive_pairs
     expected = _exhaustive(hashes, index.first, distance, cap)
     assert len(expected) > 100
     assert np.array_equal(index.pairs(), expected)
+
+
+def test_lists_merged_a_few_pairs_at_a_time_give_the_same_pairs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pair offered again after its list took it, in small steps: each neighbour once."""
+    hashes = _tied_hashes(4, 400)
+    whole = build(hashes, 18, 4, EXACT_SCHEME)
+    monkeypatch.setattr(search, "_POOL", 40)
+    monkeypatch.setattr(search, "_CHUNK", 200)
+    monkeypatch.setattr(search, "_ROWS", 7)
+    stepwise = build(hashes, 18, 4, EXACT_SCHEME)
+    assert np.array_equal(stepwise.near, whole.near)
+    assert np.array_equal(stepwise.pairs(), _exhaustive(hashes, whole.first, 18, 4))
 
 
 def test_the_default_index_has_the_exhaustive_pairs_within_its_certain_bits_and_only_near_ones(
@@ -152,6 +166,10 @@ def test_well_formed_hashes_are_taken_as_uint64() -> None:
         assert array.tolist() == expected
 
 
-def test_popcount_counts_every_bit() -> None:
+def test_popcount_counts_every_bit_with_numpy_2_and_without() -> None:
     values = np.array([0, 1, 2**64 - 1, 0x8000000000000001, 0xF0F0], np.uint64)
     assert popcount(values).tolist() == [0, 1, 64, 2, 8]
+    many = np.random.default_rng(0).integers(0, 2**64 - 1, 5000, np.uint64, endpoint=True)
+    expected = [bin(value).count("1") for value in many.tolist()]
+    assert search._popcount_by_table(many).tolist() == expected
+    assert popcount(many).tolist() == expected
