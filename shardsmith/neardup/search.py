@@ -173,6 +173,7 @@ class _Lists:
     def __init__(self, near: np.ndarray, hashes: np.ndarray, distance: int) -> None:
         self.near, self.hashes, self.distance = near, hashes, distance
         self.last = near[:, -1].copy()  # each list's last, packed: read once a pair offered
+        self.reach = self._reach(self.last)
         self.pool: list[np.ndarray] = []
         self.pooled = 0
 
@@ -225,6 +226,12 @@ class _Lists:
             merged.sort(axis=1)
             self.near[rows[low:high]] = merged[:, : self.near.shape[1]]
             self.last[rows[low:high]] = merged[:, self.near.shape[1] - 1]
+            self.reach[rows[low:high]] = self._reach(self.last[rows[low:high]])
+
+    def _reach(self, last: np.ndarray) -> np.ndarray:
+        """The farthest a pair may be and still enter a list (uint8): the distance of a full
+        list's last, else the search's distance."""
+        return np.minimum(last >> _NEIGHBOUR_BITS, self.distance).astype(np.uint8)
 
 
 def _bytes(hashes: np.ndarray) -> np.ndarray:
@@ -279,6 +286,10 @@ def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int = 
             # most keys find an empty bucket: a table of a quarter of the bytes says so first
             # (300,000 random hashes: 7.6 s, 9.0 without it)
             filled[ordered] = True
+            # a pair farther than both its lists reach is dropped before it is offered (read
+            # once a band: the lists only come nearer, so it stays true; a million crowded
+            # hashes: 72 s, 79 without it)
+            reach = lists.reach[order + offset]
             for mask in _masks(len(bits), scheme.probe):
                 if mask == 0:  # within a bucket: each later member of it
                     starts, counts = bucket(ordered)
@@ -297,7 +308,7 @@ def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int = 
                     which, position = _ranges(starts[part], counts[part])
                     source = sources[part][which]
                     apart = popcount(in_order[source] ^ in_order[position])
-                    close = apart <= lists.distance
+                    close = apart <= np.maximum(reach[source], reach[position])
                     lists.offer_close(order[source[close]] + offset,
                                       order[position[close]] + offset, apart[close])
 
