@@ -76,6 +76,14 @@ def test_lists_merged_a_few_pairs_at_a_time_give_the_same_pairs(
     assert np.array_equal(stepwise.pairs(), _exhaustive(hashes, whole.first, 18, 4))
 
 
+def test_threads_sharing_the_partitions_give_the_lists_of_one() -> None:
+    hashes = _tied_hashes(6, 800)
+    one = build(hashes, 18, 8, threads=1)
+    assert len(one.pairs()) > 500
+    for threads in (2, 5):
+        assert np.array_equal(build(hashes, 18, 8, threads=threads).near, one.near)
+
+
 def test_the_default_index_has_the_exhaustive_pairs_within_its_certain_bits_and_only_near_ones(
         ) -> None:
     hashes = _tied_hashes(3, 600)

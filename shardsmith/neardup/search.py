@@ -20,7 +20,8 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
   the pairs found, by (distance, index) as ``candidates`` does: the same pairs as the
   exhaustive search up to ``certain`` bits, and a recall measured beyond it
   (scripts/bench_neardup.py; why this scheme: docs/performance.md, "Near-duplicates: the
-  search").
+  search"). ``THREADS`` threads share the partitions, each into lists of its own, joined at
+  the end: the same lists whatever their number.
 * ``Index.add``: a night's new hashes against the index: the pairs of the new ones, exactly
   those the search over old and new together has that touch a new hash (an old hash takes a
   new one among its nearest only if it beats its ``cap`` nearest so far, kept in the index);
@@ -29,6 +30,8 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import combinations
 
@@ -36,12 +39,18 @@ import numpy as np
 
 MAX_HASHES = 1 << 24  # a sample index holding more is refused (the keys below need < 2**26)
 MAX_DISTANCE = 30  # bits; a key holds a distance in 5 bits
+# threads of ``build``: each holds lists and temporaries of its own (a million crowded hashes:
+# 44 s in 731 MB with 2, 64 s in 623 MB with 1), so more would pass 1 GB
+THREADS = 2
 _NEIGHBOUR_BITS = 32  # key = distance << 32 | neighbour
 _OWNER_SHIFT = 37  # pooled entry = owner << 37 | key
 _LOW = np.int64((1 << _NEIGHBOUR_BITS) - 1)
 _NONE = np.int64((MAX_DISTANCE + 1) << _NEIGHBOUR_BITS | ((1 << _NEIGHBOUR_BITS) - 1))
-_CHUNK = 1 << 22  # pairs looked at in one step: bounds the temporaries, whatever a bucket holds
-_POOL = 1 << 22  # entries gathered before they are merged into the lists
+# pairs looked at in one step and entries gathered before they are merged into the lists:
+# they bound the temporaries, whatever a bucket holds (a million crowded hashes, 2 threads:
+# 44 s in 731 MB; 4 times as many, 47 s in 1,157 MB)
+_CHUNK = 1 << 20
+_POOL = 1 << 21
 _ROWS = 1 << 16  # lists merged at once
 _BITWISE_COUNT = getattr(np, "bitwise_count", None)  # NumPy 2: 4M values in 6 ms, the table 80
 _POP16 = np.array([bin(value).count("1") for value in range(1 << 16)], np.uint8)
@@ -197,6 +206,12 @@ class _Lists:
         if self.pooled >= _POOL:
             self.merge()
 
+    def take(self, near: np.ndarray) -> None:
+        """Other lists of the same hashes, merged into these."""
+        for low in range(0, len(near), _ROWS):
+            rows = np.arange(low, min(low + _ROWS, len(near)))
+            self._keep(rows, near[rows])
+
     def merge(self) -> None:
         """Merge the pooled entries into the lists (each entry once)."""
         if not self.pool:
@@ -220,13 +235,17 @@ class _Lists:
             batch = slice(*np.searchsorted(row, [low, high]))
             block = np.full((high - low, width), _NONE)
             block[row[batch] - low, rank[batch]] = entries[batch]
-            merged = np.concatenate([self.near[rows[low:high]], block], axis=1)
-            merged.sort(axis=1)
-            merged[:, 1:][merged[:, 1:] == merged[:, :-1]] = _NONE  # each neighbour once
-            merged.sort(axis=1)
-            self.near[rows[low:high]] = merged[:, : self.near.shape[1]]
-            self.last[rows[low:high]] = merged[:, self.near.shape[1] - 1]
-            self.reach[rows[low:high]] = self._reach(self.last[rows[low:high]])
+            self._keep(rows[low:high], block)
+
+    def _keep(self, rows: np.ndarray, block: np.ndarray) -> None:
+        """The lists of ``rows`` with their entries in ``block`` (ascending keys, or _NONE)."""
+        merged = np.concatenate([self.near[rows], block], axis=1)
+        merged.sort(axis=1)
+        merged[:, 1:][merged[:, 1:] == merged[:, :-1]] = _NONE  # each neighbour once
+        merged.sort(axis=1)
+        self.near[rows] = merged[:, : self.near.shape[1]]
+        self.last[rows] = merged[:, self.near.shape[1] - 1]
+        self.reach[rows] = self._reach(self.last[rows])
 
     def _reach(self, last: np.ndarray) -> np.ndarray:
         """The farthest a pair may be and still enter a list (uint8): the distance of a full
@@ -271,10 +290,12 @@ def _buckets(ordered: np.ndarray, width: int):  # noqa: ANN202 (a closure)
     return search
 
 
-def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int = 0) -> None:
-    """Offer every pair of ``hashes`` (at positions offset + i) the scheme finds."""
+def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int = 0,
+               partitions: Iterable[int] | None = None) -> None:
+    """Offer every pair of ``hashes`` (at positions offset + i) the scheme finds (in
+    ``partitions``: all by default)."""
     hash_bytes = _bytes(hashes)
-    for partition in range(scheme.partitions):
+    for partition in range(scheme.partitions) if partitions is None else partitions:
         for bits in _partition(scheme, partition):
             band = _band_values(hash_bytes, bits)
             order = np.argsort(band).astype(np.int32)
@@ -392,17 +413,29 @@ class Index:
 
 
 def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
-          scheme: Scheme = DEFAULT_SCHEME) -> Index:
+          scheme: Scheme = DEFAULT_SCHEME, threads: int = THREADS) -> Index:
     """The index of ``hashes`` (validated uint64): equal ones collapsed, each distinct hash's
-    ``cap`` nearest within ``distance`` among the pairs the scheme finds."""
+    ``cap`` nearest within ``distance`` among the pairs the scheme finds. ``threads`` search
+    the partitions between them, each into lists of its own, then joined: the same lists
+    whatever their number."""
     if not 0 <= distance <= MAX_DISTANCE or cap < 1:
         raise ValueError(f"distance must be 0 to {MAX_DISTANCE} and cap at least 1")
     values, first, group = _collapse(np.asarray(hashes, np.uint64))
-    near = np.full((len(values), cap), _NONE)
-    lists = _Lists(near, values, distance)
-    _all_pairs(values, lists, scheme)
-    lists.merge()
-    return Index(values, first, group, near, distance, scheme)
+    threads = max(1, min(threads, scheme.partitions))
+
+    def search(share: range) -> np.ndarray:
+        lists = _Lists(np.full((len(values), cap), _NONE), values, distance)
+        _all_pairs(values, lists, scheme, partitions=share)
+        lists.merge()
+        return lists.near
+
+    shares = [range(start, scheme.partitions, threads) for start in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:  # NumPy lets go of the GIL on whole arrays
+        found = list(pool.map(search, shares))
+    lists = _Lists(found[0], values, distance)
+    for near in found[1:]:
+        lists.take(near)
+    return Index(values, first, group, lists.near, distance, scheme)
 
 
 def clusters(index: Index, verified: np.ndarray) -> list[np.ndarray]:
