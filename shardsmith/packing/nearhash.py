@@ -340,7 +340,7 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     of a fixture without a background).  A pair with a failed line is left out."""
     readable = np.flatnonzero(have)
     index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
-    pairs = np.unique(np.concatenate([readable[one.pairs()] for one in index]), axis=0)
+    pairs = search.unique_pairs(np.concatenate([readable[one.pairs()] for one in index]))
     if focus is not None:
         pairs = pairs[focus[pairs].any(axis=1)]
     scores, unreadable, without = checked(seen, pairs, jpegs, pool, quiet, kept)
