@@ -174,6 +174,12 @@ def test_well_formed_hashes_are_taken_as_uint64() -> None:
         assert array.tolist() == expected
 
 
+def test_pairs_are_made_distinct_and_sorted_as_rows() -> None:
+    pairs = np.array([[3, 4], [1, 2], [3, 4], [0, 2**24 - 1], [1, 2], [3, 5]])
+    assert search.unique_pairs(pairs).tolist() == [[0, 2**24 - 1], [1, 2], [3, 4], [3, 5]]
+    assert search.unique_pairs(np.zeros((0, 2), np.int64)).shape == (0, 2)
+
+
 def test_popcount_counts_every_bit_with_numpy_2_and_without() -> None:
     values = np.array([0, 1, 2**64 - 1, 0x8000000000000001, 0xF0F0], np.uint64)
     assert popcount(values).tolist() == [0, 1, 64, 2, 8]
