@@ -76,12 +76,17 @@ def test_lists_merged_a_few_pairs_at_a_time_give_the_same_pairs(
     assert np.array_equal(stepwise.pairs(), _exhaustive(hashes, whole.first, 18, 4))
 
 
-def test_threads_sharing_the_partitions_give_the_lists_of_one() -> None:
+def test_threads_sharing_the_partitions_give_the_lists_of_one_whole_or_grown() -> None:
     hashes = _tied_hashes(6, 800)
     one = build(hashes, 18, 8, threads=1)
     assert len(one.pairs()) > 500
+    old = build(hashes[:700], 18, 8, threads=1)
+    grown, pairs = old.add(hashes[700:], threads=1)
     for threads in (2, 5):
         assert np.array_equal(build(hashes, 18, 8, threads=threads).near, one.near)
+        shared, shared_pairs = old.add(hashes[700:], threads=threads)
+        assert np.array_equal(shared.near, grown.near)
+        assert np.array_equal(shared_pairs, pairs)
 
 
 def test_the_default_index_has_the_exhaustive_pairs_within_its_certain_bits_and_only_near_ones(

@@ -30,7 +30,7 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import combinations
@@ -206,10 +206,11 @@ class _Lists:
         if self.pooled >= _POOL:
             self.merge()
 
-    def take(self, near: np.ndarray) -> None:
-        """Other lists of the same hashes, merged into these."""
-        for low in range(0, len(near), _ROWS):
-            rows = np.arange(low, min(low + _ROWS, len(near)))
+    def take(self, near: np.ndarray, since: np.ndarray) -> None:
+        """Other lists of the same hashes, grown from ``since`` as these were, merged in."""
+        grown = np.flatnonzero((near != since).any(axis=1))
+        for low in range(0, len(grown), _ROWS):
+            rows = grown[low : low + _ROWS]
             self._keep(rows, near[rows])
 
     def merge(self) -> None:
@@ -290,12 +291,12 @@ def _buckets(ordered: np.ndarray, width: int):  # noqa: ANN202 (a closure)
     return search
 
 
-def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int = 0,
-               partitions: Iterable[int] | None = None) -> None:
-    """Offer every pair of ``hashes`` (at positions offset + i) the scheme finds (in
-    ``partitions``: all by default)."""
+def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int,
+               partitions: Iterable[int]) -> None:
+    """Offer every pair of ``hashes`` (at positions offset + i) the scheme finds in
+    ``partitions``."""
     hash_bytes = _bytes(hashes)
-    for partition in range(scheme.partitions) if partitions is None else partitions:
+    for partition in partitions:
         for bits in _partition(scheme, partition):
             band = _band_values(hash_bytes, bits)
             order = np.argsort(band).astype(np.int32)
@@ -335,11 +336,12 @@ def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int = 
 
 
 def _queried(queries: np.ndarray, hashes: np.ndarray, lists: _Lists, scheme: Scheme,
-             offset: int) -> None:
-    """Offer every pair (query at offset + q, hash) the scheme finds. Only the hashes whose
-    band is looked up are sorted: a night's queries touch a small share of a million."""
+             offset: int, partitions: Iterable[int]) -> None:
+    """Offer every pair (query at offset + q, hash) the scheme finds in ``partitions``. Only
+    the hashes whose band is looked up are sorted: a night's queries touch a small share of a
+    million."""
     hash_bytes, query_bytes = _bytes(hashes), _bytes(queries)
-    for partition in range(scheme.partitions):
+    for partition in partitions:
         for bits in _partition(scheme, partition):
             band, wanted = _band_values(hash_bytes, bits), _band_values(query_bytes, bits)
             masks = np.array(_masks(len(bits), scheme.probe), np.int32)
@@ -404,7 +406,7 @@ class Index:
         """All candidate pairs of items (i < j, sorted; first items of their hash)."""
         return _pairs(self.near, self.first)
 
-    def add(self, new_hashes: np.ndarray) -> tuple[Index, np.ndarray]:
+    def add(self, new_hashes: np.ndarray, threads: int = THREADS) -> tuple[Index, np.ndarray]:
         """The index with ``new_hashes`` appended (items len(group) on), and the candidate
         pairs that touch a new distinct hash: those of ``build`` over all, exactly."""
         items = len(self.group)
@@ -420,10 +422,12 @@ class Index:
         position[fresh] = old + np.arange(len(fresh))
         hashes = np.concatenate([self.hashes, values[fresh]])
         near = np.concatenate([self.near, np.full((len(fresh), self.near.shape[1]), _NONE)])
-        lists = _Lists(near, hashes, self.distance)
-        _queried(values[fresh], self.hashes, lists, self.scheme, old)
-        _all_pairs(values[fresh], lists, self.scheme, old)
-        lists.merge()
+
+        def search(lists: _Lists, partitions: range) -> None:
+            _queried(values[fresh], self.hashes, lists, self.scheme, old, partitions)
+            _all_pairs(values[fresh], lists, self.scheme, old, partitions)
+
+        near = _searched(near, hashes, self.distance, self.scheme, threads, search)
         grown = replace(self, hashes=hashes, near=near,
                         first=np.concatenate([self.first, items + first[fresh]]),
                         group=np.concatenate([self.group, position[group]]))
@@ -439,21 +443,35 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
     if not 0 <= distance <= MAX_DISTANCE or cap < 1:
         raise ValueError(f"distance must be 0 to {MAX_DISTANCE} and cap at least 1")
     values, first, group = _collapse(np.asarray(hashes, np.uint64))
+
+    def search(lists: _Lists, partitions: range) -> None:
+        _all_pairs(values, lists, scheme, 0, partitions)
+
+    near = _searched(np.full((len(values), cap), _NONE), values, distance, scheme, threads,
+                     search)
+    return Index(values, first, group, near, distance, scheme)
+
+
+def _searched(near: np.ndarray, hashes: np.ndarray, distance: int, scheme: Scheme,
+              threads: int, search: Callable[[_Lists, range], None]) -> np.ndarray:
+    """``near`` grown by ``search`` over the scheme's partitions: ``threads`` share them, each
+    into lists of its own (a copy of ``near``), joined at the end."""
     threads = max(1, min(threads, scheme.partitions))
 
-    def search(share: range) -> np.ndarray:
-        lists = _Lists(np.full((len(values), cap), _NONE), values, distance)
-        _all_pairs(values, lists, scheme, partitions=share)
+    def searched(start: int) -> np.ndarray:
+        lists = _Lists(near.copy() if threads > 1 else near, hashes, distance)
+        search(lists, range(start, scheme.partitions, threads))
         lists.merge()
         return lists.near
 
-    shares = [range(start, scheme.partitions, threads) for start in range(threads)]
     with ThreadPoolExecutor(threads) as pool:  # NumPy lets go of the GIL on whole arrays
-        found = list(pool.map(search, shares))
-    lists = _Lists(found[0], values, distance)
-    for near in found[1:]:
-        lists.take(near)
-    return Index(values, first, group, lists.near, distance, scheme)
+        found = list(pool.map(searched, range(threads)))
+    if threads == 1:
+        return found[0]
+    lists = _Lists(found[0], hashes, distance)
+    for other in found[1:]:
+        lists.take(other, since=near)
+    return lists.near
 
 
 def clusters(index: Index, verified: np.ndarray) -> list[np.ndarray]:
