@@ -39,8 +39,8 @@ import numpy as np
 
 MAX_HASHES = 1 << 24  # a sample index holding more is refused (the keys below need < 2**26)
 MAX_DISTANCE = 30  # bits; a key holds a distance in 5 bits
-# threads of ``build``: each holds lists and temporaries of its own (a million crowded hashes:
-# 44 s in 731 MB with 2, 64 s in 623 MB with 1), so more would pass 1 GB
+# threads of ``build`` and ``add``: each holds lists and temporaries of its own (a million
+# crowded hashes: 64 s in 623 MB with 1, 44 s in 731 to 807 MB with 2, 1,085 MB with 3)
 THREADS = 2
 _NEIGHBOUR_BITS = 32  # key = distance << 32 | neighbour
 _OWNER_SHIFT = 37  # pooled entry = owner << 37 | key
@@ -48,7 +48,7 @@ _LOW = np.int64((1 << _NEIGHBOUR_BITS) - 1)
 _NONE = np.int64((MAX_DISTANCE + 1) << _NEIGHBOUR_BITS | ((1 << _NEIGHBOUR_BITS) - 1))
 # pairs looked at in one step and entries gathered before they are merged into the lists:
 # they bound the temporaries, whatever a bucket holds (a million crowded hashes, 2 threads:
-# 44 s in 731 MB; 4 times as many, 47 s in 1,157 MB)
+# 44 s in 731 MB; with steps of 4M and 4M, 47 s in 1,157 MB)
 _CHUNK = 1 << 20
 _POOL = 1 << 21
 _ROWS = 1 << 16  # lists merged at once
