@@ -180,8 +180,9 @@ def test_well_formed_hashes_are_taken_as_uint64() -> None:
 
 
 def test_pairs_are_made_distinct_and_sorted_as_rows() -> None:
-    pairs = np.array([[3, 4], [1, 2], [3, 4], [0, 2**24 - 1], [1, 2], [3, 5]])
-    assert search.unique_pairs(pairs).tolist() == [[0, 2**24 - 1], [1, 2], [3, 4], [3, 5]]
+    pairs = np.array([[3, 4], [2**31 - 1, 0], [1, 2], [3, 4], [0, 2**31 - 1], [1, 2], [3, 5]])
+    assert search.unique_pairs(pairs).tolist() == [
+        [0, 2**31 - 1], [1, 2], [3, 4], [3, 5], [2**31 - 1, 0]]
     assert search.unique_pairs(np.zeros((0, 2), np.int64)).shape == (0, 2)
 
 

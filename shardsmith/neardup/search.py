@@ -376,7 +376,8 @@ def _pairs(near: np.ndarray, first: np.ndarray, since: int = 0) -> np.ndarray:
 
 
 def unique_pairs(pairs: np.ndarray) -> np.ndarray:
-    """The distinct rows of (k, 2) item pairs (items 0 to 2**32 - 1), sorted."""
+    """The distinct rows of (k, 2) item pairs (items 0 to 2**31 - 1: a pair is one int64),
+    sorted."""
     pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
     return _distinct(pairs[:, 0] << _NEIGHBOUR_BITS | pairs[:, 1])
 
