@@ -30,6 +30,7 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -458,15 +459,23 @@ def _searched(near: np.ndarray, hashes: np.ndarray, distance: int, scheme: Schem
     """``near`` grown by ``search`` over the scheme's partitions: ``threads`` share them, each
     into lists of its own (a copy of ``near``), joined at the end."""
     threads = max(1, min(threads, scheme.partitions))
+    stop = threading.Event()
 
     def searched(start: int) -> np.ndarray:
         lists = _Lists(near.copy() if threads > 1 else near, hashes, distance)
-        search(lists, range(start, scheme.partitions, threads))
+        for partition in range(start, scheme.partitions, threads):
+            if stop.is_set():  # the caller was interrupted: it waits for no more partitions
+                break
+            search(lists, range(partition, partition + 1))
         lists.merge()
         return lists.near
 
-    with ThreadPoolExecutor(threads) as pool:  # NumPy lets go of the GIL on whole arrays
+    pool = ThreadPoolExecutor(threads)  # NumPy lets go of the GIL on whole arrays
+    try:
         found = list(pool.map(searched, range(threads)))
+    finally:  # Ctrl-C left a million hashes' search 1.6 s after, 17.5 s without the stop
+        stop.set()
+        pool.shutdown()
     if threads == 1:
         return found[0]
     lists = _Lists(found[0], hashes, distance)
