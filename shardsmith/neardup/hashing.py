@@ -7,10 +7,13 @@ pixel the tightest run of an eighth of their greys, the plate without the parts'
 * ``part_hashes``: two 64-bit hashes of the part, in integer arithmetic (the same bits on every
   CPU): the DCT hash of the image's gradient, clipped, in a window centred on the centroid of
   the image less its fixture, and in one centred on the part's mask.
-* ``part_view`` and ``check``: a candidate pair is registered (ECC affine on the part alone,
-  then made a similarity: a re-shot moves, turns and scales a part, never stretches it) and
-  scored as the share of the parts' pixels that differ by more than ``CHECK_LEVEL`` grey levels
-  from a 3x3 neighbourhood of the other (a 1 px registration error is no difference).
+* ``part_view`` and ``check``: a candidate pair whose parts look alike at a glance (their
+  small thumbnails correlate) is registered (ECC affine on the part alone, then made a
+  similarity: a re-shot moves, turns and scales a part, never stretches it) and scored as the
+  share of the parts' pixels that differ by more than ``CHECK_LEVEL`` grey levels from a 3x3
+  neighbourhood of the other (a 1 px registration error is no difference), but where both
+  show the fixture (through a hole: the part moved over it); one spot of SPOT px that differs
+  refuses the pair (a hole one part has and the other not).
 
 The candidates of a hash are found by ``search``; the exhaustive search it is tested against,
 and the plain clusters of the measurement, are in scripts/neardup_reference.py.
@@ -31,9 +34,13 @@ WINDOW = 160  # px of the 256 px image around the part: the hash's window (32 bl
 VIEW = 192  # px the check compares: the largest part, turned and scaled by 1/0.9, fits
 PART_LEVEL = 9  # grey levels off the fixture (5x5 mean) that make a pixel the part's
 CHECK_LEVEL = 15.0  # grey levels a registered pixel may differ from its twin's neighbourhood
+SHOW_LEVEL = 12  # grey levels off the fixture (3x3 mean) within which a pixel shows it
+LIKE_FLOOR = 0.90  # thumbnails' correlation under which a pair is not registered: 99% of
+#                    re-shots are over it, 35% of the other candidates (measured)
+SPOT = 30  # px of one differing spot that refuse a pair: a hole of 6 px one part has
 DEFAULT_DISTANCE = 14  # hash bits (the nearer of two): the measured curve is flat beyond it
-DEFAULT_THRESHOLD = 0.7  # percent of the parts' pixels that differ: the best F1 measured
-DEFAULT_CAP = 4  # nearest of each hash checked per sample (5.4 pairs a sample, measured)
+DEFAULT_THRESHOLD = 0.5  # percent of the parts' pixels that differ: the best F1 measured
+DEFAULT_CAP = 8  # nearest of each hash checked per sample (10.5 pairs a sample, measured)
 DENSE_SIZE = 8  # members over which a cluster is dense
 RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of its greys
 EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
@@ -184,24 +191,33 @@ def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int]:
 
 
 def part_view(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
-    """What the check compares: uint8 (2, VIEW, VIEW), the grey window around the part and the
-    part's mask (0/1)."""
+    """What the check compares: uint8 (3, VIEW, VIEW), the grey window around the part, the
+    part's mask (0/1) and where the image shows its fixture (0/1: the 3x3 mean of the image
+    less its fixture within SHOW_LEVEL)."""
     residual = _less_fixture(grey, median)
     mask = _filled(_part_mask(residual))
     centre = _centre(mask)
-    return np.stack([_window(grey, centre, VIEW, _EDGE), _window(mask, centre, VIEW, _ZERO)])
+    near = cv2.boxFilter(np.abs(residual).astype(np.float64), -1, (3, 3), normalize=False,
+                         borderType=cv2.BORDER_REPLICATE)
+    shows = (near <= SHOW_LEVEL * 9 * _SCALE).astype(np.uint8)
+    return np.stack([_window(grey, centre, VIEW, _EDGE), _window(mask, centre, VIEW, _ZERO),
+                     _window(shows, centre, VIEW, _EDGE)])
 
 
-def check(first: np.ndarray, second: np.ndarray) -> float:
-    """How unlike two part views are, in percent of the parts' pixels: ``second`` registered
-    onto ``first``, then the pixels of either part that differ by more than CHECK_LEVEL from
-    the other's 3x3 neighbourhood after one gain, opened by 3x3. UNLIKE where the
-    registration fails or is no re-shot's (a scale outside 0.7 to 1.45)."""
-    grey_a, mask_a = first.astype(np.float32)
-    grey_b, mask_b = second.astype(np.float32)
+def _thumbnail(view: np.ndarray) -> np.ndarray:
+    """The part's grey at a glance: 24 x 24, blurred, zero mean and unit norm."""
+    part = cv2.GaussianBlur(view[0].astype(np.float32) * view[1], (0, 0), 2.0)
+    small = cv2.resize(part, (24, 24), interpolation=cv2.INTER_AREA).ravel()
+    small -= small.mean()
+    norm = float(np.linalg.norm(small))
+    return small / norm if norm else small
+
+
+def _registration(grey_a: np.ndarray, mask_a: np.ndarray, grey_b: np.ndarray,
+                  mask_b: np.ndarray) -> np.ndarray | None:
+    """The similarity (2 x 3, float32) that maps the first view's pixels onto the second's
+    part, or None where ECC fails or finds no re-shot's scale."""
     area_a, area_b = float(mask_a.sum()), float(mask_b.sum())
-    if not area_a or not area_b or not 0.7 < area_b / area_a < 1.45:
-        return UNLIKE  # a re-shot scales a part by 0.9 to 1/0.9: its area by 0.81 to 1.23
     # ECC at half size: a quarter of the pixels; the warp's shift is doubled back after
     small_a = cv2.resize(cv2.GaussianBlur(grey_a * mask_a, (0, 0), 1.0), None, fx=0.5, fy=0.5,
                          interpolation=cv2.INTER_AREA)
@@ -215,27 +231,54 @@ def check(first: np.ndarray, second: np.ndarray) -> float:
         _, warp = cv2.findTransformECC(small_a, small_b, warp, cv2.MOTION_AFFINE,
                                        _ECC_CRITERIA, None, 3)
     except cv2.error:
-        return UNLIKE
+        return None
     warp[:, 2] *= 2
     half = VIEW / 2
     linear = warp[:, :2].astype(np.float64)
     if not 0.7 < float(np.linalg.det(linear)) < 1.45:
-        return UNLIKE
+        return None
     cos, sin = (linear[0, 0] + linear[1, 1]) / 2, (linear[1, 0] - linear[0, 1]) / 2
     similar = np.array([[cos, -sin], [sin, cos]])
     centre = np.array([half, half])
     shift = linear @ centre + warp[:, 2] - similar @ centre  # the part's centre stays put
-    warp = np.hstack([similar, shift[:, None]]).astype(np.float32)
+    return np.hstack([similar, shift[:, None]]).astype(np.float32)
+
+
+def check(first: np.ndarray, second: np.ndarray) -> float:
+    """How unlike two part views are, in percent of the parts' pixels: ``second`` registered
+    onto ``first``, then the pixels of either part that differ by more than CHECK_LEVEL from
+    the other's 3x3 neighbourhood after one gain, but where both show the fixture, opened by
+    3x3. UNLIKE where the thumbnails correlate under LIKE_FLOOR, where the registration
+    fails or is no re-shot's (a scale outside 0.7 to 1.45), and where one spot of SPOT px
+    differs."""
+    grey_a, mask_a, shows_a = first.astype(np.float32)
+    grey_b, mask_b, shows_b = second.astype(np.float32)
+    area_a, area_b = float(mask_a.sum()), float(mask_b.sum())
+    if not area_a or not area_b or not 0.7 < area_b / area_a < 1.45:
+        return UNLIKE  # a re-shot scales a part by 0.9 to 1/0.9: its area by 0.81 to 1.23
+    if float(_thumbnail(first) @ _thumbnail(second)) < LIKE_FLOOR:
+        return UNLIKE  # 0.2 ms: registering costs 2.5
+    warp = _registration(grey_a, mask_a, grey_b, mask_b)
+    if warp is None:
+        return UNLIKE
     grey_a = cv2.GaussianBlur(grey_a, (0, 0), 1.0)
     moved = cv2.warpAffine(cv2.GaussianBlur(grey_b, (0, 0), 1.0), warp, (VIEW, VIEW),
                            flags=_INVERSE)
     moved_mask = cv2.warpAffine(mask_b, warp, (VIEW, VIEW), flags=_INVERSE) > 0.5
+    moved_shows = cv2.warpAffine(shows_b, warp, (VIEW, VIEW), flags=_INVERSE,
+                                 borderMode=_EDGE) > 0.5
     union = (mask_a > 0) | moved_mask
     if not union.any():
         return UNLIKE
     ours, theirs = grey_a[union], moved[union]
     moved *= float((ours * theirs).sum() / max(1e-6, float((theirs * theirs).sum())))
     high, low = cv2.dilate(moved, _KERNEL3), cv2.erode(moved, _KERNEL3)
-    differ = ((grey_a > high + CHECK_LEVEL) | (grey_a < low - CHECK_LEVEL)) & union
+    # a hole shows the fixture, which stays put while the part moves: what shows through it
+    # is no difference (re-shots scoring under 0.5 of 841 candidates: 696 before, 754 after)
+    differ = ((grey_a > high + CHECK_LEVEL) | (grey_a < low - CHECK_LEVEL)) & union \
+        & ~((shows_a > 0) & moved_shows)
     differ = cv2.morphologyEx(differ.astype(np.uint8), cv2.MORPH_OPEN, _KERNEL3)
+    spots, _, stats, _ = cv2.connectedComponentsWithStats(differ, connectivity=8)
+    if spots > 1 and int(stats[1:, cv2.CC_STAT_AREA].max()) >= SPOT:
+        return UNLIKE
     return 100.0 * float(differ.sum()) / float(union.sum())

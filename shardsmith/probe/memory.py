@@ -56,9 +56,10 @@ HASH_BYTES_PER_LINE = 110
 # ``splits.near_duplicates: together`` (packing.nearsplit) then holds, beside the hash pass's
 # lines: 129 B a line of what the rule needs (its path, split, group, hashes), 348-373 B a line
 # at the peak of the rule itself (tracemalloc over 200,000 synthetic lines of 50-character
-# paths), ~300 B a line of candidate pairs (5.4 a sample, two int64 and a score, and the
-# copies np.unique makes), and the KEPT backgrounds the check holds.  Taken as 800 B a line.
-SPLIT_BYTES_PER_LINE = 800
+# paths), ~550 B a line of candidate pairs (10.5 a sample, two int64 and a score, and the
+# copies of the search's pairs), and the KEPT backgrounds the check holds.  Taken as 1,100 B
+# a line.
+SPLIT_BYTES_PER_LINE = 1100
 
 
 @dataclass(frozen=True)
