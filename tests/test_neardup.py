@@ -90,19 +90,19 @@ def test_the_check_refuses_a_stretched_copy() -> None:
     assert neardup.check(*views) > neardup.DEFAULT_THRESHOLD
 
 
-def _plate_over_dots(shift: tuple[int, int], holes: list[tuple[int, int]]
+def _plate_over_dots(shift: tuple[int, int], holes: list[tuple[int, int, int]]
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """A bright plate with round holes over a fixture of dark dots 14 px apart (which stays
-    put when the plate moves), and the fixture."""
+    """A bright plate of 140 x 100 px with round holes (x, y, radius) over a fixture of dark
+    dots 14 px apart (which stays put when the plate moves), and the fixture."""
     fixture = np.full((192, 256), 90, np.uint8)
     for y in range(6, 192, 14):
         for x in range(6, 256, 14):
             cv2.circle(fixture, (x, y), 3, 30, -1)
-    left, top = 80 + shift[0], 60 + shift[1]
+    left, top = 60 + shift[0], 45 + shift[1]
     plate = np.zeros(fixture.shape, np.uint8)
-    plate[top:top + 70, left:left + 110] = 1
-    for x, y in holes:
-        cv2.circle(plate, (left + x, top + y), 9, 0, -1)
+    plate[top:top + 100, left:left + 140] = 1
+    for x, y, radius in holes:
+        cv2.circle(plate, (left + x, top + y), radius, 0, -1)
     image = np.where(plate > 0, 200, fixture) + np.random.default_rng(5).normal(0, 2, plate.shape)
     return np.clip(image, 0, 255).astype(np.uint8), fixture
 
@@ -110,10 +110,10 @@ def _plate_over_dots(shift: tuple[int, int], holes: list[tuple[int, int]]
 def test_what_a_hole_shows_of_the_fixture_is_no_difference() -> None:
     """The plate moved by half the dots' spacing: its holes show a dot in one shot and none
     in the other.  A hole elsewhere is another part."""
-    holes = [(24, 20), (80, 48)]
+    holes = [(24, 20, 9), (80, 48, 9)]
     shot, fixture = _plate_over_dots((0, 0), holes)
     again, _ = _plate_over_dots((7, 7), holes)
-    other, _ = _plate_over_dots((0, 0), [(24, 20), (50, 48)])
+    other, _ = _plate_over_dots((0, 0), [(24, 20, 9), (50, 48, 9)])
     first, second, third = (neardup.part_view(grey, fixture) for grey in (shot, again, other))
     assert neardup.check(first, second) <= neardup.DEFAULT_THRESHOLD
     assert neardup.check(first, third) > neardup.DEFAULT_THRESHOLD
@@ -121,6 +121,18 @@ def test_what_a_hole_shows_of_the_fixture_is_no_difference() -> None:
     for view in blind:
         view[2] = 0  # as if neither showed the fixture: the dots differ
     assert neardup.check(*blind) > neardup.DEFAULT_THRESHOLD
+
+
+def test_one_small_hole_more_is_another_part_however_large_the_part() -> None:
+    """A hole of radius 4 is ~50 px: under the threshold's share of a 140 x 100 plate, over
+    one spot's SPOT px."""
+    shot, fixture = _plate_over_dots((0, 0), [(24, 20, 9)])
+    more, _ = _plate_over_dots((0, 0), [(24, 20, 9), (100, 70, 4)])
+    first, second = (neardup.part_view(grey, fixture) for grey in (shot, more))
+    share = 100 * np.pi * 4**2 / (140 * 100)
+    assert share < neardup.DEFAULT_THRESHOLD and np.pi * 4**2 > neardup.SPOT
+    assert neardup.check(first, first) == 0.0
+    assert neardup.check(first, second) == neardup.UNLIKE
 
 
 def test_an_empty_fixture_is_unlike_anything() -> None:

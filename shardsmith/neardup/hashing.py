@@ -215,8 +215,9 @@ def _thumbnail(view: np.ndarray) -> np.ndarray:
 
 def _registration(grey_a: np.ndarray, mask_a: np.ndarray, grey_b: np.ndarray,
                   mask_b: np.ndarray) -> np.ndarray | None:
-    """The similarity (2 x 3, float32) that maps the first view's pixels onto the second's
-    part, or None where ECC fails or finds no re-shot's scale."""
+    """The similarity (2 x 3, float32) that takes the second view's part onto the first's
+    (``cv2.warpAffine`` with WARP_INVERSE_MAP), or None where ECC fails or finds no re-shot's
+    scale."""
     area_a, area_b = float(mask_a.sum()), float(mask_b.sum())
     # ECC at half size: a quarter of the pixels; the warp's shift is doubled back after
     small_a = cv2.resize(cv2.GaussianBlur(grey_a * mask_a, (0, 0), 1.0), None, fx=0.5, fy=0.5,
