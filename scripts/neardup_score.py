@@ -23,7 +23,9 @@ from reshots import read_truth  # noqa: E402
 
 
 def pairs_of(groups: list[list[str]]) -> set[tuple[str, str]]:
-    return {(a, b) if a < b else (b, a) for group in groups for a, b in combinations(group, 2)}
+    """The pairs of different originals in one group (a tile's original is one original)."""
+    return {(a, b) if a < b else (b, a) for group in groups
+            for a, b in combinations(sorted(set(group)), 2)}
 
 
 def main() -> None:

@@ -68,8 +68,10 @@ def dataset(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 
 
 def _pairs(report: dict) -> set[tuple[str, str]]:
-    return {tuple(sorted(pair)) for cluster in report["clusters"]  # type: ignore[misc]
-            for pair in combinations([sample["path"] for sample in cluster["samples"]], 2)}
+    """The pairs of originals clustered (a tiled original's samples are one original)."""
+    return {pair for cluster in report["clusters"]  # type: ignore[misc]
+            for pair in combinations(sorted({sample["path"] for sample in cluster["samples"]}),
+                                     2)}
 
 
 def test_clusters_are_parts_shot_twice_leakage_first(dataset: Path) -> None:
@@ -96,6 +98,40 @@ def test_clusters_are_parts_shot_twice_leakage_first(dataset: Path) -> None:
     heads = [line.split(":")[0] for line in text.splitlines()
              if line.startswith(("leakage", "one split"))]
     assert heads == ["leakage"] * sum(leaking) + ["one split"] * (len(leaking) - sum(leaking))
+
+
+@pytest.mark.parametrize("fmt, tiles, found", [
+    ("webdataset", {"size": 224, "overlap": 32}, 0.0),  # most parts cut by the tiles
+    ("tfrecord", {"size": 384, "overlap": 320}, 0.9)])  # each part whole in some tile
+def test_tiles_join_originals_only_where_a_tile_holds_the_part_whole(
+        tmp_path: Path, fmt: str, tiles: dict, found: float) -> None:
+    source, out = tmp_path / "src", tmp_path / "out"
+    for path, (jpeg, _) in _originals().items():
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        (source / path).write_bytes(jpeg)
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps({
+        "source": {"path": str(source), "labels": "none"},
+        "output": {"path": str(out), "format": fmt},
+        "image": {"size": 256, "tiles": tiles},
+        "splits": {"train": 0.5, "val": 0.5, "near_duplicates": "together"},
+        "run": {"workers": 2, "quiet": True}}))
+    code, output = _run("pack", "--config", job)
+    assert code == 0, output
+    code, output = _run("inspect", out, "--near-duplicates", "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    pairs, truth = _pairs(report), _truth()
+    # a part cut by a tile's border is no part: two plates' corners look alike
+    assert pairs <= truth, f"joined different parts: {sorted(pairs - truth)}"
+    assert len(pairs) >= found * len(truth)  # measured: 1 of 38, and 37 (as untiled)
+    for cluster in report["clusters"]:
+        assert len({sample["path"] for sample in cluster["samples"]}) > 1  # not one image's
+        assert not cluster["leakage"]  # packed together: an original's tiles in one split
+    code, text = _run("inspect", out, "--near-duplicates")
+    assert code == 0, text
+    listed = [line.split()[1] for line in text.splitlines() if line.startswith("  ")]
+    assert len(listed) == len(set(listed))  # an original once, however many tiles join
 
 
 def _packed(tmp_path: Path, count: int) -> Path:

@@ -6,8 +6,9 @@ the same way from the stored samples of a dataset whose index holds none), the `
 nearest of each within ``distance`` bits from a multi-index search (``search.build``), each
 candidate pair checked on the parts registered (``hashing.check``) by the worker processes,
 and the clusters are the connected components of the pairs that pass, and of equal hashes.
-A cluster of more than ``hashing.DENSE_SIZE`` samples is reported as dense (a slow belt's
-frames chain into one), not as one part.
+A cluster of more than ``hashing.DENSE_SIZE`` originals is reported as dense (a slow belt's
+frames chain into one), not as one part.  The tiles of one original are one original: their
+pairs are not checked, and a cluster of one original's tiles is none.
 
 Memory: ~250 bytes a sample (its key, path and shard; numbers in arrays), the backgrounds
 (49 KB each) of the ``nearhash.KEPT`` fixtures used last (those made for the hashes a
@@ -73,6 +74,10 @@ class Cluster:
     @property
     def splits(self) -> tuple[str, ...]:
         return tuple(sorted({member.split for member in self.members}))
+
+    @property
+    def originals(self) -> int:
+        return len({member.path for member in self.members})
 
     @property
     def leakage(self) -> bool:
@@ -199,10 +204,10 @@ def _clusters(samples: _Samples, failed: np.ndarray,
               verified: Iterable[tuple[int, int, int, float]],
               focus: np.ndarray | None = None) -> list[Cluster]:
     """Connected components of the verified pairs and of samples with equal hashes (the
-    same image, whatever the check says), leakage first, then the largest; with ``focus``
-    (a mask of the samples), those holding one of them."""
+    same image, whatever the check says) that hold more than one original, leakage first,
+    then the largest; with ``focus`` (a mask of the samples), those holding one of them."""
     verified = list(verified)
-    roots = nearhash.components(samples.hashes, failed,
+    roots = nearhash.components(samples.lines, samples.hashes, failed,
                                 np.array([pair[:2] for pair in verified], np.int64))
     order = np.argsort(roots, kind="stable")
     cuts = np.flatnonzero(np.diff(roots[order])) + 1
@@ -211,14 +216,15 @@ def _clusters(samples: _Samples, failed: np.ndarray,
         by_root.setdefault(int(roots[pair[0]]), []).append(pair)
     clusters = []
     for items in np.split(order, cuts):
-        if len(items) < 2 or focus is not None and not focus[items].any():
+        originals = len({samples.paths[at] for at in items.tolist()})
+        if originals < 2 or focus is not None and not focus[items].any():
             continue
         position = {item: number for number, item in enumerate(items.tolist())}
         clusters.append(Cluster(
             tuple(samples.member(at) for at in items.tolist()),
             tuple(Pair(position[a], position[b], near, round(score, 3))
                   for a, b, near, score in by_root.get(int(roots[items[0]]), ())),
-            len(items) > hashing.DENSE_SIZE))
+            originals > hashing.DENSE_SIZE))
     clusters.sort(key=lambda cluster: (not cluster.leakage, -len(cluster.members),
                                        cluster.members[0].key))
     return clusters
@@ -237,7 +243,7 @@ def near_duplicates_text(found: NearDuplicates) -> str:
              f" on {plural(found.fixtures, 'fixture')}, {plural(found.candidates, 'pair')} "
              f"checked (within {found.distance} bits, under {found.threshold:g}% differing)",
              f"{plural(len(clusters), 'cluster')}: {leaking:,} across splits (leakage), "
-             f"{dense:,} dense (over {hashing.DENSE_SIZE} samples: a slow belt's frames chain "
+             f"{dense:,} dense (over {hashing.DENSE_SIZE} originals: a slow belt's frames chain "
              "into one)"]
     if found.together and leaking:
         lines.append("packed with splits.near_duplicates: together: a cluster across splits is "
@@ -254,21 +260,30 @@ def near_duplicates_text(found: NearDuplicates) -> str:
                      + (", ..." if len(found.unreadable) > 3 else ""))
     for cluster in clusters[:CLUSTERS_SHOWN]:
         kind = "leakage" if cluster.leakage else "one split"
+        of = f" of {plural(cluster.originals, 'original')}" \
+            if cluster.originals != len(cluster.members) else ""
         lines.append(f"{kind}{', dense' if cluster.dense else ''}: "
-                     f"{plural(len(cluster.members), 'sample')} in {', '.join(cluster.splits)}")
+                     f"{plural(len(cluster.members), 'sample')}{of} in "
+                     f"{', '.join(cluster.splits)}")
         nearest = {}
         for pair in cluster.pairs:
             for member in (pair.first, pair.second):
                 if member not in nearest or pair.score < nearest[member].score:
                     nearest[member] = pair
         width = max(len(member.split) for member in cluster.members)
-        for number, member in enumerate(cluster.members[:MEMBERS_SHOWN]):
-            pair = nearest.get(number) if number else None
+        # an original once, with the best pair of its samples (a tiled one's tiles)
+        originals: dict[str, list[int]] = {}
+        for number, member in enumerate(cluster.members):
+            originals.setdefault(member.path, []).append(number)
+        for place, numbers in enumerate(list(originals.values())[:MEMBERS_SHOWN]):
+            pairs = [nearest[number] for number in numbers if number in nearest]
+            pair = min(pairs, key=lambda pair: pair.score, default=None) if place else None
             how = (f"  ({pair.distance} bits, {pair.score:g}% differs)" if pair is not None
-                   else "  (the same image)" if number else "")
+                   else "  (the same image)" if place else "")
+            member = cluster.members[numbers[0]]
             lines.append(f"  {member.split:<{width}}  {printable(member.path)}{how}")
-        if len(cluster.members) > MEMBERS_SHOWN:
-            lines.append(f"  ... {len(cluster.members) - MEMBERS_SHOWN:,} more (--json)")
+        if len(originals) > MEMBERS_SHOWN:
+            lines.append(f"  ... {len(originals) - MEMBERS_SHOWN:,} more (--json)")
     if len(clusters) > CLUSTERS_SHOWN:
         lines.append(f"... {len(clusters) - CLUSTERS_SHOWN:,} more clusters (--json)")
     return "\n".join(lines)

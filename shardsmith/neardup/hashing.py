@@ -42,9 +42,10 @@ DEFAULT_DISTANCE = 14  # hash bits (the nearer of two): the measured curve is fl
 DEFAULT_THRESHOLD = 0.5  # percent of the parts' pixels that differ: the most re-shots
 #                           found at a precision over 0.95 (measured)
 DEFAULT_CAP = 8  # nearest of each hash checked per sample (10.5 pairs a sample, measured)
-DENSE_SIZE = 8  # members over which a cluster is dense
+DENSE_SIZE = 8  # originals over which a cluster is dense
 RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of its greys
 EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
+CUT = 2  # px from the frame's border a part's mask reaches where the border cuts it
 UNLIKE = 100.0  # the score of a pair the check cannot register
 
 FRAME = 256  # px on the long side of the image hashed and checked
@@ -191,18 +192,27 @@ def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int]:
     return first, second
 
 
-def part_view(grey: np.ndarray, median: np.ndarray) -> np.ndarray:
+def part_view(grey: np.ndarray, median: np.ndarray, whole: bool = False) -> np.ndarray:
     """What the check compares: uint8 (3, VIEW, VIEW), the grey window around the part, the
     part's mask (0/1) and where the image shows its fixture (0/1: the 3x3 mean of the image
-    less its fixture within SHOW_LEVEL)."""
+    less its fixture within SHOW_LEVEL).  ``whole``: a part the frame's border cuts has no
+    mask (a tile's: the tiler cut it, and any part cut alike looks the same)."""
     residual = _less_fixture(grey, median)
     mask = _filled(_part_mask(residual))
+    if whole and _cut(mask):
+        mask[:] = 0
     centre = _centre(mask)
     near = cv2.boxFilter(np.abs(residual).astype(np.float64), -1, (3, 3), normalize=False,
                          borderType=cv2.BORDER_REPLICATE)
     shows = (near <= SHOW_LEVEL * 9 * _SCALE).astype(np.uint8)
     return np.stack([_window(grey, centre, VIEW, _EDGE), _window(mask, centre, VIEW, _ZERO),
                      _window(shows, centre, VIEW, _EDGE)])
+
+
+def _cut(mask: np.ndarray) -> bool:
+    """Whether a part's mask reaches the frame's outer CUT px."""
+    inner = mask[CUT:-CUT, CUT:-CUT]
+    return int(inner.sum()) != int(mask.sum())
 
 
 def _thumbnail(view: np.ndarray) -> np.ndarray:

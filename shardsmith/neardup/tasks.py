@@ -9,6 +9,7 @@ originals of 19 MB.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 import numpy as np
@@ -62,13 +63,14 @@ def hash_task(work: list[tuple[bytes | None, np.ndarray]]) -> list[tuple[int, in
             for jpeg, background in work]
 
 
-def check_task(task: tuple[list[tuple[bytes | None, np.ndarray]], list[tuple[int, int]]]
-                ) -> tuple[list[float], list[int]]:
-    """The check's scores of pairs of samples (each from its JPEG bytes and background), and
-    the samples that could not be read (their pairs score UNLIKE)."""
+def check_task(task: tuple[list[tuple[bytes | None, np.ndarray, bool]], list[tuple[int, int]]]
+               ) -> tuple[list[float], list[int]]:
+    """The check's scores of pairs of samples (each from its JPEG bytes, its background and
+    whether it is a tile: a part its tile cuts is no part), and the samples that could not
+    be read (their pairs score UNLIKE)."""
     work, pairs = task
-    views = [_against(hashing.part_view, frame_or_none(jpeg), background)
-             for jpeg, background in work]
+    views = [_against(partial(hashing.part_view, whole=tile), frame_or_none(jpeg), background)
+             for jpeg, background, tile in work]
     scores = [hashing.UNLIKE if views[a] is None or views[b] is None
               else hashing.check(views[a], views[b]) for a, b in pairs]
     return scores, [at for at, view in enumerate(views) if view is None]

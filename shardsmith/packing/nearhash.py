@@ -71,6 +71,8 @@ class SampleLines:
         self.shard = array("i")
         self.fixture = array("i")
         self.against = array("q")  # the background its hash was made against, or -1
+        self.original = array("i")  # its original's number: a tile's are one original's
+        self.last_path: str | None = None
         self.fixtures: dict[fixtures.Fixture, int] = {}
         self.shots: list[list[int]] = []  # each fixture's first lines
         self.counts: list[int] = []
@@ -78,9 +80,11 @@ class SampleLines:
     def add(self, line: Line, trusted: bool = True) -> None:
         """One more line; ``trusted``: its ``near``, if any, is of this algorithm (else it is
         made again)."""
-        at, key = len(self.keys), _get(line, "key")
-        fixture = fixtures.fixture_of(_get(line, "path"), _get(line, "width"),
-                                      _get(line, "height"), key)
+        at, key, path = len(self.keys), _get(line, "key"), _get(line, "path")
+        fixture = fixtures.fixture_of(path, _get(line, "width"), _get(line, "height"), key)
+        # an original's samples (its tiles) are written one after the other
+        self.original.append(self.original[-1] + (path != self.last_path) if at else 0)
+        self.last_path = path
         place = self.fixtures.setdefault(fixture, len(self.fixtures))
         if place == len(self.shots):
             self.shots.append([])
@@ -341,6 +345,8 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     readable = np.flatnonzero(have)
     index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
     pairs = search.unique_pairs(np.concatenate([readable[one.pairs()] for one in index]))
+    original = np.frombuffer(seen.original, np.int32)
+    pairs = pairs[original[pairs[:, 0]] != original[pairs[:, 1]]]  # two tiles of one image
     if focus is not None:
         pairs = pairs[focus[pairs].any(axis=1)]
     scores, unreadable, without = checked(seen, pairs, jpegs, pool, quiet, kept)
@@ -350,9 +356,26 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     return pairs[grounded], scores[grounded], failed
 
 
-def components(hashes: np.ndarray, failed: np.ndarray, joined: np.ndarray) -> np.ndarray:
+def components(seen: SampleLines, hashes: np.ndarray, failed: np.ndarray,
+               joined: np.ndarray) -> np.ndarray:
+    """The connected component of each line (its smallest line): of the ``joined`` pairs, of
+    equal hashes (the same image, whatever the check says) and of an original's lines that
+    join another's (two tiles, each a re-shot's, join one pair of originals); a line that
+    failed or joins nothing alone."""
+    roots = _components(hashes, failed, joined)
+    joining = np.flatnonzero(np.bincount(roots, minlength=len(roots))[roots] > 1)
+    original = np.frombuffer(seen.original, np.int32)[joining]
+    _, first, of = np.unique(original, return_index=True, return_inverse=True)
+    ones = np.column_stack([joining[first[of.reshape(-1)]], joining])
+    if not (ones[:, 0] != ones[:, 1]).any():
+        return roots
+    return _components(hashes, failed, np.concatenate([np.asarray(joined, np.int64)
+                                                       .reshape(-1, 2), ones]))
+
+
+def _components(hashes: np.ndarray, failed: np.ndarray, joined: np.ndarray) -> np.ndarray:
     """The connected component of each line (its smallest line): of the ``joined`` pairs and
-    of equal hashes (the same image, whatever the check says); a failed line alone."""
+    of equal hashes; a failed line alone."""
     parent = np.arange(len(hashes))
     readable = np.flatnonzero(~failed)
     if len(readable):  # equal hashes: joined to the first of them, in one sort
@@ -449,6 +472,7 @@ class _PairChunks(Sequence):
     def __init__(self, seen: SampleLines, pairs: np.ndarray, grounds: dict[int, np.ndarray],
                  jpegs: PreviousJpegs):
         self.seen, self.pairs, self.grounds, self.jpegs = seen, pairs, grounds, jpegs
+        self.tiles = {number for fixture, number in seen.fixtures.items() if fixture[3]}
 
     def samples(self, number: int) -> list[int]:
         return list(dict.fromkeys(self.pairs[number * CHUNK : (number + 1) * CHUNK].ravel()
@@ -462,8 +486,8 @@ class _PairChunks(Sequence):
             raise IndexError(number)
         samples = self.samples(number)
         local = {at: place for place, at in enumerate(samples)}
-        work = [(_jpeg(self.jpegs, self.seen, at), self.grounds[self.seen.fixture[at]])
-                for at in samples]
+        work = [(_jpeg(self.jpegs, self.seen, at), self.grounds[self.seen.fixture[at]],
+                 self.seen.fixture[at] in self.tiles) for at in samples]
         pairs = [(local[a], local[b])
                  for a, b in self.pairs[number * CHUNK : (number + 1) * CHUNK].tolist()]
         return work, pairs

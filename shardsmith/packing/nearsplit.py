@@ -17,7 +17,7 @@ A unit is an original joined to every original it shares a cluster with and, wit
   several splits (a new image that joins two clusters packed apart), the pack says so;
 * a unit of new originals only goes to the split of its first original by path: the split
   that one has on its own, so that the fractions hold on average;
-* a dense cluster (over ``hashing.DENSE_SIZE`` samples: a slow belt's frames chain into
+* a dense cluster (over ``hashing.DENSE_SIZE`` originals: a slow belt's frames chain into
   one) joins nothing: reported, not forced into one split;
 * with ``splits.folder`` the folders name the splits: the clusters across them are
   reported and nothing moves.
@@ -176,7 +176,8 @@ def place(paths: list[str], split: np.ndarray, fixed: np.ndarray, groups: list[s
         if a != b:
             parent[max(a, b)] = min(a, b)
 
-    sizes = Counter(clusters)
+    # a cluster's size in originals (a tile's lines are one original's)
+    sizes = Counter(np.unique(np.column_stack([roots, of_line]), axis=0)[:, 0].tolist())
     dense = {cluster for cluster, size in sizes.items() if size > hashing.DENSE_SIZE}
     first: dict[object, int] = {}  # the first original of each cluster and group
     for item, cluster, group in zip(of_line, clusters, groups, strict=True):
@@ -229,7 +230,7 @@ def settle(placement: Placement, near: NearHashes, jpegs: PreviousJpegs, pool: W
     if focus is None or focus.any():
         pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
                                                   focus=focus)
-        roots = nearhash.components(hashes, failed,
+        roots = nearhash.components(seen, hashes, failed,
                                     pairs[scores <= hashing.DEFAULT_THRESHOLD])
     else:  # nothing new: only an original packed again goes back to its split
         roots = np.arange(len(fixed))
@@ -250,7 +251,7 @@ def _report(placed: Placed, move: bool) -> None:
                     "inspect --near-duplicates lists them",
                     plural(len(placed.torn), "new original"), printable(placed.torn[0]),
                     ", ..." if len(placed.torn) > 1 else "")
-    why = {"dense": f"dense: over {hashing.DENSE_SIZE} samples, a belt's frames, say",
+    why = {"dense": f"dense: over {hashing.DENSE_SIZE} originals, a belt's frames, say",
            "earlier": "packed apart by earlier versions, whose samples never move",
            "folders": "the folders name the splits"}
     for reason, count in sorted(placed.across.items()):
