@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from itertools import combinations
 from pathlib import Path
 
 import cv2
@@ -16,10 +17,10 @@ import pytest
 import webdataset as wds
 import yaml
 from click.testing import CliRunner
-from test_neardup_inspect import _originals
+from test_neardup_inspect import _originals, _truth
 
 from shardsmith.cli import main
-from shardsmith.packing import nearsplit
+from shardsmith.packing import nearhash, nearsplit
 from shardsmith.packing.plan import assign_split
 
 import images
@@ -325,6 +326,52 @@ def test_the_tiles_of_an_original_move_together_and_no_cluster_of_tiles_leaks(
     assert _leaking(out) == []
     code, output = _run("verify", out, "--decode")
     assert code == 0, output
+
+
+def test_equal_bare_tiles_join_no_originals_and_leave_their_pairs_together() -> None:
+    """Ten originals of two tiles: tile 0 of o0 and o1 a checked re-shot pair, tile 1 of each
+    the same bare plate (equal hashes).  Equal tiles are checked, not taken for one image:
+    they join nothing, and the pair stays a cluster of two originals, not a dense one of
+    ten that keeps nothing together."""
+    seen = nearhash.SampleLines()
+    for number in range(10):
+        for tile in range(2):
+            seen.add({"key": f"o{number}_0123456789ab_r000c{tile:03d}", "path": f"o{number}.jpg",
+                      "width": 256, "height": 256, "shard": "train-000000.tar"})
+    hashes = np.arange(1, 21, dtype=np.uint64).repeat(2).reshape(-1, 2)
+    hashes[1::2] = 99  # every tile 1: the bare plate
+    assert nearhash._equal_tiles(hashes, np.arange(20)).tolist() == \
+        [[at, at + 2] for at in range(1, 18, 2)]  # checked, each to the next
+    roots = nearhash.components(seen, hashes, np.zeros(20, bool), np.array([[0, 2]]))
+    assert roots[2] == roots[0] and len(set(roots.tolist())) == 19  # the pair, no more
+    split = np.array([0, 0, 1, 1] + [0] * 16, np.int32)  # o0 in train, o1 in val
+    placed = nearsplit.place([f"o{at // 2}.jpg" for at in range(20)], split,
+                             np.full(20, -1, np.int32), [None] * 20, roots)
+    assert {placed.moves.get(at, int(split[at])) for at in range(4)} == {0}
+    assert not placed.across
+
+
+def test_a_bare_region_in_every_original_joins_none_of_them(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    ramp = np.repeat(np.repeat(np.linspace(60, 200, 512)[None, :, None], 384, 0), 3, 2)
+    for path, (jpeg, _) in _originals().items():  # the same bare plate on the right of each
+        pixels = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(source / path), np.hstack([pixels, ramp.astype(np.uint8)]))
+    out = tmp_path / "out"
+    _pack(tmp_path, source, out, image={"tiles": {"size": 384, "overlap": 128}})
+    code, output = _run("inspect", out, "--near-duplicates", "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    truth = _truth()
+    found = 0
+    for cluster in report["clusters"]:
+        paths = sorted({sample["path"] for sample in cluster["samples"]})
+        assert not cluster["dense"] and not cluster["leakage"], paths
+        pairs = set(combinations(paths, 2))
+        assert pairs <= truth, f"joined different parts: {sorted(pairs - truth)}"
+        found += len(pairs)
+    assert found >= 0.6 * len(truth)  # measured: 28 of 38
 
 
 @pytest.mark.slow

@@ -79,6 +79,25 @@ class Cluster:
     def originals(self) -> int:
         return len({member.path for member in self.members})
 
+    def shown(self) -> list[tuple[Member, Pair | None]]:
+        """Each original once, in order, as the sample of the best pair that joins it (a
+        tiled original's best tile), with that pair (None: joined by equal hashes only)."""
+        best: dict[str, tuple[int, Pair | None]] = {}
+        for number, member in enumerate(self.members):
+            best.setdefault(member.path, (number, None))
+        for pair in sorted(self.pairs, key=lambda pair: pair.score):
+            for number in (pair.first, pair.second):
+                path = self.members[number].path
+                if best[path][1] is None:
+                    best[path] = (number, pair)
+        return [(self.members[number], pair) for number, pair in best.values()]
+
+    def size(self) -> str:
+        """"2 samples", or for tiles "6 samples of 2 originals"."""
+        of = f" of {plural(self.originals, 'original')}" \
+            if self.originals != len(self.members) else ""
+        return f"{plural(len(self.members), 'sample')}{of}"
+
     @property
     def leakage(self) -> bool:
         """Its samples sit in more than one split: validation would measure memory."""
@@ -136,7 +155,8 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
                                        kept)
             finally:
                 progress.close()
-            have, made_count = have | made, int(made.sum())
+            # hashes of 0: a frame without an edge (a uniform image), as a stored one reads
+            have, made_count = have | (made & hashes.any(axis=1)), int(made.sum())
         focus = samples.focus(touching, split)
         pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
                                                   distance, cap, kept, focus)
@@ -255,35 +275,22 @@ def near_duplicates_text(found: NearDuplicates) -> str:
                      "output.near_hashes: false); the next pack stores them")
     if found.unreadable:
         lines.append(f"{plural(len(found.unreadable), 'sample')} could not be read (shardsmith "
-                     f"verify --decode) or are under {hashing.MIN_SIDE} px on the short side at "
+                     f"verify --decode), show nothing (a uniform frame) or are under "
+                     f"{hashing.MIN_SIDE} px on the short side at "
                      f"{hashing.FRAME} px, left out: {', '.join(found.unreadable[:3])}"
                      + (", ..." if len(found.unreadable) > 3 else ""))
     for cluster in clusters[:CLUSTERS_SHOWN]:
         kind = "leakage" if cluster.leakage else "one split"
-        of = f" of {plural(cluster.originals, 'original')}" \
-            if cluster.originals != len(cluster.members) else ""
-        lines.append(f"{kind}{', dense' if cluster.dense else ''}: "
-                     f"{plural(len(cluster.members), 'sample')}{of} in "
+        lines.append(f"{kind}{', dense' if cluster.dense else ''}: {cluster.size()} in "
                      f"{', '.join(cluster.splits)}")
-        nearest = {}
-        for pair in cluster.pairs:
-            for member in (pair.first, pair.second):
-                if member not in nearest or pair.score < nearest[member].score:
-                    nearest[member] = pair
         width = max(len(member.split) for member in cluster.members)
-        # an original once, with the best pair of its samples (a tiled one's tiles)
-        originals: dict[str, list[int]] = {}
-        for number, member in enumerate(cluster.members):
-            originals.setdefault(member.path, []).append(number)
-        for place, numbers in enumerate(list(originals.values())[:MEMBERS_SHOWN]):
-            pairs = [nearest[number] for number in numbers if number in nearest]
-            pair = min(pairs, key=lambda pair: pair.score, default=None) if place else None
-            how = (f"  ({pair.distance} bits, {pair.score:g}% differs)" if pair is not None
-                   else "  (the same image)" if place else "")
-            member = cluster.members[numbers[0]]
+        shown = cluster.shown()
+        for place, (member, pair) in enumerate(shown[:MEMBERS_SHOWN]):
+            how = "" if not place else "  (the same image)" if pair is None \
+                else f"  ({pair.distance} bits, {pair.score:g}% differs)"
             lines.append(f"  {member.split:<{width}}  {printable(member.path)}{how}")
-        if len(originals) > MEMBERS_SHOWN:
-            lines.append(f"  ... {len(originals) - MEMBERS_SHOWN:,} more (--json)")
+        if len(shown) > MEMBERS_SHOWN:
+            lines.append(f"  ... {len(shown) - MEMBERS_SHOWN:,} more (--json)")
     if len(clusters) > CLUSTERS_SHOWN:
         lines.append(f"... {len(clusters) - CLUSTERS_SHOWN:,} more clusters (--json)")
     return "\n".join(lines)

@@ -60,10 +60,9 @@ def _row(draw: ImageDraw.ImageDraw, image: Image.Image, cluster: Cluster,
     how = f" · {best.distance} bits, {best.score:g}% differs" if best is not None \
         else " · the same image"
     head = ("leakage" if cluster.leakage else "one split") + (", dense" if cluster.dense else "")
-    draw.text((MARGIN, y), f"{head}: {plural(len(cluster.members), 'sample')} in "
-              f"{', '.join(cluster.splits)}{how}", font=fonts[13],
-              fill=REJECT if cluster.leakage else INK)
-    for number, member in enumerate(cluster.members[:MEMBERS_SHOWN]):
+    draw.text((MARGIN, y), f"{head}: {cluster.size()} in {', '.join(cluster.splits)}{how}",
+              font=fonts[13], fill=REJECT if cluster.leakage else INK)
+    for number, (member, _) in enumerate(cluster.shown()[:MEMBERS_SHOWN]):
         x = MARGIN + number * (thumb + GAP)
         top = y + HEADER
         draw.rectangle((x, top, x + thumb - 1, top + thumb - 1), fill=TILE,

@@ -105,6 +105,11 @@ class SampleLines:
     def shard_of(self, at: int) -> str:
         return self.shard_names[self.shard[at]]
 
+    def tiled(self) -> np.ndarray:
+        """Whether each line is a tile's (its fixture is a place in its original)."""
+        tile = np.array([bool(fixture[3]) for fixture in self.fixtures] or [False])
+        return tile[np.frombuffer(self.fixture, np.int32)]
+
 
 class Removed:
     """The fixtures that lose samples in this version: an observer of the previous version's
@@ -344,7 +349,9 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     of a fixture without a background).  A pair with a failed line is left out."""
     readable = np.flatnonzero(have)
     index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
-    pairs = search.unique_pairs(np.concatenate([readable[one.pairs()] for one in index]))
+    pairs = search.unique_pairs(np.concatenate(
+        [readable[one.pairs()] for one in index]
+        + [_equal_tiles(hashes, readable[seen.tiled()[readable]])]))
     original = np.frombuffer(seen.original, np.int32)
     pairs = pairs[original[pairs[:, 0]] != original[pairs[:, 1]]]  # two tiles of one image
     if focus is not None:
@@ -356,28 +363,41 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     return pairs[grounded], scores[grounded], failed
 
 
+def _equal_tiles(hashes: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    """Pairs of the tiles among ``lines`` whose hashes are equal, each to the next: equal
+    tiles are checked, not taken for one image (a tile of bare plate has the hash of the bare
+    plate at its place in every original), and the search pairs a hash's first line only."""
+    if not len(lines):
+        return np.zeros((0, 2), np.int64)
+    _, group = np.unique(hashes[lines], axis=0, return_inverse=True)
+    order = np.argsort(group.reshape(-1), kind="stable")
+    ranked, same = lines[order], group.reshape(-1)[order]
+    step = same[1:] == same[:-1]
+    return np.column_stack([ranked[:-1][step], ranked[1:][step]])
+
+
 def components(seen: SampleLines, hashes: np.ndarray, failed: np.ndarray,
                joined: np.ndarray) -> np.ndarray:
     """The connected component of each line (its smallest line): of the ``joined`` pairs, of
-    equal hashes (the same image, whatever the check says) and of an original's lines that
-    join another's (two tiles, each a re-shot's, join one pair of originals); a line that
-    failed or joins nothing alone."""
-    roots = _components(hashes, failed, joined)
+    equal hashes of whole images (the same image, whatever the check says; equal tiles are
+    checked: ``verified``) and of an original's lines that join another's (two tiles, each a
+    re-shot's, join one pair of originals); a line that failed or joins nothing alone."""
+    roots = _components(hashes, ~failed & ~seen.tiled(), joined)
     joining = np.flatnonzero(np.bincount(roots, minlength=len(roots))[roots] > 1)
     original = np.frombuffer(seen.original, np.int32)[joining]
     _, first, of = np.unique(original, return_index=True, return_inverse=True)
     ones = np.column_stack([joining[first[of.reshape(-1)]], joining])
     if not (ones[:, 0] != ones[:, 1]).any():
         return roots
-    return _components(hashes, failed, np.concatenate([np.asarray(joined, np.int64)
-                                                       .reshape(-1, 2), ones]))
+    return _components(hashes, ~failed & ~seen.tiled(),
+                       np.concatenate([np.asarray(joined, np.int64).reshape(-1, 2), ones]))
 
 
-def _components(hashes: np.ndarray, failed: np.ndarray, joined: np.ndarray) -> np.ndarray:
+def _components(hashes: np.ndarray, alike: np.ndarray, joined: np.ndarray) -> np.ndarray:
     """The connected component of each line (its smallest line): of the ``joined`` pairs and
-    of equal hashes; a failed line alone."""
+    of equal hashes among the lines ``alike`` marks."""
     parent = np.arange(len(hashes))
-    readable = np.flatnonzero(~failed)
+    readable = np.flatnonzero(alike)
     if len(readable):  # equal hashes: joined to the first of them, in one sort
         _, first, group = np.unique(hashes[readable], axis=0, return_index=True,
                                     return_inverse=True)

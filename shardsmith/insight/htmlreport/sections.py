@@ -319,10 +319,10 @@ def near_duplicates_section(found: NearDuplicates | str) -> str:
         best = min(cluster.pairs, key=lambda pair: pair.score, default=None)
         rows.append([page.text(", ".join(cluster.splits)),
                      "<br>".join(page.text(f"{member.split}: {member.path}")
-                                 for member in cluster.members[:MEMBERS_SHOWN]),
+                                 for member, _ in cluster.shown()[:MEMBERS_SHOWN]),
                      page.text(f"{best.distance} bits, {best.score:g}%" if best is not None
                                else "the same image")])
     return page.section("near-duplicates", f"{heading} ({len(leaking):,})", [
         page.paragraph("The same part in two splits: validation would measure memory. "
                        "shardsmith sheet --near-duplicates draws them.", muted=True),
-        page.table(["splits", "samples", "nearest pair"], rows)])
+        page.table(["splits", "originals", "nearest pair"], rows)])
