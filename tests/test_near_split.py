@@ -351,6 +351,15 @@ def test_equal_bare_tiles_join_no_originals_and_leave_their_pairs_together() -> 
     assert not placed.across
 
 
+def test_an_original_is_its_path_wherever_its_lines_are() -> None:
+    seen = nearhash.SampleLines()  # a forged index: the lines of a.jpg parted by b.jpg's
+    for number, path in enumerate(["a.jpg", "a.jpg", "b.jpg", "a.jpg", "c/a.jpg"]):
+        seen.add({"key": f"k{number}_0123456789ab_r000c{number:03d}", "path": path,
+                  "width": 256, "height": 256, "shard": "train-000000.tar"})
+    original = seen.originals().tolist()
+    assert original[0] == original[1] == original[3] and len(set(original)) == 3
+
+
 def test_a_bare_region_in_every_original_joins_none_of_them(tmp_path: Path) -> None:
     source = tmp_path / "src"
     ramp = np.repeat(np.repeat(np.linspace(60, 200, 512)[None, :, None], 384, 0), 3, 2)

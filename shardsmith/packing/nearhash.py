@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from ..dataset.formats import shard_format
 from ..dataset.manifest import NearHashEntry, SampleRecord, ShardEntry
@@ -71,7 +72,8 @@ class SampleLines:
         self.shard = array("i")
         self.fixture = array("i")
         self.against = array("q")  # the background its hash was made against, or -1
-        self.original = array("i")  # its original's number: a tile's are one original's
+        self.run = array("i")  # the run of consecutive lines of one path it is in
+        self.run_path = array("Q")  # each run's path, hashed (xxh3): 8 bytes an original
         self.last_path: str | None = None
         self.fixtures: dict[fixtures.Fixture, int] = {}
         self.shots: list[list[int]] = []  # each fixture's first lines
@@ -82,9 +84,10 @@ class SampleLines:
         made again)."""
         at, key, path = len(self.keys), _get(line, "key"), _get(line, "path")
         fixture = fixtures.fixture_of(path, _get(line, "width"), _get(line, "height"), key)
-        # an original's samples (its tiles) are written one after the other
-        self.original.append(self.original[-1] + (path != self.last_path) if at else 0)
-        self.last_path = path
+        if not at or path != self.last_path:
+            self.run_path.append(xxhash.xxh3_64_intdigest(path.encode("utf-8", "surrogateescape")))
+            self.last_path = path
+        self.run.append(len(self.run_path) - 1)
         place = self.fixtures.setdefault(fixture, len(self.fixtures))
         if place == len(self.shots):
             self.shots.append([])
@@ -104,6 +107,14 @@ class SampleLines:
 
     def shard_of(self, at: int) -> str:
         return self.shard_names[self.shard[at]]
+
+    def originals(self) -> np.ndarray:
+        """Each line's original, numbered: one number for the lines of one path (a tiled
+        original's tiles; the pack writes them one after the other, a forged index may not)."""
+        if not self.keys:
+            return np.zeros(0, np.int64)
+        _, number = np.unique(np.frombuffer(self.run_path, np.uint64), return_inverse=True)
+        return number.reshape(-1)[np.frombuffer(self.run, np.int32)]
 
     def tiled(self) -> np.ndarray:
         """Whether each line is a tile's (its fixture is a place in its original)."""
@@ -352,7 +363,7 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     pairs = search.unique_pairs(np.concatenate(
         [readable[one.pairs()] for one in index]
         + [_equal_tiles(hashes, readable[seen.tiled()[readable]])]))
-    original = np.frombuffer(seen.original, np.int32)
+    original = seen.originals()
     pairs = pairs[original[pairs[:, 0]] != original[pairs[:, 1]]]  # two tiles of one image
     if focus is not None:
         pairs = pairs[focus[pairs].any(axis=1)]
@@ -384,7 +395,7 @@ def components(seen: SampleLines, hashes: np.ndarray, failed: np.ndarray,
     re-shot's, join one pair of originals); a line that failed or joins nothing alone."""
     roots = _components(hashes, ~failed & ~seen.tiled(), joined)
     joining = np.flatnonzero(np.bincount(roots, minlength=len(roots))[roots] > 1)
-    original = np.frombuffer(seen.original, np.int32)[joining]
+    original = seen.originals()[joining]
     _, first, of = np.unique(original, return_index=True, return_inverse=True)
     ones = np.column_stack([joining[first[of.reshape(-1)]], joining])
     if not (ones[:, 0] != ones[:, 1]).any():
