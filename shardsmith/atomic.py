@@ -53,6 +53,11 @@ class HashingFile:
     def tell(self) -> int:
         return self.bytes_written
 
+    def flush(self) -> None:
+        """What was written, readable under the temporary name."""
+        with naming(self.final):
+            self._handle.flush()
+
     def publish(self) -> str:
         """fsync, rename to the final name, and return the sha256 of the content."""
         with naming(self.final):

@@ -160,3 +160,38 @@ def test_the_line_naming_a_key_of_many_copies_stays_one_short_line():
     message = duplicate_message({"k": [f"train-{n:06d}.tar" for n in range(40_000)]},
                                 "the sample index")
     assert "40000 times" in message and len(message) < 400 and "train-000004.tar" not in message
+
+
+def test_a_pack_over_an_index_naming_an_original_under_another_path_publishes_nothing(
+        tmp_path):
+    """A forged index gives one original's line another original's path: the next pack
+    finds the first path new and packs it under the key the forged line holds.  The version
+    would hold that key twice, so it is refused in one line and nothing is published."""
+    from click.testing import CliRunner
+
+    from shardsmith.cli import main
+
+    for name in ("a", "b", "c", "d"):
+        images.write(tmp_path / "src" / f"{name}.png", images.png(64, 48, seed=ord(name)))
+    out = tmp_path / "out"
+    pack = ["pack", str(tmp_path / "src"), str(out), "--labels", "none", "--size", "32",
+            "--quiet"]
+    assert CliRunner().invoke(main, pack).exit_code == 0
+    lines = images.samples_of(out)
+    for line in lines:
+        if line["path"] == "b.png":
+            line["path"] = "a.png"
+    replace_sample_index(out, index_bytes(lines))
+    def verified() -> list[str]:  # what verify finds, less the notes of unlisted shards
+        output = CliRunner().invoke(main, ["verify", str(out)]).output
+        return [line for line in output.splitlines() if not line.startswith("note: ")]
+
+    before = verified()  # it names the forgery
+    result = CliRunner().invoke(main, pack)
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and "samples-v2.jsonl: sample key " in line
+    assert "nothing was published" in line and "Traceback" not in line
+    assert images.manifest_of(out)["version"] == 1
+    assert not (out / "samples-v2.jsonl").exists()
+    assert verified() == before  # the version stands as it was

@@ -613,18 +613,40 @@ def sample_index_intact(directory: Path, manifest: Manifest) -> bool:
 
 def write_sample_index(directory: Path, name: str,
                        records: Iterable[dict[str, Any] | SampleRecord]) -> SampleIndexEntry:
-    """Write the sample index under ``name`` (a new name: nothing published is replaced)."""
+    """Write the sample index under ``name`` (a new name: nothing published is replaced).
+    A key twice (an earlier version's index forged to name an original under another path
+    than its key's, which the pack then packs again under the same key) is a ManifestError,
+    and nothing is published: every command would refuse the version."""
     index = HashingFile(directory / name)
+    tally = KeyTally()
     count = 0
     try:
         for record in records:
             index.write(sample_line(record))
+            tally.add(record["key"] if isinstance(record, dict) else record.key)
             count += 1
+        repeated = _repeated_lines(index, tally.repeated()) if tally.repeated() else {}
+        if repeated:
+            key, lines = next(iter(repeated.items()))
+            raise ManifestError(
+                f"{directory / name}: sample key {key} would be in it {len(lines)} times "
+                f"({', '.join(lines[:2])}): the previous version's sample index names that "
+                "sample's original under another path than its key's, so it is damaged or "
+                "forged; nothing was published")
         sha256 = index.publish()
     except BaseException:
         index.discard()
         raise
     return SampleIndexEntry(name, index.bytes_written, sha256, count)
+
+
+def _repeated_lines(index: HashingFile, hashes: frozenset[int]) -> dict[str, list[str]]:
+    """The keys of ``hashes`` that come twice in the index being written, with their lines."""
+    index.flush()
+    with open(index.tmp, "rb") as handle:
+        keys = ((json.loads(line)["key"], f"line {number}")
+                for number, line in enumerate(handle, 1))
+        return repeated_keys(keys, hashes)
 
 
 def sources_fingerprint(entries: Iterable[tuple]) -> str:
