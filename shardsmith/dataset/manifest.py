@@ -625,7 +625,8 @@ def write_sample_index(directory: Path, name: str,
             index.write(sample_line(record))
             tally.add(record["key"] if isinstance(record, dict) else record.key)
             count += 1
-        repeated = _repeated_lines(index, tally.repeated()) if tally.repeated() else {}
+        hashes = tally.repeated()
+        repeated = _repeated_lines(index, hashes) if hashes else {}
         if repeated:
             key, lines = next(iter(repeated.items()))
             raise ManifestError(

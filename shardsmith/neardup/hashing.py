@@ -61,6 +61,7 @@ _SCALE = 4096  # fixed point of the exposure ratio
 _KERNEL3 = np.ones((3, 3), np.uint8)
 _KERNEL5 = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5))
 _KERNEL9 = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (9, 9))
+_OUTLINE_KERNEL = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * OUTLINE + 1,) * 2)
 _ECC_CRITERIA = (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 30, 1e-4)
 _INVERSE = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
 _EDGE, _ZERO = cv2.BORDER_REPLICATE, cv2.BORDER_CONSTANT
@@ -266,11 +267,10 @@ def _registration(grey_a: np.ndarray, mask_a: np.ndarray, grey_b: np.ndarray,
 
 def _outline(*masks: np.ndarray) -> np.ndarray:
     """Where any of the masks' outlines is within OUTLINE px."""
-    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * OUTLINE + 1,) * 2)
     near = np.zeros(masks[0].shape, bool)
     for mask in masks:
         mask = mask.astype(np.uint8)
-        near |= cv2.dilate(mask, kernel) != cv2.erode(mask, kernel)
+        near |= cv2.dilate(mask, _OUTLINE_KERNEL) != cv2.erode(mask, _OUTLINE_KERNEL)
     return near
 
 
@@ -278,9 +278,9 @@ def check(first: np.ndarray, second: np.ndarray) -> float:
     """How unlike two part views are, in percent of the parts' pixels: ``second`` registered
     onto ``first``, then the pixels of either part that differ by more than CHECK_LEVEL from
     the other's 3x3 neighbourhood after one gain, but where both show the fixture and along
-    either outline over a feature of the fixture, opened by 3x3. UNLIKE where the thumbnails correlate under LIKE_FLOOR, where the registration
-    fails or is no re-shot's (a scale outside 0.7 to 1.45), and where one spot of SPOT px
-    differs."""
+    either outline over a feature of the fixture, opened by 3x3. UNLIKE where the thumbnails
+    correlate under LIKE_FLOOR, where the registration fails or is no re-shot's (a scale
+    outside 0.7 to 1.45), and where one spot of SPOT px differs."""
     grey_a, mask_a, shows_a, features_a = first.astype(np.float32)
     grey_b, mask_b, shows_b, features_b = second.astype(np.float32)
     area_a, area_b = float(mask_a.sum()), float(mask_b.sum())

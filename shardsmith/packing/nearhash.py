@@ -393,14 +393,15 @@ def components(seen: SampleLines, hashes: np.ndarray, failed: np.ndarray,
     equal hashes of whole images (the same image, whatever the check says; equal tiles are
     checked: ``verified``) and of an original's lines that join another's (two tiles, each a
     re-shot's, join one pair of originals); a line that failed or joins nothing alone."""
-    roots = _components(hashes, ~failed & ~seen.tiled(), joined)
+    alike = ~failed & ~seen.tiled()
+    roots = _components(hashes, alike, joined)
     joining = np.flatnonzero(np.bincount(roots, minlength=len(roots))[roots] > 1)
     original = seen.originals()[joining]
     _, first, of = np.unique(original, return_index=True, return_inverse=True)
     ones = np.column_stack([joining[first[of.reshape(-1)]], joining])
     if not (ones[:, 0] != ones[:, 1]).any():
         return roots
-    return _components(hashes, ~failed & ~seen.tiled(),
+    return _components(hashes, alike,
                        np.concatenate([np.asarray(joined, np.int64).reshape(-1, 2), ones]))
 
 
@@ -503,7 +504,7 @@ class _PairChunks(Sequence):
     def __init__(self, seen: SampleLines, pairs: np.ndarray, grounds: dict[int, np.ndarray],
                  jpegs: PreviousJpegs):
         self.seen, self.pairs, self.grounds, self.jpegs = seen, pairs, grounds, jpegs
-        self.tiles = {number for fixture, number in seen.fixtures.items() if fixture[3]}
+        self.tiled = seen.tiled()
 
     def samples(self, number: int) -> list[int]:
         return list(dict.fromkeys(self.pairs[number * CHUNK : (number + 1) * CHUNK].ravel()
@@ -518,7 +519,7 @@ class _PairChunks(Sequence):
         samples = self.samples(number)
         local = {at: place for place, at in enumerate(samples)}
         work = [(_jpeg(self.jpegs, self.seen, at), self.grounds[self.seen.fixture[at]],
-                 self.seen.fixture[at] in self.tiles) for at in samples]
+                 bool(self.tiled[at])) for at in samples]
         pairs = [(local[a], local[b])
                  for a, b in self.pairs[number * CHUNK : (number + 1) * CHUNK].tolist()]
         return work, pairs
