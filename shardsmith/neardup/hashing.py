@@ -199,12 +199,20 @@ def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int]:
     return first, second
 
 
-def part_view(grey: np.ndarray, median: np.ndarray, whole: bool = False) -> np.ndarray:
+def fixture_features(median: np.ndarray) -> np.ndarray:
+    """Where a fixture's background has a feature (a tapped hole, a clamp's edge), uint8 0/1:
+    its gradient over FIXTURE_EDGE, grown by 2 px."""
+    return cv2.dilate((gradient(median) > FIXTURE_EDGE).astype(np.uint8), _KERNEL5)
+
+
+def part_view(grey: np.ndarray, median: np.ndarray, whole: bool = False,
+              features: np.ndarray | None = None) -> np.ndarray:
     """What the check compares: uint8 (4, VIEW, VIEW), the grey window around the part, the
     part's mask (0/1), where the image shows its fixture (0/1: the 3x3 mean of the image
-    less its fixture within SHOW_LEVEL) and where the fixture has a feature (0/1: its
-    gradient over FIXTURE_EDGE, grown by 2 px).  ``whole``: a part the frame's border cuts
-    has no mask (a tile's: the tiler cut it, and any part cut alike looks the same)."""
+    less its fixture within SHOW_LEVEL) and where the fixture has a feature
+    (``fixture_features`` of ``median``, unless given: 0.5 ms of a view's 3).  ``whole``: a
+    part the frame's border cuts has no mask (a tile's: the tiler cut it, and any part cut
+    alike looks the same)."""
     residual = _less_fixture(grey, median)
     mask = _filled(_part_mask(residual))
     if whole and _cut(mask):
@@ -213,7 +221,7 @@ def part_view(grey: np.ndarray, median: np.ndarray, whole: bool = False) -> np.n
     near = cv2.boxFilter(np.abs(residual).astype(np.float64), -1, (3, 3), normalize=False,
                          borderType=cv2.BORDER_REPLICATE)
     shows = (near <= SHOW_LEVEL * 9 * _SCALE).astype(np.uint8)
-    features = cv2.dilate((gradient(median) > FIXTURE_EDGE).astype(np.uint8), _KERNEL5)
+    features = fixture_features(median) if features is None else features
     return np.stack([_window(grey, centre, VIEW, _EDGE), _window(mask, centre, VIEW, _ZERO),
                      _window(shows, centre, VIEW, _EDGE), _window(features, centre, VIEW, _EDGE)])
 

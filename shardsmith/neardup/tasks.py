@@ -69,8 +69,13 @@ def check_task(task: tuple[list[tuple[bytes | None, np.ndarray, bool]], list[tup
     whether it is a tile: a part its tile cuts is no part), and the samples that could not
     be read (their pairs score UNLIKE)."""
     work, pairs = task
-    views = [_against(partial(hashing.part_view, whole=tile), frame_or_none(jpeg), background)
-             for jpeg, background, tile in work]
+    features: dict[int, np.ndarray] = {}  # by background: a task's samples share a few
+    views = []
+    for jpeg, background, tile in work:
+        if id(background) not in features:
+            features[id(background)] = hashing.fixture_features(background)
+        view = partial(hashing.part_view, whole=tile, features=features[id(background)])
+        views.append(_against(view, frame_or_none(jpeg), background))
     scores = [hashing.UNLIKE if views[a] is None or views[b] is None
               else hashing.check(views[a], views[b]) for a, b in pairs]
     return scores, [at for at, view in enumerate(views) if view is None]
