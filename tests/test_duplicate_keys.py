@@ -182,6 +182,7 @@ def test_a_pack_over_an_index_naming_an_original_under_another_path_publishes_no
         if line["path"] == "b.png":
             line["path"] = "a.png"
     replace_sample_index(out, index_bytes(lines))
+
     def verified() -> list[str]:  # what verify finds, less the notes of unlisted shards
         output = CliRunner().invoke(main, ["verify", str(out)]).output
         return [line for line in output.splitlines() if not line.startswith("note: ")]
