@@ -7,10 +7,12 @@ the index (``neardup.search``) at up to a million hashes, and the check.
 
 Two kinds of hashes. ``random``: 64-bit values with 32 bits set (the part hash's shape); the
 exhaustive search costs the same whatever the values are. ``parts``: the part hashes
-(reference.part_hash) of ``--parts`` parts of scripts/reshots.py on two fixtures, each copied
+(``part_hashes``) of ``--parts`` parts of scripts/reshots.py on two fixtures, each copied
 with 2 to 8 random bits flipped (uniform) up to the count: the copies of one part sit as far
 apart as re-shots do (4 to 16 bits) and the parts keep the real spread of different parts on
-one fixture, so hashes crowd as a defect line's do.
+one fixture, so hashes crowd as a defect line's do. Each hash has a second one that breaks
+ties, as a sample's two part hashes do in the product (random: another random value; parts:
+the part's second hash, copied the same way).
 
 Each index row runs in a child process of its own (its peak RSS is that child's VmHWM,
 read before the recall is measured): the median seconds of ``--repeat`` runs,
@@ -56,23 +58,25 @@ def _hashes(count: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _part_hashes(parts: int) -> np.ndarray:
-    """The part hashes of ``parts`` originals, half on each of two fixtures."""
+    """The two part hashes of ``parts`` originals, half on each of two fixtures: (parts, 2)."""
     hashes = []
     for fixture in range(2):
         scene = fixture_scene(0, fixture)
         greys = [reduce(render(0, fixture, part, 0, scene)) for part in range(parts // 2)]
         median = neardup.fixture_median(greys[:63])
-        hashes += [reference.part_hash(grey, median) for grey in greys]
+        hashes += [neardup.part_hashes(grey, median) for grey in greys]
     return np.array(hashes, np.uint64)
 
 
 def _crowded(bases: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` hashes: the bases, then copies of random bases with 2 to 8 bits flipped."""
+    """``count`` rows of hashes: the bases, then copies of random bases, each hash with 2 to
+    8 bits flipped."""
     copies = bases[rng.integers(0, len(bases), count)]
-    flips = rng.integers(FLIPS[0], FLIPS[1] + 1, count)
-    for column in range(FLIPS[1]):
-        bit = np.uint64(1) << rng.integers(0, 64, count).astype(np.uint64)
-        copies ^= np.where(column < flips, bit, np.uint64(0))
+    for hashes in copies.T:
+        flips = rng.integers(FLIPS[0], FLIPS[1] + 1, count)
+        for column in range(FLIPS[1]):
+            bit = np.uint64(1) << rng.integers(0, 64, count).astype(np.uint64)
+            hashes ^= np.where(column < flips, bit, np.uint64(0))
     copies[: min(count, len(bases))] = bases[:count]
     return copies
 
@@ -86,25 +90,29 @@ def _median_seconds(action, repeat: int) -> float:
     return float(np.median(timings))
 
 
-def _exhaustive_lists(hashes: np.ndarray, rows: np.ndarray) -> list[set[int]]:
-    """For each of ``rows`` its cap nearest within DISTANCE (ties by index), by every hash."""
+def _exhaustive_lists(hashes: np.ndarray, ties: np.ndarray, rows: np.ndarray) -> list[set[int]]:
+    """For each of ``rows`` its cap nearest within DISTANCE (ties by the ties' distance, then
+    by index), by every hash."""
     lists = []
     for start in range(0, len(rows), 16):
         block = rows[start : start + 16]
-        keys = neardup_index.popcount(hashes[block, None] ^ hashes[None, :]).astype(np.int64)
-        keys[np.arange(len(block)), block] = 99
-        keys = keys << 32 | np.arange(len(hashes))
+        apart = neardup_index.popcount(hashes[block, None] ^ hashes[None, :]).astype(np.int64)
+        apart[np.arange(len(block)), block] = 99
+        tie = neardup_index.popcount(ties[block, None] ^ ties[None, :]).astype(np.int64)
+        keys = (apart << 7 | tie) << 32 | np.arange(len(hashes))
         nearest = np.sort(np.partition(keys, CAP, axis=1)[:, :CAP], axis=1)
-        lists += [{int(key & 0xFFFFFFFF) for key in row if key >> 32 <= DISTANCE}
+        lists += [{int(key & 0xFFFFFFFF) for key in row if key >> 39 <= DISTANCE}
                   for row in nearest]
     return lists
 
 
 def _recall(index: neardup_index.Index, rows: np.ndarray) -> float:
     """The share of the exhaustive lists of ``rows`` (distinct hashes) the index holds."""
-    exact = _exhaustive_lists(index.hashes, rows)
-    found = [{int(key & 0xFFFFFFFF) for key in index.near[row]
-              if key >> 32 <= DISTANCE} for row in rows]
+    exact = _exhaustive_lists(index.hashes, index.ties, rows)
+    found = []
+    for row in rows:
+        apart, neighbour = neardup_index.entries(index.near[row])
+        found.append(set(neighbour[apart <= DISTANCE].tolist()))
     wanted = sum(len(want) for want in exact)
     return sum(len(want & have) for want, have in zip(exact, found, strict=True)) / max(1, wanted)
 
@@ -117,17 +125,18 @@ def _row(hashes: np.ndarray, new: int, repeat: int, sample: int, folder: Path) -
     if new:
         saved = np.load(folder / "old.npz")
         old = neardup_index.Index(saved["hashes"], saved["first"], saved["group"],
-                                  saved["near"], DISTANCE, neardup_index.DEFAULT_SCHEME)
+                                  saved["near"], DISTANCE, neardup_index.DEFAULT_SCHEME,
+                                  saved["ties"])
         for _ in range(repeat):
             started = time.perf_counter()
-            index, pairs = old.add(hashes[-new:])
+            index, pairs = old.add(hashes[-new:, 0], new_ties=hashes[-new:, 1])
             timings.append(time.perf_counter() - started)
         rows = rng.choice(np.arange(len(old.hashes), len(index.hashes)),
                           min(sample, len(index.hashes) - len(old.hashes)), replace=False)
     else:
         for _ in range(repeat):
             started = time.perf_counter()
-            index = neardup_index.build(hashes, DISTANCE, CAP)
+            index = neardup_index.build(hashes[:, 0], DISTANCE, CAP, ties=hashes[:, 1])
             timings.append(time.perf_counter() - started)
         pairs = index.pairs()
         rows = rng.choice(len(index.hashes), min(sample, len(index.hashes)), replace=False)
@@ -147,9 +156,9 @@ def _peak_mb() -> float:
 
 def _save_old(hashes: np.ndarray, new: int, folder: Path) -> None:
     """Build the index of all but the last ``new`` hashes and save it for a ``new`` row."""
-    index = neardup_index.build(hashes[:-new], DISTANCE, CAP)
+    index = neardup_index.build(hashes[:-new, 0], DISTANCE, CAP, ties=hashes[:-new, 1])
     np.savez(folder / "old.npz", hashes=index.hashes, first=index.first, group=index.group,
-             near=index.near)
+             near=index.near, ties=index.ties)
 
 
 def _child_row(arguments: argparse.Namespace, source: Path, count: int, new: int,
@@ -207,13 +216,14 @@ def _index_table(arguments: argparse.Namespace) -> None:
     if not counts:
         return
     largest = max(counts)
-    random = _hashes(largest, np.random.default_rng(2))
+    random = np.stack([_hashes(largest, np.random.default_rng(seed)) for seed in (2, 4)], 1)
     sources = {"random": random} if "random" in arguments.kinds else {}
     if "parts" in arguments.kinds:
         sources["parts"] = _crowded(_part_hashes(arguments.parts), largest,
                                     np.random.default_rng(3))
-    exhaustive = _median_seconds(lambda: reference.candidates(random[: arguments.exhaustive]),
-                                 arguments.repeat)
+    exhaustive = _median_seconds(
+        lambda: reference.candidates(random[: arguments.exhaustive, 0],
+                                     ties=random[: arguments.exhaustive, 1]), arguments.repeat)
     print(f"\nindex {neardup_index.DEFAULT_SCHEME} (certain within "
           f"{neardup_index.DEFAULT_SCHEME.certain} bits), D {DISTANCE}, cap {CAP}; "
           f"exhaustive at {arguments.exhaustive}: {exhaustive:.2f} s")

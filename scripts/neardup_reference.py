@@ -29,18 +29,29 @@ def distances(hashes: np.ndarray, others: np.ndarray) -> np.ndarray:
 
 
 def candidates(hashes: np.ndarray, distance: int = DEFAULT_DISTANCE, cap: int = DEFAULT_CAP,
-               block: int = 256) -> list[tuple[int, int]]:
+               block: int = 256, ties: np.ndarray | None = None) -> list[tuple[int, int]]:
     """Pairs (i < j) where j is among the ``cap`` nearest of i within ``distance``, or i of j
-    (nearest by distance, then by index), by any column of ``hashes`` (uint64, one hash or
-    ``part_hashes``' two a sample): the pairs to check. Exhaustive in blocks."""
-    hashes = np.asarray(hashes, np.uint64)
+    (nearest by distance, then by the distance of their ``ties``, then by index), by any
+    column of ``hashes`` (uint64, one hash or ``part_hashes``' two a sample, each the other's
+    ties, as the product searches them; ``ties`` is for one hash a sample only): the pairs to
+    check. Exhaustive in blocks."""
+    if ties is not None and np.asarray(hashes).ndim != 1:
+        raise ValueError("ties are for one hash a sample: two are each other's")
+    hashes = np.asarray(hashes, np.uint64).reshape(len(hashes), -1)
+    if hashes.shape[1] == 2:
+        tie_columns = [hashes[:, 1], hashes[:, 0]]
+    else:
+        tie_columns = [None if ties is None else np.asarray(ties, np.uint64)] * hashes.shape[1]
     pairs: set[tuple[int, int]] = set()
-    for column in hashes.reshape(len(hashes), -1).T:
+    for column, tie in zip(hashes.T, tie_columns, strict=True):
         for start in range(0, len(column), block):
             near = distances(column[start : start + block], column).astype(np.int16)
             rows = np.arange(len(near))
             near[rows, rows + start] = 99  # not itself
-            order = np.argsort(near, axis=1, kind="stable")[:, :cap]
+            key = near * 65
+            if tie is not None:
+                key += distances(tie[start : start + block], tie)
+            order = np.argsort(key, axis=1, kind="stable")[:, :cap]
             within = np.take_along_axis(near, order, 1) <= distance
             for row, index in zip(*np.nonzero(within), strict=True):
                 i, j = start + int(row), int(order[row, index])

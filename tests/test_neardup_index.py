@@ -42,9 +42,12 @@ def _tied_hashes(seed: int, count: int) -> np.ndarray:
     return hashes
 
 
-def _exhaustive(hashes: np.ndarray, first: np.ndarray, distance: int, cap: int) -> np.ndarray:
+def _exhaustive(hashes: np.ndarray, first: np.ndarray, distance: int, cap: int,
+                ties: np.ndarray | None = None) -> np.ndarray:
     """reference.candidates over the distinct hashes, as pairs of their first items."""
-    pairs = np.array(reference.candidates(hashes[first], distance, cap), np.int64).reshape(-1, 2)
+    pairs = np.array(reference.candidates(hashes[first], distance, cap,
+                                          ties=None if ties is None else ties[first]),
+                     np.int64).reshape(-1, 2)
     return np.unique(np.sort(first[pairs], axis=1), axis=0).reshape(-1, 2)
 
 
@@ -76,17 +79,23 @@ def test_lists_merged_a_few_pairs_at_a_time_give_the_same_pairs(
     assert np.array_equal(stepwise.pairs(), _exhaustive(hashes, whole.first, 18, 4))
 
 
-def test_threads_sharing_the_partitions_give_the_lists_of_one_whole_or_grown() -> None:
+@pytest.mark.parametrize("tied", [False, True])
+def test_threads_sharing_the_partitions_give_the_lists_of_one_whole_or_grown(
+        tied: bool) -> None:
     hashes = _tied_hashes(6, 800)
-    one = build(hashes, 18, 8, threads=1)
+    ties = _tied_hashes(10, 800) if tied else None
+    new_ties = None if ties is None else ties[700:]
+    one = build(hashes, 18, 8, threads=1, ties=ties)
     assert len(one.pairs()) > 500
-    old = build(hashes[:700], 18, 8, threads=1)
-    grown, pairs = old.add(hashes[700:], threads=1)
+    old = build(hashes[:700], 18, 8, threads=1, ties=None if ties is None else ties[:700])
+    grown, pairs = old.add(hashes[700:], threads=1, new_ties=new_ties)
     for threads in (2, 5):
-        assert np.array_equal(build(hashes, 18, 8, threads=threads).near, one.near)
-        shared, shared_pairs = old.add(hashes[700:], threads=threads)
+        assert np.array_equal(build(hashes, 18, 8, threads=threads, ties=ties).near, one.near)
+        shared, shared_pairs = old.add(hashes[700:], threads=threads, new_ties=new_ties)
         assert np.array_equal(shared.near, grown.near)
         assert np.array_equal(shared_pairs, pairs)
+    if tied:  # the ties changed the lists: a thread without them would not give these
+        assert not np.array_equal(one.near, build(hashes, 18, 8, threads=1).near)
 
 
 def test_the_default_index_has_the_exhaustive_pairs_within_its_certain_bits_and_only_near_ones(
@@ -125,6 +134,58 @@ def test_a_nights_new_hashes_give_the_pairs_of_the_whole_set_that_touch_them(
     assert np.array_equal(grown.pairs(), pairs)
     assert np.array_equal(grown.group, whole.group)
     assert np.array_equal(grown.first, whole.first)
+
+
+def test_of_equal_distance_the_nearest_by_the_ties_come_first() -> None:
+    """Each sample's two hashes: of the many at one distance by the first, the lists keep
+    those nearest by the second (a re-shot is near by both), exactly, and so does ``add``."""
+    hashes = _tied_hashes(7, 500)
+    ties = _tied_hashes(8, 500)
+    ties[250:300] = ties[200:250] ^ np.uint64(1)  # near twins by the ties
+    index = build(hashes, 18, 3, EXACT_SCHEME, ties=ties)
+    expected = _exhaustive(hashes, index.first, 18, 3, ties)
+    assert np.array_equal(index.pairs(), expected)
+    untied = build(hashes, 18, 3, EXACT_SCHEME).pairs()
+    assert len({tuple(p) for p in expected.tolist()} ^ {tuple(p) for p in untied.tolist()}) > 50
+    old = build(hashes[:420], 18, 3, EXACT_SCHEME, ties=ties[:420])
+    grown, new_pairs = old.add(hashes[420:], new_ties=ties[420:])
+    assert np.array_equal(grown.pairs(), expected)
+    assert np.array_equal(new_pairs, expected[(expected >= 420).any(axis=1)])
+    with pytest.raises(ValueError, match="ties"):
+        old.add(hashes[420:])
+
+
+def test_a_keys_fields_do_not_overlap() -> None:
+    """The farthest pair kept (MAX_DISTANCE bits, a tie of 64, the last neighbour) stays
+    under an empty place, and each field under the next one's bits."""
+    largest = (search.MAX_DISTANCE << search._DISTANCE_SHIFT | 64 << search._TIE_SHIFT
+               | search.MAX_HASHES - 1)
+    assert largest < search._NONE < 1 << search._OWNER_SHIFT
+    assert search.MAX_HASHES <= 1 << search._TIE_SHIFT
+    assert 127 << search._TIE_SHIFT < 1 << search._DISTANCE_SHIFT
+    assert (search.MAX_HASHES - 1) << search._OWNER_SHIFT | int(search._NONE) < 2**63
+    distances, neighbours = search.entries(np.array([largest, search._NONE]))
+    assert distances.tolist() == [search.MAX_DISTANCE, search.MAX_DISTANCE + 1]
+    assert neighbours[0] == search.MAX_HASHES - 1
+
+
+def test_ties_of_another_length_are_refused() -> None:
+    hashes = _tied_hashes(11, 50)
+    with pytest.raises(ValueError, match="49 ties for 50"):
+        build(hashes, 18, 8, ties=hashes[:49])
+    with pytest.raises(ValueError, match="9 ties for 10"):
+        build(hashes[:40], 18, 8, ties=hashes[:40]).add(hashes[40:], new_ties=hashes[:9])
+
+
+def test_more_distinct_hashes_than_a_key_holds_are_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "MAX_HASHES", 50)
+    hashes = _tied_hashes(9, 400)
+    with pytest.raises(ValueError, match="more than the 50"):
+        build(hashes, 18, 8)
+    build(np.repeat(hashes[:50], 8), 18, 8)  # 400 hashes, 50 distinct or fewer: searched
+    with pytest.raises(ValueError, match="more than the 50"):
+        build(hashes[:40], 18, 8).add(hashes[40:60])
 
 
 def test_a_hundred_thousand_identical_hashes_are_one_cluster_of_them_all() -> None:

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from reshots import corpus, fixture_scene, render  # noqa: E402
 
 from shardsmith.cli import main  # noqa: E402
+from shardsmith.neardup import search  # noqa: E402
 
 SEED, PARTS, RESHOTS, REEXPORTED = 5, 40, 8, 12
 
@@ -175,6 +176,16 @@ def test_a_stored_jpeg_of_another_size_than_its_line_says_is_named_not_fatal(
     assert len(report["unreadable"]) == 1 and report["clusters"]
     assert all(report["unreadable"][0] not in [s["key"] for s in cluster["samples"]]
                for cluster in report["clusters"])
+
+
+def test_more_samples_than_the_search_takes_are_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _packed(tmp_path, 20)
+    monkeypatch.setattr(search, "MAX_HASHES", 10)
+    code, output = _run("inspect", out, "--near-duplicates")
+    assert code == 2
+    assert output.strip().splitlines() == [
+        "shardsmith: error: 20 hashed samples: the near-duplicate search takes 10 at most"]
 
 
 def test_a_distance_needs_the_near_duplicates(tmp_path: Path) -> None:

@@ -91,7 +91,8 @@ def test_the_fixture_background_holds_no_ghost_of_the_parts() -> None:
 def test_candidates_of_two_hashes_are_the_union_of_each_ones() -> None:
     hashes = np.random.default_rng(4).integers(0, 2**63, (300, 2), dtype=np.uint64)
     hashes[150:, 1] = hashes[:150, 1] ^ np.uint64(0b1011)  # near twins by the second hash only
-    first, second = (set(reference.candidates(hashes[:, k], 24, 3)) for k in (0, 1))
+    first, second = (set(reference.candidates(hashes[:, k], 24, 3, ties=hashes[:, 1 - k]))
+                     for k in (0, 1))
     both = reference.candidates(hashes, 24, 3)
     assert both == sorted(first | second)
     twins = {(i, i + 150) for i in range(150)}

@@ -17,8 +17,10 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
   every mask of up to ``probe`` bits flipped, looked up among the others'). By pigeonhole every
   pair within ``Scheme.certain`` bits is found; farther pairs are found by chance, the more
   the more partitions. Each hash's ``cap`` nearest within ``distance`` are then chosen among
-  the pairs found, by (distance, index) as ``candidates`` does: the same pairs as the
-  exhaustive search up to ``certain`` bits, and a recall measured beyond it
+  the pairs found, by (distance, tie, index) as ``candidates`` does, where the tie is the
+  distance of a second hash of the two items if one is given (a sample's other part hash:
+  hashes are 64 bits, so many lie at one distance): the same pairs as the exhaustive search
+  up to ``certain`` bits, and a recall measured beyond it
   (scripts/bench_neardup.py; why this scheme: docs/performance.md, "Near-duplicates: the
   search"). ``THREADS`` threads share the partitions, each into lists of its own, joined at
   the end: the same lists whatever their number.
@@ -38,15 +40,20 @@ from itertools import combinations
 
 import numpy as np
 
-MAX_HASHES = 1 << 24  # a sample index holding more is refused (the keys below need < 2**26)
+MAX_HASHES = 1 << 24  # a sample index holding more is refused (a key's neighbour has 24 bits)
 MAX_DISTANCE = 30  # bits; a key holds a distance in 5 bits
 # threads of ``build`` and ``add``: each holds lists and temporaries of its own (a million
 # crowded hashes: 64 s in 623 MB with 1, 44 s in 731 to 807 MB with 2, 1,085 MB with 3)
 THREADS = 2
-_NEIGHBOUR_BITS = 32  # key = distance << 32 | neighbour
-_OWNER_SHIFT = 37  # pooled entry = owner << 37 | key
-_LOW = np.int64((1 << _NEIGHBOUR_BITS) - 1)
-_NONE = np.int64((MAX_DISTANCE + 1) << _NEIGHBOUR_BITS | ((1 << _NEIGHBOUR_BITS) - 1))
+# key = distance << 31 | tie << 24 | neighbour: the nearest first, of equal distance the
+# nearest by the ties' hashes (7 bits, 0 to 64), then the lowest neighbour
+_TIE_SHIFT = 24
+_DISTANCE_SHIFT = 31
+_OWNER_SHIFT = 36  # pooled entry = owner << 36 | key
+_LOW = np.int64((1 << _TIE_SHIFT) - 1)
+_NONE = np.int64((MAX_DISTANCE + 1) << _DISTANCE_SHIFT | ((1 << _DISTANCE_SHIFT) - 1))
+_PAIR_SHIFT = 32  # a pair of items = i << 32 | j
+_PAIR_LOW = np.int64((1 << _PAIR_SHIFT) - 1)
 # pairs looked at in one step and entries gathered before they are merged into the lists:
 # they bound the temporaries, whatever a bucket holds (a million crowded hashes, 2 threads:
 # 44 s in 731 MB; with steps of 4M and 4M, 47 s in 1,157 MB)
@@ -177,11 +184,12 @@ def _chunks(counts: np.ndarray) -> list[slice]:
 
 
 class _Lists:
-    """Each hash's ``cap`` nearest so far as keys ``distance << 32 | neighbour``, ascending:
+    """Each hash's ``cap`` nearest so far as keys (distance, tie, neighbour), ascending:
     pairs come in, are kept if they beat a list's last, and are merged in batches."""
 
-    def __init__(self, near: np.ndarray, hashes: np.ndarray, distance: int) -> None:
-        self.near, self.hashes, self.distance = near, hashes, distance
+    def __init__(self, near: np.ndarray, hashes: np.ndarray, distance: int,
+                 ties: np.ndarray | None) -> None:
+        self.near, self.hashes, self.distance, self.ties = near, hashes, distance, ties
         self.last = near[:, -1].copy()  # each list's last, packed: read once a pair offered
         self.reach = self._reach(self.last)
         self.pool: list[np.ndarray] = []
@@ -196,7 +204,9 @@ class _Lists:
     def offer_close(self, left: np.ndarray, right: np.ndarray, apart: np.ndarray) -> None:
         """Pairs (left, right) ``apart`` bits apart, within the distance."""
         left, right = left.astype(np.int64), right.astype(np.int64)
-        apart = apart.astype(np.int64) << _NEIGHBOUR_BITS
+        apart = apart.astype(np.int64) << _DISTANCE_SHIFT
+        if self.ties is not None:
+            apart |= popcount(self.ties[left] ^ self.ties[right]).astype(np.int64) << _TIE_SHIFT
         for owner, other in ((left, right), (right, left)):
             key = apart | other
             beats = key < self.last[owner]
@@ -252,7 +262,7 @@ class _Lists:
     def _reach(self, last: np.ndarray) -> np.ndarray:
         """The farthest a pair may be and still enter a list (uint8): the distance of a full
         list's last, else the search's distance."""
-        return np.minimum(last >> _NEIGHBOUR_BITS, self.distance).astype(np.uint8)
+        return np.minimum(last >> _DISTANCE_SHIFT, self.distance).astype(np.uint8)
 
 
 def _bytes(hashes: np.ndarray) -> np.ndarray:
@@ -373,14 +383,21 @@ def _pairs(near: np.ndarray, first: np.ndarray, since: int = 0) -> np.ndarray:
         touching = (a >= since) | (b >= since)
         a, b = a[touching], b[touching]
     a, b = first[a], first[b]
-    return _distinct(np.minimum(a, b) << _NEIGHBOUR_BITS | np.maximum(a, b))
+    return _distinct(np.minimum(a, b) << _PAIR_SHIFT | np.maximum(a, b))
+
+
+def entries(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distance, neighbour) of each of an ``Index.near`` row's keys; an empty place has a
+    distance over MAX_DISTANCE."""
+    keys = np.asarray(keys, np.int64)
+    return keys >> _DISTANCE_SHIFT, keys & _LOW
 
 
 def unique_pairs(pairs: np.ndarray) -> np.ndarray:
     """The distinct rows of (k, 2) item pairs (items 0 to 2**31 - 1: a pair is one int64),
     sorted."""
     pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
-    return _distinct(pairs[:, 0] << _NEIGHBOUR_BITS | pairs[:, 1])
+    return _distinct(pairs[:, 0] << _PAIR_SHIFT | pairs[:, 1])
 
 
 def _distinct(codes: np.ndarray) -> np.ndarray:
@@ -389,7 +406,7 @@ def _distinct(codes: np.ndarray) -> np.ndarray:
     a million random hashes' pairs: 0.8 s and 334 MB, where they took 12.9 s and 586 MB."""
     codes.sort()
     codes = codes[np.r_[True, codes[1:] != codes[:-1]]] if len(codes) else codes
-    return np.stack([codes >> _NEIGHBOUR_BITS, codes & _LOW], axis=1)
+    return np.stack([codes >> _PAIR_SHIFT, codes & _PAIR_LOW], axis=1)
 
 
 @dataclass(frozen=True)
@@ -400,17 +417,24 @@ class Index:
     hashes: np.ndarray  # distinct, in order of first occurrence (uint64)
     first: np.ndarray  # the first item of each (int64)
     group: np.ndarray  # each item's distinct hash (int64)
-    near: np.ndarray  # (distinct, cap) keys distance << 32 | distinct neighbour, ascending
+    near: np.ndarray  # (distinct, cap) keys (distance, tie, neighbour), ascending
     distance: int
     scheme: Scheme
+    ties: np.ndarray | None = None  # the tie-breaking hash of each distinct one's first item
 
     def pairs(self) -> np.ndarray:
         """All candidate pairs of items (i < j, sorted; first items of their hash)."""
         return _pairs(self.near, self.first)
 
-    def add(self, new_hashes: np.ndarray, threads: int = THREADS) -> tuple[Index, np.ndarray]:
-        """The index with ``new_hashes`` appended (items len(group) on), and the candidate
-        pairs that touch a new distinct hash: those of ``build`` over all, exactly."""
+    def add(self, new_hashes: np.ndarray, threads: int = THREADS,
+            new_ties: np.ndarray | None = None) -> tuple[Index, np.ndarray]:
+        """The index with ``new_hashes`` (and their ``new_ties``, if it was built with ties)
+        appended (items len(group) on), and the candidate pairs that touch a new distinct
+        hash: those of ``build`` over all, exactly."""
+        if (self.ties is None) != (new_ties is None):
+            raise ValueError("an index built with ties takes new hashes with ties, and only it")
+        if new_ties is not None and len(new_ties) != len(new_hashes):
+            raise ValueError(f"{len(new_ties)} ties for {len(new_hashes)} hashes")
         items = len(self.group)
         by_value = np.argsort(self.hashes, kind="stable")
         values, first, group = _collapse(new_hashes)
@@ -419,50 +443,64 @@ class Index:
         known = ordered[where] == values if len(ordered) else np.zeros(len(values), bool)
         fresh = np.flatnonzero(~known)
         old = len(self.hashes)
+        if old + len(fresh) > MAX_HASHES:
+            raise ValueError(f"{old + len(fresh)} distinct hashes, more than the {MAX_HASHES} "
+                             "a key holds")
         position = np.empty(len(values), np.int64)
         position[known] = by_value[where[known]]
         position[fresh] = old + np.arange(len(fresh))
         hashes = np.concatenate([self.hashes, values[fresh]])
+        ties = None if new_ties is None else np.concatenate(
+            [self.ties, np.asarray(new_ties, np.uint64)[first[fresh]]])
         near = np.concatenate([self.near, np.full((len(fresh), self.near.shape[1]), _NONE)])
 
         def search(lists: _Lists, partitions: range) -> None:
             _queried(values[fresh], self.hashes, lists, self.scheme, old, partitions)
             _all_pairs(values[fresh], lists, self.scheme, old, partitions)
 
-        near = _searched(near, hashes, self.distance, self.scheme, threads, search)
-        grown = replace(self, hashes=hashes, near=near,
+        near = _searched(near, hashes, ties, self.distance, self.scheme, threads, search)
+        grown = replace(self, hashes=hashes, near=near, ties=ties,
                         first=np.concatenate([self.first, items + first[fresh]]),
                         group=np.concatenate([self.group, position[group]]))
         return grown, _pairs(near, grown.first, since=old)
 
 
 def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
-          scheme: Scheme = DEFAULT_SCHEME, threads: int = THREADS) -> Index:
+          scheme: Scheme = DEFAULT_SCHEME, threads: int = THREADS,
+          ties: np.ndarray | None = None) -> Index:
     """The index of ``hashes`` (validated uint64): equal ones collapsed, each distinct hash's
-    ``cap`` nearest within ``distance`` among the pairs the scheme finds. ``threads`` search
+    ``cap`` nearest within ``distance`` among the pairs the scheme finds; of equal distance,
+    the nearest by ``ties`` (a second hash of each item, uint64) first. ``threads`` search
     the partitions between them, each into lists of its own, then joined: the same lists
     whatever their number."""
     if not 0 <= distance <= MAX_DISTANCE or cap < 1:
         raise ValueError(f"distance must be 0 to {MAX_DISTANCE} and cap at least 1")
     values, first, group = _collapse(np.asarray(hashes, np.uint64))
+    if len(values) > MAX_HASHES:
+        raise ValueError(f"{len(values)} distinct hashes, more than the {MAX_HASHES} a key holds")
+    if ties is not None:
+        if len(ties) != len(hashes):
+            raise ValueError(f"{len(ties)} ties for {len(hashes)} hashes")
+        ties = np.asarray(ties, np.uint64)[first]
 
     def search(lists: _Lists, partitions: range) -> None:
         _all_pairs(values, lists, scheme, 0, partitions)
 
-    near = _searched(np.full((len(values), cap), _NONE), values, distance, scheme, threads,
-                     search)
-    return Index(values, first, group, near, distance, scheme)
+    near = _searched(np.full((len(values), cap), _NONE), values, ties, distance, scheme,
+                     threads, search)
+    return Index(values, first, group, near, distance, scheme, ties)
 
 
-def _searched(near: np.ndarray, hashes: np.ndarray, distance: int, scheme: Scheme,
-              threads: int, search: Callable[[_Lists, range], None]) -> np.ndarray:
+def _searched(near: np.ndarray, hashes: np.ndarray, ties: np.ndarray | None, distance: int,
+              scheme: Scheme, threads: int,
+              search: Callable[[_Lists, range], None]) -> np.ndarray:
     """``near`` grown by ``search`` over the scheme's partitions: ``threads`` share them, each
     into lists of its own (a copy of ``near``), joined at the end."""
     threads = max(1, min(threads, scheme.partitions))
     stop = threading.Event()
 
     def searched(start: int) -> np.ndarray:
-        lists = _Lists(near.copy() if threads > 1 else near, hashes, distance)
+        lists = _Lists(near.copy() if threads > 1 else near, hashes, distance, ties)
         for partition in range(start, scheme.partitions, threads):
             if stop.is_set():  # the caller was interrupted: it waits for no more partitions
                 break
@@ -478,7 +516,7 @@ def _searched(near: np.ndarray, hashes: np.ndarray, distance: int, scheme: Schem
         pool.shutdown()
     if threads == 1:
         return found[0]
-    lists = _Lists(found[0], hashes, distance)
+    lists = _Lists(found[0], hashes, distance, ties)
     for other in found[1:]:
         lists.take(other, since=near)
     return lists.near

@@ -36,7 +36,7 @@ import xxhash
 
 from ..dataset.formats import shard_format
 from ..dataset.manifest import NearHashEntry, SampleRecord, ShardEntry
-from ..errors import OutputStateError, ShardFormatError
+from ..errors import ConfigError, OutputStateError, ShardFormatError
 from ..neardup import fixtures, hashing, search, tasks
 from ..progress import Progress
 from .jpegcopy import PreviousJpegs
@@ -359,7 +359,12 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     lines), checked: (pairs, their scores, the lines that failed: no hash, unreadable, or
     of a fixture without a background).  A pair with a failed line is left out."""
     readable = np.flatnonzero(have)
-    index = [search.build(hashes[readable, column], distance, cap) for column in (0, 1)]
+    if len(readable) > search.MAX_HASHES:
+        raise ConfigError(f"{len(readable):,} hashed samples: the near-duplicate search takes "
+                          f"{search.MAX_HASHES:,} at most")
+    # each hash's nearest, of equal distance the nearest by the other hash first
+    index = [search.build(hashes[readable, column], distance, cap,
+                          ties=hashes[readable, 1 - column]) for column in (0, 1)]
     pairs = search.unique_pairs(np.concatenate(
         [readable[one.pairs()] for one in index]
         + [_equal_tiles(hashes, readable[seen.tiled()[readable]])]))
