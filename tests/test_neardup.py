@@ -10,6 +10,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -90,26 +91,30 @@ def test_the_check_refuses_a_stretched_copy() -> None:
     assert neardup.check(*views) > neardup.DEFAULT_THRESHOLD
 
 
-def _plate_over_dots(shift: tuple[int, int], holes: list[tuple[int, int, int]]
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """A bright plate of 140 x 100 px with round holes (x, y, radius) over a fixture of dark
-    dots 14 px apart (which stays put when the plate moves), and the fixture."""
+def _plate_over_dots(shift: tuple[int, int], holes: list[tuple[int, int, int]],
+                     size: tuple[int, int] = (140, 100)) -> tuple[np.ndarray, np.ndarray]:
+    """A bright plate of ``size`` px (140 x 100) with round holes (x, y, radius) over a
+    fixture of dark dots 14 px apart (which stays put when the plate moves), and the
+    fixture."""
     fixture = np.full((192, 256), 90, np.uint8)
     for y in range(6, 192, 14):
         for x in range(6, 256, 14):
             cv2.circle(fixture, (x, y), 3, 30, -1)
-    left, top = 60 + shift[0], 45 + shift[1]
+    left, top = 128 - size[0] // 2 + shift[0], 96 - size[1] // 2 + shift[1]
     plate = np.zeros(fixture.shape, np.uint8)
-    plate[top:top + 100, left:left + 140] = 1
+    plate[top:top + size[1], left:left + size[0]] = 1
     for x, y, radius in holes:
         cv2.circle(plate, (left + x, top + y), radius, 0, -1)
     image = np.where(plate > 0, 200, fixture) + np.random.default_rng(5).normal(0, 2, plate.shape)
     return np.clip(image, 0, 255).astype(np.uint8), fixture
 
 
-def test_what_a_hole_shows_of_the_fixture_is_no_difference() -> None:
+def test_what_a_hole_shows_of_the_fixture_is_no_difference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The plate moved by half the dots' spacing: its holes show a dot in one shot and none
-    in the other.  A hole elsewhere is another part."""
+    in the other.  Neither is the plate's body, so that is no difference, even where the
+    fixture's background does not say that a hole shows it (under a part it is the parts'
+    ghost: the views' fixture channel cleared).  A hole elsewhere is another part."""
     holes = [(24, 20, 9), (80, 48, 9)]
     shot, fixture = _plate_over_dots((0, 0), holes)
     again, _ = _plate_over_dots((7, 7), holes)
@@ -119,29 +124,48 @@ def test_what_a_hole_shows_of_the_fixture_is_no_difference() -> None:
     assert neardup.check(first, third) > neardup.DEFAULT_THRESHOLD
     blind = [view.copy() for view in (first, second)]
     for view in blind:
-        view[2] = 0  # as if neither showed the fixture: the dots differ
-    assert neardup.check(*blind) > neardup.DEFAULT_THRESHOLD
+        view[2] = 0  # as if neither showed the fixture
+    assert neardup.check(*blind) <= neardup.DEFAULT_THRESHOLD
+    assert neardup.check(blind[0], neardup.part_view(other, fixture)) > \
+        neardup.DEFAULT_THRESHOLD
+    monkeypatch.setattr(neardup, "BODY_LEVEL", 255)  # without the body rule: the fixture's
+    assert neardup.check(first, second) <= neardup.DEFAULT_THRESHOLD  # channel passes it
+    assert neardup.check(*blind) > neardup.DEFAULT_THRESHOLD  # and only it
 
 
-def test_the_fixture_behind_an_outline_is_no_difference() -> None:
+def test_a_hole_against_a_bright_boss_is_another_part() -> None:
+    """Neither pixel is the plate's body, but one is darker than it and the other brighter."""
+    shot, fixture = _plate_over_dots((0, 0), [(24, 20, 9)])
+    boss = shot.copy()
+    cv2.circle(boss, (58 + 24, 46 + 20), 9, 255, -1)  # the plate's corner is at (58, 46)
+    first, second = (neardup.part_view(grey, fixture) for grey in (shot, boss))
+    assert neardup.check(first, first) == 0.0
+    assert neardup.check(first, second) == neardup.UNLIKE
+
+
+def test_the_fixture_behind_an_outline_is_no_difference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Part 89, a plate, re-shot: its outline crosses the fixture's tapped holes elsewhere,
-    and the pixels along it mix plate and hole.  Accepted; with the fixture's features
-    cleared, the outline differs and it is refused (0.25 against 0.57% of the part)."""
+    and the pixels along it mix plate and hole.  Accepted, and so it is with the fixture's
+    features cleared: such a pixel is neither shot's body."""
     first, second = (neardup.part_view(_grey(89, shot), _median()) for shot in (0, 1))
     assert neardup.check(first, second) <= neardup.DEFAULT_THRESHOLD
     blind = [view.copy() for view in (first, second)]
     for view in blind:
         view[3] = 0
+    assert neardup.check(*blind) <= neardup.DEFAULT_THRESHOLD
+    monkeypatch.setattr(neardup, "BODY_LEVEL", 255)  # without the body rule, only the
+    assert neardup.check(first, second) <= neardup.DEFAULT_THRESHOLD  # features pass it
     assert neardup.check(*blind) > neardup.DEFAULT_THRESHOLD
 
 
 def test_one_small_hole_more_is_another_part_however_large_the_part() -> None:
-    """A hole of radius 4 is ~50 px: under the threshold's share of a 140 x 100 plate, over
+    """A hole of radius 4 is ~50 px: under the threshold's share of a 170 x 120 plate, over
     one spot's SPOT px."""
-    shot, fixture = _plate_over_dots((0, 0), [(24, 20, 9)])
-    more, _ = _plate_over_dots((0, 0), [(24, 20, 9), (100, 70, 4)])
+    shot, fixture = _plate_over_dots((0, 0), [(24, 20, 9)], (170, 120))
+    more, _ = _plate_over_dots((0, 0), [(24, 20, 9), (100, 70, 4)], (170, 120))
     first, second = (neardup.part_view(grey, fixture) for grey in (shot, more))
-    share = 100 * np.pi * 4**2 / (140 * 100)
+    share = 100 * np.pi * 4**2 / (170 * 120)
     assert share < neardup.DEFAULT_THRESHOLD and np.pi * 4**2 > neardup.SPOT
     assert neardup.check(first, first) == 0.0
     assert neardup.check(first, second) == neardup.UNLIKE
