@@ -51,6 +51,14 @@ class Progress:
         with self._lock:
             self._update(count)
 
+    def grow(self, count: int) -> None:
+        """``count`` more to do: work found as the work is done."""
+        with self._lock:
+            self.total += count
+            if self._bar is not None:
+                self._bar.total = self.total
+                self._bar.refresh()
+
     @property
     def seconds(self) -> float:
         """From the start to the last update: what the rate of a progress line is over."""

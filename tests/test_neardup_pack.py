@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from test_neardup_inspect import _originals
 
 from shardsmith.cli import main
+from shardsmith.insight import near_duplicates
 from shardsmith.neardup import hashing, tasks
 from shardsmith.packing import jpegcopy, nearhash
 
@@ -163,6 +164,25 @@ def test_the_nightly_report_lists_the_clusters_across_splits_new_samples_joined(
     assert f"new in this version ({len(leaking_with_new)})" in section
     for cluster in leaking_with_new:
         assert all(sample["path"] in section for sample in cluster["samples"])
+
+
+def test_the_cluster_of_one_sample_is_the_cluster_a_check_of_every_pair_finds(
+        tmp_path: Path) -> None:
+    # the report and an increment check the pairs of their new samples' clusters, outward
+    # from those samples: an earlier sample that only its twin joins is in the cluster too
+    out = tmp_path / "out"
+    assert _run("pack", "--config", _job(tmp_path, _tree(tmp_path / "src"), out,
+                                         "webdataset"))[0] == 0
+    whole = near_duplicates.find(out, workers=1)
+    larger = [sorted(member.key for member in cluster.members)
+              for cluster in whole.clusters if cluster.originals > 2]
+    assert len(larger) >= 4
+    for keys in larger:
+        for key in keys:
+            found = near_duplicates.find(out, touching=frozenset([key]), workers=1)
+            assert [sorted(member.key for member in cluster.members)
+                    for cluster in found.clusters] == [keys], key
+            assert found.candidates < whole.candidates
 
 
 def test_the_report_of_a_dataset_without_hashes_says_so_in_one_line(tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
             have, made_count = have | (made & hashes.any(axis=1)), int(made.sum())
         focus = samples.focus(touching, split)
         pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
-                                                  distance, cap, kept, focus)
+                                                  distance, cap, kept, focus, threshold)
     verified = [(first, second, _nearer(hashes[first], hashes[second]), float(score))
                 for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
                 if score <= threshold]

@@ -353,11 +353,13 @@ def _jpeg(jpegs: PreviousJpegs, seen: SampleLines, at: int) -> bytes | None:
 def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: PreviousJpegs,
              pool: WorkerPool, quiet: bool, distance: int = hashing.DEFAULT_DISTANCE,
              cap: int = hashing.DEFAULT_CAP, kept: Kept | None = None,
-             focus: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             focus: np.ndarray | None = None, threshold: float = hashing.DEFAULT_THRESHOLD,
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The candidate pairs of lines (``cap`` nearest of each hash within ``distance`` bits,
-    over the lines that ``have`` a hash; with ``focus``, a mask, those touching one of its
-    lines), checked: (pairs, their scores, the lines that failed: no hash, unreadable, or
-    of a fixture without a background).  A pair with a failed line is left out."""
+    over the lines that ``have`` a hash; with ``focus``, a mask, those of the clusters its
+    lines are in: ``_reached``), checked: (pairs, their scores, the lines that failed: no
+    hash, unreadable, or of a fixture without a background).  A pair with a failed line is
+    left out."""
     readable = np.flatnonzero(have)
     if len(readable) > search.MAX_HASHES:
         raise ConfigError(f"{len(readable):,} hashed samples: the near-duplicate search takes "
@@ -370,13 +372,52 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
         + [_equal_tiles(hashes, readable[seen.tiled()[readable]])]))
     original = seen.originals()
     pairs = pairs[original[pairs[:, 0]] != original[pairs[:, 1]]]  # two tiles of one image
-    if focus is not None:
-        pairs = pairs[focus[pairs].any(axis=1)]
-    scores, unreadable, without = checked(seen, pairs, jpegs, pool, quiet, kept)
+    if focus is None:
+        scores, unreadable, without = checked(seen, pairs, jpegs, pool, quiet, kept)
+    else:
+        scores, unreadable, without = _reached(seen, hashes, have, pairs, focus, threshold,
+                                               jpegs, pool, quiet, kept)
+        pairs, scores = pairs[~np.isnan(scores)], scores[~np.isnan(scores)]
     grounded = ~np.isin(pairs, list(without)).any(axis=1) if len(pairs) else np.ones(0, bool)
     failed = ~have
     failed[list(unreadable | without)] = True
     return pairs[grounded], scores[grounded], failed
+
+
+def _reached(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, pairs: np.ndarray,
+             focus: np.ndarray, threshold: float, jpegs: PreviousJpegs, pool: WorkerPool,
+             quiet: bool, kept: Kept | None) -> tuple[np.ndarray, set[int], set[int]]:
+    """``checked`` of the pairs of the clusters the ``focus`` lines are in, found outward:
+    the pairs touching a focus line first, then those touching a line they join (within
+    ``threshold``), or an equal image or another tile of an original they reach, until none
+    is new; NaN for the pairs not reached.  So a cluster holds what a check of every pair
+    puts in it: an earlier sample that a new one's twin joins is in the new one's cluster,
+    though no pair of theirs is a candidate.  A ring costs the checks of its new pairs and
+    passes over the lines and pairs (0.5 s for a million lines and 9.3 million pairs)."""
+    scores = np.full(len(pairs), np.nan)
+    unreadable: set[int] = set()
+    without: set[int] = set()
+    kept = OrderedDict() if kept is None else kept  # a ring's backgrounds, for the next
+    alike = np.flatnonzero(have & ~seen.tiled())
+    _, image = np.unique(hashes[alike], axis=0, return_inverse=True)
+    image = image.reshape(-1)
+    original = seen.originals()
+    reached = focus.copy()
+    progress = Progress(0, 0, "pair", "check", quiet)
+    try:
+        while True:
+            reached[alike[np.isin(image, image[reached[alike]])]] = True  # equal images
+            reached |= np.isin(original, original[reached])  # the other tiles of an original
+            ring = np.flatnonzero(np.isnan(scores) & reached[pairs].any(axis=1))
+            if not len(ring):
+                return scores, unreadable, without
+            scores[ring], failed, grounds = checked(seen, pairs[ring], jpegs, pool, quiet,
+                                                    kept, progress)
+            unreadable |= failed
+            without |= grounds
+            reached[pairs[ring][scores[ring] <= threshold].ravel()] = True
+    finally:
+        progress.close()
 
 
 def _equal_tiles(hashes: np.ndarray, lines: np.ndarray) -> np.ndarray:
@@ -434,19 +475,22 @@ def _components(hashes: np.ndarray, alike: np.ndarray, joined: np.ndarray) -> np
 
 
 def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: WorkerPool,
-            quiet: bool, kept: Kept | None = None) -> tuple[np.ndarray, set[int], set[int]]:
+            quiet: bool, kept: Kept | None = None, progress: Progress | None = None,
+            ) -> tuple[np.ndarray, set[int], set[int]]:
     """The check's score of each pair of lines (``hashing.check``; UNLIKE where a sample
     cannot be read or its fixture has no background), the lines that could not be read, and
     those of a fixture none of whose first samples reads.  The pairs are checked a block of
     at most KEPT fixtures at a time; the KEPT backgrounds used last are held (in ``kept``,
-    which may hold those ``hash_fixtures`` made)."""
+    which may hold those ``hash_fixtures`` made); ``progress``, if given, grows by them."""
     scores = np.full(len(pairs), hashing.UNLIKE)
     unreadable: set[int] = set()
     without: set[int] = set()
     lenders: dict[int, np.ndarray] = {}
     kept = OrderedDict() if kept is None else kept
     fixture = np.frombuffer(seen.fixture, np.int32)
-    progress = Progress(len(pairs), 0, "pair", "check", quiet)
+    own = progress is None
+    progress = Progress(0, 0, "pair", "check", quiet) if progress is None else progress
+    progress.grow(len(pairs))
     try:
         for block in _fixture_blocks(fixture[pairs]):
             part = pairs[block]
@@ -467,7 +511,8 @@ def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: Wo
                 unreadable.update(chunks.samples(number)[at] for at in failed)
                 progress.update(len(results))
     finally:
-        progress.close()
+        if own:
+            progress.close()
     return scores, unreadable, without
 
 
