@@ -109,6 +109,23 @@ def _plate_over_dots(shift: tuple[int, int], holes: list[tuple[int, int, int]],
     return np.clip(image, 0, 255).astype(np.uint8), fixture
 
 
+@pytest.mark.parametrize("scale, reshot", [(0.92, True), (1.08, True), (0.85, False),
+                                           (1.2, False)])
+def test_a_part_scaled_beyond_a_reshot_is_another_part(
+        scale: float, reshot: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-shot scales a part by 0.9 to 1/0.9; the same plate and holes 1.2 times as large
+    are another part, however alike they register (the thumbnails, which refuse most such
+    pairs, left out)."""
+    monkeypatch.setattr(neardup, "LIKE_FLOOR", -1.0)
+    holes = [(24, 20, 9), (80, 48, 9), (110, 70, 6)]
+    shot, fixture = _plate_over_dots((0, 0), holes)
+    scaled, _ = _plate_over_dots((0, 0), [(round(x * scale), round(y * scale),
+                                           round(radius * scale)) for x, y, radius in holes],
+                                 size=(round(140 * scale), round(100 * scale)))
+    score = neardup.check(neardup.part_view(shot, fixture), neardup.part_view(scaled, fixture))
+    assert (score <= neardup.DEFAULT_THRESHOLD) == reshot, score
+
+
 def test_what_a_hole_shows_of_the_fixture_is_no_difference(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The plate moved by half the dots' spacing: its holes show a dot in one shot and none

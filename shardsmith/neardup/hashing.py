@@ -5,8 +5,8 @@ its fixture's background (``fixture_median`` of the first images shot on that fi
 pixel the tightest run of an eighth of their greys, the plate without the parts' ghost):
 
 * ``part_hashes``: two 64-bit hashes of the part, in integer arithmetic (the same bits on every
-  CPU): the DCT hash of the image's gradient, clipped, in a window centred on the centroid of
-  the image less its fixture, and in one centred on the part's mask.
+  CPU): the DCT hash of the image's gradient, clipped, in a window of 192 px centred on the
+  centroid of the image less its fixture, and in one of 160 px centred on the part's mask.
 * ``part_view`` and ``check``: a candidate pair whose parts look alike at a glance (their
   small thumbnails correlate) is registered (ECC affine on the part alone, then made a
   similarity: a re-shot moves, turns and scales a part, never stretches it) and scored as the
@@ -31,8 +31,11 @@ import cv2
 import numpy as np
 
 ALGORITHM = "part-edge-dct64"
-VERSION = 2
-WINDOW = 160  # px of the 256 px image around the part: the hash's window (32 blocks of 5)
+VERSION = 3
+# px of the 256 px image around the part: each hash's window (32 blocks of 6, of 5). Of two
+# sizes, the two hashes err apart: re-shots among either's 8 nearest 0.886 -> 0.913, and
+# among the 6 nearest 0.907 for 10% fewer pairs (measured: docs/know-your-data.md, "Windows")
+WINDOWS = (192, 160)
 VIEW = 192  # px the check compares: the largest part, turned and scaled by 1/0.9, fits
 PART_LEVEL = 9  # grey levels off the fixture (5x5 mean) that make a pixel the part's
 CHECK_LEVEL = 15.0  # grey levels a registered pixel may differ from its twin's neighbourhood
@@ -45,10 +48,14 @@ BODY_LEVEL = 40  # grey levels off a part's body (the median of its pixels) wher
 OUTLINE = 2  # px either side of a part's outline where the fixture behind it may differ
 FIXTURE_EDGE = 40  # gradient of the fixture's background where it has a feature (a tapped
 #                    hole, a clamp's edge), grown by 2 px
+# the registered scale, squared, of a re-shot: 0.9 to 1/0.9 squared is 0.81 to 1.23, and 5%
+# for ECC (0.7 to 1.45 let 5 of 43 pairs of different parts through, and no more re-shots)
+RESHOT_SCALE = (0.77, 1.30)
 DEFAULT_DISTANCE = 14  # hash bits (the nearer of two): the measured curve is flat beyond it
-DEFAULT_THRESHOLD = 0.3  # percent of the parts' pixels that differ: the most re-shots
-#                           found at a precision over 0.95 (measured)
-DEFAULT_CAP = 8  # nearest of each hash checked per sample (9.3 pairs a sample, measured)
+DEFAULT_THRESHOLD = 0.4  # percent of the parts' pixels that differ, and
+DEFAULT_CAP = 5  # the nearest of each hash checked per sample (6.7 pairs a sample): at a
+#                  precision over 0.95 the recall is within 0.006 of the best of caps 5 to 8,
+#                  for 36% fewer pairs to check (measured: docs/know-your-data.md, "Windows")
 DENSE_SIZE = 8  # originals over which a cluster is dense
 RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of its greys
 EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
@@ -191,13 +198,15 @@ def gradient(image: np.ndarray) -> np.ndarray:
 
 def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int]:
     """Two 64-bit hashes of the part in ``grey`` (uint8): the DCT hash of the image's gradient,
-    clipped at EDGE_CLIP, in a WINDOW centred on the centroid of the image less its fixture's
-    ``median``, then on the centre of the part's mask. Integer arithmetic from the pixels on,
-    so every CPU gives the same bits (1.7 ms a frame; 2.9 ms in plain NumPy, the same bits)."""
+    clipped at EDGE_CLIP, in a window centred on the centroid of the image less its fixture's
+    ``median``, then in one on the centre of the part's mask (WINDOWS). Integer arithmetic
+    from the pixels on, so every CPU gives the same bits (1.7 ms a frame; 2.9 ms in plain
+    NumPy, the same bits)."""
     residual = _less_fixture(grey, median)
     centres = (_centre(np.abs(residual // _SCALE)), _centre(_filled(_part_mask(residual))))
-    first, second = (_dct_hash(np.minimum(gradient(_window(grey, centre, WINDOW, _EDGE)),
-                                          EDGE_CLIP).astype(np.int64)) for centre in centres)
+    first, second = (_dct_hash(np.minimum(gradient(_window(grey, centre, size, _EDGE)),
+                                          EDGE_CLIP).astype(np.int64))
+                     for centre, size in zip(centres, WINDOWS, strict=True))
     return first, second
 
 
@@ -269,6 +278,8 @@ def _registration(grey_a: np.ndarray, mask_a: np.ndarray, grey_b: np.ndarray,
     if not 0.7 < float(np.linalg.det(linear)) < 1.45:
         return None
     cos, sin = (linear[0, 0] + linear[1, 1]) / 2, (linear[1, 0] - linear[0, 1]) / 2
+    if not RESHOT_SCALE[0] < cos * cos + sin * sin < RESHOT_SCALE[1]:
+        return None
     similar = np.array([[cos, -sin], [sin, cos]])
     centre = np.array([half, half])
     shift = linear @ centre + warp[:, 2] - similar @ centre  # the part's centre stays put
@@ -290,8 +301,8 @@ def check(first: np.ndarray, second: np.ndarray) -> float:
     the other's 3x3 neighbourhood after one gain, but where both show the fixture, where
     neither is its part's body (both off it the same way) and along either outline over a
     feature of the fixture, opened by 3x3. UNLIKE where the thumbnails correlate under
-    LIKE_FLOOR, where the registration fails or is no re-shot's (a scale outside 0.7 to
-    1.45), where the registered part leaves the view, and where one spot of SPOT px
+    LIKE_FLOOR, where the registration fails or is no re-shot's (its scale squared outside
+    RESHOT_SCALE), where the registered part leaves the view, and where one spot of SPOT px
     differs."""
     grey_a, mask_a, shows_a, features_a = first.astype(np.float32)
     grey_b, mask_b, shows_b, features_b = second.astype(np.float32)
