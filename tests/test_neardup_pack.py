@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -183,6 +184,38 @@ def test_the_cluster_of_one_sample_is_the_cluster_a_check_of_every_pair_finds(
             assert [sorted(member.key for member in cluster.members)
                     for cluster in found.clusters] == [keys], key
             assert found.candidates < whole.candidates
+
+
+def test_a_new_samples_cluster_grows_outward_until_it_is_whole_or_dense(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # two slow belts, each frame the next one's twin: 20 frames and 6; the check stubbed so
+    # that only neighbouring frames pass, and hashes a random walk of 2 bits a frame
+    seen, walk = nearhash.SampleLines(), np.random.default_rng(3).permutation(64)
+    hashes = np.zeros((26, 2), np.uint64)
+    for at, (belt, frame) in enumerate([(0, f) for f in range(20)] + [(1, f) for f in range(6)]):
+        seen.add({"key": f"b{belt}f{frame}", "path": f"belt{belt}/{frame:02d}.jpg", "width": 256,
+                  "height": 192, "shard": "s.tar", "near": None})
+        bits = [int(bit) for bit in walk[: 2 * frame]] + [40 + belt, 41 + belt]
+        hashes[at] = [sum(1 << bit for bit in bits)] * 2
+
+    def check(seen: object, pairs: np.ndarray, *args: object, **kwargs: object) -> tuple:
+        checked.extend(map(tuple, pairs.tolist()))
+        return np.where(np.abs(pairs[:, 0] - pairs[:, 1]) == 1, 0.0, 100.0), set(), set()
+
+    checked: list[tuple[int, int]] = []
+    monkeypatch.setattr(nearhash, "checked", check)
+    for newest, whole in ((19, False), (25, True)):
+        focus = np.arange(26) == newest
+        pairs, scores, failed = nearhash.verified(seen, hashes, np.ones(26, bool), None, None,
+                                                  True, focus=focus, threshold=0.4)
+        roots = nearhash.components(seen, hashes, failed, pairs[scores <= 0.4])
+        cluster = np.flatnonzero(roots == roots[newest]).tolist()
+        if whole:  # the short belt: every frame, though only the newest is new
+            assert cluster == list(range(20, 26))
+        else:  # the long one: the rings stop once it holds more than DENSE_SIZE frames
+            assert len(cluster) == hashing.DENSE_SIZE + 2
+            assert cluster == list(range(19 - hashing.DENSE_SIZE - 1, 20))
+    assert len(checked) == len(set(checked))  # no pair checked twice
 
 
 def test_the_report_of_a_dataset_without_hashes_says_so_in_one_line(tmp_path: Path) -> None:

@@ -392,8 +392,12 @@ def _reached(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, pairs: np.
     ``threshold``), or an equal image or another tile of an original they reach, until none
     is new; NaN for the pairs not reached.  So a cluster holds what a check of every pair
     puts in it: an earlier sample that a new one's twin joins is in the new one's cluster,
-    though no pair of theirs is a candidate.  A ring costs the checks of its new pairs and
-    passes over the lines and pairs (0.5 s for a million lines and 9.3 million pairs)."""
+    though no pair of theirs is a candidate.  A line first reached by ring k is k joins of
+    k + 1 originals from a focus line, so after DENSE_SIZE + 1 rings a cluster of up to
+    DENSE_SIZE originals is whole, and one still growing is dense, however far it goes on (a
+    slow belt's frames chain): the rings stop there.  A ring costs the checks of its new
+    pairs and passes over the lines and pairs (0.5 s for a million lines and 9.3 million
+    pairs)."""
     scores = np.full(len(pairs), np.nan)
     unreadable: set[int] = set()
     without: set[int] = set()
@@ -405,12 +409,12 @@ def _reached(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, pairs: np.
     reached = focus.copy()
     progress = Progress(0, 0, "pair", "check", quiet)
     try:
-        while True:
+        for _ in range(hashing.DENSE_SIZE + 1):
             reached[alike[np.isin(image, image[reached[alike]])]] = True  # equal images
             reached |= np.isin(original, original[reached])  # the other tiles of an original
             ring = np.flatnonzero(np.isnan(scores) & reached[pairs].any(axis=1))
             if not len(ring):
-                return scores, unreadable, without
+                break
             scores[ring], failed, grounds = checked(seen, pairs[ring], jpegs, pool, quiet,
                                                     kept, progress)
             unreadable |= failed
@@ -418,6 +422,7 @@ def _reached(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, pairs: np.
             reached[pairs[ring][scores[ring] <= threshold].ravel()] = True
     finally:
         progress.close()
+    return scores, unreadable, without
 
 
 def _equal_tiles(hashes: np.ndarray, lines: np.ndarray) -> np.ndarray:
