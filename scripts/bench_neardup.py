@@ -4,6 +4,7 @@ the index (``neardup.search``) at up to a million hashes, and the check.
     scripts/bench_neardup.py [--counts 5000,10000,20000] [--index-counts 10000,100000,1000000]
                              [--new 10000] [--repeat 3] [--sample 200] [--parts 2000]
                              [--kinds random,parts] [--exhaustive 10000]
+                             [--distance 18] [--cap 8]
 
 Two kinds of hashes. ``random``: 64-bit values with 32 bits set (the part hash's shape); the
 exhaustive search costs the same whatever the values are. ``parts``: the part hashes
@@ -166,12 +167,14 @@ def _child_row(arguments: argparse.Namespace, source: Path, count: int, new: int
     output = subprocess.run(
         [sys.executable, __file__, "--row", str(source), "--row-count", str(count),
          "--new", str(new), "--repeat", str(arguments.repeat), "--sample",
-         str(arguments.sample), "--step", step], check=True, capture_output=True,
+         str(arguments.sample), "--step", step, "--distance", str(DISTANCE), "--cap",
+         str(CAP)], check=True, capture_output=True,
         text=True).stdout
     return json.loads(output.splitlines()[-1])
 
 
 def main() -> None:
+    global DISTANCE, CAP
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     parser.add_argument("--counts", default="5000,10000,20000")
     parser.add_argument("--index-counts", default="10000,100000,1000000")
@@ -182,10 +185,14 @@ def main() -> None:
     parser.add_argument("--kinds", default="random,parts")
     parser.add_argument("--exhaustive", type=int, default=10000,
                         help="hashes of the exhaustive search the ratios divide")
+    parser.add_argument("--distance", type=int, default=DISTANCE,
+                        help="bits within which the index lists a hash's nearest")
+    parser.add_argument("--cap", type=int, default=CAP, help="nearest listed per hash")
     parser.add_argument("--row", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--row-count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--step", default="row", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
+    DISTANCE, CAP = arguments.distance, arguments.cap
     if arguments.row:
         hashes = np.load(arguments.row)[: arguments.row_count]
         if arguments.step == "save":
