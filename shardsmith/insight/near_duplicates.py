@@ -127,8 +127,9 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
     """The near-duplicate clusters of the dataset in ``directory``: the hashes its sample
     index holds (made from its stored samples where it holds none), the candidate pairs
     checked on its stored samples by ``workers`` processes (0: a core each).  ``touching``:
-    only the pairs with a sample of these keys are checked (a version's new samples: what
-    the nightly report shows); ``split``: only those with a sample of that split."""
+    only the clusters of the samples of these keys, their pairs checked outward from those
+    samples (``nearhash.verified``; a version's new samples: what the nightly report shows);
+    ``split``: only those of the samples of that split."""
     where = location(directory)
     if is_url(where):
         raise ConfigError("--near-duplicates reads the shards of a dataset on disk: stage "
