@@ -52,10 +52,11 @@ FIXTURE_EDGE = 40  # gradient of the fixture's background where it has a feature
 # for ECC (0.7 to 1.45 let 5 of 43 pairs of different parts through, and no more re-shots)
 RESHOT_SCALE = (0.77, 1.30)
 DEFAULT_DISTANCE = 14  # hash bits (the nearer of two): the measured curve is flat beyond it
-DEFAULT_THRESHOLD = 0.4  # percent of the parts' pixels that differ, and
-DEFAULT_CAP = 5  # the nearest of each hash checked per sample (6.7 pairs a sample): at a
-#                  precision over 0.95 the recall is within 0.006 of the best of caps 5 to 8,
-#                  for 36% fewer pairs to check (measured: docs/know-your-data.md, "Windows")
+# The threshold and the cap, chosen together (docs/know-your-data.md, "Windows"): at a
+# precision over 0.95 the recall of caps 5 to 8 is within 0.006 of the best, and cap 5 checks
+# 36% fewer pairs (6.7 a sample) than cap 8
+DEFAULT_THRESHOLD = 0.4  # percent of the parts' pixels that differ
+DEFAULT_CAP = 5  # nearest of each hash checked per sample
 DENSE_SIZE = 8  # originals over which a cluster is dense
 RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of its greys
 EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
