@@ -4,7 +4,7 @@ the index (``neardup.search``) at up to a million hashes, and the check.
     scripts/bench_neardup.py [--counts 5000,10000,20000] [--index-counts 10000,100000,1000000]
                              [--new 10000] [--repeat 3] [--sample 200] [--parts 2000]
                              [--kinds random,parts] [--exhaustive 10000]
-                             [--distance 18] [--cap 8]
+                             [--distance 18] [--cap 8] [--rank 5]
 
 Two kinds of hashes. ``random``: 64-bit values with 32 bits set (the part hash's shape); the
 exhaustive search costs the same whatever the values are. ``parts``: the part hashes
@@ -21,7 +21,10 @@ the pairs found, and the recall of the index against the exhaustive search on a 
 ``--sample`` hashes (their cap nearest within the distance, each way round: the share of the
 exhaustive lists' entries the index's lists hold). ``N new`` rows add the last N hashes to
 the index of the others (its build not timed). The ratio is the exhaustive search's seconds
-at ``--exhaustive`` hashes, measured in the same run, over the row's.
+at ``--exhaustive`` hashes, measured in the same run, over the row's. ``--rank K``: a built
+row's seconds include keeping K of each hash's ``--cap`` nearest by signature
+(``search.ranked``, as ``inspect`` and ``pack`` do, over random signatures: its cost does not
+depend on their values), and its pairs are those K.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from reshots import fixture_scene, render  # noqa: E402
 from shardsmith.neardup import hashing as neardup  # noqa: E402
 from shardsmith.neardup import search as neardup_index  # noqa: E402
 
-DISTANCE, CAP = 18, 8
+DISTANCE, CAP, RANK = 18, 8, 0
 FLIPS = (4, 12)  # bits flipped in a copy of a part hash, fewest and most
 
 
@@ -65,7 +68,7 @@ def _part_hashes(parts: int) -> np.ndarray:
         scene = fixture_scene(0, fixture)
         greys = [reduce(render(0, fixture, part, 0, scene)) for part in range(parts // 2)]
         median = neardup.fixture_median(greys[:63])
-        hashes += [neardup.part_hashes(grey, median) for grey in greys]
+        hashes += [neardup.part_hashes(grey, median)[:2] for grey in greys]
     return np.array(hashes, np.uint64)
 
 
@@ -135,11 +138,12 @@ def _row(hashes: np.ndarray, new: int, repeat: int, sample: int, folder: Path) -
         rows = rng.choice(np.arange(len(old.hashes), len(index.hashes)),
                           min(sample, len(index.hashes) - len(old.hashes)), replace=False)
     else:
+        signatures = rng.integers(-127, 128, (len(hashes), neardup.SIGNATURE), np.int8)
         for _ in range(repeat):
             started = time.perf_counter()
             index = neardup_index.build(hashes[:, 0], DISTANCE, CAP, ties=hashes[:, 1])
+            pairs = neardup_index.ranked(index, signatures, RANK) if RANK else index.pairs()
             timings.append(time.perf_counter() - started)
-        pairs = index.pairs()
         rows = rng.choice(len(index.hashes), min(sample, len(index.hashes)), replace=False)
     peak = _peak_mb()
     return {"seconds": float(np.median(timings)), "peak_mb": peak, "pairs": len(pairs),
@@ -168,13 +172,13 @@ def _child_row(arguments: argparse.Namespace, source: Path, count: int, new: int
         [sys.executable, __file__, "--row", str(source), "--row-count", str(count),
          "--new", str(new), "--repeat", str(arguments.repeat), "--sample",
          str(arguments.sample), "--step", step, "--distance", str(DISTANCE), "--cap",
-         str(CAP)], check=True, capture_output=True,
+         str(CAP), "--rank", str(RANK)], check=True, capture_output=True,
         text=True).stdout
     return json.loads(output.splitlines()[-1])
 
 
 def main() -> None:
-    global DISTANCE, CAP
+    global DISTANCE, CAP, RANK
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     parser.add_argument("--counts", default="5000,10000,20000")
     parser.add_argument("--index-counts", default="10000,100000,1000000")
@@ -188,11 +192,13 @@ def main() -> None:
     parser.add_argument("--distance", type=int, default=DISTANCE,
                         help="bits within which the index lists a hash's nearest")
     parser.add_argument("--cap", type=int, default=CAP, help="nearest listed per hash")
+    parser.add_argument("--rank", type=int, default=RANK,
+                        help="of them, kept per hash by signature (0: none)")
     parser.add_argument("--row", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--row-count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--step", default="row", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
-    DISTANCE, CAP = arguments.distance, arguments.cap
+    DISTANCE, CAP, RANK = arguments.distance, arguments.cap, arguments.rank
     if arguments.row:
         hashes = np.load(arguments.row)[: arguments.row_count]
         if arguments.step == "save":
@@ -232,7 +238,8 @@ def _index_table(arguments: argparse.Namespace) -> None:
         lambda: reference.candidates(random[: arguments.exhaustive, 0],
                                      ties=random[: arguments.exhaustive, 1]), arguments.repeat)
     print(f"\nindex {neardup_index.DEFAULT_SCHEME} (certain within "
-          f"{neardup_index.DEFAULT_SCHEME.certain} bits), D {DISTANCE}, cap {CAP}; "
+          f"{neardup_index.DEFAULT_SCHEME.certain} bits), D {DISTANCE}, cap {CAP}"
+          f"{f', {RANK} of them ranked by signature' if RANK else ''}; "
           f"exhaustive at {arguments.exhaustive}: {exhaustive:.2f} s")
     print(f"{'hashes':>9}  {'kind':>6}  {'new':>6}  {'seconds':>8}  {'peak MB':>8}  "
           f"{'pairs':>9}  {'recall':>6}  {'ratio':>7}")

@@ -282,7 +282,7 @@ def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) ->
         greys = [reduce((root / rows[i][0]).read_bytes()) for i in members]
         median = neardup.fixture_median(greys[:sample])
         for i, grey in zip(members, greys, strict=True):
-            hashes[i] = neardup.part_hashes(grey, median)
+            hashes[i] = neardup.part_hashes(grey, median)[:2]
             views[i] = neardup.part_view(grey, median)
         here = {pair for pair in truth if fixture_of[pair[0]] == fixture}
         found = []

@@ -155,6 +155,39 @@ def test_of_equal_distance_the_nearest_by_the_ties_come_first() -> None:
         old.add(hashes[420:])
 
 
+def test_the_nearest_by_signature_are_kept_of_a_hashs_listed_nearest() -> None:
+    """``ranked``: of each distinct hash's listed nearest, the ``cap`` whose signatures are
+    nearest (the sum of the two halves' cosines; of equal sums the nearer in the list), none
+    of its own group, as a plain loop over the lists finds them, in chunks of any size."""
+    hashes = _tied_hashes(9, 400)
+    rng = np.random.default_rng(10)
+    signatures = rng.integers(-127, 128, (400, 126)).astype(np.int8)
+    signatures[:20] = 0  # windows without an edge: no cosine, the list's order
+    signatures[300:320] = signatures[200:220] // 2  # equal cosines: the list's order decides
+    groups = rng.integers(0, 150, 400)
+    index = build(hashes, 18, 12, EXACT_SCHEME)
+    expected = set()
+    for row, keys in enumerate(index.near.tolist()):
+        owner, scored = int(index.first[row]), []
+        for place, key in enumerate(keys):
+            _, neighbour = search.entries(np.array([key]))
+            if key == search._NONE or groups[index.first[neighbour[0]]] == groups[owner]:
+                continue
+            other = int(index.first[neighbour[0]])
+            alike = 0.0
+            for part in (slice(0, 63), slice(63, 126)):
+                a, b = signatures[owner, part].astype(float), signatures[other, part].astype(float)
+                size = (a @ a) * (b @ b)
+                alike += (a @ b) / np.sqrt(size) if size else 0.0
+            scored.append((-alike, place, other))
+        expected |= {(min(owner, other), max(owner, other)) for _, _, other in sorted(scored)[:4]}
+    for rows in (7, 1 << 11):
+        pairs = search.ranked(index, signatures, 4, groups, rows=rows)
+        assert {tuple(pair) for pair in pairs.tolist()} == expected
+    unranked = {tuple(pair) for pair in build(hashes, 18, 4, EXACT_SCHEME).pairs().tolist()}
+    assert len(expected ^ unranked) > 100  # the signatures chose others than the distance
+
+
 def test_a_keys_fields_do_not_overlap() -> None:
     """The farthest pair kept (MAX_DISTANCE bits, a tie of 64, the last neighbour) stays
     under an empty place, and each field under the next one's bits."""

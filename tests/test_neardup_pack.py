@@ -118,16 +118,19 @@ def test_tiles_are_hashed_against_the_background_of_their_place(tmp_path: Path) 
     assert len({next(iter(digests)) for digests in places.values()}) == len(places)
 
 
-@pytest.mark.parametrize("near", [["zz" * 8, "00" * 8, "0" * 8], ["0" * 16, "0" * 16],
-                                  ["0" * 16, "0" * 16, "0" * 8, "x"], "0" * 40, [1, 2, 3]])
-def test_a_forged_hash_is_one_line_and_exit_2(tmp_path: Path, near: object) -> None:
+@pytest.mark.parametrize("forged", [
+    {"near": ["zz" * 8, "00" * 8, "0" * 8]}, {"near": ["0" * 16, "0" * 16]},
+    {"near": ["0" * 16, "0" * 16, "0" * 8, "x"]}, {"near": "0" * 40}, {"near": [1, 2, 3]},
+    {"near_signature": "A" * 167}, {"near_signature": "A" * 166 + "=="},
+    {"near_signature": "-" * 168}, {"near_signature": [0] * 126}])
+def test_a_forged_hash_is_one_line_and_exit_2(tmp_path: Path, forged: dict) -> None:
     out = tmp_path / "out"
     assert _run("pack", "--config", _job(tmp_path, _tree(tmp_path / "src", 6), out,
                                          "webdataset"))[0] == 0
     manifest = _manifest(out)
     index = out / manifest["samples_index"]["name"]
     lines = index.read_text().splitlines()
-    first = json.loads(lines[0]) | {"near": near}
+    first = json.loads(lines[0]) | forged
     data = ("\n".join([json.dumps(first, sort_keys=True), *lines[1:]]) + "\n").encode()
     index.write_bytes(data)
     manifest["samples_index"] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -243,6 +246,28 @@ def test_hashes_of_another_version_are_made_again_not_kept(tmp_path: Path) -> No
     assert _run("pack", "--config", job)[0] == 0
     assert _manifest(out)["near_hash"]["version"] == hashing.VERSION
     assert {key: line["near"] for key, line in _lines(out).items()} == made
+
+
+def test_a_line_without_its_signature_is_hashed_again(tmp_path: Path) -> None:
+    """A line with hashes and no signature (an edited index) gets both again from its stored
+    JPEG: ``inspect`` finds the clusters it finds in the dataset as packed."""
+    source, out = _tree(tmp_path / "src", 24), tmp_path / "out"
+    assert _run("pack", "--config", _job(tmp_path, source, out, "webdataset"))[0] == 0
+    code, packed = _run("inspect", out, "--near-duplicates", "--json")
+    assert code == 0 and json.loads(packed)["clusters"], packed
+    manifest = _manifest(out)
+    index = out / manifest["samples_index"]["name"]
+    lines = [{name: value for name, value in json.loads(line).items()
+              if name != "near_signature"} for line in index.read_text().splitlines()]
+    data = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
+    index.write_bytes(data)
+    manifest["samples_index"] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    code, output = _run("inspect", out, "--near-duplicates", "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    assert report["hashes_made"] == len(lines)
+    assert report["clusters"] == json.loads(packed)["clusters"]
 
 
 def test_a_fixture_that_lost_samples_hashes_as_a_fresh_pack_of_the_originals_left(

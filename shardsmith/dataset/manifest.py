@@ -451,6 +451,7 @@ class NearHashEntry:
 
 Hex16 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
 Hex8 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}$")]
+Signature = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9+/]{168}$")]  # 126 bytes, base64
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,6 +500,9 @@ class SampleRecord:
     # of the fixture background they were made against (``packing.nearhash``); absent where
     # none could be made, and in indexes of releases before them.
     near: tuple[Hex16, Hex16, Hex8] | None = None
+    # What ranks the nearest of its hashes (``neardup.hashing._signature``), with ``near``;
+    # a line with ``near`` and none is hashed again.
+    near_signature: Signature | None = None
 
     def check(self, where: str) -> None:
         shard = SHARD_NAME.fullmatch(self.shard)

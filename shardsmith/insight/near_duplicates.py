@@ -161,7 +161,7 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
         focus = samples.focus(touching, split)
         pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
                                                   distance, cap, kept, focus, threshold)
-    verified = [(first, second, _nearer(hashes[first], hashes[second]), float(score))
+    verified = [(first, second, _nearer(hashes[first, :2], hashes[second, :2]), float(score))
                 for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
                 if score <= threshold]
     clusters = _clusters(samples, failed, verified, focus)
@@ -180,7 +180,7 @@ class _Samples:
         self.paths: list[str] = []
         self.split_names: dict[str, int] = {}
         self.split = array("i")
-        self.hashes = np.zeros((0, 2), np.uint64)
+        self.hashes = np.zeros((0, nearhash.WIDTH), np.uint64)
         self.have = np.zeros(0, bool)
 
     @classmethod
@@ -188,15 +188,17 @@ class _Samples:
         """The lines of ``manifest``'s sample index, with the hashes it holds when they were
         made by this algorithm."""
         samples, current = cls(), manifest.near_hash == nearhash.CURRENT
-        hashes = array("Q")  # two a line
+        hashes = array("Q")  # a row a line (``nearhash.row_of``)
         for record in iter_sample_index(directory, manifest):
             samples.lines.add(record, current)  # else its hash is made again
             samples.paths.append(record.path)
             samples.split.append(samples.split_names.setdefault(record.split,
                                                                 len(samples.split_names)))
-            near = record.near if current else None
-            hashes.extend((0, 0) if near is None else (int(near[0], 16), int(near[1], 16)))
-        samples.hashes = np.frombuffer(hashes, np.uint64).reshape(-1, 2).copy()
+            if current:
+                hashes.frombytes(nearhash.row_of(record).tobytes())
+            else:
+                hashes.frombytes(bytes(8 * nearhash.WIDTH))
+        samples.hashes = np.frombuffer(hashes, np.uint64).reshape(-1, nearhash.WIDTH).copy()
         samples.have = samples.hashes.any(axis=1)
         return samples
 

@@ -6,7 +6,9 @@ pixel the tightest run of an eighth of their greys, the plate without the parts'
 
 * ``part_hashes``: two 64-bit hashes of the part, in integer arithmetic (the same bits on every
   CPU): the DCT hash of the image's gradient, clipped, in a window of 192 px centred on the
-  centroid of the image less its fixture, and in one of 160 px centred on the part's mask.
+  centroid of the image less its fixture, and in one of 160 px centred on the part's mask;
+  and the signature of both windows (the 63 lowest DCT coefficients of each, int8), which
+  ranks the nearest of a hash: the hash keeps a coefficient's side of the median only.
 * ``part_view`` and ``check``: a candidate pair whose parts look alike at a glance (their
   small thumbnails correlate) is registered (ECC affine on the part alone, then made a
   similarity: a re-shot moves, turns and scales a part, never stretches it) and scored as the
@@ -31,7 +33,7 @@ import cv2
 import numpy as np
 
 ALGORITHM = "part-edge-dct64"
-VERSION = 3
+VERSION = 4
 # px of the 256 px image around the part: each hash's window (32 blocks of 6, of 5). Of two
 # sizes, the two hashes err apart: re-shots among either's 8 nearest 0.886 -> 0.913, and
 # among the 6 nearest 0.907 for 10% fewer pairs (measured: docs/know-your-data.md, "Windows")
@@ -52,11 +54,15 @@ FIXTURE_EDGE = 40  # gradient of the fixture's background where it has a feature
 # for ECC (0.7 to 1.45 let 5 of 43 pairs of different parts through, and no more re-shots)
 RESHOT_SCALE = (0.77, 1.30)
 DEFAULT_DISTANCE = 14  # hash bits (the nearer of two): the measured curve is flat beyond it
-# The threshold and the cap, chosen together (docs/know-your-data.md, "Windows"): at a
-# precision over 0.95 the recall of caps 5 to 8 is within 0.006 of the best, and cap 5 checks
-# 36% fewer pairs (6.7 a sample) than cap 8
-DEFAULT_THRESHOLD = 0.4  # percent of the parts' pixels that differ
-DEFAULT_CAP = 5  # nearest of each hash checked per sample
+# The threshold: with the ranked candidates, where the clusters' precision keeps a margin over
+# 0.95 (recall / precision 0.833 / 0.961 at 0.16, 0.835 / 0.955 at 0.18, 0.855 / 0.931 at
+# 0.4; docs/know-your-data.md, "Signatures"): they hold more parts the check cannot tell apart
+DEFAULT_THRESHOLD = 0.16  # percent of the parts' pixels that differ
+DEFAULT_CAP = 5  # of each hash's RANKED nearest, those checked: the nearest by signature
+# (re-shots among them 0.901 -> 0.952 for 6% fewer pairs than the 5 nearest by distance, on
+# the 10,334 samples of fixture 0; RANKED 10: 0.925; docs/know-your-data.md, "Signatures")
+RANKED = 20
+SIGNATURE = 126  # bytes a sample: 63 coefficients of each hash's window, int8
 DENSE_SIZE = 8  # originals over which a cluster is dense
 RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of its greys
 EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
@@ -174,16 +180,32 @@ def _window(image: np.ndarray, centre: tuple[int, int], size: int, border: int) 
                                        centre[1] : centre[1] + size])
 
 
-def _dct_hash(image: np.ndarray) -> int:
-    """64-bit DCT hash of an integer image: the 8x8 lowest coefficients of its 32x32 block
-    sums, each bit "above their median", in int64 throughout (|values| < 2**59)."""
+def _coefficients(image: np.ndarray) -> np.ndarray:
+    """The 8x8 lowest DCT coefficients (int64, row by row) of an integer image's 32x32 block
+    sums, in int64 throughout (|values| < 2**59)."""
     size = image.shape[0] // 32
     blocks = image[: 32 * size, : 32 * size].reshape(32, size, 32, size).sum(axis=(1, 3))
     blocks = blocks >> max(0, int(np.abs(blocks).max()).bit_length() - 24)
-    coefficients = (_DCT_BASIS @ blocks @ _DCT_BASIS.T).ravel()
+    return (_DCT_BASIS @ blocks @ _DCT_BASIS.T).ravel()
+
+
+def _dct_hash(coefficients: np.ndarray) -> int:
+    """64-bit DCT hash: each of the coefficients' bits "above their median"."""
     ordered = np.sort(coefficients)
     bits = 2 * coefficients > ordered[31] + ordered[32]
     return int(np.packbits(bits).view(">u8")[0])
+
+
+def _signature(coefficients: np.ndarray) -> bytes:
+    """The coefficients but the first (the window's mean), less their mean and scaled to
+    -127..127 by the largest (int8 bytes, integer arithmetic): what ranks a hash's nearest
+    (``search.ranked``), where the hash keeps only each coefficient's side of the median."""
+    values = coefficients[1:] >> 16  # |values| < 2**43: their sum and 127 x them fit
+    centred = values - values.sum() // len(values)
+    largest = int(np.abs(centred).max())
+    if not largest:  # a window without an edge
+        return bytes(len(values))
+    return ((127 * centred + largest // 2) // largest).astype(np.int8).tobytes()
 
 
 def gradient(image: np.ndarray) -> np.ndarray:
@@ -197,18 +219,18 @@ def gradient(image: np.ndarray) -> np.ndarray:
     return np.abs(gx.astype(np.int32)) + np.abs(gy.astype(np.int32))
 
 
-def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int]:
+def part_hashes(grey: np.ndarray, median: np.ndarray) -> tuple[int, int, bytes]:
     """Two 64-bit hashes of the part in ``grey`` (uint8): the DCT hash of the image's gradient,
     clipped at EDGE_CLIP, in a window centred on the centroid of the image less its fixture's
-    ``median``, then in one on the centre of the part's mask (WINDOWS). Integer arithmetic
-    from the pixels on, so every CPU gives the same bits (1.7 ms a frame; 2.9 ms in plain
-    NumPy, the same bits)."""
+    ``median``, then in one on the centre of the part's mask (WINDOWS); and the signature of
+    both (SIGNATURE bytes, ``_signature``). Integer arithmetic from the pixels on, so every
+    CPU gives the same bits (1.7 ms a frame; 2.9 ms in plain NumPy, the same bits)."""
     residual = _less_fixture(grey, median)
     centres = (_centre(np.abs(residual // _SCALE)), _centre(_filled(_part_mask(residual))))
-    first, second = (_dct_hash(np.minimum(gradient(_window(grey, centre, size, _EDGE)),
-                                          EDGE_CLIP).astype(np.int64))
+    first, second = (_coefficients(np.minimum(gradient(_window(grey, centre, size, _EDGE)),
+                                              EDGE_CLIP).astype(np.int64))
                      for centre, size in zip(centres, WINDOWS, strict=True))
-    return first, second
+    return _dct_hash(first), _dct_hash(second), _signature(first) + _signature(second)
 
 
 def fixture_features(median: np.ndarray) -> np.ndarray:

@@ -24,6 +24,8 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
   (scripts/bench_neardup.py; why this scheme: docs/performance.md, "Near-duplicates: the
   search"). ``THREADS`` threads share the partitions, each into lists of its own, joined at
   the end: the same lists whatever their number.
+* ``ranked``: of each hash's nearest, those whose signatures are nearest (a longer, finer
+  description of the same window than its 64 bits: docs/know-your-data.md, "Signatures").
 * ``Index.add``: a night's new hashes against the index: the pairs of the new ones, exactly
   those the search over old and new together has that touch a new hash (an old hash takes a
   new one among its nearest only if it beats its ``cap`` nearest so far, kept in the index);
@@ -384,6 +386,41 @@ def _pairs(near: np.ndarray, first: np.ndarray, since: int = 0) -> np.ndarray:
         a, b = a[touching], b[touching]
     a, b = first[a], first[b]
     return _distinct(np.minimum(a, b) << _PAIR_SHIFT | np.maximum(a, b))
+
+
+def ranked(index: Index, signatures: np.ndarray, cap: int, groups: np.ndarray | None = None,
+           rows: int = 1 << 11) -> np.ndarray:
+    """``Index.pairs`` of each distinct hash's ``cap`` nearest by signature among its listed
+    nearest: the sum of the cosines of its items' signatures (int8, ``hashing.SIGNATURE``
+    bytes an item, two halves, one a hash), of equal sums the nearer in the list; none of
+    its own group (``groups``, an item's: the tiles of one original, all alike, would fill
+    the list and be dropped as one image's).  The dot products are exact (int8 products
+    summed in float32 stay under 2**24), the cosines IEEE arithmetic: the same pairs on
+    every CPU.  ``rows`` lists at a time (~30 MB)."""
+    near = index.near.copy()
+    signatures = np.asarray(signatures, np.int8)
+    half = signatures.shape[1] // 2
+    for start in range(0, len(near), rows):
+        keys = near[start : start + rows]
+        owners = index.first[start : start + len(keys)]
+        listed = keys != _NONE
+        neighbours = index.first[np.where(listed, keys & _LOW, 0)]
+        if groups is not None:
+            listed &= groups[neighbours] != groups[owners][:, None]
+        own = signatures[owners].astype(np.float32)
+        theirs = signatures[neighbours].astype(np.float32)
+        alike = np.zeros(keys.shape)
+        for part in (slice(0, half), slice(half, None)):
+            a, b = own[:, None, part], theirs[:, :, part]
+            dots = np.matmul(b, a[:, 0, :, None])[..., 0].astype(np.float64)
+            sizes = (np.square(a).sum(axis=2).astype(np.float64)
+                     * np.square(b).sum(axis=2).astype(np.float64))
+            alike += np.divide(dots, np.sqrt(sizes), out=np.zeros(keys.shape), where=sizes > 0)
+        order = np.argsort(np.where(listed, -alike, np.inf), axis=1, kind="stable")
+        near[start : start + len(keys)] = np.where(
+            np.take_along_axis(listed, order, axis=1), np.take_along_axis(keys, order, axis=1),
+            _NONE)
+    return _pairs(near[:, :cap], index.first)
 
 
 def entries(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ def frame_or_none(jpeg: bytes | None) -> np.ndarray | None:
 
 
 def background_task(task: tuple[list[bytes | None], bool]
-                    ) -> tuple[np.ndarray | None, list[tuple[int, int] | None]]:
+                    ) -> tuple[np.ndarray | None, list[tuple[int, int, bytes] | None]]:
     """A fixture's background from the JPEG bytes of its first samples (a worker's task),
     and when asked, the part hashes of those samples against it (a fixture that keeps its
     own background: its first samples are then decoded once, not twice)."""
@@ -57,8 +57,10 @@ def _against(make: Callable[[np.ndarray, np.ndarray], T], frame: np.ndarray | No
     return make(frame, background)
 
 
-def hash_task(work: list[tuple[bytes | None, np.ndarray]]) -> list[tuple[int, int] | None]:
-    """The part hashes of samples, each from its JPEG bytes and its fixture's background."""
+def hash_task(work: list[tuple[bytes | None, np.ndarray]]
+              ) -> list[tuple[int, int, bytes] | None]:
+    """The part hashes and signature of samples, each from its JPEG bytes and its fixture's
+    background."""
     return [_against(hashing.part_hashes, frame_or_none(jpeg), background)
             for jpeg, background in work]
 

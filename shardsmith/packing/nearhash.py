@@ -17,12 +17,13 @@ fixture that changed: its first samples in the index, a fresh pack orders them a
 The driver reads the JPEG bytes (the shards were just written: the page cache holds them) and
 the pool hashes them, a task of ``CHUNK`` samples, results in order; a sample whose bytes
 cannot be read or decoded keeps no hash, with a warning (``inspect`` tries it again and names
-it).  Memory in the driver: ~110 bytes a line (its key, and numbers in arrays) until the
-index is written.
+it).  Memory in the driver: ~110 bytes a line (its key, and numbers in arrays) and 144 of
+hashes (``WIDTH`` words) until the index is written.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 from array import array
 from collections import OrderedDict
@@ -54,11 +55,36 @@ KEPT = 1024
 CHUNK = 64  # samples a task: ~2 MB of JPEG bytes at 512 px, ~0.2 s of one worker's time
 
 Line = dict[str, Any] | SampleRecord
+# uint64 words of a line's row of hashes: its two hashes, then its signature (zero-padded)
+WIDTH = 2 + -(-hashing.SIGNATURE // 8)
 Kept = OrderedDict[int, np.ndarray | None]  # backgrounds by fixture, last used last; None: none
 
 
 def _get(line: Line, name: str) -> Any:
     return line.get(name) if isinstance(line, dict) else getattr(line, name)
+
+
+def row(made: tuple[int, int, bytes] | None) -> np.ndarray:
+    """A line's row of hashes (WIDTH words) from ``hashing.part_hashes``; zeros for none."""
+    words = np.zeros(WIDTH, np.uint64)
+    if made is not None:
+        words[:2] = made[:2]
+        words[2:].view(np.uint8)[: hashing.SIGNATURE] = np.frombuffer(made[2], np.uint8)
+    return words
+
+
+def row_of(line: Line) -> np.ndarray:
+    """The row of hashes a line holds (``near``, ``near_signature``); zeros where it holds
+    either not (a line of an older release is hashed again)."""
+    near, signature = _get(line, "near"), _get(line, "near_signature")
+    if near is None or signature is None:
+        return row(None)
+    return row((int(near[0], 16), int(near[1], 16), base64.b64decode(signature)))
+
+
+def signatures(hashes: np.ndarray) -> np.ndarray:
+    """The signatures of rows of hashes: (rows, SIGNATURE) int8."""
+    return np.ascontiguousarray(hashes[:, 2:]).view(np.int8)[:, : hashing.SIGNATURE]
 
 
 class SampleLines:
@@ -95,7 +121,7 @@ class SampleLines:
         if len(self.shots[place]) < fixtures.BACKGROUND_SHOTS:
             self.shots[place].append(at)
         self.counts[place] += 1
-        near = _get(line, "near") if trusted else None
+        near = _get(line, "near") if trusted and _get(line, "near_signature") else None
         self.keys.append(key)
         shard = _get(line, "shard")
         number = self.shard_numbers.setdefault(shard, len(self.shard_numbers))
@@ -169,7 +195,7 @@ class NearHashes:
                     if fixture[1:3] in sizes and seen.counts[number] < fixtures.FEW_SHOTS}
         if not touched:
             return cls(seen)
-        hashes = np.zeros((len(seen.keys), 2), np.uint64)
+        hashes = np.zeros((len(seen.keys), WIDTH), np.uint64)
         made = np.zeros(len(seen.keys), bool)
         progress = Progress(sum(seen.counts[number] for number in touched), 0, "img", "hash",
                             quiet)
@@ -195,14 +221,17 @@ class NearHashes:
                 if self.trusted or _get(line, "near") is None:
                     yield line
                 elif isinstance(line, dict):
-                    yield {name: value for name, value in line.items() if name != "near"}
+                    yield {name: value for name, value in line.items()
+                           if name not in ("near", "near_signature")}
                 else:
-                    yield replace(line, near=None)
+                    yield replace(line, near=None, near_signature=None)
                 continue
             near = (f"{int(self.hashes[at, 0]):016x}", f"{int(self.hashes[at, 1]):016x}",
                     self.digests[self.seen.fixture[at]])
-            yield line | {"near": list(near)} if isinstance(line, dict) \
-                else replace(line, near=near)
+            signature = base64.b64encode(signatures(self.hashes[at : at + 1])[0].tobytes())
+            yield line | {"near": list(near), "near_signature": signature.decode()} \
+                if isinstance(line, dict) \
+                else replace(line, near=near, near_signature=signature.decode())
 
 
 def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
@@ -218,7 +247,7 @@ def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
     ordered = sorted(touched)
     for start in range(0, len(ordered), GROUP):
         group = set(ordered[start : start + GROUP])
-        early: dict[int, tuple[int, int] | None] = {}
+        early: dict[int, tuple[int, int, bytes] | None] = {}
         grounds = backgrounds(seen, group, jpegs, pool, lenders, early)
         if kept is not None:
             _keep(kept, {number: grounds.get(number) for number in group}, KEPT)
@@ -228,7 +257,7 @@ def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
                   if seen.against[at] != int(digests[number], 16)]
         for at in wanted:
             if early.get(at) is not None:
-                hashes[at], made[at] = early[at], True
+                hashes[at], made[at] = row(early[at]), True
         wanted = [at for at in wanted if at not in early]
         progress.update(sum(seen.counts[number] for number in group) - len(wanted))
         hashed(seen, wanted, grounds, jpegs, pool, progress, hashes, made)
@@ -237,7 +266,7 @@ def hash_fixtures(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
 
 def backgrounds(seen: SampleLines, touched: set[int], jpegs: PreviousJpegs,
                 pool: WorkerPool, lenders: dict[int, np.ndarray] | None = None,
-                early: dict[int, tuple[int, int] | None] | None = None
+                early: dict[int, tuple[int, int, bytes] | None] | None = None
                 ) -> dict[int, np.ndarray]:
     """The backgrounds of the touched fixtures (by number): each its own, or for one of few
     samples the one it borrows (``fixtures.borrowed``) from the fuller fixtures of its size,
@@ -308,7 +337,7 @@ def hashed(seen: SampleLines, wanted: list[int], grounds: dict[int, np.ndarray],
         chunk = chunks.lines(number)
         for at, result in zip(chunk, results, strict=True):
             if result is not None:
-                hashes[at], made[at] = result, True
+                hashes[at], made[at] = row(result), True
         progress.update(len(chunk))
 
 
@@ -355,22 +384,24 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
              cap: int = hashing.DEFAULT_CAP, kept: Kept | None = None,
              focus: np.ndarray | None = None, threshold: float = hashing.DEFAULT_THRESHOLD,
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The candidate pairs of lines (``cap`` nearest of each hash within ``distance`` bits,
-    over the lines that ``have`` a hash; with ``focus``, a mask, those of the clusters its
-    lines are in: ``_reached``), checked: (pairs, their scores, the lines that failed: no
-    hash, unreadable, or of a fixture without a background).  A pair with a failed line is
-    left out."""
+    """The candidate pairs of lines (of each hash's RANKED nearest within ``distance`` bits,
+    the ``cap`` nearest by signature; over the lines that ``have`` a hash; with ``focus``, a
+    mask, those of the clusters its lines are in: ``_reached``), checked: (pairs, their
+    scores, the lines that failed: no hash, unreadable, or of a fixture without a
+    background).  A pair with a failed line is left out."""
     readable = np.flatnonzero(have)
     if len(readable) > search.MAX_HASHES:
         raise ConfigError(f"{len(readable):,} hashed samples: the near-duplicate search takes "
                           f"{search.MAX_HASHES:,} at most")
-    # each hash's nearest, of equal distance the nearest by the other hash first
-    index = [search.build(hashes[readable, column], distance, cap,
-                          ties=hashes[readable, 1 - column]) for column in (0, 1)]
+    # each hash's RANKED nearest (of equal distance the nearest by the other hash first),
+    # then of them the cap nearest by signature, an index at a time (160 B a line)
+    ranks, original = signatures(hashes[readable]), seen.originals()
     pairs = search.unique_pairs(np.concatenate(
-        [readable[one.pairs()] for one in index]
+        [readable[search.ranked(search.build(hashes[readable, column], distance,
+                                             max(cap, hashing.RANKED),
+                                             ties=hashes[readable, 1 - column]),
+                                ranks, cap, original[readable])] for column in (0, 1)]
         + [_equal_tiles(hashes, readable[seen.tiled()[readable]])]))
-    original = seen.originals()
     pairs = pairs[original[pairs[:, 0]] != original[pairs[:, 1]]]  # two tiles of one image
     if focus is None:
         scores, unreadable, without = checked(seen, pairs, jpegs, pool, quiet, kept)
@@ -403,7 +434,7 @@ def _reached(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, pairs: np.
     without: set[int] = set()
     kept = OrderedDict() if kept is None else kept  # a ring's backgrounds, for the next
     alike = np.flatnonzero(have & ~seen.tiled())
-    _, image = np.unique(hashes[alike], axis=0, return_inverse=True)
+    _, image = np.unique(hashes[alike, :2], axis=0, return_inverse=True)
     image = image.reshape(-1)
     original = seen.originals()
     reached = focus.copy()
@@ -431,7 +462,7 @@ def _equal_tiles(hashes: np.ndarray, lines: np.ndarray) -> np.ndarray:
     plate at its place in every original), and the search pairs a hash's first line only."""
     if not len(lines):
         return np.zeros((0, 2), np.int64)
-    _, group = np.unique(hashes[lines], axis=0, return_inverse=True)
+    _, group = np.unique(hashes[lines, :2], axis=0, return_inverse=True)
     order = np.argsort(group.reshape(-1), kind="stable")
     ranked, same = lines[order], group.reshape(-1)[order]
     step = same[1:] == same[:-1]
@@ -462,7 +493,7 @@ def _components(hashes: np.ndarray, alike: np.ndarray, joined: np.ndarray) -> np
     parent = np.arange(len(hashes))
     readable = np.flatnonzero(alike)
     if len(readable):  # equal hashes: joined to the first of them, in one sort
-        _, first, group = np.unique(hashes[readable], axis=0, return_index=True,
+        _, first, group = np.unique(hashes[readable, :2], axis=0, return_index=True,
                                     return_inverse=True)
         parent[readable] = np.minimum(parent[readable], readable[first[group.reshape(-1)]])
 

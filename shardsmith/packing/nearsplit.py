@@ -25,7 +25,7 @@ A unit is an original joined to every original it shares a cluster with and, wit
 The same bits whatever the worker count (the hashes and the check's scores are, and every
 choice is by path).  The splits depend on history: an increment keeps what earlier versions
 placed, so they may differ from those a fresh pack of the same tree gives, and so may the
-totals.  Memory in the driver: ~150 bytes a line (a path, a split, a group, two hashes)
+totals.  Memory in the driver: ~280 bytes a line (a path, a split, a group, its hashes)
 until the index is written.
 """
 
@@ -88,7 +88,7 @@ class Placement(_Observer):
         self.groups: list[str | None] = []
         self.split = array("i")  # where the line is now
         self.fixed = array("i")  # where an earlier version put its original, or -1
-        self.own = array("Q")  # its hashes as the line holds them (two a line; 0, 0: none)
+        self.own = array("Q")  # its hashes as the line holds them (``nearhash.row_of``)
         self.was: dict[str, int] = {}  # an original the new version packs again: its split
         self.kept_lines = 0  # the lines of earlier versions come first
 
@@ -115,8 +115,7 @@ class Placement(_Observer):
         self.groups.append(_get(line, "group"))
         self.split.append(self._number(_get(line, "split")))
         self.fixed.append(fixed)
-        near = _get(line, "near")
-        self.own.extend((0, 0) if near is None else (int(near[0], 16), int(near[1], 16)))
+        self.own.frombytes(nearhash.row_of(line).tobytes())
 
 
 class Stay(_Observer):
@@ -219,7 +218,7 @@ def settle(placement: Placement, near: NearHashes, jpegs: PreviousJpegs, pool: W
     others as the lines hold them) and where their samples go (``move`` False: reported
     only)."""
     seen = near.seen
-    own = np.frombuffer(placement.own, np.uint64).reshape(-1, 2)
+    own = np.frombuffer(placement.own, np.uint64).reshape(-1, nearhash.WIDTH)
     hashes = own.copy() if near.made is None else np.where(near.made[:, None], near.hashes,
                                                            own if near.trusted else 0)
     have = hashes.any(axis=1)

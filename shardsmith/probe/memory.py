@@ -49,17 +49,19 @@ RESULT_WINDOW_PER_WORKER = 2  # parallel.WorkerPool keeps 2 x workers batches ou
 # The near-duplicate hash pass (packing.nearhash) runs after the conversions: a background
 # task holds its fixture's 255 shots (and their pickled copy) and their frames, stacked and
 # sorted: 3.84 B a frame pixel (tracemalloc over tasks.background_task, 255 frames of 256 x
-# 256), taken as 4.  The driver keeps ~110 B a sample index line, GROUP backgrounds, and the
-# backgrounds a fixture of few samples may borrow: at most one per FEW_SHOTS samples.
+# 256), taken as 4.  The driver keeps ~110 B a sample index line and its row of hashes (144
+# B: two hashes and the signature), GROUP backgrounds, and the backgrounds a fixture of few
+# samples may borrow: at most one per FEW_SHOTS samples.
 FRAME_BYTES_PER_PIXEL = 4
-HASH_BYTES_PER_LINE = 110
+HASH_BYTES_PER_LINE = 256
 # ``splits.near_duplicates: together`` (packing.nearsplit) then holds, beside the hash pass's
 # lines: 129 B a line of what the rule needs (its path, split, group, hashes), 348-373 B a line
 # at the peak of the rule itself (tracemalloc over 200,000 synthetic lines of 50-character
 # paths), ~550 B a line of candidate pairs (10.5 a sample, two int64 and a score, and the
 # copies of the search's pairs), and the KEPT backgrounds the check holds.  Taken as 1,100 B
-# a line.
-SPLIT_BYTES_PER_LINE = 1100
+# a line with hashes alone; the signatures add their arrays' sizes: 128 B a line's row, 126
+# its copy for the ranking, 320 an index's lists of hashing.RANKED and their ranked copy.
+SPLIT_BYTES_PER_LINE = 1700
 
 
 @dataclass(frozen=True)

@@ -302,7 +302,8 @@ def index_digest(records: list[SampleRecord]) -> str:
     (one encode of the list: 10,000 lines in ~5 ms).  Near-duplicate hashes are left out:
     no layout writes them, and a fixture's new background makes them again."""
     return hashlib.sha256(_INDEX_ENCODER.encode(
-        [replace(record, near=None) if record.near is not None else record
+        [replace(record, near=None, near_signature=None)
+         if record.near is not None or record.near_signature is not None else record
          for record in records])).hexdigest()
 
 
