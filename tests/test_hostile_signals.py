@@ -200,11 +200,24 @@ def test_a_pack_killed_with_sigkill_leaves_no_process_behind_and_the_rerun_resum
     assert images.dataset_bytes(output) == images.dataset_bytes(tmp_path / "fresh")
 
 
+def the_command(*args: object, hook: str) -> list[str]:
+    """``python -m shardsmith ARGS`` (the installed command's entry), ``hook`` run first."""
+    program = f"{hook}\nimport runpy, sys\nsys.argv[0] = 'shardsmith'\n" \
+              "runpy.run_module('shardsmith', run_name='__main__', alter_sys=True)\n"
+    return [sys.executable, "-c", program, *map(str, args)]
+
+
 @pytest.mark.parametrize("delay", [0.1, 0.25, 0.4])
 def test_ctrl_c_in_the_first_instants_prints_one_line(tmp_path, delay):
-    source, logs = slow_originals(tmp_path / "source"), tmp_path / "logs"
-    process = start([sys.executable, "-m", "shardsmith", "pack", str(source),  # the command
-                     str(tmp_path / "out"), "--size", "64", "--workers", "2", "--quiet"], logs)
+    """``delay`` counts from the instant the interpreter hands over to shardsmith: a Ctrl-C
+    while Python itself starts (its site module, 0.1 s and more on a loaded machine) is the
+    interpreter's, answered with its own traceback before any of our code can run."""
+    source, logs, begun = slow_originals(tmp_path / "source"), tmp_path / "logs", tmp_path / "begun"
+    process = start(the_command("pack", source, tmp_path / "out", "--size", "64", "--workers",
+                                "2", "--quiet", hook=f"open({str(begun)!r}, 'w').close()"), logs)
+    deadline = time.monotonic() + 30
+    while not begun.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
     time.sleep(delay)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
     stderr = finish(process, logs)
@@ -214,14 +227,6 @@ def test_ctrl_c_in_the_first_instants_prints_one_line(tmp_path, delay):
     assert process.returncode in (130, -signal.SIGINT), stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardsmith: error:"), stderr
-
-
-
-def the_command(*args: object, hook: str) -> list[str]:
-    """``python -m shardsmith ARGS`` (the installed command's entry), ``hook`` run first."""
-    program = f"{hook}\nimport runpy, sys\nsys.argv[0] = 'shardsmith'\n" \
-              "runpy.run_module('shardsmith', run_name='__main__', alter_sys=True)\n"
-    return [sys.executable, "-c", program, *map(str, args)]
 
 
 # Ctrl-C arrives while click parses the arguments (click's own handler said "Aborted!", exit 1).
