@@ -218,6 +218,7 @@ def test_ctrl_c_in_the_first_instants_prints_one_line(tmp_path, delay):
     deadline = time.monotonic() + 30
     while not begun.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.002)
+    assert begun.exists(), finish(process, logs)
     time.sleep(delay)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
     stderr = finish(process, logs)

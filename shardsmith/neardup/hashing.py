@@ -10,14 +10,15 @@ pixel the tightest run of an eighth of their greys, the plate without the parts'
   and the signature of both windows (the 63 lowest DCT coefficients of each, int8), which
   ranks the nearest of a hash: the hash keeps a coefficient's side of the median only.
 * ``part_view`` and ``check``: a candidate pair whose parts look alike at a glance (their
-  small thumbnails correlate) is registered (ECC affine on the part alone, then made a
-  similarity: a re-shot moves, turns and scales a part, never stretches it) and scored as the
-  share of the parts' pixels that differ by more than ``CHECK_LEVEL`` grey levels from a 3x3
-  neighbourhood of the other (a 1 px registration error is no difference), but where both
-  show the fixture or neither is its part's body, off it the same way (through a hole: the
-  part moved over the fixture) and along either part's outline where the fixture has a
-  feature (the outline's pixels mix part and fixture, and the fixture behind it moved); one
-  spot of SPOT px that differs refuses the pair (a hole one part has and the other not).
+  small thumbnails correlate) is registered (ECC affine on the grey around the second part,
+  then made a similarity: a re-shot moves, turns and scales a part, never stretches it) and
+  scored as the share of the parts' pixels that differ by more than ``CHECK_LEVEL`` grey
+  levels from a 3x3 neighbourhood of the other (a 1 px registration error is no
+  difference), but where both show the fixture or neither is its part's body, off it the
+  same way (through a hole: the part moved over the fixture) and along either part's outline
+  where the fixture has a feature (the outline's pixels mix part and fixture, and the fixture
+  behind it moved); one spot of SPOT px that differs refuses the pair (a hole one part has
+  and the other not).
 
 The candidates of a hash are found by ``search``; the exhaustive search it is tested against,
 and the plain clusters of the measurement, are in scripts/neardup_reference.py.
@@ -48,7 +49,8 @@ SPOT = 30  # px of one differing spot that refuse a pair: a hole of 6 px one par
 BODY_LEVEL = 40  # grey levels off a part's body (the median of its pixels) where a pixel is
 #                   none of it: a hole, a boss, a bend
 REGISTER_GROW = 12  # px around the second part ECC aligns over: 9 held 0.925 of fixture 0's
-# re-shots under 0.16, 12 held 0.931, 16 0.919 (more of the fixture, which stays put)
+# re-shots under 0.16, 12 held 0.931, 16 0.919 (ECC over the whole view; more of the plate,
+# which sits elsewhere in each view, pulls against the part)
 OUTLINE = 2  # px either side of a part's outline where the fixture behind it may differ
 FIXTURE_EDGE = 40  # gradient of the fixture's background where it has a feature (a tapped
 #                    hole, a clamp's edge), grown by 2 px
@@ -57,8 +59,8 @@ FIXTURE_EDGE = 40  # gradient of the fixture's background where it has a feature
 RESHOT_SCALE = (0.77, 1.30)
 DEFAULT_DISTANCE = 14  # hash bits (the nearer of two): the measured curve is flat beyond it
 # The threshold: with the ranked candidates, where the clusters' precision keeps a margin over
-# 0.95 (recall / precision 0.833 / 0.961 at 0.16, 0.835 / 0.955 at 0.18, 0.855 / 0.931 at
-# 0.4; docs/know-your-data.md, "Signatures"): they hold more parts the check cannot tell apart
+# 0.95 (recall / precision 0.858 / 0.957 at 0.16, 0.859 / 0.953 at 0.18, 0.883 / 0.921 at
+# 0.4; docs/know-your-data.md, "Registration"): they hold more parts the check cannot tell apart
 DEFAULT_THRESHOLD = 0.16  # percent of the parts' pixels that differ
 DEFAULT_CAP = 5  # of each hash's RANKED nearest, those checked: the nearest by signature
 # (re-shots among them 0.901 -> 0.952 for 6% fewer pairs than the 5 nearest by distance, on
@@ -290,9 +292,9 @@ def _registration(grey_a: np.ndarray, mask_a: np.ndarray, grey_b: np.ndarray,
     among the candidates, 284 scored under 0.16 so, 301 now)."""
     region = cv2.dilate(mask_b.astype(np.uint8), _GROW)
     # ECC at half size (a quarter of the pixels) and within the box of both parts grown: a
-    # candidate pair's check costs 1.16 times the masked views', over the whole view 1.5
-    # times. A warp x_b = L x_a + t is L x_a' + t + L o - o in the box's coordinates, o its
-    # corner
+    # candidate pair's check costs 1.16 times the masked views' (over the whole view, 1.5
+    # times in another run). A warp x_b = L x_a + t is L x_a' + t + L o - o in the box's
+    # coordinates, o its corner
     x, y, width, height = cv2.boundingRect(region | cv2.dilate(mask_a.astype(np.uint8), _GROW))
     box = np.s_[y // 2 : (y + height + 1) // 2, x // 2 : (x + width + 1) // 2]
     small_a, small_b = (np.ascontiguousarray(cv2.resize(
