@@ -79,6 +79,32 @@ def test_lists_merged_a_few_pairs_at_a_time_give_the_same_pairs(
     assert np.array_equal(stepwise.pairs(), _exhaustive(hashes, whole.first, 18, 4))
 
 
+@pytest.mark.parametrize("scheme", [DEFAULT_SCHEME, Scheme(partitions=5, bands=4, probe=2)])
+def test_a_pair_is_offered_once_by_the_first_band_that_finds_it(
+        monkeypatch: pytest.MonkeyPatch, scheme: Scheme) -> None:
+    """Crowded hashes share bands in many partitions; each pair reaches the lists once, and
+    the lists are those of offering it at every band that finds it."""
+    hashes = _tied_hashes(3, 600)
+    offered: list[np.ndarray] = []
+    offer_close = search._Offers.offer_close
+
+    def recording(self, left, right, apart) -> None:  # noqa: ANN001
+        offered.append(np.minimum(left, right).astype(np.int64) << 32 | np.maximum(left, right))
+        offer_close(self, left, right, apart)
+
+    monkeypatch.setattr(search._Offers, "offer_close", recording)
+    once = build(hashes, 18, 8, scheme, threads=1)
+    codes = np.concatenate(offered)
+    assert len(codes) > 1000 and len(np.unique(codes)) == len(codes)
+    offered.clear()
+    monkeypatch.setattr(search, "_first_found", lambda apart, earlier, probe: np.ones(
+        len(apart), bool))
+    every = build(hashes, 18, 8, scheme, threads=1)
+    assert len(np.concatenate(offered)) > 2 * len(codes)  # the same pairs, found again
+    assert np.array_equal(np.unique(np.concatenate(offered)), np.sort(codes))
+    assert np.array_equal(once.near, every.near)
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_threads_sharing_the_partitions_give_the_lists_of_one_whole_or_grown(
         tied: bool) -> None:

@@ -17,13 +17,13 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
   every mask of up to ``probe`` bits flipped, looked up among the others'). By pigeonhole every
   pair within ``Scheme.certain`` bits is found; farther pairs are found by chance, the more
   the more partitions. Each hash's ``cap`` nearest within ``distance`` are then chosen among
-  the pairs found, by (distance, tie, index) as ``candidates`` does, where the tie is the
-  distance of a second hash of the two items if one is given (a sample's other part hash:
-  hashes are 64 bits, so many lie at one distance): the same pairs as the exhaustive search
-  up to ``certain`` bits, and a recall measured beyond it
-  (scripts/bench_neardup.py; why this scheme: docs/performance.md, "Near-duplicates: the
-  search"). ``THREADS`` threads share the partitions, each into lists of its own, joined at
-  the end: the same lists whatever their number.
+  the pairs found (each offered once, by the first band that finds it), by (distance, tie,
+  index) as ``candidates`` does, where the tie is the distance of a second hash of the two
+  items if one is given (a sample's other part hash: hashes are 64 bits, so many lie at one
+  distance): the same pairs as the exhaustive search up to ``certain`` bits, and a recall
+  measured beyond it (scripts/bench_neardup.py; why this scheme: docs/performance.md,
+  "Near-duplicates: the search"). ``THREADS`` threads share the partitions and the lists:
+  the same lists whatever their number and turns.
 * ``ranked``: of each hash's nearest, those whose signatures are nearest (a longer, finer
   description of the same window than its 64 bits: docs/know-your-data.md, "Signatures").
 * ``Index.add``: a night's new hashes against the index: the pairs of the new ones, exactly
@@ -44,8 +44,9 @@ import numpy as np
 
 MAX_HASHES = 1 << 24  # a sample index holding more is refused (a key's neighbour has 24 bits)
 MAX_DISTANCE = 30  # bits; a key holds a distance in 5 bits
-# threads of ``build`` and ``add``: each holds lists and temporaries of its own (a million
-# crowded hashes: 64 s in 623 MB with 1, 44 s in 731 to 807 MB with 2, 1,085 MB with 3)
+# threads of ``build`` and ``add``: each holds temporaries of its own (a million crowded
+# hashes, when each held lists of its own too: 64 s in 623 MB with 1, 44 s in 731 to 807 MB
+# with 2, 1,085 MB with 3)
 THREADS = 2
 # key = distance << 31 | tie << 24 | neighbour: the nearest first, of equal distance the
 # nearest by the ties' hashes (7 bits, 0 to 64), then the lowest neighbour
@@ -161,6 +162,34 @@ def _partition(scheme: Scheme, partition: int) -> list[np.ndarray]:
             for low, high in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+def _earlier(scheme: Scheme, partition: int, band: int) -> np.ndarray:
+    """The bit masks (uint64) of the bands searched before ``band`` of ``partition``:
+    the partitions in order, each band in order."""
+    bands = [bits for before in range(partition) for bits in _partition(scheme, before)]
+    bands += _partition(scheme, partition)[:band]
+    return np.array([sum(1 << int(bit) for bit in bits) for bits in bands], np.uint64)
+
+
+def _first_found(apart: np.ndarray, earlier: np.ndarray, probe: int) -> np.ndarray:
+    """Which pairs (the XOR of their hashes) no band of ``earlier`` finds, the band that
+    finds them now being the first: each pair is offered once, not once a band that finds
+    it (200,000 crowded hashes: 141 million pairs looked at, 29 million close, 5 million
+    of them distinct)."""
+    left = np.arange(len(apart))
+    for mask in earlier:
+        if not len(left):
+            break
+        differ = apart[left] & mask
+        if probe == 1:  # at most one bit: clearing the lowest set bit leaves none
+            found = (differ & (differ - np.uint64(1))) == 0
+        else:
+            found = popcount(differ) <= probe
+        left = left[~found]
+    first = np.zeros(len(apart), bool)
+    first[left] = True
+    return first
+
+
 def _masks(width: int, probe: int) -> list[int]:
     """Every mask of ``width`` bits with at most ``probe`` set, fewest first."""
     return [sum(1 << bit for bit in flipped) for count in range(probe + 1)
@@ -186,22 +215,45 @@ def _chunks(counts: np.ndarray) -> list[slice]:
 
 
 class _Lists:
-    """Each hash's ``cap`` nearest so far as keys (distance, tie, neighbour), ascending:
-    pairs come in, are kept if they beat a list's last, and are merged in batches."""
+    """Each hash's ``cap`` nearest so far as keys (distance, tie, neighbour), ascending,
+    shared by the threads of a search: each offers its pairs through an ``_Offers`` of its
+    own and merges them in one batch of lists at a time (a lock). The lists' lasts and
+    reaches are read without it: they only come nearer, so a read of an older value lets
+    more pairs through, never fewer, and the lists end the same whatever the threads' turns.
+    One set of lists, not one a thread to join at the end: a million hashes, lists of 20,
+    160 MB less."""
 
-    def __init__(self, near: np.ndarray, hashes: np.ndarray, distance: int,
-                 ties: np.ndarray | None) -> None:
-        self.near, self.hashes, self.distance, self.ties = near, hashes, distance, ties
+    def __init__(self, near: np.ndarray, distance: int) -> None:
+        self.near, self.distance = near, distance
         self.last = near[:, -1].copy()  # each list's last, packed: read once a pair offered
         self.reach = self._reach(self.last)
+        self.lock = threading.Lock()
+
+    def keep(self, rows: np.ndarray, block: np.ndarray) -> None:
+        """The lists of ``rows`` with their entries in ``block`` (ascending keys, or _NONE)."""
+        with self.lock:
+            merged = np.concatenate([self.near[rows], block], axis=1)
+            merged.sort(axis=1)
+            merged[:, 1:][merged[:, 1:] == merged[:, :-1]] = _NONE  # each neighbour once
+            merged.sort(axis=1)
+            self.near[rows] = merged[:, : self.near.shape[1]]
+            self.last[rows] = merged[:, self.near.shape[1] - 1]
+            self.reach[rows] = self._reach(self.last[rows])
+
+    def _reach(self, last: np.ndarray) -> np.ndarray:
+        """The farthest a pair may be and still enter a list (uint8): the distance of a full
+        list's last, else the search's distance."""
+        return np.minimum(last >> _DISTANCE_SHIFT, self.distance).astype(np.uint8)
+
+
+class _Offers:
+    """One thread's pairs into the lists: kept if they beat a list's last, pooled, and
+    merged in batches."""
+
+    def __init__(self, lists: _Lists, ties: np.ndarray | None) -> None:
+        self.lists, self.ties = lists, ties
         self.pool: list[np.ndarray] = []
         self.pooled = 0
-
-    def offer(self, left: np.ndarray, right: np.ndarray) -> None:
-        """Pairs (left, right) of hash positions, either way round."""
-        apart = popcount(self.hashes[left] ^ self.hashes[right])
-        close = apart <= self.distance
-        self.offer_close(left[close], right[close], apart[close])
 
     def offer_close(self, left: np.ndarray, right: np.ndarray, apart: np.ndarray) -> None:
         """Pairs (left, right) ``apart`` bits apart, within the distance."""
@@ -211,7 +263,7 @@ class _Lists:
             apart |= popcount(self.ties[left] ^ self.ties[right]).astype(np.int64) << _TIE_SHIFT
         for owner, other in ((left, right), (right, left)):
             key = apart | other
-            beats = key < self.last[owner]
+            beats = key < self.lists.last[owner]
             if beats.any():  # some may be in their list already: ``merge`` drops them (a
                 # look at each list here took 2.3 s of 10 on 200,000 crowded hashes)
                 self.pool.append(owner[beats] << _OWNER_SHIFT | key[beats])
@@ -219,15 +271,9 @@ class _Lists:
         if self.pooled >= _POOL:
             self.merge()
 
-    def take(self, near: np.ndarray, since: np.ndarray) -> None:
-        """Other lists of the same hashes, grown from ``since`` as these were, merged in."""
-        grown = np.flatnonzero((near != since).any(axis=1))
-        for low in range(0, len(grown), _ROWS):
-            rows = grown[low : low + _ROWS]
-            self._keep(rows, near[rows])
-
     def merge(self) -> None:
-        """Merge the pooled entries into the lists (each entry once)."""
+        """Merge the pooled entries into the lists (each entry once), ``_ROWS`` lists at a
+        time: the temporaries are those of a batch, not of the pool."""
         if not self.pool:
             return
         entries = np.concatenate(self.pool)
@@ -236,35 +282,20 @@ class _Lists:
         entries = entries[np.r_[True, entries[1:] != entries[:-1]]]
         owner = entries >> _OWNER_SHIFT
         starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-        counts = np.diff(np.r_[starts, len(owner)])
-        rank = np.arange(len(owner)) - np.repeat(starts, counts)
-        # an owner's entries may repeat its list's cap: its 2 x cap first hold its cap best
-        width = min(2 * self.near.shape[1], int(counts.max()))
-        kept = rank < width
-        entries, rank = entries[kept] & ((np.int64(1) << _OWNER_SHIFT) - 1), rank[kept]
         rows = owner[starts]
-        row = np.repeat(np.arange(len(rows)), np.minimum(counts, width))
-        for low in range(0, len(rows), _ROWS):  # the temporaries of _ROWS lists at a time
+        del owner
+        starts = np.r_[starts, len(entries)]
+        entries &= (np.int64(1) << _OWNER_SHIFT) - 1
+        cap = self.lists.near.shape[1]
+        for low in range(0, len(rows), _ROWS):
             high = min(low + _ROWS, len(rows))
-            batch = slice(*np.searchsorted(row, [low, high]))
+            counts = np.diff(starts[low : high + 1])
+            # an owner's entries may repeat its list's: its 2 x cap first hold its cap best
+            width = min(2 * cap, int(counts.max()))
+            which, position = _ranges(starts[low:high], np.minimum(counts, width))
             block = np.full((high - low, width), _NONE)
-            block[row[batch] - low, rank[batch]] = entries[batch]
-            self._keep(rows[low:high], block)
-
-    def _keep(self, rows: np.ndarray, block: np.ndarray) -> None:
-        """The lists of ``rows`` with their entries in ``block`` (ascending keys, or _NONE)."""
-        merged = np.concatenate([self.near[rows], block], axis=1)
-        merged.sort(axis=1)
-        merged[:, 1:][merged[:, 1:] == merged[:, :-1]] = _NONE  # each neighbour once
-        merged.sort(axis=1)
-        self.near[rows] = merged[:, : self.near.shape[1]]
-        self.last[rows] = merged[:, self.near.shape[1] - 1]
-        self.reach[rows] = self._reach(self.last[rows])
-
-    def _reach(self, last: np.ndarray) -> np.ndarray:
-        """The farthest a pair may be and still enter a list (uint8): the distance of a full
-        list's last, else the search's distance."""
-        return np.minimum(last >> _DISTANCE_SHIFT, self.distance).astype(np.uint8)
+            block[which, position - starts[low:high][which]] = entries[position]
+            self.lists.keep(rows[low:high], block)
 
 
 def _bytes(hashes: np.ndarray) -> np.ndarray:
@@ -304,13 +335,14 @@ def _buckets(ordered: np.ndarray, width: int):  # noqa: ANN202 (a closure)
     return search
 
 
-def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int,
+def _all_pairs(hashes: np.ndarray, offers: _Offers, scheme: Scheme, offset: int,
                partitions: Iterable[int]) -> None:
     """Offer every pair of ``hashes`` (at positions offset + i) the scheme finds in
     ``partitions``."""
     hash_bytes = _bytes(hashes)
     for partition in partitions:
-        for bits in _partition(scheme, partition):
+        for band_index, bits in enumerate(_partition(scheme, partition)):
+            earlier = _earlier(scheme, partition, band_index)
             band = _band_values(hash_bytes, bits)
             order = np.argsort(band).astype(np.int32)
             # a bucket's hashes side by side: its pairs read them in order (600,000 crowded
@@ -324,7 +356,7 @@ def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int,
             # a pair farther than both its lists reach is dropped before it is offered (read
             # once a band: the lists only come nearer, so it stays true; a million crowded
             # hashes: 72 s, 79 without it)
-            reach = lists.reach[order + offset]
+            reach = offers.lists.reach[order + offset]
             for mask in _masks(len(bits), scheme.probe):
                 if mask == 0:  # within a bucket: each later member of it
                     starts, counts = bucket(ordered)
@@ -342,20 +374,23 @@ def _all_pairs(hashes: np.ndarray, lists: _Lists, scheme: Scheme, offset: int,
                 for part in _chunks(counts):  # pairs of positions in band order
                     which, position = _ranges(starts[part], counts[part])
                     source = sources[part][which]
-                    apart = popcount(in_order[source] ^ in_order[position])
-                    close = apart <= np.maximum(reach[source], reach[position])
-                    lists.offer_close(order[source[close]] + offset,
+                    differ = in_order[source] ^ in_order[position]
+                    apart = popcount(differ)
+                    close = np.flatnonzero(apart <= np.maximum(reach[source], reach[position]))
+                    close = close[_first_found(differ[close], earlier, scheme.probe)]
+                    offers.offer_close(order[source[close]] + offset,
                                       order[position[close]] + offset, apart[close])
 
 
-def _queried(queries: np.ndarray, hashes: np.ndarray, lists: _Lists, scheme: Scheme,
+def _queried(queries: np.ndarray, hashes: np.ndarray, offers: _Offers, scheme: Scheme,
              offset: int, partitions: Iterable[int]) -> None:
     """Offer every pair (query at offset + q, hash) the scheme finds in ``partitions``. Only
     the hashes whose band is looked up are sorted: a night's queries touch a small share of a
     million."""
     hash_bytes, query_bytes = _bytes(hashes), _bytes(queries)
     for partition in partitions:
-        for bits in _partition(scheme, partition):
+        for band_index, bits in enumerate(_partition(scheme, partition)):
+            earlier = _earlier(scheme, partition, band_index)
             band, wanted = _band_values(hash_bytes, bits), _band_values(query_bytes, bits)
             masks = np.array(_masks(len(bits), scheme.probe), np.int32)
             keys = (wanted[:, None] ^ masks[None, :]).ravel()
@@ -368,24 +403,33 @@ def _queried(queries: np.ndarray, hashes: np.ndarray, lists: _Lists, scheme: Sch
             hits = np.flatnonzero(marked[band])
             order = hits[np.argsort(band[hits])]
             starts, counts = _buckets(band[order], len(bits))(keys)
-            for part in _chunks(counts):
+            for part in _chunks(counts):  # as in _all_pairs: within reach, found first here
                 which, position = _ranges(starts[part], counts[part])
-                lists.offer(asker[part][which] + offset, order[position])
+                asked, found = asker[part][which], order[position]
+                differ = queries[asked] ^ hashes[found]
+                apart = popcount(differ)
+                reach = offers.lists.reach
+                close = np.flatnonzero(apart <= np.maximum(reach[asked + offset], reach[found]))
+                close = close[_first_found(differ[close], earlier, scheme.probe)]
+                offers.offer_close(asked[close] + offset, found[close], apart[close])
 
 
 def _pairs(near: np.ndarray, first: np.ndarray, since: int = 0) -> np.ndarray:
     """(k, 2) int64 item pairs (i < j, sorted) of the lists, those touching a distinct hash at
-    ``since`` or after only."""
-    keys = near.ravel()
-    entry = np.flatnonzero(keys != _NONE)
-    a = entry // near.shape[1]  # the list's own hash
-    b = keys[entry] & _LOW  # its neighbour
-    del entry
-    if since:
-        touching = (a >= since) | (b >= since)
-        a, b = a[touching], b[touching]
-    a, b = first[a], first[b]
-    return _distinct(np.minimum(a, b) << _PAIR_SHIFT | np.maximum(a, b))
+    ``since`` or after only. ``_ROWS`` lists at a time: the temporaries are a batch's, and a
+    night's pairs are picked out before they are gathered (10,000 new of a million, lists of
+    20: ``Index.add``'s traced peak 842 -> 439 MB)."""
+    codes = []
+    for start in range(0, len(near), _ROWS):
+        keys = near[start : start + _ROWS]
+        listed = keys != _NONE
+        if since > start:
+            owners = np.arange(start, start + len(keys))[:, None]
+            listed &= ((keys & _LOW) >= since) | (owners >= since)
+        row, column = np.nonzero(listed)
+        a, b = first[start + row], first[keys[row, column] & _LOW]
+        codes.append(np.minimum(a, b) << _PAIR_SHIFT | np.maximum(a, b))
+    return _distinct(np.concatenate(codes) if codes else np.empty(0, np.int64))
 
 
 def ranked(index: Index, signatures: np.ndarray, cap: int, groups: np.ndarray | None = None,
@@ -396,34 +440,48 @@ def ranked(index: Index, signatures: np.ndarray, cap: int, groups: np.ndarray | 
     its own group (``groups``, an item's: the tiles of one original, all alike, would fill
     the list and be dropped as one image's).  The dot products are exact (int8 products
     summed in float32 stay under 2**24), the cosines IEEE arithmetic: the same pairs on
-    every CPU.  ``rows`` lists at a time (~30 MB); only the ``cap`` kept of each list are
-    held (at a million hashes and lists of 20: 40 MB, where a copy of the lists was 160)."""
+    every CPU.  ``rows`` lists at a time (~10 MB); only the ``cap`` kept of each list are
+    held (at a million hashes and lists of 20: 40 MB, where a copy of the lists was 160).
+    The int8 bytes are multiplied as float32 by ``einsum`` without a float copy of them,
+    each signature's size once (a million lists of 20: 13.4 s -> 5.2 s)."""
     near = index.near
     kept = np.empty((len(near), min(cap, near.shape[1])), np.int64)
     signatures = np.asarray(signatures, np.int8)
     half = signatures.shape[1] // 2
+    parts = (slice(0, half), slice(half, None))
+    sizes = np.empty((len(near), 2))  # each distinct hash's halves' squared lengths
+    for start in range(0, len(near), 1 << 16):
+        own = np.take(signatures, index.first[start : start + (1 << 16)], axis=0)
+        for side, part in enumerate(parts):
+            sizes[start : start + len(own), side] = _dots("nd,nd->n", own[:, part],
+                                                          own[:, part])
     for start in range(0, len(near), rows):
         keys = near[start : start + rows]
         owners = index.first[start : start + len(keys)]
         listed = keys != _NONE
-        neighbours = index.first[np.where(listed, keys & _LOW, 0)]
+        neighbour = np.where(listed, keys & _LOW, 0)
         if groups is not None:
-            listed &= groups[neighbours] != groups[owners][:, None]
-        own = signatures[owners].astype(np.float32)
-        theirs = signatures[neighbours].astype(np.float32)
+            listed &= groups[index.first[neighbour]] != groups[owners][:, None]
+        own = np.take(signatures, owners, axis=0)
+        theirs = np.take(signatures, index.first[neighbour].ravel(), axis=0).reshape(
+            *keys.shape, -1)
         alike = np.zeros(keys.shape)
-        for part in (slice(0, half), slice(half, None)):
-            a, b = own[:, None, part], theirs[:, :, part]
-            dots = np.matmul(b, a[:, 0, :, None])[..., 0].astype(np.float64)
-            sizes = (np.square(a).sum(axis=2).astype(np.float64)
-                     * np.square(b).sum(axis=2).astype(np.float64))
-            alike += np.divide(dots, np.sqrt(sizes), out=np.zeros(keys.shape), where=sizes > 0)
+        for side, part in enumerate(parts):
+            dots = _dots("rkd,rd->rk", theirs[:, :, part], own[:, part])
+            both = sizes[start : start + len(keys), side, None] * sizes[neighbour, side]
+            alike += np.divide(dots, np.sqrt(both), out=np.zeros(keys.shape), where=both > 0)
         order = np.argsort(np.where(listed, -alike, np.inf), axis=1,
                            kind="stable")[:, : kept.shape[1]]
         kept[start : start + len(keys)] = np.where(
             np.take_along_axis(listed, order, axis=1), np.take_along_axis(keys, order, axis=1),
             _NONE)
     return _pairs(kept, index.first)
+
+
+def _dots(subscripts: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sums of products of int8 values in float32 (exact: at most 128 * 128 * 63 < 2**24,
+    whatever the order), as float64."""
+    return np.einsum(subscripts, a, b, dtype=np.float32, casting="unsafe").astype(np.float64)
 
 
 def entries(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -494,11 +552,11 @@ class Index:
             [self.ties, np.asarray(new_ties, np.uint64)[first[fresh]]])
         near = np.concatenate([self.near, np.full((len(fresh), self.near.shape[1]), _NONE)])
 
-        def search(lists: _Lists, partitions: range) -> None:
-            _queried(values[fresh], self.hashes, lists, self.scheme, old, partitions)
-            _all_pairs(values[fresh], lists, self.scheme, old, partitions)
+        def search(offers: _Offers, partitions: range) -> None:
+            _queried(values[fresh], self.hashes, offers, self.scheme, old, partitions)
+            _all_pairs(values[fresh], offers, self.scheme, old, partitions)
 
-        near = _searched(near, hashes, ties, self.distance, self.scheme, threads, search)
+        near = _searched(near, ties, self.distance, self.scheme, threads, search)
         grown = replace(self, hashes=hashes, near=near, ties=ties,
                         first=np.concatenate([self.first, items + first[fresh]]),
                         group=np.concatenate([self.group, position[group]]))
@@ -511,8 +569,8 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
     """The index of ``hashes`` (validated uint64): equal ones collapsed, each distinct hash's
     ``cap`` nearest within ``distance`` among the pairs the scheme finds; of equal distance,
     the nearest by ``ties`` (a second hash of each item, uint64) first. ``threads`` search
-    the partitions between them, each into lists of its own, then joined: the same lists
-    whatever their number."""
+    the partitions between them into one set of lists: the same lists whatever their
+    number."""
     if not 0 <= distance <= MAX_DISTANCE or cap < 1:
         raise ValueError(f"distance must be 0 to {MAX_DISTANCE} and cap at least 1")
     values, first, group = _collapse(np.asarray(hashes, np.uint64))
@@ -523,43 +581,37 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
             raise ValueError(f"{len(ties)} ties for {len(hashes)} hashes")
         ties = np.asarray(ties, np.uint64)[first]
 
-    def search(lists: _Lists, partitions: range) -> None:
-        _all_pairs(values, lists, scheme, 0, partitions)
+    def search(offers: _Offers, partitions: range) -> None:
+        _all_pairs(values, offers, scheme, 0, partitions)
 
-    near = _searched(np.full((len(values), cap), _NONE), values, ties, distance, scheme,
-                     threads, search)
+    near = _searched(np.full((len(values), cap), _NONE), ties, distance, scheme, threads,
+                     search)
     return Index(values, first, group, near, distance, scheme, ties)
 
 
-def _searched(near: np.ndarray, hashes: np.ndarray, ties: np.ndarray | None, distance: int,
-              scheme: Scheme, threads: int,
-              search: Callable[[_Lists, range], None]) -> np.ndarray:
-    """``near`` grown by ``search`` over the scheme's partitions: ``threads`` share them, each
-    into lists of its own (a copy of ``near``), joined at the end."""
+def _searched(near: np.ndarray, ties: np.ndarray | None, distance: int, scheme: Scheme,
+              threads: int, search: Callable[[_Offers, range], None]) -> np.ndarray:
+    """``near`` grown in place by ``search`` over the scheme's partitions, ``threads`` sharing
+    them."""
     threads = max(1, min(threads, scheme.partitions))
+    lists = _Lists(near, distance)
     stop = threading.Event()
 
-    def searched(start: int) -> np.ndarray:
-        lists = _Lists(near.copy() if threads > 1 else near, hashes, distance, ties)
+    def searched(start: int) -> None:
+        offers = _Offers(lists, ties)
         for partition in range(start, scheme.partitions, threads):
             if stop.is_set():  # the caller was interrupted: it waits for no more partitions
                 break
-            search(lists, range(partition, partition + 1))
-        lists.merge()
-        return lists.near
+            search(offers, range(partition, partition + 1))
+        offers.merge()
 
     pool = ThreadPoolExecutor(threads)  # NumPy lets go of the GIL on whole arrays
     try:
-        found = list(pool.map(searched, range(threads)))
+        list(pool.map(searched, range(threads)))
     finally:  # Ctrl-C left a million hashes' search 1.6 s after, 17.5 s without the stop
         stop.set()
         pool.shutdown()
-    if threads == 1:
-        return found[0]
-    lists = _Lists(found[0], hashes, distance, ties)
-    for other in found[1:]:
-        lists.take(other, since=near)
-    return lists.near
+    return near
 
 
 def clusters(index: Index, verified: np.ndarray) -> list[np.ndarray]:
