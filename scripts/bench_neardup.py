@@ -9,11 +9,12 @@ the index (``neardup.search``) at up to a million hashes, and the check.
 Two kinds of hashes. ``random``: 64-bit values with 32 bits set (the part hash's shape); the
 exhaustive search costs the same whatever the values are. ``parts``: the part hashes
 (``part_hashes``) of ``--parts`` parts of scripts/reshots.py on two fixtures, each copied
-with 2 to 8 random bits flipped (uniform) up to the count: the copies of one part sit as far
-apart as re-shots do (4 to 16 bits) and the parts keep the real spread of different parts on
-one fixture, so hashes crowd as a defect line's do. Each hash has a second one that breaks
-ties, as a sample's two part hashes do in the product (random: another random value; parts:
-the part's second hash, copied the same way).
+with 4 to 12 random bits flipped (uniform) up to the count: the copies of one part sit 8 to
+24 bits apart, as re-shots and different parts of one fixture do, and the parts keep the real
+spread of different parts on one fixture, so hashes crowd as a defect line's do (less than
+the measurement's fixtures would at a million: docs/performance.md). Each hash has a second
+one that breaks ties, as a sample's two part hashes do in the product (random: another random
+value; parts: the part's second hash, copied the same way).
 
 Each index row runs in a child process of its own (its peak RSS is that child's VmHWM,
 read before the recall is measured): the median seconds of ``--repeat`` runs,
@@ -73,8 +74,8 @@ def _part_hashes(parts: int) -> np.ndarray:
 
 
 def _crowded(bases: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` rows of hashes: the bases, then copies of random bases, each hash with 2 to
-    8 bits flipped."""
+    """``count`` rows of hashes: the bases, then copies of random bases, each hash with
+    FLIPS bits flipped."""
     copies = bases[rng.integers(0, len(bases), count)]
     for hashes in copies.T:
         flips = rng.integers(FLIPS[0], FLIPS[1] + 1, count)

@@ -194,10 +194,8 @@ class _Samples:
             samples.paths.append(record.path)
             samples.split.append(samples.split_names.setdefault(record.split,
                                                                 len(samples.split_names)))
-            if current:
-                hashes.frombytes(nearhash.row_of(record).tobytes())
-            else:
-                hashes.frombytes(bytes(8 * nearhash.WIDTH))
+            row = nearhash.row_of(record) if current else nearhash.row(None)
+            hashes.frombytes(row.tobytes())
         samples.hashes = np.frombuffer(hashes, np.uint64).reshape(-1, nearhash.WIDTH).copy()
         samples.have = samples.hashes.any(axis=1)
         return samples
