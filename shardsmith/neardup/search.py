@@ -335,8 +335,9 @@ def _buckets(ordered: np.ndarray, width: int):  # noqa: ANN202 (a closure)
 
 def _all_pairs(hashes: np.ndarray, offers: _Offers, scheme: Scheme, offset: int,
                partitions: Iterable[int]) -> None:
-    """Offer every pair of ``hashes`` (at positions offset + i) the scheme finds in
-    ``partitions``."""
+    """Offer every pair of ``hashes`` (at positions offset + i) within reach whose first
+    finding band (``_first_found``) is in ``partitions``: the partitions before them are
+    searched too, by this call or another."""
     hash_bytes = _bytes(hashes)
     for partition in partitions:
         for band_index, bits in enumerate(_partition(scheme, partition)):
@@ -382,9 +383,9 @@ def _all_pairs(hashes: np.ndarray, offers: _Offers, scheme: Scheme, offset: int,
 
 def _queried(queries: np.ndarray, hashes: np.ndarray, offers: _Offers, scheme: Scheme,
              offset: int, partitions: Iterable[int]) -> None:
-    """Offer every pair (query at offset + q, hash) the scheme finds in ``partitions``. Only
-    the hashes whose band is looked up are sorted: a night's queries touch a small share of a
-    million."""
+    """Offer every pair (query at offset + q, hash) within reach whose first finding band is
+    in ``partitions``, as ``_all_pairs``. Only the hashes whose band is looked up are sorted:
+    a night's queries touch a small share of a million."""
     hash_bytes, query_bytes = _bytes(hashes), _bytes(queries)
     for partition in partitions:
         for band_index, bits in enumerate(_partition(scheme, partition)):
@@ -477,8 +478,9 @@ def ranked(index: Index, signatures: np.ndarray, cap: int, groups: np.ndarray | 
 
 
 def _dots(subscripts: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Sums of products of int8 values in float32 (exact: at most 128 * 128 * 63 < 2**24,
-    whatever the order), as float64."""
+    """Sums of products of int8 values in float32, as float64: exact whatever the order
+    while a sum holds at most 1,024 products (128 * 128 * 1,024 = 2**24; a signature's half
+    holds 63)."""
     return np.einsum(subscripts, a, b, dtype=np.float32, casting="unsafe").astype(np.float64)
 
 
@@ -533,7 +535,7 @@ class Index:
             raise ValueError(f"{len(new_ties)} ties for {len(new_hashes)} hashes")
         items = len(self.group)
         by_value = np.argsort(self.hashes, kind="stable")
-        values, first, group = _collapse(new_hashes)
+        values, first, group = _collapse(np.asarray(new_hashes, np.uint64))
         ordered = self.hashes[by_value]
         where = np.searchsorted(ordered, values).clip(max=max(len(ordered) - 1, 0))
         known = ordered[where] == values if len(ordered) else np.zeros(len(values), bool)
