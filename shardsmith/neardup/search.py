@@ -22,7 +22,7 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
   items if one is given (a sample's other part hash: hashes are 64 bits, so many lie at one
   distance): the same pairs as the exhaustive search up to ``certain`` bits, and a recall
   measured beyond it (scripts/bench_neardup.py; why this scheme: docs/performance.md,
-  "Near-duplicates: the search"). ``THREADS`` threads share the partitions and the lists:
+  "Near-duplicates: the search"). ``THREADS`` threads share the bands and the lists:
   the same lists whatever their number and turns.
 * ``ranked``: of each hash's nearest, those whose signatures are nearest (a longer, finer
   description of the same window than its 64 bits: docs/know-your-data.md, "Signatures").
@@ -199,10 +199,15 @@ def _masks(width: int, probe: int) -> list[int]:
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(which range, position) for every position of ranges [start, start + count)."""
     owner = np.repeat(np.arange(len(counts), dtype=np.int32), counts)  # int32: half the bytes
+    return owner, _positions(starts, counts)
+
+
+def _positions(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Every position of ranges [start, start + count), range after range (int32)."""
     ends = np.cumsum(counts, dtype=np.int64)
     total = int(ends[-1]) if len(ends) else 0
     shift = (ends - counts - starts).astype(np.int32)
-    return owner, np.arange(total, dtype=np.int32) - np.repeat(shift, counts)
+    return np.arange(total, dtype=np.int32) - np.repeat(shift, counts)
 
 
 def _chunks(counts: np.ndarray) -> list[slice]:
@@ -228,6 +233,7 @@ class _Lists:
         self.last = near[:, -1].copy()  # each list's last, packed: read once a pair offered
         self.reach = self._reach(self.last)
         self.lock = threading.Lock()
+        self.merges = 0  # merges so far, any thread's: the lists came nearer
 
     def keep(self, rows: np.ndarray, block: np.ndarray) -> None:
         """The lists of ``rows`` with their entries in ``block`` (ascending keys, or _NONE;
@@ -294,6 +300,8 @@ class _Offers:
             block = np.full((high - low, width), _NONE)
             block[which, position - starts[low:high][which]] = entries[position]
             self.lists.keep(rows[low:high], block)
+        with self.lists.lock:
+            self.lists.merges += 1
 
 
 def _bytes(hashes: np.ndarray) -> np.ndarray:
@@ -334,83 +342,97 @@ def _buckets(ordered: np.ndarray, width: int):  # noqa: ANN202 (a closure)
 
 
 def _all_pairs(hashes: np.ndarray, offers: _Offers, scheme: Scheme, offset: int,
-               partitions: Iterable[int]) -> None:
+               bands: Iterable[tuple[int, int]]) -> None:
     """Offer every pair of ``hashes`` (at positions offset + i) within reach whose first
-    finding band (``_first_found``) is in ``partitions``: the partitions before them are
-    searched too, by this call or another."""
+    finding band (``_first_found``) is one of ``bands`` ((partition, band)): the bands
+    before them are searched too, by this call or another."""
     hash_bytes = _bytes(hashes)
-    for partition in partitions:
-        for band_index, bits in enumerate(_partition(scheme, partition)):
-            earlier = _earlier(scheme, partition, band_index)
-            band = _band_values(hash_bytes, bits)
-            order = np.argsort(band).astype(np.int32)
-            # a bucket's hashes side by side: its pairs read them in order (600,000 crowded
-            # hashes: 31 s, 37 through the hash positions)
-            ordered, in_order = band[order], hashes[order]
-            bucket = _buckets(ordered, len(bits))
-            filled = np.zeros(1 << len(bits), bool)
-            # most keys find an empty bucket: a table of a quarter of the bytes says so first
-            # (300,000 random hashes: 7.6 s, 9.0 without it)
-            filled[ordered] = True
-            # a pair farther than both its lists reach is dropped before it is offered (read
-            # once a band: the lists only come nearer, so it stays true; a million crowded
-            # hashes: 72 s, 79 without it)
-            reach = offers.lists.reach[order + offset]
-            for mask in _masks(len(bits), scheme.probe):
-                if mask == 0:  # within a bucket: each later member of it
-                    starts, counts = bucket(ordered)
-                    positions = np.arange(len(order), dtype=np.int32)
-                    counts = starts + counts - positions - 1
-                    starts, sources = positions + 1, positions
-                else:  # the bucket of band ^ mask, from the lower side only (each pair once);
-                    # in band order, so the keys ascend and the tables are read in order (9.0 s,
-                    # 12.2 in the hashes' order)
-                    lower = np.flatnonzero((ordered & (1 << (mask.bit_length() - 1))) == 0)
-                    keys = ordered[lower] ^ mask
-                    found = filled[keys]
-                    sources = lower[found].astype(np.int32)
-                    starts, counts = bucket(keys[found])
-                for part in _chunks(counts):  # pairs of positions in band order
-                    which, position = _ranges(starts[part], counts[part])
-                    source = sources[part][which]
-                    differ = in_order[source] ^ in_order[position]
-                    apart = popcount(differ)
-                    close = np.flatnonzero(apart <= np.maximum(reach[source], reach[position]))
-                    close = close[_first_found(differ[close], earlier, scheme.probe)]
-                    offers.offer_close(order[source[close]] + offset,
-                                      order[position[close]] + offset, apart[close])
+    for partition, band_index in bands:
+        bits = _partition(scheme, partition)[band_index]
+        earlier = _earlier(scheme, partition, band_index)
+        band = _band_values(hash_bytes, bits)
+        order = np.argsort(band).astype(np.int32)
+        # a bucket's hashes side by side: its pairs read them in order (600,000 crowded
+        # hashes: 31 s, 37 through the hash positions)
+        ordered, in_order = band[order], hashes[order]
+        bucket = _buckets(ordered, len(bits))
+        filled = np.zeros(1 << len(bits), bool)
+        # most keys find an empty bucket: a table of a quarter of the bytes says so first
+        # (300,000 random hashes: 7.6 s, 9.0 without it)
+        filled[ordered] = True
+        # a pair farther than both its lists reach is dropped before it is offered (read
+        # at each band and after each merge, any thread's: the lists only come nearer, so
+        # it stays true; a million crowded hashes: 72 s, 79 without it)
+        reach = offers.lists.reach[order + offset]
+        farthest, merges = reach.max(initial=0), offers.lists.merges
+        for mask in _masks(len(bits), scheme.probe):
+            if mask == 0:  # within a bucket: each later member of it
+                starts, counts = bucket(ordered)
+                positions = np.arange(len(order), dtype=np.int32)
+                counts = starts + counts - positions - 1
+                starts, sources = positions + 1, positions
+            else:  # the bucket of band ^ mask, from the lower side only (each pair once);
+                # in band order, so the keys ascend and the tables are read in order (9.0 s,
+                # 12.2 in the hashes' order)
+                lower = np.flatnonzero((ordered & (1 << (mask.bit_length() - 1))) == 0)
+                keys = ordered[lower] ^ mask
+                found = filled[keys]
+                sources = lower[found].astype(np.int32)
+                starts, counts = bucket(keys[found])
+            for part in _chunks(counts):  # pairs of positions in band order
+                if offers.lists.merges != merges:  # the lists came nearer: read their reach
+                    reach = offers.lists.reach[order + offset]
+                    farthest, merges = reach.max(initial=0), offers.lists.merges
+                # a source's hash repeated, not gathered pair by pair; the pairs beyond
+                # the farthest any list reaches dropped before the reaches are gathered (a
+                # partition of a million crowded hashes looks at 231 million pairs: 74
+                # million within 14 bits, 17 million within reach; 7.3 s -> 5.6 s)
+                repeats = counts[part]
+                position = _positions(starts[part], repeats)
+                source = np.repeat(sources[part], repeats)
+                differ = np.repeat(in_order[sources[part]], repeats) ^ in_order[position]
+                apart = popcount(differ)
+                near = np.flatnonzero(apart <= farthest)
+                close = near[apart[near] <= np.maximum(reach[source[near]],
+                                                       reach[position[near]])]
+                close = close[_first_found(differ[close], earlier, scheme.probe)]
+                offers.offer_close(order[source[close]] + offset,
+                                  order[position[close]] + offset, apart[close])
 
 
 def _queried(queries: np.ndarray, hashes: np.ndarray, offers: _Offers, scheme: Scheme,
-             offset: int, partitions: Iterable[int]) -> None:
+             offset: int, bands: Iterable[tuple[int, int]]) -> None:
     """Offer every pair (query at offset + q, hash) within reach whose first finding band is
-    in ``partitions``, as ``_all_pairs``. Only the hashes whose band is looked up are sorted:
+    one of ``bands``, as ``_all_pairs``. Only the hashes whose band is looked up are sorted:
     a night's queries touch a small share of a million."""
     hash_bytes, query_bytes = _bytes(hashes), _bytes(queries)
-    for partition in partitions:
-        for band_index, bits in enumerate(_partition(scheme, partition)):
-            earlier = _earlier(scheme, partition, band_index)
-            band, wanted = _band_values(hash_bytes, bits), _band_values(query_bytes, bits)
-            masks = np.array(_masks(len(bits), scheme.probe), np.int32)
-            keys = (wanted[:, None] ^ masks[None, :]).ravel()
-            asker = np.repeat(np.arange(len(queries)), len(masks))
-            marked = np.zeros(1 << len(bits), bool)
-            marked[band] = True  # the buckets the hashes fill: most keys find none
-            asker, keys = asker[marked[keys]], keys[marked[keys]]
-            marked[:] = False
-            marked[keys] = True  # the hashes in a bucket looked up
-            hits = np.flatnonzero(marked[band])
-            order = hits[np.argsort(band[hits])]
-            starts, counts = _buckets(band[order], len(bits))(keys)
-            for part in _chunks(counts):  # as in _all_pairs: within reach, found first here
-                which, position = _ranges(starts[part], counts[part])
-                asked, found = asker[part][which], order[position]
-                differ = queries[asked] ^ hashes[found]
-                apart = popcount(differ)
-                reach = offers.lists.reach
-                close = np.flatnonzero(apart <= np.maximum(reach[asked + offset], reach[found]))
-                close = close[_first_found(differ[close], earlier, scheme.probe)]
-                offers.offer_close(asked[close] + offset, found[close], apart[close])
+    for partition, band_index in bands:
+        bits = _partition(scheme, partition)[band_index]
+        earlier = _earlier(scheme, partition, band_index)
+        band, wanted = _band_values(hash_bytes, bits), _band_values(query_bytes, bits)
+        masks = np.array(_masks(len(bits), scheme.probe), np.int32)
+        keys = (wanted[:, None] ^ masks[None, :]).ravel()
+        asker = np.repeat(np.arange(len(queries)), len(masks))
+        marked = np.zeros(1 << len(bits), bool)
+        marked[band] = True  # the buckets the hashes fill: most keys find none
+        asker, keys = asker[marked[keys]], keys[marked[keys]]
+        marked[:] = False
+        marked[keys] = True  # the hashes in a bucket looked up
+        hits = np.flatnonzero(marked[band])
+        order = hits[np.argsort(band[hits])]
+        starts, counts = _buckets(band[order], len(bits))(keys)
+        for part in _chunks(counts):  # as in _all_pairs: within reach, found first here
+            repeats = counts[part]
+            found = order[_positions(starts[part], repeats)]
+            asked = np.repeat(asker[part], repeats)
+            differ = np.repeat(queries[asker[part]], repeats) ^ hashes[found]
+            apart = popcount(differ)
+            near = np.flatnonzero(apart <= offers.lists.distance)
+            reach = offers.lists.reach
+            close = near[apart[near] <= np.maximum(reach[asked[near] + offset],
+                                                   reach[found[near]])]
+            close = close[_first_found(differ[close], earlier, scheme.probe)]
+            offers.offer_close(asked[close] + offset, found[close], apart[close])
 
 
 def _pairs(near: np.ndarray, first: np.ndarray, since: int = 0) -> np.ndarray:
@@ -552,9 +574,9 @@ class Index:
             [self.ties, np.asarray(new_ties, np.uint64)[first[fresh]]])
         near = np.concatenate([self.near, np.full((len(fresh), self.near.shape[1]), _NONE)])
 
-        def search(offers: _Offers, partitions: range) -> None:
-            _queried(values[fresh], self.hashes, offers, self.scheme, old, partitions)
-            _all_pairs(values[fresh], offers, self.scheme, old, partitions)
+        def search(offers: _Offers, bands: list[tuple[int, int]]) -> None:
+            _queried(values[fresh], self.hashes, offers, self.scheme, old, bands)
+            _all_pairs(values[fresh], offers, self.scheme, old, bands)
 
         near = _searched(near, ties, self.distance, self.scheme, threads, search)
         grown = replace(self, hashes=hashes, near=near, ties=ties,
@@ -581,8 +603,8 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
             raise ValueError(f"{len(ties)} ties for {len(hashes)} hashes")
         ties = np.asarray(ties, np.uint64)[first]
 
-    def search(offers: _Offers, partitions: range) -> None:
-        _all_pairs(values, offers, scheme, 0, partitions)
+    def search(offers: _Offers, bands: list[tuple[int, int]]) -> None:
+        _all_pairs(values, offers, scheme, 0, bands)
 
     near = _searched(np.full((len(values), cap), _NONE), ties, distance, scheme, threads,
                      search)
@@ -590,24 +612,33 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
 
 
 def _searched(near: np.ndarray, ties: np.ndarray | None, distance: int, scheme: Scheme,
-              threads: int, search: Callable[[_Offers, range], None]) -> np.ndarray:
-    """``near`` grown in place by ``search`` over the scheme's partitions, ``threads`` sharing
-    them."""
-    threads = max(1, min(threads, scheme.partitions))
+              threads: int, search: Callable[[_Offers, list[tuple[int, int]]], None]
+              ) -> np.ndarray:
+    """``near`` grown in place by ``search`` over the scheme's bands, ``threads`` sharing
+    them: band after band in order, each to the first thread free, so that the threads end
+    together and the first bands fill the lists before the next are searched (a million
+    crowded hashes, 2 threads: 79.5 million pairs offered a partition a thread, 75.3
+    million a band a thread)."""
+    bands = [(partition, band) for partition in range(scheme.partitions)
+             for band in range(scheme.bands)]
+    threads = max(1, min(threads, len(bands)))
     lists = _Lists(near, distance)
-    stop = threading.Event()
+    stop, queue, taking = threading.Event(), iter(bands), threading.Lock()
 
-    def searched(start: int) -> None:
+    def searched() -> None:
         offers = _Offers(lists, ties)
-        for partition in range(start, scheme.partitions, threads):
-            if stop.is_set():  # the caller was interrupted: it waits for no more partitions
+        while not stop.is_set():  # else the caller was interrupted: it waits for no more
+            with taking:
+                unit = next(queue, None)
+            if unit is None:
                 break
-            search(offers, range(partition, partition + 1))
+            search(offers, [unit])
         offers.merge()
 
     pool = ThreadPoolExecutor(threads)  # NumPy lets go of the GIL on whole arrays
     try:
-        list(pool.map(searched, range(threads)))
+        for done in [pool.submit(searched) for _ in range(threads)]:
+            done.result()
     finally:  # Ctrl-C left a million hashes' search 1.6 s after, 17.5 s without the stop
         stop.set()
         pool.shutdown()
