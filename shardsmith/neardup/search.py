@@ -363,8 +363,7 @@ def _all_pairs(hashes: np.ndarray, offers: _Offers, scheme: Scheme, offset: int,
         # a pair farther than both its lists reach is dropped before it is offered (read
         # at each band and after each merge, any thread's: the lists only come nearer, so
         # it stays true; a million crowded hashes: 72 s, 79 without it)
-        reach = offers.lists.reach[order + offset]
-        farthest, merges = reach.max(initial=0), offers.lists.merges
+        merges = -1
         for mask in _masks(len(bits), scheme.probe):
             if mask == 0:  # within a bucket: each later member of it
                 starts, counts = bucket(ordered)
@@ -380,9 +379,10 @@ def _all_pairs(hashes: np.ndarray, offers: _Offers, scheme: Scheme, offset: int,
                 sources = lower[found].astype(np.int32)
                 starts, counts = bucket(keys[found])
             for part in _chunks(counts):  # pairs of positions in band order
-                if offers.lists.merges != merges:  # the lists came nearer: read their reach
+                if offers.lists.merges != merges:  # the band's first or the lists came nearer
+                    merges = offers.lists.merges
                     reach = offers.lists.reach[order + offset]
-                    farthest, merges = reach.max(initial=0), offers.lists.merges
+                    farthest = reach.max(initial=0)
                 # a source's hash repeated, not gathered pair by pair; the pairs beyond
                 # the farthest any list reaches dropped before the reaches are gathered (a
                 # partition of a million crowded hashes looks at 231 million pairs: 74
@@ -591,7 +591,7 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
     """The index of ``hashes`` (validated uint64): equal ones collapsed, each distinct hash's
     ``cap`` nearest within ``distance`` among the pairs the scheme finds; of equal distance,
     the nearest by ``ties`` (a second hash of each item, uint64) first. ``threads`` search
-    the partitions between them into one set of lists: the same lists whatever their
+    the bands between them into one set of lists: the same lists whatever their
     number."""
     if not 0 <= distance <= MAX_DISTANCE or cap < 1:
         raise ValueError(f"distance must be 0 to {MAX_DISTANCE} and cap at least 1")
