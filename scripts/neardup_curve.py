@@ -305,24 +305,25 @@ def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) ->
           f"{np.percentile(reshot, [50, 95, 100]).astype(int)}")
     if not checked:
         return
-    scores, timings = {}, []
+    checks, timings = {}, []
     for i, j in pairs:
         tick = time.perf_counter_ns()
-        scores[i, j] = neardup.check(views[i], views[j])
+        checks[i, j] = neardup.check(views[i], views[j])
         timings.append(time.perf_counter_ns() - tick)
     per_pair = float(np.median(timings)) / 1e6
     print(f"check: median {per_pair:.1f} ms a pair, {per_pair * len(pairs) / len(rows):.0f} ms "
           f"a sample at cap {cap}, {per_pair * len(capped[cap // 2]) / len(rows):.0f} ms at "
           f"{cap // 2}")
     for fixture in sorted(set(fixture_of.tolist())):
-        here = [scores.get(p, neardup.UNLIKE) for p in truth if fixture_of[p[0]] == fixture]
-        print(f"fixture {fixture}: re-shots scoring <= {neardup.DEFAULT_THRESHOLD}: "
-              f"{np.mean(np.array(here) <= neardup.DEFAULT_THRESHOLD):.3f} "
-              f"(of those among the candidates: "
-              f"{np.mean([s <= neardup.DEFAULT_THRESHOLD for s in here if s < 100]):.3f})")
-    others = np.array(sorted(s for p, s in scores.items() if p not in truth))
+        here = [checks[p] for p in truth if fixture_of[p[0]] == fixture and p in checks]
+        missed = sum(fixture_of[p[0]] == fixture for p in truth) - len(here)
+        print(f"fixture {fixture}: re-shots joined (score <= {neardup.DEFAULT_THRESHOLD} or one "
+              f"surface): {np.mean([c.joins() for c in here] + [False] * missed):.3f} "
+              f"(of those among the candidates: {np.mean([c.joins() for c in here]):.3f})")
+    others = np.array(sorted(c.score for p, c in checks.items() if p not in truth))
     print(f"different-part candidates scoring under 0.5 / 1.0 / 2.0: "
-          f"{[int((others < cut).sum()) for cut in (0.5, 1.0, 2.0)]} of {len(others)}")
+          f"{[int((others < cut).sum()) for cut in (0.5, 1.0, 2.0)]} of {len(others)}; of one "
+          f"surface: {sum(c.one_surface for p, c in checks.items() if p not in truth)}")
     distance = dict(zip(pairs, popcount(np.array([hashes[i] ^ hashes[j] for i, j in pairs]))
                         .min(axis=1).tolist(), strict=True))
     thresholds = (0.5, 0.7, 1.0, 1.5, 2.0, 3.0)
@@ -332,7 +333,7 @@ def measure_pipeline(root: Path, sample: int, cap: int, checked: bool = True) ->
         for limit in range(10, MAX_DISTANCE + 1, 2):
             cells = []
             for cut in thresholds:
-                verified = [p for p in kept if distance[p] <= limit and scores[p] <= cut]
+                verified = [p for p in kept if distance[p] <= limit and checks[p].joins(cut)]
                 recall, precision = co_cluster(verified, len(rows), truth)
                 cells.append(f"{recall:.3f} / {precision:.3f}")
             print(f"{limit:2d}  " + "  ".join(f"{c:>13}" for c in cells), flush=True)

@@ -192,7 +192,8 @@ def test_the_cluster_of_one_sample_is_the_cluster_a_check_of_every_pair_finds(
 def test_a_new_samples_cluster_grows_outward_until_it_is_whole_or_dense(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # two slow belts, each frame the next one's twin: 20 frames and 6; the check stubbed so
-    # that only neighbouring frames pass, and hashes a random walk of 2 bits a frame
+    # that only neighbouring frames pass (frames 2 and 3 of the short belt, 22 and 23, by one
+    # surface over the threshold), and hashes a random walk of 2 bits a frame
     seen, walk = nearhash.SampleLines(), np.random.default_rng(3).permutation(64)
     hashes = np.zeros((26, 2), np.uint64)
     for at, (belt, frame) in enumerate([(0, f) for f in range(20)] + [(1, f) for f in range(6)]):
@@ -203,15 +204,19 @@ def test_a_new_samples_cluster_grows_outward_until_it_is_whole_or_dense(
 
     def check(seen: object, pairs: np.ndarray, *args: object, **kwargs: object) -> tuple:
         checked.extend(map(tuple, pairs.tolist()))
-        return np.where(np.abs(pairs[:, 0] - pairs[:, 1]) == 1, 0.0, 100.0), set(), set()
+        checks = np.zeros(len(pairs), hashing.CHECKS)
+        checks["score"] = np.where(np.abs(pairs[:, 0] - pairs[:, 1]) == 1, 0.0, 100.0)
+        surface = (pairs.min(axis=1) == 22) & (pairs.max(axis=1) == 23)
+        checks["score"][surface], checks["one_surface"][surface] = 1.5, True
+        return checks, set(), set()
 
     checked: list[tuple[int, int]] = []
     monkeypatch.setattr(nearhash, "checked", check)
     for newest, whole in ((19, False), (25, True)):
         focus = np.arange(26) == newest
-        pairs, scores, failed = nearhash.verified(seen, hashes, np.ones(26, bool), None, None,
+        pairs, checks, failed = nearhash.verified(seen, hashes, np.ones(26, bool), None, None,
                                                   True, focus=focus, threshold=0.4)
-        roots = nearhash.components(seen, hashes, failed, pairs[scores <= 0.4])
+        roots = nearhash.components(seen, hashes, failed, pairs[hashing.joined(checks, 0.4)])
         cluster = np.flatnonzero(roots == roots[newest]).tolist()
         if whole:  # the short belt: every frame, though only the newest is new
             assert cluster == list(range(20, 26))

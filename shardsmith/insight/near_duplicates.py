@@ -57,12 +57,19 @@ class Member:
 @dataclass(frozen=True)
 class Pair:
     """A checked pair of a cluster: its members (indexes into ``Cluster.members``), the nearer
-    of their two hash distances, and the check's score (percent of the parts that differ)."""
+    of their two hash distances, the check's score (percent of the parts that differ) and
+    whether their parts are of one surface (``hashing.check``)."""
 
     first: int
     second: int
     distance: int
     score: float
+    one_surface: bool = False
+
+    def __str__(self) -> str:
+        """"12 bits, 0.1% differs", and ", one surface" where the parts' grain matches."""
+        return f"{self.distance} bits, {self.score:g}% differs" \
+            + (", one surface" if self.one_surface else "")
 
 
 @dataclass(frozen=True)
@@ -159,11 +166,13 @@ def find(directory: str | Path, distance: int = hashing.DEFAULT_DISTANCE,
             # hashes of 0: a frame without an edge (a uniform image), as a stored one reads
             have, made_count = have | (made & hashes.any(axis=1)), int(made.sum())
         focus = samples.focus(touching, split)
-        pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
+        pairs, checks, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
                                                   distance, cap, kept, focus, threshold)
-    verified = [(first, second, _nearer(hashes[first, :2], hashes[second, :2]), float(score))
-                for (first, second), score in zip(pairs.tolist(), scores.tolist(), strict=True)
-                if score <= threshold]
+    join = hashing.joined(checks, threshold)
+    verified = [(first, second, _nearer(hashes[first, :2], hashes[second, :2]), float(score),
+                 bool(surface))
+                for (first, second), (score, surface) in zip(pairs[join].tolist(),
+                                                             checks[join].tolist(), strict=True)]
     clusters = _clusters(samples, failed, verified, focus)
     return NearDuplicates(str(path), len(seen.keys), len(seen.fixtures), len(pairs),
                           tuple(clusters), distance, threshold,
@@ -222,7 +231,7 @@ def _nearer(first: np.ndarray, second: np.ndarray) -> int:
 
 
 def _clusters(samples: _Samples, failed: np.ndarray,
-              verified: Iterable[tuple[int, int, int, float]],
+              verified: Iterable[tuple[int, int, int, float, bool]],
               focus: np.ndarray | None = None) -> list[Cluster]:
     """Connected components of the verified pairs and of samples with equal hashes (the
     same image, whatever the check says) that hold more than one original, leakage first,
@@ -232,7 +241,7 @@ def _clusters(samples: _Samples, failed: np.ndarray,
                                 np.array([pair[:2] for pair in verified], np.int64))
     order = np.argsort(roots, kind="stable")
     cuts = np.flatnonzero(np.diff(roots[order])) + 1
-    by_root: dict[int, list[tuple[int, int, int, float]]] = {}
+    by_root: dict[int, list[tuple[int, int, int, float, bool]]] = {}
     for pair in verified:
         by_root.setdefault(int(roots[pair[0]]), []).append(pair)
     clusters = []
@@ -243,8 +252,8 @@ def _clusters(samples: _Samples, failed: np.ndarray,
         position = {item: number for number, item in enumerate(items.tolist())}
         clusters.append(Cluster(
             tuple(samples.member(at) for at in items.tolist()),
-            tuple(Pair(position[a], position[b], near, round(score, 3))
-                  for a, b, near, score in by_root.get(int(roots[items[0]]), ())),
+            tuple(Pair(position[a], position[b], near, round(score, 3), surface)
+                  for a, b, near, score, surface in by_root.get(int(roots[items[0]]), ())),
             originals > hashing.DENSE_SIZE))
     clusters.sort(key=lambda cluster: (not cluster.leakage, -len(cluster.members),
                                        cluster.members[0].key))
@@ -262,7 +271,8 @@ def near_duplicates_text(found: NearDuplicates) -> str:
     dense = sum(cluster.dense for cluster in clusters)
     lines = [f"near-duplicates in {printable(found.directory)}: {plural(found.samples, 'sample')}"
              f" on {plural(found.fixtures, 'fixture')}, {plural(found.candidates, 'pair')} "
-             f"checked (within {found.distance} bits, under {found.threshold:g}% differing)",
+             f"checked (within {found.distance} bits, under {found.threshold:g}% differing, "
+             f"or {hashing.SURFACE_DIFFER:g}% on one surface)",
              f"{plural(len(clusters), 'cluster')}: {leaking:,} across splits (leakage), "
              f"{dense:,} dense (over {hashing.DENSE_SIZE} originals: a slow belt's frames chain "
              "into one)"]
@@ -288,7 +298,7 @@ def near_duplicates_text(found: NearDuplicates) -> str:
         shown = cluster.shown()
         for place, (member, pair) in enumerate(shown[:MEMBERS_SHOWN]):
             how = "" if not place else "  (the same image)" if pair is None \
-                else f"  ({pair.distance} bits, {pair.score:g}% differs)"
+                else f"  ({pair})"
             lines.append(f"  {member.split:<{width}}  {printable(member.path)}{how}")
         if len(shown) > MEMBERS_SHOWN:
             lines.append(f"  ... {len(shown) - MEMBERS_SHOWN:,} more (--json)")
@@ -318,6 +328,7 @@ def near_duplicates_json(found: NearDuplicates) -> dict:
             "samples": [{"key": member.key, "path": member.path, "split": member.split}
                         for member in cluster.members],
             "pairs": [{"first": pair.first, "second": pair.second, "distance": pair.distance,
-                       "differs_percent": pair.score} for pair in cluster.pairs],
+                       "differs_percent": pair.score, "one_surface": pair.one_surface}
+                      for pair in cluster.pairs],
         } for cluster in found.clusters],
     }

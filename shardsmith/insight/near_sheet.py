@@ -57,8 +57,7 @@ def near_sheet_png(found: NearDuplicates, directory: Path, manifest: Manifest,
 def _row(draw: ImageDraw.ImageDraw, image: Image.Image, cluster: Cluster,
          jpegs: PreviousJpegs, y: int, thumb: int, fonts: dict, colours: dict) -> None:
     best = min(cluster.pairs, key=lambda pair: pair.score, default=None)
-    how = f" · {best.distance} bits, {best.score:g}% differs" if best is not None \
-        else " · the same image"
+    how = f" · {best}" if best is not None else " · the same image"
     head = ("leakage" if cluster.leakage else "one split") + (", dense" if cluster.dense else "")
     draw.text((MARGIN, y), f"{head}: {cluster.size()} in {', '.join(cluster.splits)}{how}",
               font=fonts[13], fill=REJECT if cluster.leakage else INK)

@@ -18,7 +18,8 @@ pixel the tightest run of an eighth of their greys, the plate without the parts'
   same way (through a hole: the part moved over the fixture) and along either part's outline
   where the fixture has a feature (the outline's pixels mix part and fixture, and the fixture
   behind it moved); one spot of SPOT px that differs refuses the pair (a hole one part has
-  and the other not).
+  and the other not). But two parts whose fine grain matches are of one surface: one part,
+  whatever light and holes changed in up to SURFACE_DIFFER percent of their pixels.
 
 The candidates of a hash are found by ``search``; the exhaustive search it is tested against,
 and the plain clusters of the measurement, are in scripts/neardup_reference.py.
@@ -29,6 +30,7 @@ Why these, with the numbers: docs/know-your-data.md, "Near-duplicates: the measu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -59,8 +61,9 @@ FIXTURE_EDGE = 40  # gradient of the fixture's background where it has a feature
 RESHOT_SCALE = (0.77, 1.30)
 DEFAULT_DISTANCE = 14  # hash bits (the nearer of two): the measured curve is flat beyond it
 # The threshold: with the ranked candidates, where the clusters' precision keeps a margin over
-# 0.95 (recall / precision 0.858 / 0.957 at 0.16, 0.859 / 0.953 at 0.18, 0.883 / 0.921 at
-# 0.4; docs/know-your-data.md, "Registration"): they hold more parts the check cannot tell apart
+# 0.95 (recall / precision 0.905 / 0.958 at 0.16, 0.907 / 0.951 at 0.2, 0.909 / 0.933 at 0.3,
+# pairs of one surface joining at each; docs/know-your-data.md, "One surface"): they hold more
+# parts the check cannot tell apart
 DEFAULT_THRESHOLD = 0.16  # percent of the parts' pixels that differ
 DEFAULT_CAP = 5  # of each hash's RANKED nearest, those checked: the nearest by signature
 # (re-shots among them 0.901 -> 0.952 for 6% fewer pairs than the 5 nearest by distance, on
@@ -72,6 +75,19 @@ RUN_SHARE = 8  # the fixture's background: the tightest run of 1/RUN_SHARE of it
 EDGE_CLIP = 128  # gradient (Sobel |x| + |y|) at which an edge counts fully in the hash
 CUT = 2  # px from the frame's border a part's mask reaches where the border cuts it
 UNLIKE = 100.0  # the score of a pair the check cannot register
+# One surface: a part's fine grain (scratches, brushing, the grain of a casting: the view less
+# its 1 px blur) is its own, and a re-shot keeps it where light and holes move other pixels.
+# Correlated over the flat pixels of both parts (the gradient of their 2 px blur under FLAT),
+# re-shots among the candidates score 0.50 to 0.52 at the median, 0.26 to 0.38 at the 10th
+# percentile; pairs of other parts scoring up to 5% at most 0.36, 0.18 to 0.20 at the 99th
+# (fixtures 0 and 1 of the issue's corpus). A pair of one surface whose parts differ in up to
+# SURFACE_DIFFER percent of their pixels, a spot of SPOT px included, is one part: of the 629
+# re-shots among fixtures 0 and 1's candidates, 578 -> 611 join, other parts 20 -> 20
+# (docs/know-your-data.md, "One surface")
+SURFACE_MATCH = 0.3
+SURFACE_DIFFER = 2.0  # percent (5: 612 re-shots join, other parts 31)
+FLAT = 20  # gradient (Sobel |x| + |y|) of the view blurred by 2 px under which a pixel is flat
+SURFACE_PIXELS = 200  # flat pixels of both parts under which their surfaces say nothing
 
 FRAME = 256  # px on the long side of the image hashed and checked
 # px on the short side under which a frame gets no hash: 48 parts and 8 re-shots squeezed to
@@ -80,6 +96,7 @@ MIN_SIDE = 16
 _SCALE = 4096  # fixed point of the exposure ratio
 _KERNEL3 = np.ones((3, 3), np.uint8)
 _KERNEL5 = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5))
+_KERNEL7 = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (7, 7))
 _KERNEL9 = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (9, 9))
 _GROW = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * REGISTER_GROW + 1,) * 2)
 _OUTLINE_KERNEL = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * OUTLINE + 1,) * 2)
@@ -332,25 +349,48 @@ def _outline(*masks: np.ndarray) -> np.ndarray:
     return near
 
 
-def check(first: np.ndarray, second: np.ndarray) -> float:
-    """How unlike two part views are, in percent of the parts' pixels: ``second`` registered
-    onto ``first``, then the pixels of either part that differ by more than CHECK_LEVEL from
-    the other's 3x3 neighbourhood after one gain, but where both show the fixture, where
-    neither is its part's body (both off it the same way) and along either outline over a
-    feature of the fixture, opened by 3x3. UNLIKE where the thumbnails correlate under
-    LIKE_FLOOR, where the registration fails or is no re-shot's (its scale squared outside
+class Checked(NamedTuple):
+    """What ``check`` says of a pair: ``score``, the percent of the parts' pixels that differ
+    (UNLIKE where it refuses the pair), and whether the parts are of ``one_surface`` (then
+    they are one part, whatever the threshold: ``joined``)."""
+
+    score: float
+    one_surface: bool = False
+
+    def joins(self, threshold: float = DEFAULT_THRESHOLD) -> bool:
+        """Whether the pair joins a cluster: its score within ``threshold``, or one surface."""
+        return self.one_surface or self.score <= threshold
+
+
+CHECKS = np.dtype([("score", np.float64), ("one_surface", np.bool_)])  # arrays of Checked
+
+
+def joined(checks: np.ndarray, threshold: float) -> np.ndarray:
+    """Which pairs of an array of checks (CHECKS) join: a score within ``threshold``, or one
+    surface."""
+    return (checks["score"] <= threshold) | checks["one_surface"]
+
+
+def check(first: np.ndarray, second: np.ndarray) -> Checked:
+    """How unlike two part views are (``Checked``), in percent of the parts' pixels: ``second``
+    registered onto ``first``, then the pixels of either part that differ by more than
+    CHECK_LEVEL from the other's 3x3 neighbourhood after one gain, but where both show the
+    fixture, where neither is its part's body (both off it the same way) and along either
+    outline over a feature of the fixture, opened by 3x3. UNLIKE where the thumbnails correlate
+    under LIKE_FLOOR, where the registration fails or is no re-shot's (its scale squared outside
     RESHOT_SCALE), where the registered part leaves the view, and where one spot of SPOT px
-    differs."""
+    differs; but a pair differing in up to SURFACE_DIFFER percent whose parts' fine grain
+    correlates at SURFACE_MATCH or more (``_surface``) is of one surface."""
     grey_a, mask_a, shows_a, features_a = first.astype(np.float32)
     grey_b, mask_b, shows_b, features_b = second.astype(np.float32)
     area_a, area_b = float(mask_a.sum()), float(mask_b.sum())
     if not area_a or not area_b or not 0.7 < area_b / area_a < 1.45:
-        return UNLIKE  # a re-shot scales a part by 0.9 to 1/0.9: its area by 0.81 to 1.23
+        return Checked(UNLIKE)  # a re-shot scales a part by 0.9 to 1/0.9: its area 0.81 to 1.23
     if float(_thumbnail(first) @ _thumbnail(second)) < LIKE_FLOOR:
-        return UNLIKE  # 0.6 ms a pair so refused; 3.8 ms one registered and compared
+        return Checked(UNLIKE)  # 0.6 ms a pair so refused; 3.8 ms one registered, compared
     warp = _registration(grey_a, mask_a, grey_b, mask_b)
     if warp is None:
-        return UNLIKE
+        return Checked(UNLIKE)
     grey_a = cv2.GaussianBlur(grey_a, (0, 0), 1.0)
     moved = cv2.warpAffine(cv2.GaussianBlur(grey_b, (0, 0), 1.0), warp, (VIEW, VIEW),
                            flags=_INVERSE)
@@ -359,7 +399,7 @@ def check(first: np.ndarray, second: np.ndarray) -> float:
                                                   borderMode=_EDGE) > 0.5
                                    for channel in (shows_b, features_b))
     if not moved_mask.any():
-        return UNLIKE
+        return Checked(UNLIKE)
     union = (mask_a > 0) | moved_mask
     ours, theirs = grey_a[union], moved[union]
     moved *= float((ours * theirs).sum() / max(1e-6, float((theirs * theirs).sum())))
@@ -380,7 +420,37 @@ def check(first: np.ndarray, second: np.ndarray) -> float:
     differ &= ~(((off_a > BODY_LEVEL) & (off_b > BODY_LEVEL))
                 | ((off_a < -BODY_LEVEL) & (off_b < -BODY_LEVEL)))
     differ = cv2.morphologyEx(differ.astype(np.uint8), cv2.MORPH_OPEN, _KERNEL3)
+    score = 100.0 * float(differ.sum()) / float(union.sum())
+    # the parts' own pixels: not where either shows the fixture (through a hole, the plate's
+    # grain, the same in every shot of a pose). Where that is under half of what both cover,
+    # the fixture's background did not hold (a part filling most of the frame sets the
+    # exposure) and their surfaces say nothing: re-shots on the corpus hold 0.55 or more
+    both = (mask_a > 0) & moved_mask
+    own = both & (shows_a == 0) & ~moved_shows
+    if score <= SURFACE_DIFFER and 2 * int(own.sum()) >= int(both.sum()) \
+            and _surface(first[0], second[0], warp, own) >= SURFACE_MATCH:
+        return Checked(score, True)  # light and what shows through a hole, not another part
     spots, _, stats, _ = cv2.connectedComponentsWithStats(differ, connectivity=8)
     if spots > 1 and int(stats[1:, cv2.CC_STAT_AREA].max()) >= SPOT:
-        return UNLIKE
-    return 100.0 * float(differ.sum()) / float(union.sum())
+        return Checked(UNLIKE)
+    return Checked(score)
+
+
+def _surface(first: np.ndarray, second: np.ndarray, warp: np.ndarray, own: np.ndarray
+             ) -> float:
+    """The correlation of two parts' fine grain (each grey view less its 1 px blur; the
+    second registered by ``warp``) over the pixels 3 px inside ``own`` (where both views show
+    their part) that are flat in both (the gradient of their 2 px blur under FLAT: an edge
+    or a hole's rim is the part's shape, which other parts share); 0 over fewer than
+    SURFACE_PIXELS."""
+    greys = (first.astype(np.float32),
+             cv2.warpAffine(second.astype(np.float32), warp, (VIEW, VIEW), flags=_INVERSE))
+    flat = cv2.erode(own.astype(np.uint8), _KERNEL7) > 0
+    for grey in greys:
+        flat &= gradient(cv2.GaussianBlur(grey, (0, 0), 2.0)) < FLAT
+    if int(flat.sum()) < SURFACE_PIXELS:
+        return 0.0
+    grain_a, grain_b = ((grey - cv2.GaussianBlur(grey, (0, 0), 1.0))[flat] for grey in greys)
+    grain_a, grain_b = grain_a - grain_a.mean(), grain_b - grain_b.mean()
+    size = float(np.sqrt(float(grain_a @ grain_a) * float(grain_b @ grain_b)))
+    return float(grain_a @ grain_b) / size if size else 0.0

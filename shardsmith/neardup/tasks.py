@@ -66,10 +66,10 @@ def hash_task(work: list[tuple[bytes | None, np.ndarray]]
 
 
 def check_task(task: tuple[list[tuple[bytes | None, np.ndarray, bool]], list[tuple[int, int]]]
-               ) -> tuple[list[float], list[int]]:
-    """The check's scores of pairs of samples (each from its JPEG bytes, its background and
-    whether it is a tile: a part its tile cuts is no part), and the samples that could not
-    be read (their pairs score UNLIKE)."""
+               ) -> tuple[list[hashing.Checked], list[int]]:
+    """The check of pairs of samples (each from its JPEG bytes, its background and whether
+    it is a tile: a part its tile cuts is no part), and the samples that could not be read
+    (their pairs score UNLIKE)."""
     work, pairs = task
     features: dict[int, np.ndarray] = {}  # by background: a task's samples share a few
     views = []
@@ -78,6 +78,6 @@ def check_task(task: tuple[list[tuple[bytes | None, np.ndarray, bool]], list[tup
             features[id(background)] = hashing.fixture_features(background)
         view = partial(hashing.part_view, whole=tile, features=features[id(background)])
         views.append(_against(view, frame_or_none(jpeg), background))
-    scores = [hashing.UNLIKE if views[a] is None or views[b] is None
+    checks = [hashing.Checked(hashing.UNLIKE) if views[a] is None or views[b] is None
               else hashing.check(views[a], views[b]) for a, b in pairs]
-    return scores, [at for at, view in enumerate(views) if view is None]
+    return checks, [at for at, view in enumerate(views) if view is None]

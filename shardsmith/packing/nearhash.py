@@ -387,8 +387,8 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     """The candidate pairs of lines (of each hash's RANKED nearest within ``distance`` bits,
     the ``cap`` nearest by signature; over the lines that ``have`` a hash; with ``focus``, a
     mask, those of the clusters its lines are in: ``_reached``), checked: (pairs, their
-    scores, the lines that failed: no hash, unreadable, or of a fixture without a
-    background).  A pair with a failed line is left out."""
+    checks (``hashing.CHECKS``), the lines that failed: no hash, unreadable, or of a fixture
+    without a background).  A pair with a failed line is left out."""
     readable = np.flatnonzero(have)
     if len(readable) > search.MAX_HASHES:
         raise ConfigError(f"{len(readable):,} hashed samples: the near-duplicate search takes "
@@ -404,15 +404,15 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
         + [_equal_tiles(hashes, readable[seen.tiled()[readable]])]))
     pairs = pairs[original[pairs[:, 0]] != original[pairs[:, 1]]]  # two tiles of one image
     if focus is None:
-        scores, unreadable, without = checked(seen, pairs, jpegs, pool, quiet, kept)
+        checks, unreadable, without = checked(seen, pairs, jpegs, pool, quiet, kept)
     else:
-        scores, unreadable, without = _reached(seen, hashes, have, pairs, focus, threshold,
+        checks, unreadable, without = _reached(seen, hashes, have, pairs, focus, threshold,
                                                jpegs, pool, quiet, kept)
-        pairs, scores = pairs[~np.isnan(scores)], scores[~np.isnan(scores)]
+        pairs, checks = pairs[~np.isnan(checks["score"])], checks[~np.isnan(checks["score"])]
     grounded = ~np.isin(pairs, list(without)).any(axis=1) if len(pairs) else np.ones(0, bool)
     failed = ~have
     failed[list(unreadable | without)] = True
-    return pairs[grounded], scores[grounded], failed
+    return pairs[grounded], checks[grounded], failed
 
 
 def _reached(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, pairs: np.ndarray,
@@ -420,16 +420,17 @@ def _reached(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, pairs: np.
              quiet: bool, kept: Kept | None) -> tuple[np.ndarray, set[int], set[int]]:
     """``checked`` of the pairs of the clusters the ``focus`` lines are in, found outward:
     the pairs touching a focus line first, then those touching a line they join (within
-    ``threshold``), or an equal image or another tile of an original they reach, until none
-    is new; NaN for the pairs not reached.  So a cluster holds what a check of every pair
-    puts in it: an earlier sample that a new one's twin joins is in the new one's cluster,
-    though no pair of theirs is a candidate.  A line first reached by ring k is k joins of
-    k + 1 originals from a focus line, so after DENSE_SIZE + 1 rings a cluster of up to
-    DENSE_SIZE originals is whole, and one still growing is dense, however far it goes on (a
-    slow belt's frames chain): the rings stop there.  A ring costs the checks of its new
-    pairs and passes over the lines and pairs (0.5 s for a million lines and 9.3 million
-    pairs)."""
-    scores = np.full(len(pairs), np.nan)
+    ``threshold``, or of one surface), or an equal image or another tile of an original they
+    reach, until none is new; NaN for the pairs not reached.  So a cluster holds what a check
+    of every pair puts in it: an earlier sample that a new one's twin joins is in the new
+    one's cluster, though no pair of theirs is a candidate.  A line first reached by ring k
+    is k joins of k + 1 originals from a focus line, so after DENSE_SIZE + 1 rings a cluster
+    of up to DENSE_SIZE originals is whole, and one still growing is dense, however far it
+    goes on (a slow belt's frames chain): the rings stop there.  A ring costs the checks of
+    its new pairs and passes over the lines and pairs (0.5 s for a million lines and 9.3
+    million pairs)."""
+    checks = np.zeros(len(pairs), hashing.CHECKS)
+    checks["score"] = np.nan
     unreadable: set[int] = set()
     without: set[int] = set()
     kept = OrderedDict() if kept is None else kept  # a ring's backgrounds, for the next
@@ -443,17 +444,17 @@ def _reached(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, pairs: np.
         for _ in range(hashing.DENSE_SIZE + 1):
             reached[alike[np.isin(image, image[reached[alike]])]] = True  # equal images
             reached |= np.isin(original, original[reached])  # the other tiles of an original
-            ring = np.flatnonzero(np.isnan(scores) & reached[pairs].any(axis=1))
+            ring = np.flatnonzero(np.isnan(checks["score"]) & reached[pairs].any(axis=1))
             if not len(ring):
                 break
-            scores[ring], failed, grounds = checked(seen, pairs[ring], jpegs, pool, quiet,
+            checks[ring], failed, grounds = checked(seen, pairs[ring], jpegs, pool, quiet,
                                                     kept, progress)
             unreadable |= failed
             without |= grounds
-            reached[pairs[ring][scores[ring] <= threshold].ravel()] = True
+            reached[pairs[ring][hashing.joined(checks[ring], threshold)].ravel()] = True
     finally:
         progress.close()
-    return scores, unreadable, without
+    return checks, unreadable, without
 
 
 def _equal_tiles(hashes: np.ndarray, lines: np.ndarray) -> np.ndarray:
@@ -513,12 +514,14 @@ def _components(hashes: np.ndarray, alike: np.ndarray, joined: np.ndarray) -> np
 def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: WorkerPool,
             quiet: bool, kept: Kept | None = None, progress: Progress | None = None,
             ) -> tuple[np.ndarray, set[int], set[int]]:
-    """The check's score of each pair of lines (``hashing.check``; UNLIKE where a sample
-    cannot be read or its fixture has no background), the lines that could not be read, and
-    those of a fixture none of whose first samples reads.  The pairs are checked a block of
-    at most KEPT fixtures at a time; the KEPT backgrounds used last are held (in ``kept``,
-    which may hold those ``hash_fixtures`` made); ``progress``, if given, grows by them."""
-    scores = np.full(len(pairs), hashing.UNLIKE)
+    """The check of each pair of lines (``hashing.check``, in ``hashing.CHECKS``; UNLIKE
+    where a sample cannot be read or its fixture has no background), the lines that could not
+    be read, and those of a fixture none of whose first samples reads.  The pairs are checked
+    a block of at most KEPT fixtures at a time; the KEPT backgrounds used last are held (in
+    ``kept``, which may hold those ``hash_fixtures`` made); ``progress``, if given, grows by
+    them."""
+    checks = np.zeros(len(pairs), hashing.CHECKS)
+    checks["score"] = hashing.UNLIKE
     unreadable: set[int] = set()
     without: set[int] = set()
     lenders: dict[int, np.ndarray] = {}
@@ -543,13 +546,13 @@ def checked(seen: SampleLines, pairs: np.ndarray, jpegs: PreviousJpegs, pool: Wo
             for number, (results, failed) in enumerate(pool.map_ordered(tasks.check_task,
                                                                          chunks)):
                 start = number * CHUNK
-                scores[block[start : start + len(results)]] = results
+                checks[block[start : start + len(results)]] = results
                 unreadable.update(chunks.samples(number)[at] for at in failed)
                 progress.update(len(results))
     finally:
         if own:
             progress.close()
-    return scores, unreadable, without
+    return checks, unreadable, without
 
 
 def _keep(kept: Kept, grounds: dict[int, np.ndarray | None], most: int) -> None:

@@ -227,10 +227,10 @@ def settle(placement: Placement, near: NearHashes, jpegs: PreviousJpegs, pool: W
     # packed sample stays where it is, whatever joins it to another)
     focus = None if (fixed < 0).all() else fixed < 0
     if focus is None or focus.any():
-        pairs, scores, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
+        pairs, checks, failed = nearhash.verified(seen, hashes, have, jpegs, pool, quiet,
                                                   focus=focus)
         roots = nearhash.components(seen, hashes, failed,
-                                    pairs[scores <= hashing.DEFAULT_THRESHOLD])
+                                    pairs[hashing.joined(checks, hashing.DEFAULT_THRESHOLD)])
     else:  # nothing new: only an original packed again goes back to its split
         roots = np.arange(len(fixed))
     placed = place(placement.paths, np.frombuffer(placement.split, np.int32), fixed,

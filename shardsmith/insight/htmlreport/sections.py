@@ -320,8 +320,7 @@ def near_duplicates_section(found: NearDuplicates | str) -> str:
         rows.append([page.text(", ".join(cluster.splits)),
                      "<br>".join(page.text(f"{member.split}: {member.path}")
                                  for member, _ in cluster.shown()[:MEMBERS_SHOWN]),
-                     page.text(f"{best.distance} bits, {best.score:g}%" if best is not None
-                               else "the same image")])
+                     page.text(str(best) if best is not None else "the same image")])
     return page.section("near-duplicates", f"{heading} ({len(leaking):,})", [
         page.paragraph("The same part in two splits: validation would measure memory. "
                        "shardsmith sheet --near-duplicates draws them.", muted=True),
