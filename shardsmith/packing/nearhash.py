@@ -408,7 +408,8 @@ def verified(seen: SampleLines, hashes: np.ndarray, have: np.ndarray, jpegs: Pre
     else:
         checks, unreadable, without = _reached(seen, hashes, have, pairs, focus, threshold,
                                                jpegs, pool, quiet, kept)
-        pairs, checks = pairs[~np.isnan(checks["score"])], checks[~np.isnan(checks["score"])]
+        looked = ~np.isnan(checks["score"])
+        pairs, checks = pairs[looked], checks[looked]
     grounded = ~np.isin(pairs, list(without)).any(axis=1) if len(pairs) else np.ones(0, bool)
     failed = ~have
     failed[list(unreadable | without)] = True
