@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import neardup_reference as reference  # noqa: E402
 
-from shardsmith.neardup import search  # noqa: E402
+from shardsmith.neardup import bands, search  # noqa: E402
 from shardsmith.neardup.search import (  # noqa: E402
     DEFAULT_SCHEME,
     EXACT_SCHEME,
@@ -66,52 +66,45 @@ def test_an_index_certain_within_the_distance_gives_exactly_the_exhaustive_pairs
     assert np.array_equal(index.pairs(), expected)
 
 
-def test_lists_merged_a_few_pairs_at_a_time_give_the_same_pairs(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pairs pooled, looked at and merged a few at a time: the same lists."""
-    hashes = _tied_hashes(4, 400)
-    whole = build(hashes, 18, 4, EXACT_SCHEME)
-    monkeypatch.setattr(search, "_POOL", 40)
-    monkeypatch.setattr(search, "_CHUNK", 200)
-    monkeypatch.setattr(search, "_ROWS", 7)
-    stepwise = build(hashes, 18, 4, EXACT_SCHEME)
-    assert np.array_equal(stepwise.near, whole.near)
-    assert np.array_equal(stepwise.pairs(), _exhaustive(hashes, whole.first, 18, 4))
+def _scheme_lists(hashes: np.ndarray, ties: np.ndarray, scheme: Scheme, distance: int,
+                  cap: int) -> np.ndarray:
+    """What an index's lists must be, every pair looked at: the keys (distance, tie,
+    neighbour) of each distinct hash's ``cap`` nearest within ``distance`` among the pairs
+    some band of some partition finds (at most ``probe`` of its bits differ)."""
+    values, first = np.unique(hashes, return_index=True)
+    order = np.argsort(first)  # distinct hashes in order of first occurrence, as the index's
+    values, tie_values = values[order], ties[first[order]]
+    apart = values[:, None] ^ values[None, :]
+    found = np.zeros(apart.shape, bool)
+    for partition in range(scheme.partitions):
+        for bits in search._partition(scheme, partition):
+            mask = np.uint64(sum(1 << int(bit) for bit in bits))
+            found |= popcount(apart & mask) <= scheme.probe
+    distances = popcount(apart).astype(np.int64)
+    keys = (distances << search._DISTANCE_SHIFT
+            | popcount(tie_values[:, None] ^ tie_values[None, :]).astype(np.int64)
+            << search._TIE_SHIFT | np.arange(len(values))[None, :])
+    keys = np.where(found & (distances <= distance) & ~np.eye(len(values), dtype=bool), keys,
+                    search._NONE)
+    return np.sort(keys, axis=1)[:, :cap]
 
 
 @pytest.mark.parametrize("scheme", [DEFAULT_SCHEME, Scheme(partitions=5, bands=4, probe=2)])
-def test_a_pair_is_offered_once_by_the_first_band_that_finds_it(
-        monkeypatch: pytest.MonkeyPatch, scheme: Scheme) -> None:
-    """Crowded hashes share bands in many partitions; each pair reaches the lists once (the
-    lists hold each neighbour once only so), and it is a pair some band finds."""
-    hashes = _tied_hashes(3, 600)
-    offered: list[np.ndarray] = []
-    offer_close = search._Offers.offer_close
-
-    def recording(self, left, right, apart) -> None:  # noqa: ANN001
-        offered.append(np.minimum(left, right).astype(np.int64) << 32 | np.maximum(left, right))
-        offer_close(self, left, right, apart)
-
-    monkeypatch.setattr(search._Offers, "offer_close", recording)
-    for threads in (3, 1):  # an increment's look-ups too; one thread last (its reaches)
-        old = build(hashes[:450], 18, 8, scheme, threads=threads)
-        offered.clear()
-        old.add(hashes[450:], threads=threads)
-        grown = np.concatenate(offered)
-        assert len(grown) > 100 and len(np.unique(grown)) == len(grown)
-        offered.clear()
-        once = build(hashes, 18, 8, scheme, threads=threads)
-        codes = np.concatenate(offered)
-        assert len(codes) > 1000 and len(np.unique(codes)) == len(codes)
-    offered.clear()
-    monkeypatch.setattr(search, "_first_found", lambda apart, earlier, probe: np.ones(
-        len(apart), bool))
-    build(hashes, 18, 8, scheme, threads=1)
-    assert len(np.concatenate(offered)) > 2 * len(codes)  # the same pairs, found again
-    assert np.array_equal(np.unique(np.concatenate(offered)), np.sort(codes))
-    _, neighbour = search.entries(once.near)
-    listed = np.sort(np.where(once.near == search._NONE, -1, neighbour), axis=1)
-    assert not ((listed[:, 1:] == listed[:, :-1]) & (listed[:, 1:] >= 0)).any()
+def test_the_lists_are_the_nearest_of_the_pairs_the_scheme_finds_built_or_grown(
+        scheme: Scheme) -> None:
+    """Crowded hashes share bands in many partitions: each pair found reaches a list once
+    (a later band that finds it again passes it by), and each list ends as the nearest of
+    the pairs the scheme finds, whether the index was built at once or grown by a night's
+    hashes, by one thread or several."""
+    hashes, ties = _tied_hashes(3, 600), _tied_hashes(9, 600)
+    expected = _scheme_lists(hashes, ties, scheme, 18, 8)
+    assert (expected[:, -1] != search._NONE).mean() > 0.5  # most lists full: a choice made
+    for threads in (1, 3):
+        index = build(hashes, 18, 8, scheme, threads=threads, ties=ties)
+        assert np.array_equal(index.near, expected)
+        old = build(hashes[:450], 18, 8, scheme, threads=threads, ties=ties[:450])
+        grown, _ = old.add(hashes[450:], threads=threads, new_ties=ties[450:])
+        assert np.array_equal(grown.near, expected)
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -228,10 +221,11 @@ def test_a_keys_fields_do_not_overlap() -> None:
     under an empty place, and each field under the next one's bits."""
     largest = (search.MAX_DISTANCE << search._DISTANCE_SHIFT | 64 << search._TIE_SHIFT
                | search.MAX_HASHES - 1)
-    assert largest < search._NONE < 1 << search._OWNER_SHIFT
+    assert largest < search._NONE < 2**63
     assert search.MAX_HASHES <= 1 << search._TIE_SHIFT
     assert 127 << search._TIE_SHIFT < 1 << search._DISTANCE_SHIFT
-    assert (search.MAX_HASHES - 1) << search._OWNER_SHIFT | int(search._NONE) < 2**63
+    assert (bands._DISTANCE_SHIFT, bands._TIE_SHIFT) == (search._DISTANCE_SHIFT,
+                                                          search._TIE_SHIFT)
     distances, neighbours = search.entries(np.array([largest, search._NONE]))
     assert distances.tolist() == [search.MAX_DISTANCE, search.MAX_DISTANCE + 1]
     assert neighbours[0] == search.MAX_HASHES - 1

@@ -2,7 +2,7 @@
 hashes: an index instead of every hash against every other, and a night's new hashes against
 the rest.
 
-Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
+Any uint64 hashes; the step that looks at the pairs is compiled (``bands``, by Numba):
 
 * ``validated``: hashes read from a sample index are untrusted; a bad array is a ``Refused``
   value with one line, never an exception.
@@ -22,8 +22,9 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
   items if one is given (a sample's other part hash: hashes are 64 bits, so many lie at one
   distance): the same pairs as the exhaustive search up to ``certain`` bits, and a recall
   measured beyond it (scripts/bench_neardup.py; why this scheme: docs/performance.md,
-  "Near-duplicates: the search"). ``THREADS`` threads share the bands and the lists:
-  the same lists whatever their number and turns.
+  "Near-duplicates: the search"). Band after band, each hash looks up its own pairs and
+  fills its own list, so ``THREADS`` threads take ranges of hashes without a lock: the
+  same lists whatever their number and turns.
 * ``ranked``: of each hash's nearest, those whose signatures are nearest (a longer, finer
   description of the same window than its 64 bits: docs/know-your-data.md, "Signatures").
 * ``Index.add``: a night's new hashes against the index: the pairs of the new ones, exactly
@@ -34,8 +35,6 @@ Any uint64 hashes, NumPy 1.24 and no compiled code of our own:
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import combinations
@@ -44,25 +43,17 @@ import numpy as np
 
 MAX_HASHES = 1 << 24  # a sample index holding more is refused (a key's neighbour has 24 bits)
 MAX_DISTANCE = 30  # bits; a key holds a distance in 5 bits
-# threads of ``build`` and ``add``: each holds temporaries of its own (a million crowded
-# hashes, when each held lists of its own too: 64 s in 623 MB with 1, 44 s in 731 to 807 MB
-# with 2, 1,085 MB with 3)
-THREADS = 2
+THREADS = 2  # threads of ``build`` and ``add``, each walking its own owners' lists
 # key = distance << 31 | tie << 24 | neighbour: the nearest first, of equal distance the
-# nearest by the ties' hashes (7 bits, 0 to 64), then the lowest neighbour
+# nearest by the ties' hashes (7 bits, 0 to 64), then the lowest neighbour (``bands`` makes
+# them: the same shifts)
 _TIE_SHIFT = 24
 _DISTANCE_SHIFT = 31
-_OWNER_SHIFT = 36  # pooled entry = owner << 36 | key
 _LOW = np.int64((1 << _TIE_SHIFT) - 1)
 _NONE = np.int64((MAX_DISTANCE + 1) << _DISTANCE_SHIFT | ((1 << _DISTANCE_SHIFT) - 1))
 _PAIR_SHIFT = 32  # a pair of items = i << 32 | j
 _PAIR_LOW = np.int64((1 << _PAIR_SHIFT) - 1)
-# pairs looked at in one step and entries gathered before they are merged into the lists:
-# they bound the temporaries, whatever a bucket holds (a million crowded hashes, 2 threads:
-# 44 s in 731 MB; with steps of 4M and 4M, 47 s in 1,157 MB)
-_CHUNK = 1 << 20
-_POOL = 1 << 21
-_ROWS = 1 << 16  # lists merged at once
+_ROWS = 1 << 16  # lists made pairs at once
 _BITWISE_COUNT = getattr(np, "bitwise_count", None)  # NumPy 2: 4M values in 6 ms, the table 80
 _POP16 = np.array([bin(value).count("1") for value in range(1 << 16)], np.uint8)
 # odd multipliers, one a partition: bit p goes to (p * m + 17 * partition) mod 64, so each
@@ -162,277 +153,95 @@ def _partition(scheme: Scheme, partition: int) -> list[np.ndarray]:
             for low, high in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def _earlier(scheme: Scheme, partition: int, band: int) -> np.ndarray:
-    """The bit masks (uint64) of the bands searched before ``band`` of ``partition``:
-    the partitions in order, each band in order."""
-    bands = [bits for before in range(partition) for bits in _partition(scheme, before)]
-    bands += _partition(scheme, partition)[:band]
-    return np.array([sum(1 << int(bit) for bit in bits) for bits in bands], np.uint64)
-
-
-def _first_found(apart: np.ndarray, earlier: np.ndarray, probe: int) -> np.ndarray:
-    """Which pairs (the XOR of their hashes) no band of ``earlier`` finds, the band that
-    finds them now being the first: each pair is offered once, not once a band that finds
-    it (200,000 crowded hashes: 141 million pairs looked at, 29 million close, 5 million
-    of them distinct)."""
-    left = np.arange(len(apart))
-    for mask in earlier:
-        if not len(left):
-            break
-        differ = apart[left] & mask
-        if probe == 1:  # at most one bit: clearing the lowest set bit leaves none
-            found = (differ & (differ - np.uint64(1))) == 0
-        else:
-            found = popcount(differ) <= probe
-        left = left[~found]
-    first = np.zeros(len(apart), bool)
-    first[left] = True
-    return first
-
-
 def _masks(width: int, probe: int) -> list[int]:
     """Every mask of ``width`` bits with at most ``probe`` set, fewest first."""
     return [sum(1 << bit for bit in flipped) for count in range(probe + 1)
             for flipped in combinations(range(width), count)]
 
 
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(which range, position) for every position of ranges [start, start + count)."""
-    owner = np.repeat(np.arange(len(counts), dtype=np.int32), counts)  # int32: half the bytes
-    return owner, _positions(starts, counts)
-
-
-def _positions(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Every position of ranges [start, start + count), range after range (int32)."""
-    ends = np.cumsum(counts, dtype=np.int64)
-    total = int(ends[-1]) if len(ends) else 0
-    shift = (ends - counts - starts).astype(np.int32)
-    return np.arange(total, dtype=np.int32) - np.repeat(shift, counts)
-
-
-def _chunks(counts: np.ndarray) -> list[slice]:
-    """Slices of items whose pairs (``counts`` each) are about _CHUNK together."""
-    if int(counts.sum()) <= _CHUNK:
-        return [slice(0, len(counts))]
-    edges = np.searchsorted(np.cumsum(counts), np.arange(_CHUNK, int(counts.sum()), _CHUNK))
-    cuts = [0, *np.unique(edges + 1).tolist(), len(counts)]
-    return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
-
-
-class _Lists:
-    """Each hash's ``cap`` nearest so far as keys (distance, tie, neighbour), ascending,
-    shared by the threads of a search: each offers its pairs through an ``_Offers`` of its
-    own and merges them in one batch of lists at a time (a lock). The lists' lasts and
-    reaches are read without it: they only come nearer, so a read of an older value lets
-    more pairs through, never fewer, and the lists end the same whatever the threads' turns.
-    One set of lists, not one a thread to join at the end: a million hashes, lists of 20,
-    160 MB less."""
-
-    def __init__(self, near: np.ndarray, distance: int) -> None:
-        self.near, self.distance = near, distance
-        self.last = near[:, -1].copy()  # each list's last, packed: read once a pair offered
-        self.reach = self._reach(self.last)
-        self.lock = threading.Lock()
-        self.merges = 0  # merges so far, any thread's: the lists came nearer
-
-    def keep(self, rows: np.ndarray, block: np.ndarray) -> None:
-        """The lists of ``rows`` with their entries in ``block`` (ascending keys, or _NONE;
-        none of them in its list already: the search offers each pair once)."""
-        with self.lock:
-            merged = np.concatenate([self.near[rows], block], axis=1)
-            merged.sort(axis=1)
-            self.near[rows] = merged[:, : self.near.shape[1]]
-            self.last[rows] = merged[:, self.near.shape[1] - 1]
-            self.reach[rows] = self._reach(self.last[rows])
-
-    def _reach(self, last: np.ndarray) -> np.ndarray:
-        """The farthest a pair may be and still enter a list (uint8): the distance of a full
-        list's last, else the search's distance."""
-        return np.minimum(last >> _DISTANCE_SHIFT, self.distance).astype(np.uint8)
-
-
-class _Offers:
-    """One thread's pairs into the lists: kept if they beat a list's last, pooled, and
-    merged in batches."""
-
-    def __init__(self, lists: _Lists, ties: np.ndarray | None) -> None:
-        self.lists, self.ties = lists, ties
-        self.pool: list[np.ndarray] = []
-        self.pooled = 0
-
-    def offer_close(self, left: np.ndarray, right: np.ndarray, apart: np.ndarray) -> None:
-        """Pairs (left, right) ``apart`` bits apart, within the distance."""
-        left, right = left.astype(np.int64), right.astype(np.int64)
-        apart = apart.astype(np.int64) << _DISTANCE_SHIFT
-        if self.ties is not None:
-            apart |= popcount(self.ties[left] ^ self.ties[right]).astype(np.int64) << _TIE_SHIFT
-        for owner, other in ((left, right), (right, left)):
-            key = apart | other
-            beats = key < self.lists.last[owner]
-            if beats.any():  # none is in its list already: each pair comes once
-                self.pool.append(owner[beats] << _OWNER_SHIFT | key[beats])
-                self.pooled += int(beats.sum())
-        if self.pooled >= _POOL:
-            self.merge()
-
-    def merge(self) -> None:
-        """Merge the pooled entries into the lists, ``_ROWS`` lists at a time: the
-        temporaries are those of a batch, not of the pool. Each pair was offered once (a
-        million crowded hashes: 19.4 s of merges in two partitions -> 10.1 s, where a merge
-        dropped a pair offered again and sorted each list twice)."""
-        if not self.pool:
-            return
-        entries = np.concatenate(self.pool)
-        self.pool, self.pooled = [], 0
-        entries.sort()
-        owner = entries >> _OWNER_SHIFT
-        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-        rows = owner[starts]
-        del owner
-        starts = np.r_[starts, len(entries)]
-        entries &= (np.int64(1) << _OWNER_SHIFT) - 1
-        cap = self.lists.near.shape[1]
-        for low in range(0, len(rows), _ROWS):
-            high = min(low + _ROWS, len(rows))
-            counts = np.diff(starts[low : high + 1])
-            width = min(cap, int(counts.max()))  # an owner's cap first hold its cap best
-            which, position = _ranges(starts[low:high], np.minimum(counts, width))
-            block = np.full((high - low, width), _NONE)
-            block[which, position - starts[low:high][which]] = entries[position]
-            self.lists.keep(rows[low:high], block)
-        with self.lists.lock:
-            self.lists.merges += 1
-
-
-def _bytes(hashes: np.ndarray) -> np.ndarray:
-    """(8, len) uint8: byte k of each hash holds its bits 8k to 8k + 7."""
-    return hashes.astype("<u8").view(np.uint8).reshape(-1, 8).T
-
-
-def _band_values(hash_bytes: np.ndarray, bits: np.ndarray) -> np.ndarray:
-    """The value of one band: the bits at ``bits`` packed in order (int32), a byte at a time
-    through tables (8 lookups, not one operation per bit)."""
-    tables = np.zeros((8, 256), np.int32)
+def _band_tables(bits: np.ndarray) -> np.ndarray:
+    """(8, 256) int64: for byte k of a hash, its bits of the band at their places in the
+    band's value (``bits``: the band's bit positions, in order)."""
+    tables = np.zeros((8, 256), np.int64)
     values = np.arange(256)
     for rank, bit in enumerate(bits):
         tables[bit // 8] |= ((values >> (bit % 8)) & 1) << rank
-    band = np.zeros(hash_bytes.shape[1], np.int32)
-    for byte in np.unique(bits // 8):
-        band |= tables[byte][hash_bytes[byte]]
-    return band
+    return tables
 
 
-def _buckets(ordered: np.ndarray, width: int):  # noqa: ANN202 (a closure)
-    """Where each key's bucket starts in ``ordered`` (sorted band values) and its size: a
-    table of every value where they are many, a binary search where few."""
-    if len(ordered) * 16 >= 1 << width:
-        # bucket k is [edges[k], edges[k + 1]): two reads a key from one cache line
-        edges = np.zeros((1 << width) + 1, np.int32)
-        np.cumsum(np.bincount(ordered, minlength=1 << width), out=edges[1:])
-        return lambda keys: (edges[keys], edges[keys + 1] - edges[keys])
-
-    def search(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        by_key = np.argsort(keys)  # sorted needles search twice as fast (measured)
-        starts, counts = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
-        starts[by_key] = np.searchsorted(ordered, keys[by_key], side="left")
-        counts[by_key] = np.searchsorted(ordered, keys[by_key], side="right")
-        return starts, counts - starts
-
-    return search
+def _bands(scheme: Scheme) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every band the scheme searches, partition after partition: its bit positions, and
+    the bit masks (uint64) of the bands before it."""
+    bands = [bits for partition in range(scheme.partitions)
+             for bits in _partition(scheme, partition)]
+    masks = np.array([sum(1 << int(bit) for bit in bits) for bits in bands], np.uint64)
+    return [(bits, masks[:number]) for number, bits in enumerate(bands)]
 
 
-def _all_pairs(hashes: np.ndarray, offers: _Offers, scheme: Scheme, offset: int,
-               bands: Iterable[tuple[int, int]]) -> None:
-    """Offer every pair of ``hashes`` (at positions offset + i) within reach whose first
-    finding band (``_first_found``) is one of ``bands`` ((partition, band)): the bands
-    before them are searched too, by this call or another."""
-    hash_bytes = _bytes(hashes)
-    for partition, band_index in bands:
-        bits = _partition(scheme, partition)[band_index]
-        earlier = _earlier(scheme, partition, band_index)
-        band = _band_values(hash_bytes, bits)
-        order = np.argsort(band).astype(np.int32)
-        # a bucket's hashes side by side: its pairs read them in order (600,000 crowded
-        # hashes: 31 s, 37 through the hash positions)
-        ordered, in_order = band[order], hashes[order]
-        bucket = _buckets(ordered, len(bits))
-        filled = np.zeros(1 << len(bits), bool)
-        # most keys find an empty bucket: a table of a quarter of the bytes says so first
-        # (300,000 random hashes: 7.6 s, 9.0 without it)
-        filled[ordered] = True
-        # a pair farther than both its lists reach is dropped before it is offered (read
-        # at each band and after each merge, any thread's: the lists only come nearer, so
-        # it stays true; a million crowded hashes: 72 s, 79 without it)
-        merges = -1
-        for mask in _masks(len(bits), scheme.probe):
-            if mask == 0:  # within a bucket: each later member of it
-                starts, counts = bucket(ordered)
-                positions = np.arange(len(order), dtype=np.int32)
-                counts = starts + counts - positions - 1
-                starts, sources = positions + 1, positions
-            else:  # the bucket of band ^ mask, from the lower side only (each pair once);
-                # in band order, so the keys ascend and the tables are read in order (9.0 s,
-                # 12.2 in the hashes' order)
-                lower = np.flatnonzero((ordered & (1 << (mask.bit_length() - 1))) == 0)
-                keys = ordered[lower] ^ mask
-                found = filled[keys]
-                sources = lower[found].astype(np.int32)
-                starts, counts = bucket(keys[found])
-            for part in _chunks(counts):  # pairs of positions in band order
-                if offers.lists.merges != merges:  # the band's first or the lists came nearer
-                    merges = offers.lists.merges
-                    reach = offers.lists.reach[order + offset]
-                    farthest = reach.max(initial=0)
-                # a source's hash repeated, not gathered pair by pair; the pairs beyond
-                # the farthest any list reaches dropped before the reaches are gathered (a
-                # partition of a million crowded hashes looks at 231 million pairs: 74
-                # million within 14 bits, 17 million within reach; 7.3 s -> 5.6 s)
-                repeats = counts[part]
-                position = _positions(starts[part], repeats)
-                source = np.repeat(sources[part], repeats)
-                differ = np.repeat(in_order[sources[part]], repeats) ^ in_order[position]
-                apart = popcount(differ)
-                near = np.flatnonzero(apart <= farthest)
-                close = near[apart[near] <= np.maximum(reach[source[near]],
-                                                       reach[position[near]])]
-                close = close[_first_found(differ[close], earlier, scheme.probe)]
-                offers.offer_close(order[source[close]] + offset,
-                                  order[position[close]] + offset, apart[close])
+class _Walk:
+    """The compiled step (``bands.offer``) of one search, its owners shared among ``threads``
+    threads (Numba lets go of the GIL): each takes ranges of owners, whose lists only it
+    writes."""
 
+    def __init__(self, near: np.ndarray, ties: np.ndarray | None, distance: int,
+                 scheme: Scheme, threads: int) -> None:
+        from . import bands  # Numba: imported and compiled when a search first runs
 
-def _queried(queries: np.ndarray, hashes: np.ndarray, offers: _Offers, scheme: Scheme,
-             offset: int, bands: Iterable[tuple[int, int]]) -> None:
-    """Offer every pair (query at offset + q, hash) within reach whose first finding band is
-    one of ``bands``, as ``_all_pairs``. Only the hashes whose band is looked up are sorted:
-    a night's queries touch a small share of a million."""
-    hash_bytes, query_bytes = _bytes(hashes), _bytes(queries)
-    for partition, band_index in bands:
-        bits = _partition(scheme, partition)[band_index]
-        earlier = _earlier(scheme, partition, band_index)
-        band, wanted = _band_values(hash_bytes, bits), _band_values(query_bytes, bits)
-        masks = np.array(_masks(len(bits), scheme.probe), np.int32)
-        keys = (wanted[:, None] ^ masks[None, :]).ravel()
-        asker = np.repeat(np.arange(len(queries)), len(masks))
-        marked = np.zeros(1 << len(bits), bool)
-        marked[band] = True  # the buckets the hashes fill: most keys find none
-        asker, keys = asker[marked[keys]], keys[marked[keys]]
-        marked[:] = False
-        marked[keys] = True  # the hashes in a bucket looked up
-        hits = np.flatnonzero(marked[band])
-        order = hits[np.argsort(band[hits])]
-        starts, counts = _buckets(band[order], len(bits))(keys)
-        for part in _chunks(counts):  # as in _all_pairs: within reach, found first here
-            repeats = counts[part]
-            found = order[_positions(starts[part], repeats)]
-            asked = np.repeat(asker[part], repeats)
-            differ = np.repeat(queries[asker[part]], repeats) ^ hashes[found]
-            apart = popcount(differ)
-            near = np.flatnonzero(apart <= offers.lists.distance)
-            reach = offers.lists.reach
-            close = near[apart[near] <= np.maximum(reach[asked[near] + offset],
-                                                   reach[found[near]])]
-            close = close[_first_found(differ[close], earlier, scheme.probe)]
-            offers.offer_close(asked[close] + offset, found[close], apart[close])
+        self.offer, self.insert, self.buckets = bands.offer, bands.insert, bands.buckets
+        self.band_values = bands.band_values
+        self.near, self.distance = near, distance
+        self.reach = np.minimum(near[:, -1] >> _DISTANCE_SHIFT, distance).astype(np.uint8)
+        self.ties = np.empty(0, np.uint64) if ties is None else ties
+        self.masks = {width: np.array(_masks(width, scheme.probe), np.int64)
+                      for width in {len(bits) for bits, _ in _bands(scheme)}}
+        self.probe = scheme.probe
+        self.threads = max(1, threads)
+        self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+
+    def order(self, values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """(order, edges) of band values of ``width`` bits: ``values[order]`` ascending, and
+        where each value's bucket starts in it: a table (two reads a look-up; a counting
+        sort, ``bands.buckets``) where the values are a 64th of its size or more, else an
+        empty one (the compiled step searches the values: a table of 2**21 values costs
+        about 8 ms to make, a look-up among 10,000 values 14 steps)."""
+        if len(values) * 64 < 1 << width:
+            return np.argsort(values, kind="stable"), np.empty(0, np.int32)
+        order, edges = np.empty(len(values), np.int64), np.zeros((1 << width) + 1, np.int32)
+        self.buckets(values, edges, order)
+        return order, edges
+
+    def __call__(self, owners: np.ndarray, owner_hashes: np.ndarray, owner_bands: np.ndarray,
+                 targets: np.ndarray, target_hashes: np.ndarray, target_bands: np.ndarray,
+                 width: int, earlier: np.ndarray, both: bool = False,
+                 ordered: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Offer each owner (in band order, for the look-ups to ascend) the targets its band
+        finds, but those a band before it finds (``earlier``'s masks); ``both``: and each
+        target the owner (the targets are other hashes than the owners). ``ordered``: the
+        targets' ``order``, if made already."""
+        if not len(owners) or not len(targets):
+            return
+        order, edges = ordered or self.order(target_bands, width)
+        targets = targets[order]
+        arguments = (self.masks[width], target_bands[order], targets, target_hashes[order],
+                     self.reach[targets] if both else self.reach[:0], edges, earlier,
+                     self.probe, self.ties, self.distance)
+
+        def walk(piece: slice) -> tuple[np.ndarray, np.ndarray]:
+            return self.offer(self.near, self.reach, owners, owner_hashes, owner_bands,
+                              piece.start, piece.stop, *arguments)
+
+        # ranges of a sixteenth of a thread's share: a crowded range does not hold up the rest
+        cuts = np.linspace(0, len(owners), 16 * self.threads + 1).astype(int)
+        pieces = [slice(low, high) for low, high in zip(cuts[:-1], cuts[1:], strict=True)
+                  if high > low]
+        offered = list(map(walk, pieces) if self.pool is None else self.pool.map(walk, pieces))
+        if both:  # the targets' lists, once the owners' walks have read their reaches
+            self.insert(self.near, self.reach, np.concatenate([rows for rows, _ in offered]),
+                        np.concatenate([keys for _, keys in offered]), self.distance)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
 
 
 def _pairs(near: np.ndarray, first: np.ndarray, since: int = 0) -> np.ndarray:
@@ -574,11 +383,32 @@ class Index:
             [self.ties, np.asarray(new_ties, np.uint64)[first[fresh]]])
         near = np.concatenate([self.near, np.full((len(fresh), self.near.shape[1]), _NONE)])
 
-        def search(offers: _Offers, bands: list[tuple[int, int]]) -> None:
-            _queried(values[fresh], self.hashes, offers, self.scheme, old, bands)
-            _all_pairs(values[fresh], offers, self.scheme, old, bands)
-
-        near = _searched(near, ties, self.distance, self.scheme, threads, search)
+        new = values[fresh]
+        rows = old + np.arange(len(fresh))
+        walk = _Walk(near, ties, self.distance, self.scheme, threads)
+        try:
+            for bits, earlier in _bands(self.scheme):
+                width = len(bits)
+                tables = _band_tables(bits)
+                old_bands = walk.band_values(self.hashes, tables)
+                new_bands = walk.band_values(new, tables)
+                # what each new hash looks up: its band with each mask flipped; the old
+                # hashes there (most are in no bucket a new one looks into)
+                masks = walk.masks[width]
+                looks = (new_bands[:, None] ^ masks[None, :]).ravel()
+                looked = np.zeros(1 << width, bool)
+                looked[looks] = True
+                hits = np.flatnonzero(looked[old_bands])
+                # each new hash's pairs with the old hashes it finds, into both lists (an old
+                # hash takes a new one only if it beats its nearest so far)
+                by_band, _ = walk.order(new_bands, width)
+                owners = (rows[by_band], new[by_band], new_bands[by_band])
+                walk(*owners, hits, self.hashes[hits], old_bands[hits], width, earlier,
+                     both=True)
+                # and the new hashes among themselves, as ``build``
+                walk(*owners, rows, new, new_bands, width, earlier)
+        finally:
+            walk.close()
         grown = replace(self, hashes=hashes, near=near, ties=ties,
                         first=np.concatenate([self.first, items + first[fresh]]),
                         group=np.concatenate([self.group, position[group]]))
@@ -603,46 +433,20 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
             raise ValueError(f"{len(ties)} ties for {len(hashes)} hashes")
         ties = np.asarray(ties, np.uint64)[first]
 
-    def search(offers: _Offers, bands: list[tuple[int, int]]) -> None:
-        _all_pairs(values, offers, scheme, 0, bands)
-
-    near = _searched(np.full((len(values), cap), _NONE), ties, distance, scheme, threads,
-                     search)
-    return Index(values, first, group, near, distance, scheme, ties)
-
-
-def _searched(near: np.ndarray, ties: np.ndarray | None, distance: int, scheme: Scheme,
-              threads: int, search: Callable[[_Offers, list[tuple[int, int]]], None]
-              ) -> np.ndarray:
-    """``near`` grown in place by ``search`` over the scheme's bands, ``threads`` sharing
-    them: band after band in order, each to the first thread free, so that the threads end
-    together and the first bands fill the lists before the next are searched (a million
-    crowded hashes, 2 threads: 79.5 million pairs offered a partition a thread, 75.3
-    million a band a thread)."""
-    bands = [(partition, band) for partition in range(scheme.partitions)
-             for band in range(scheme.bands)]
-    threads = max(1, min(threads, len(bands)))
-    lists = _Lists(near, distance)
-    stop, queue, taking = threading.Event(), iter(bands), threading.Lock()
-
-    def searched() -> None:
-        offers = _Offers(lists, ties)
-        while not stop.is_set():  # else the caller was interrupted: it waits for no more
-            with taking:
-                unit = next(queue, None)
-            if unit is None:
-                break
-            search(offers, [unit])
-        offers.merge()
-
-    pool = ThreadPoolExecutor(threads)  # NumPy lets go of the GIL on whole arrays
+    near = np.full((len(values), cap), _NONE)
+    walk = _Walk(near, ties, distance, scheme, threads)
     try:
-        for done in [pool.submit(searched) for _ in range(threads)]:
-            done.result()
-    finally:  # Ctrl-C left a million hashes' search 1.6 s after, 17.5 s without the stop
-        stop.set()
-        pool.shutdown()
-    return near
+        for bits, earlier in _bands(scheme):
+            band = walk.band_values(values, _band_tables(bits))
+            # owners in band order: the buckets they look into ascend, and a bucket's
+            # hashes lie side by side
+            ordered = walk.order(band, len(bits))
+            order = ordered[0]
+            walk(order, values[order], band[order], np.arange(len(values)), values, band,
+                 len(bits), earlier, ordered=ordered)
+    finally:
+        walk.close()
+    return Index(values, first, group, near, distance, scheme, ties)
 
 
 def clusters(index: Index, verified: np.ndarray) -> list[np.ndarray]:
