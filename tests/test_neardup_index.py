@@ -316,3 +316,22 @@ def test_popcount_counts_every_bit_with_numpy_2_and_without() -> None:
     expected = [bin(value).count("1") for value in many.tolist()]
     assert search._popcount_by_table(many).tolist() == expected
     assert popcount(many).tolist() == expected
+
+
+def test_without_a_writable_cache_the_search_compiles_in_the_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Numba refuses to cache where neither the package's folder nor the user's cache can be
+    written (a read-only install, a read-only home): the step is compiled without it."""
+    asked: list[dict] = []
+
+    def njit(**options):  # noqa: ANN003, ANN202 (Numba's decorator, as it answers there)
+        asked.append(options)
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'f'")
+        return lambda function: function
+
+    monkeypatch.setattr(bands, "njit", njit)
+    compiled = bands._compiled(inline="always")(lambda value: value + 1)
+    assert compiled(1) == 2
+    assert asked == [{"nogil": True, "cache": True, "inline": "always"},
+                     {"nogil": True, "inline": "always"}]

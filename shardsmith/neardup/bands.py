@@ -15,7 +15,8 @@ pairs found for it, whatever the order they come in (a pair found again by a lat
 passed by: ``_found_before``), so the lists are the same whatever the threads.
 
 Imported by ``search`` when it first searches: compiled on first use (3 s), cached on disk
-after (0.5 to 0.6 s the first search in a process, Numba's import included).
+after (0.5 to 0.6 s the first search in a process, Numba's import included) where a cache
+can be written (``_compiled``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,21 @@ _DISTANCE_SHIFT = 31
 _TIE_SHIFT = 24
 
 
+def _compiled(**options: object):  # noqa: ANN202 (a decorator)
+    """``njit`` without the GIL, its machine code cached on disk beside the module (or in the
+    user's cache, or NUMBA_CACHE_DIR) where one of them can be written; else compiled again
+    in each process that searches (3 to 8 s): a read-only install with a read-only home is no
+    reason to refuse to search."""
+
+    def decorate(function):  # noqa: ANN001, ANN202
+        try:
+            return njit(nogil=True, cache=True, **options)(function)
+        except RuntimeError:  # Numba: "cannot cache function ...: no locator available"
+            return njit(nogil=True, **options)(function)
+
+    return decorate
+
+
 @intrinsic
 def _popcount(typing_context, value):  # noqa: ANN001, ANN202 (Numba's signature)
     """Set bits of a uint64: one instruction (LLVM's ctpop)."""
@@ -41,7 +57,7 @@ def _popcount(typing_context, value):  # noqa: ANN001, ANN202 (Numba's signature
     return types.uint64(types.uint64), generate
 
 
-@njit(nogil=True, cache=True, inline="always")
+@_compiled(inline="always")
 def _insert(near: np.ndarray, reach: np.ndarray, row: int, key: int, distance: int) -> None:
     """``key`` into the sorted list ``row`` if it beats the last; ``reach[row]`` follows the
     last."""
@@ -57,7 +73,7 @@ def _insert(near: np.ndarray, reach: np.ndarray, row: int, key: int, distance: i
     reach[row] = min(near[row, cap - 1] >> _DISTANCE_SHIFT, distance)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@_compiled(inline="always")
 def _found_before(apart: np.uint64, earlier: np.ndarray, probe: int) -> bool:
     """Whether a band searched before this one finds a pair (the XOR of its hashes): its
     bits under one of ``earlier``'s masks differ in at most ``probe``. Each pair reaches
@@ -70,7 +86,7 @@ def _found_before(apart: np.uint64, earlier: np.ndarray, probe: int) -> bool:
     return False
 
 
-@njit(nogil=True, cache=True)
+@_compiled()
 def offer(near: np.ndarray, reach: np.ndarray, owners: np.ndarray, owner_hashes: np.ndarray,
           owner_bands: np.ndarray, start: int, stop: int, masks: np.ndarray,
           target_bands: np.ndarray, targets: np.ndarray, target_hashes: np.ndarray,
@@ -125,7 +141,7 @@ def offer(near: np.ndarray, reach: np.ndarray, owners: np.ndarray, owner_hashes:
     return rows[:kept], keys[:kept]
 
 
-@njit(nogil=True, cache=True)
+@_compiled()
 def insert(near: np.ndarray, reach: np.ndarray, rows: np.ndarray, keys: np.ndarray,
            distance: int) -> None:
     """Each key into its row's sorted list if it beats the last (``offer``'s returned
@@ -134,7 +150,7 @@ def insert(near: np.ndarray, reach: np.ndarray, rows: np.ndarray, keys: np.ndarr
         _insert(near, reach, rows[entry], keys[entry], distance)
 
 
-@njit(nogil=True, cache=True)
+@_compiled()
 def buckets(values: np.ndarray, edges: np.ndarray, order: np.ndarray) -> None:
     """Fill ``order`` (``values[order]`` ascending, stable) and ``edges`` (zeros of 2**width
     + 1: value v's bucket is ``edges[v]`` to ``edges[v + 1]`` of it) for band values: a
@@ -151,7 +167,7 @@ def buckets(values: np.ndarray, edges: np.ndarray, order: np.ndarray) -> None:
         cursor[value] += 1
 
 
-@njit(nogil=True, cache=True)
+@_compiled()
 def band_values(hashes: np.ndarray, tables: np.ndarray) -> np.ndarray:
     """Each hash's band value: the OR of ``tables[k]`` at its byte k (int64; a table per
     byte gives that byte's bits of the band at their places in it): 8 reads from 16 KB a
