@@ -89,13 +89,17 @@ def _scheme_lists(hashes: np.ndarray, ties: np.ndarray, scheme: Scheme, distance
     return np.sort(keys, axis=1)[:, :cap]
 
 
-@pytest.mark.parametrize("scheme", [DEFAULT_SCHEME, Scheme(partitions=5, bands=4, probe=2)])
+@pytest.mark.parametrize(("scheme", "tables"), [
+    (DEFAULT_SCHEME, False), (Scheme(partitions=5, bands=4, probe=2), False),
+    (DEFAULT_SCHEME, True)])  # each band's buckets in a table, as above 32,768 hashes
 def test_the_lists_are_the_nearest_of_the_pairs_the_scheme_finds_built_or_grown(
-        scheme: Scheme) -> None:
+        monkeypatch: pytest.MonkeyPatch, scheme: Scheme, tables: bool) -> None:
     """Crowded hashes share bands in many partitions: each pair found reaches a list once
     (a later band that finds it again passes it by), and each list ends as the nearest of
     the pairs the scheme finds, whether the index was built at once or grown by a night's
     hashes, by one thread or several."""
+    if tables:
+        monkeypatch.setattr(search, "_TABLE_SHARE", 1 << 22)
     hashes, ties = _tied_hashes(3, 600), _tied_hashes(9, 600)
     expected = _scheme_lists(hashes, ties, scheme, 18, 8)
     assert (expected[:, -1] != search._NONE).mean() > 0.5  # most lists full: a choice made
@@ -108,7 +112,7 @@ def test_the_lists_are_the_nearest_of_the_pairs_the_scheme_finds_built_or_grown(
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_threads_sharing_the_partitions_give_the_lists_of_one_whole_or_grown(
+def test_threads_sharing_the_hashes_give_the_lists_of_one_whole_or_grown(
         tied: bool) -> None:
     hashes = _tied_hashes(6, 800)
     ties = _tied_hashes(10, 800) if tied else None
@@ -335,3 +339,19 @@ def test_without_a_writable_cache_the_search_compiles_in_the_process(
     assert compiled(1) == 2
     assert asked == [{"nogil": True, "cache": True, "inline": "always"},
                      {"nogil": True, "inline": "always"}]
+
+
+def test_an_index_whose_arrays_disagree_is_refused_before_the_compiled_step() -> None:
+    """The compiled step checks no bounds: an index saved and loaded by hand with lists of
+    other rows than its hashes, or ties of another length, is refused."""
+    hashes = _tied_hashes(7, 100)
+    index = build(hashes, 18, 8, ties=hashes)
+    with pytest.raises(ValueError, match="one row a distinct hash"):
+        search.Index(index.hashes, index.first, index.group, index.near[:-10], 18,
+                     DEFAULT_SCHEME, index.ties)
+    with pytest.raises(ValueError, match="one row a distinct hash"):
+        search.Index(index.hashes, index.first, index.group, index.near, 18, DEFAULT_SCHEME,
+                     index.ties[:-1])
+    with pytest.raises(ValueError, match="one row a distinct hash"):
+        search.Index(index.hashes.astype(np.int64), index.first, index.group, index.near, 18,
+                     DEFAULT_SCHEME, index.ties)

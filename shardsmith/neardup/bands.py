@@ -1,13 +1,14 @@
 """The compiled step of the candidate search (``search``): the pairs one band finds, put into
 their owners' lists.
 
-NumPy prepares each band (its values, the targets in band order, a table of where each
-value's bucket starts); ``offer`` then walks, for each owner, the buckets of its band value
-with up to the scheme's probe bits flipped, and puts every target within reach into the
-owner's list. Compiled by Numba: the same work in NumPy passes cost a gather, a mask and a
-temporary array per step, and merges of pools of millions of offers (a million crowded
-hashes searched and ranked: 74 s in NumPy, 35 to 41 s compiled; docs/performance.md,
-"Near-duplicates: the search", "Compiled").
+For each band, ``band_values`` gives each hash its band's value and ``buckets`` sorts the
+targets by it into a table of where each value's bucket starts (NumPy's argsort and a binary
+search where the targets are few); ``offer`` then walks, mask by mask (none, then each of
+the probe's bits flipped), each owner's bucket of its band value with the mask flipped, and
+puts every target within reach into the owner's list. Compiled by Numba: the same work in
+NumPy passes cost a gather, a mask and a temporary array per step, and merges of pools of
+millions of offers (a million crowded hashes searched and ranked: 74 s in NumPy, 35 to 41 s
+compiled; docs/performance.md, "Near-duplicates: the search", "Compiled").
 
 An owner's list is written by its owner's walk only, so the threads of a search take
 disjoint ranges of owners and need no lock; a list ends as the ``cap`` least keys of the
@@ -107,9 +108,9 @@ def offer(near: np.ndarray, reach: np.ndarray, owners: np.ndarray, owner_hashes:
 
     The reaches, a byte a row, are what a pair is held against: the lists' rows lie anywhere
     in ``near`` (a million crowded hashes: 127 s reading each owner's last from its row)."""
-    tied, theirs = len(ties) > 0, len(target_reach) > 0
+    tied, both = len(ties) > 0, len(target_reach) > 0
     rows, keys, kept = np.empty(64, np.int64), np.empty(64, np.int64), 0
-    for mask in masks:  # mask by mask: the looked-up values ascend with the owners'
+    for mask in masks:  # mask by mask: the looked-up values follow the owners' order, by blocks
         for position in range(start, stop):
             value = owner_bands[position] ^ mask
             if len(edges):
@@ -120,10 +121,10 @@ def offer(near: np.ndarray, reach: np.ndarray, owners: np.ndarray, owner_hashes:
             if low == high:
                 continue
             own, row = owner_hashes[position], owners[position]
-            ours = reach[row]
+            owner_reach = reach[row]
             for place in range(low, high):
                 apart = np.int64(_popcount(own ^ target_hashes[place]))
-                if apart > ours and (not theirs or apart > target_reach[place]):
+                if apart > owner_reach and (not both or apart > target_reach[place]):
                     continue  # most pairs: a popcount and a compare
                 other = targets[place]
                 if other == row or _found_before(own ^ target_hashes[place], earlier, probe):
@@ -131,10 +132,10 @@ def offer(near: np.ndarray, reach: np.ndarray, owners: np.ndarray, owner_hashes:
                 key = apart << _DISTANCE_SHIFT
                 if tied:
                     key |= np.int64(_popcount(ties[row] ^ ties[other])) << _TIE_SHIFT
-                if apart <= ours:
+                if apart <= owner_reach:
                     _insert(near, reach, row, key | other, distance)
-                    ours = reach[row]
-                if theirs and apart <= target_reach[place]:
+                    owner_reach = reach[row]
+                if both and apart <= target_reach[place]:
                     if kept == len(rows):
                         rows, keys = np.concatenate((rows, rows)), np.concatenate((keys, keys))
                     rows[kept], keys[kept], kept = other, key | row, kept + 1

@@ -54,6 +54,7 @@ _NONE = np.int64((MAX_DISTANCE + 1) << _DISTANCE_SHIFT | ((1 << _DISTANCE_SHIFT)
 _PAIR_SHIFT = 32  # a pair of items = i << 32 | j
 _PAIR_LOW = np.int64((1 << _PAIR_SHIFT) - 1)
 _ROWS = 1 << 16  # lists made pairs at once
+_TABLE_SHARE = 64  # a band's buckets get a table where its hashes are 1/64 of its values
 _BITWISE_COUNT = getattr(np, "bitwise_count", None)  # NumPy 2: 4M values in 6 ms, the table 80
 _POP16 = np.array([bin(value).count("1") for value in range(1 << 16)], np.uint8)
 # odd multipliers, one a partition: bit p goes to (p * m + 17 * partition) mod 64, so each
@@ -195,16 +196,19 @@ class _Walk:
         self.masks = {width: np.array(_masks(width, scheme.probe), np.int64)
                       for width in {len(bits) for bits, _ in _bands(scheme)}}
         self.probe = scheme.probe
+        # the walks run in the pool even with one thread: a Ctrl-C meets the caller waiting,
+        # not Numba's return of a tuple (a SystemError where it ran on the main thread)
         self.threads = max(1, threads)
-        self.pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+        self.pool = ThreadPoolExecutor(self.threads)
 
     def order(self, values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         """(order, edges) of band values of ``width`` bits: ``values[order]`` ascending, and
         where each value's bucket starts in it: a table (two reads a look-up; a counting
-        sort, ``bands.buckets``) where the values are a 64th of its size or more, else an
-        empty one (the compiled step searches the values: a table of 2**21 values costs
-        about 8 ms to make, a look-up among 10,000 values 14 steps)."""
-        if len(values) * 64 < 1 << width:
+        sort, ``bands.buckets``) where there are ``_TABLE_SHARE`` times fewer values than it
+        has places or more, else an empty one (the compiled step searches the values: a
+        table of 2**21 places costs milliseconds to make, a look-up among 10,000 values 14
+        steps)."""
+        if len(values) * _TABLE_SHARE < 1 << width:
             return np.argsort(values, kind="stable"), np.empty(0, np.int32)
         order, edges = np.empty(len(values), np.int64), np.zeros((1 << width) + 1, np.int32)
         self.buckets(values, edges, order)
@@ -234,14 +238,13 @@ class _Walk:
         cuts = np.linspace(0, len(owners), 16 * self.threads + 1).astype(int)
         pieces = [slice(low, high) for low, high in zip(cuts[:-1], cuts[1:], strict=True)
                   if high > low]
-        offered = list(map(walk, pieces) if self.pool is None else self.pool.map(walk, pieces))
+        offered = list(self.pool.map(walk, pieces))
         if both:  # the targets' lists, once the owners' walks have read their reaches
             self.insert(self.near, self.reach, np.concatenate([rows for rows, _ in offered]),
                         np.concatenate([keys for _, keys in offered]), self.distance)
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+        self.pool.shutdown(cancel_futures=True)
 
 
 def _pairs(near: np.ndarray, first: np.ndarray, since: int = 0) -> np.ndarray:
@@ -351,6 +354,17 @@ class Index:
     scheme: Scheme
     ties: np.ndarray | None = None  # the tie-breaking hash of each distinct one's first item
 
+    def __post_init__(self) -> None:
+        """The compiled step checks no bounds: arrays that disagree (an index saved and
+        loaded by hand) are refused here, not read or written past their ends."""
+        rows = len(self.hashes)
+        if self.hashes.dtype != np.uint64 or self.near.dtype != np.int64 \
+                or self.near.ndim != 2 or len(self.near) != rows or len(self.first) != rows \
+                or (self.ties is not None and (len(self.ties) != rows
+                                               or self.ties.dtype != np.uint64)):
+            raise ValueError("an index's hashes, first items, lists and ties must be one row "
+                             "a distinct hash (uint64 hashes and ties, int64 lists)")
+
     def pairs(self) -> np.ndarray:
         """All candidate pairs of items (i < j, sorted; first items of their hash)."""
         return _pairs(self.near, self.first)
@@ -420,9 +434,8 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
           ties: np.ndarray | None = None) -> Index:
     """The index of ``hashes`` (validated uint64): equal ones collapsed, each distinct hash's
     ``cap`` nearest within ``distance`` among the pairs the scheme finds; of equal distance,
-    the nearest by ``ties`` (a second hash of each item, uint64) first. ``threads`` search
-    the bands between them into one set of lists: the same lists whatever their
-    number."""
+    the nearest by ``ties`` (a second hash of each item, uint64) first. ``threads`` share
+    the hashes of each band: the same lists whatever their number."""
     if not 0 <= distance <= MAX_DISTANCE or cap < 1:
         raise ValueError(f"distance must be 0 to {MAX_DISTANCE} and cap at least 1")
     values, first, group = _collapse(np.asarray(hashes, np.uint64))
