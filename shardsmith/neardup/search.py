@@ -217,16 +217,18 @@ class _Walk:
     def __call__(self, owners: np.ndarray, owner_hashes: np.ndarray, owner_bands: np.ndarray,
                  targets: np.ndarray, target_hashes: np.ndarray, target_bands: np.ndarray,
                  width: int, earlier: np.ndarray, both: bool = False,
-                 ordered: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 edges: np.ndarray | None = None) -> None:
         """Offer each owner (in band order, for the look-ups to ascend) the targets its band
         finds, but those a band before it finds (``earlier``'s masks); ``both``: and each
-        target the owner (the targets are other hashes than the owners). ``ordered``: the
-        targets' ``order``, if made already."""
+        target the owner (the targets are other hashes than the owners). ``edges``: the
+        targets are in band order already, and these are their buckets (``order``)."""
         if not len(owners) or not len(targets):
             return
-        order, edges = ordered or self.order(target_bands, width)
-        targets = targets[order]
-        arguments = (self.masks[width], target_bands[order], targets, target_hashes[order],
+        if edges is None:
+            order, edges = self.order(target_bands, width)
+            targets, target_hashes = targets[order], target_hashes[order]
+            target_bands = target_bands[order]
+        arguments = (self.masks[width], target_bands, targets, target_hashes,
                      self.reach[targets] if both else self.reach[:0], edges, earlier,
                      self.probe, self.ties, self.distance)
 
@@ -451,12 +453,11 @@ def build(hashes: np.ndarray, distance: int = 18, cap: int = 8,
     try:
         for bits, earlier in _bands(scheme):
             band = walk.band_values(values, _band_tables(bits))
-            # owners in band order: the buckets they look into ascend, and a bucket's
-            # hashes lie side by side
-            ordered = walk.order(band, len(bits))
-            order = ordered[0]
-            walk(order, values[order], band[order], np.arange(len(values)), values, band,
-                 len(bits), earlier, ordered=ordered)
+            # each hash looks up the others, all in band order: the buckets they look into
+            # ascend, and a bucket's hashes lie side by side
+            order, edges = walk.order(band, len(bits))
+            in_order = (order, values[order], band[order])
+            walk(*in_order, *in_order, len(bits), earlier, edges=edges)
     finally:
         walk.close()
     return Index(values, first, group, near, distance, scheme, ties)
