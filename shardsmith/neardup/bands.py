@@ -79,8 +79,8 @@ def _found_before(apart: np.uint64, earlier: np.ndarray, probe: int) -> bool:
     """Whether a band searched before this one finds a pair (the XOR of its hashes): its
     bits under one of ``earlier``'s masks differ in at most ``probe``. Each pair reaches
     its lists once so, by the first band that finds it, and nothing is read from a list
-    to tell (a million crowded hashes: a list's row read for each pair found again cost
-    more than the search)."""
+    to tell (300,000 crowded hashes, lists of 20: 8.0 s, 10.3 s looking in the list for
+    each pair within reach)."""
     for mask in earlier:
         if _popcount(apart & mask) <= probe:
             return True
